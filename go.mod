@@ -1,0 +1,3 @@
+module github.com/leaderrun/leaderrun
+
+go 1.26
