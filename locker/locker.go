@@ -1,0 +1,154 @@
+// Package locker defines the seam between the supervisor and the backends
+// that hold leadership of a key (Consul, etcd, a local lock file).
+//
+// A backend knows how to win a key, how to make one renewal round trip, how to
+// notice that leadership is gone, and how to give it back. It never keeps
+// time and never touches the child: the renewal loop, the send timestamps,
+// the deadline and the stop timeline all live in package supervise
+// (DESIGN §1.2-1.4, §6).
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Sentinel errors shared by every backend. Callers compare with errors.Is.
+var (
+	// ErrHeld is returned by Acquire with Options.NoWait when another holder
+	// leads the key.
+	ErrHeld = errors.New("key is held by another holder")
+
+	// ErrLost means leadership is definitely gone: the lease or session
+	// expired or was revoked, or our key was deleted or taken over. Renew
+	// returns it (wrapped) when the backend says so; the supervisor then
+	// starts the stop sequence at once (DESIGN §1.3).
+	ErrLost = errors.New("leadership lost")
+
+	// ErrRefused means the backend refused us for a reason that retrying will
+	// not fix: ACL or authentication denied, TLS failure, bad configuration.
+	// leaderrun exits 125 on it instead of retrying.
+	ErrRefused = errors.New("backend refused the request")
+
+	// ErrNoLeader is returned by Leader when nobody holds the key.
+	ErrNoLeader = errors.New("no leader")
+)
+
+// Locker campaigns for one key on one backend.
+type Locker interface {
+	// Acquire blocks until this candidate leads the key and returns its
+	// Lease. While waiting it keeps its own candidacy alive. It returns
+	// ctx.Err() when ctx ends, ErrHeld (wrapped) when Options.NoWait is set
+	// and someone else leads, an error wrapping ErrRefused when retrying is
+	// pointless, and any other error for a failure worth retrying (the
+	// supervisor retries with backoff). A returned Lease has been verified
+	// to exist on the backend (DESIGN §1.7); its epoch is final.
+	Acquire(ctx context.Context) (Lease, error)
+
+	// Leader reads the current holder of the key with a linearizable read.
+	// It returns ErrNoLeader (wrapped) when nobody holds the key.
+	Leader(ctx context.Context) (Holder, error)
+
+	// Release gives up a lease that another process acquired, identified by
+	// the string its Lease.Handle returned. The dead-man guard uses it to
+	// hand leadership over quickly after leaderrun itself died. Releasing a
+	// lease that is already gone is not an error.
+	ReleaseHandle(ctx context.Context, handle string) error
+
+	// Close frees the backend client. It does not release a held lease.
+	Close() error
+}
+
+// Lease is one leadership: it exists from a successful Acquire until Release
+// or until it is lost. It is not safe for concurrent Renew calls.
+type Lease interface {
+	// Epoch is the fencing token of this leadership: strictly greater than
+	// every epoch granted before for this key on this backend (DESIGN §1.1).
+	Epoch() uint64
+
+	// Renew makes exactly one renewal round trip and returns the TTL the
+	// backend granted. The caller takes the send time before calling and
+	// computes the deadline itself; a backend must never report a TTL it did
+	// not get. ctx carries the per-call timeout (DESIGN §1.8). An error
+	// wrapping ErrLost means the lease is gone for good; any other error is a
+	// failed attempt that may be retried until the deadline.
+	Renew(ctx context.Context) (granted time.Duration, err error)
+
+	// Lost is closed when the backend observes, without being asked, that
+	// leadership is gone (key deleted, session invalidated, lease revoked,
+	// key taken over). It never reopens.
+	Lost() <-chan struct{}
+
+	// LostReason says why Lost was closed; empty while it is open.
+	LostReason() string
+
+	// Handle is an opaque string from which ReleaseHandle, in another
+	// process with the same backend options, can release this lease.
+	Handle() string
+
+	// Release gives leadership back: delete our key, revoke the lease or
+	// destroy the session. The supervisor calls it only after the child's
+	// whole process group is gone (DESIGN §1.4). It also stops any
+	// goroutine the lease started, even when the backend cannot be reached.
+	Release(ctx context.Context) error
+}
+
+// Holder describes who leads a key, as read by Leader.
+type Holder struct {
+	ID         string    `json:"id"`
+	Hostname   string    `json:"hostname"`
+	PID        int       `json:"pid"`
+	Epoch      uint64    `json:"epoch"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	Version    string    `json:"version,omitempty"`
+	// LeaseRemaining is how long the backend will keep the lease without a
+	// renewal, where the backend can tell (etcd: the lease's TimeToLive;
+	// Consul: the session TTL); zero when unknown.
+	LeaseRemaining time.Duration `json:"-"`
+}
+
+// Options are the settings every backend shares.
+type Options struct {
+	// Key names the leadership; see ValidateKey.
+	Key string
+	// Prefix namespaces leaderrun's keys on the backend.
+	Prefix string
+	// ID names this candidate in logs and in the holder record.
+	ID string
+	// TTL is the lease time requested from the backend.
+	TTL time.Duration
+	// NoWait makes Acquire try once and return ErrHeld instead of waiting.
+	NoWait bool
+	// Version is leaderrun's version, recorded in the holder record.
+	Version string
+}
+
+var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`)
+
+// ValidateKey checks a key against DESIGN §2: it starts with a letter or
+// digit, uses only letters, digits and . _ / -, is at most 128 characters and
+// never contains "..", so it is safe both as a backend path and a file name.
+func ValidateKey(key string) error {
+	if key == "" {
+		return errors.New("must not be empty")
+	}
+	if !keyPattern.MatchString(key) {
+		return fmt.Errorf("%q must match [A-Za-z0-9][A-Za-z0-9._/-]{0,127}", key)
+	}
+	if strings.Contains(key, "..") {
+		return fmt.Errorf("%q must not contain \"..\"", key)
+	}
+	if strings.HasSuffix(key, "/") || strings.Contains(key, "//") {
+		return fmt.Errorf("%q must not end in / or contain //", key)
+	}
+	return nil
+}
+
+// ValidatePrefix checks a key prefix with the same rules as a key.
+func ValidatePrefix(prefix string) error {
+	return ValidateKey(prefix)
+}
