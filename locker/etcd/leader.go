@@ -1,0 +1,62 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// Leader reads who leads the key: the election key with the lowest
+// CreateRevision, read linearizably. Its CreateRevision is the epoch and its
+// lease's TimeToLive the time etcd keeps it without a renewal. It returns an
+// error wrapping locker.ErrNoLeader when there is no candidate at all.
+func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
+	cli, err := l.client(ctx)
+	if err != nil {
+		return locker.Holder{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	resp, err := cli.Get(ctx, l.dir, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return locker.Holder{}, classify(fmt.Sprintf("etcd: read leader of %q", l.opts.Key), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return locker.Holder{}, fmt.Errorf("etcd: key %q: %w", l.opts.Key, locker.ErrNoLeader)
+	}
+	kv := resp.Kvs[0]
+	h := locker.ParseHolder(kv.Value)
+	h.Epoch = uint64(kv.CreateRevision)
+	if kv.Lease != 0 {
+		ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			return locker.Holder{}, classify(fmt.Sprintf("etcd: read lease %x of %q", kv.Lease, l.opts.Key), err)
+		}
+		if ttl.TTL > 0 { // -1: expired since the read; its key goes with it
+			h.LeaseRemaining = time.Duration(ttl.TTL) * time.Second
+		}
+	}
+	return h, nil
+}
+
+// ReleaseHandle revokes the lease named by a Lease.Handle of this key,
+// which deletes its election key at once. A lease already gone is not an
+// error. A handle for another key or backend is refused.
+func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
+	id, err := parseHandle(handle, l.dir)
+	if err != nil {
+		return err
+	}
+	cli, err := l.client(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := cli.Revoke(ctx, id); err != nil && !leaseGone(err) {
+		return classify(fmt.Sprintf("etcd: revoke lease %x", id), err)
+	}
+	return nil
+}

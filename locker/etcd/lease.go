@@ -1,0 +1,140 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// lease is one etcd leadership: our lease and the election key attached to
+// it. It implements locker.Lease. It keeps no deadline: the supervisor times
+// every renewal itself (DESIGN §1.2).
+type lease struct {
+	cli     *clientv3.Client
+	id      clientv3.LeaseID
+	key     string
+	rev     int64 // CreateRevision of key, the epoch
+	timeout time.Duration
+	log     hclog.Logger
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	mu       sync.Mutex
+	reason   string
+
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+}
+
+var _ locker.Lease = (*lease)(nil)
+
+// newLease starts watching our key from the revision after seen, at which
+// verify found it ours, before the lease is handed to the caller.
+func newLease(c *candidate, seen int64) *lease {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &lease{
+		cli:       c.cli,
+		id:        c.id,
+		key:       c.key,
+		rev:       c.rev,
+		timeout:   c.l.timeout,
+		log:       c.l.log,
+		lost:      make(chan struct{}),
+		stopWatch: cancel,
+		watchDone: make(chan struct{}),
+	}
+	go s.watchKey(ctx, seen+1)
+	return s
+}
+
+// Epoch is the CreateRevision of our election key: etcd's revision only
+// grows, so it exceeds every epoch granted before, even across deletions of
+// the whole prefix (DESIGN §1.1).
+func (s *lease) Epoch() uint64 { return uint64(s.rev) }
+
+// Renew makes one LeaseKeepAlive round trip bounded by ctx and returns the
+// TTL etcd granted. A lease etcd no longer knows is lost for good.
+func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
+	select {
+	case <-s.lost:
+		// Leadership ended; a renewal must not look like a success (§1.3).
+		return 0, fmt.Errorf("etcd: renew lease %x: %w: %s", s.id, locker.ErrLost, s.LostReason())
+	default:
+	}
+	// The client resends on Unavailable within ctx; that only makes the
+	// supervisor's deadline, taken before this call, more conservative.
+	resp, err := s.cli.KeepAliveOnce(ctx, s.id)
+	if err != nil {
+		if leaseGone(err) {
+			s.markLost(fmt.Sprintf("lease %x expired or was revoked", s.id))
+			return 0, fmt.Errorf("etcd: renew lease %x: %w: %w", s.id, locker.ErrLost, err)
+		}
+		return 0, classify(fmt.Sprintf("etcd: renew lease %x", s.id), err)
+	}
+	return time.Duration(resp.TTL) * time.Second, nil
+}
+
+// Lost is closed when etcd shows that leadership is gone.
+func (s *lease) Lost() <-chan struct{} { return s.lost }
+
+// LostReason says why Lost was closed; empty while it is open.
+func (s *lease) LostReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+func (s *lease) markLost(reason string) {
+	s.lostOnce.Do(func() {
+		s.mu.Lock()
+		s.reason = reason
+		s.mu.Unlock()
+		s.log.Debug("leadership lost", "key", s.key, "reason", reason)
+		close(s.lost)
+	})
+}
+
+// Handle is "<lease-id-hex>:<election key>"; see Locker.ReleaseHandle.
+func (s *lease) Handle() string { return fmt.Sprintf("%x:%s", s.id, s.key) }
+
+// parseHandle undoes Handle, accepting only handles for keys under dir.
+func parseHandle(handle, dir string) (clientv3.LeaseID, error) {
+	hex, key, ok := strings.Cut(handle, ":")
+	id, err := strconv.ParseInt(hex, 16, 64)
+	if !ok || err != nil || id <= 0 || key != dir+hex {
+		return 0, fmt.Errorf("etcd: %w: %q is not a lease handle for %s", locker.ErrRefused, handle, strings.TrimSuffix(dir, "@"))
+	}
+	return clientv3.LeaseID(id), nil
+}
+
+// Release deletes our election key and revokes our lease, bounded by ctx.
+// It stops the watch first, so our own delete is not reported as a loss.
+func (s *lease) Release(ctx context.Context) error {
+	s.stopWatch()
+	select {
+	case <-s.watchDone:
+	case <-ctx.Done():
+	}
+	var errs []error
+	// Delete only the key we created: the successor wakes on this delete.
+	_, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", s.rev)).
+		Then(clientv3.OpDelete(s.key)).
+		Commit()
+	if err != nil {
+		errs = append(errs, classify("etcd: delete election key "+s.key, err))
+	}
+	if _, err := s.cli.Revoke(ctx, s.id); err != nil && !leaseGone(err) {
+		errs = append(errs, classify(fmt.Sprintf("etcd: revoke lease %x", s.id), err))
+	}
+	return errors.Join(errs...)
+}
