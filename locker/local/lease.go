@@ -1,0 +1,72 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// Lease is a held flock. It cannot expire; it is lost only if the lock file
+// is deleted or replaced at its path, which Renew notices.
+type Lease struct {
+	file  *os.File
+	path  string
+	epoch uint64
+	ttl   time.Duration
+
+	once   sync.Once
+	lost   chan struct{}
+	reason string
+}
+
+// Epoch is the persisted counter's value for this leadership.
+func (l *Lease) Epoch() uint64 { return l.epoch }
+
+// Renew checks that the file we lock is still the lock file and grants the
+// requested TTL: a live flock has no expiry of its own.
+func (l *Lease) Renew(ctx context.Context) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if !samePath(l.file, l.path) {
+		l.markLost("lock file " + l.path + " was removed or replaced")
+		return 0, fmt.Errorf("%s: %w", l.path, locker.ErrLost)
+	}
+	return l.ttl, nil
+}
+
+func (l *Lease) markLost(reason string) {
+	l.once.Do(func() {
+		l.reason = reason
+		close(l.lost)
+	})
+}
+
+// Lost is closed once Renew found the lock file replaced.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// LostReason says why Lost was closed.
+func (l *Lease) LostReason() string {
+	select {
+	case <-l.lost:
+		return l.reason
+	default:
+		return ""
+	}
+}
+
+// Handle names the lock file; there is nothing to release from outside.
+func (l *Lease) Handle() string { return l.path }
+
+// Release clears the holder record and drops the flock. The lock file stays:
+// deleting it would let two processes lock two different files.
+func (l *Lease) Release(ctx context.Context) error {
+	if samePath(l.file, l.path) {
+		_ = l.file.Truncate(0)
+	}
+	return l.file.Close()
+}

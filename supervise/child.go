@@ -1,0 +1,145 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os/exec"
+	"runtime"
+	"syscall"
+
+	"github.com/leaderrun/leaderrun/signals"
+)
+
+// Exit codes for a command that cannot be run (DESIGN §4), as in a shell.
+const (
+	ExitNotExecutable = 126
+	ExitNotFound      = 127
+)
+
+// StartError is a command that could not be started; Code is 126 or 127.
+type StartError struct {
+	Code int
+	Err  error
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Command is what the child runs.
+type Command struct {
+	// Path is the resolved executable (see ResolveCommand).
+	Path string
+	// Args includes the command name as Args[0].
+	Args []string
+	// Env is the child's complete environment.
+	Env []string
+}
+
+// ResolveCommand finds name the way a shell does, so leaderrun can say
+// "not found" (127) or "not executable" (126) before it campaigns.
+func ResolveCommand(name string) (string, error) {
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path, nil
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return "", &StartError{Code: ExitNotExecutable, Err: fmt.Errorf("%s: permission denied", name)}
+	}
+	return "", &StartError{Code: ExitNotFound, Err: fmt.Errorf("%s: command not found", name)}
+}
+
+// Child is a running command. It leads its own process group so that every
+// process it spawns can be signalled together, and the kernel SIGKILLs it
+// if leaderrun dies (DESIGN §1.9).
+type Child struct {
+	pid    int
+	done   chan struct{}
+	status syscall.WaitStatus
+}
+
+// StartChild starts cmd with inherited stdin, stdout and stderr.
+func StartChild(cmd Command) (*Child, error) {
+	c := &Child{done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// PR_SET_PDEATHSIG fires when the forking THREAD exits, not the
+		// process; keep this thread alive, and unshared, for the child's life.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		pid, err := children.startProcess(func() (int, error) { return forkExec(cmd) }, func(ws syscall.WaitStatus) {
+			c.status = ws
+			close(c.done)
+		})
+		c.pid = pid
+		started <- err
+		if err == nil {
+			<-c.done
+		}
+	}()
+	if err := <-started; err != nil {
+		code := ExitNotExecutable
+		if errors.Is(err, syscall.ENOENT) {
+			code = ExitNotFound
+		}
+		return nil, &StartError{Code: code, Err: fmt.Errorf("start %s: %w", cmd.Path, err)}
+	}
+	return c, nil
+}
+
+func forkExec(cmd Command) (int, error) {
+	attr := &syscall.ProcAttr{
+		Env:   cmd.Env,
+		Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{
+			Setpgid:   true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	pid, err := syscall.ForkExec(cmd.Path, cmd.Args, attr)
+	if errors.Is(err, syscall.ENOEXEC) {
+		// A script without a #! line: run it with /bin/sh as a POSIX shell
+		// would, so legacy scripts work unchanged.
+		args := append([]string{"/bin/sh", cmd.Path}, cmd.Args[1:]...)
+		pid, err = syscall.ForkExec("/bin/sh", args, attr)
+	}
+	return pid, err
+}
+
+// Pid is the child's process id, which is also its process group id.
+func (c *Child) Pid() int { return c.pid }
+
+// Done is closed when the child itself has exited (others in its group may
+// still run).
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Signal sends sig to the child's whole process group.
+func (c *Child) Signal(sig syscall.Signal) error { return signals.Group(c.pid, sig) }
+
+// GroupAlive reports whether any process of the child's group remains.
+// Before the child itself has been reaped, the group is alive by definition.
+func (c *Child) GroupAlive() bool {
+	select {
+	case <-c.done:
+		return signals.GroupAlive(c.pid)
+	default:
+		return true
+	}
+}
+
+// ExitCode is the child's status as a shell reports it: the exit code, or
+// 128+N for a death by signal N. Valid after Done.
+func (c *Child) ExitCode() int {
+	if c.status.Signaled() {
+		return 128 + int(c.status.Signal())
+	}
+	return c.status.ExitStatus()
+}
+
+// Describe says how the child ended, for logs.
+func (c *Child) Describe() string {
+	if c.status.Signaled() {
+		return "killed by " + signals.Name(c.status.Signal())
+	}
+	return fmt.Sprintf("exited with code %d", c.status.ExitStatus())
+}

@@ -1,0 +1,155 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// RestartPolicy says whether a child that exits on its own is started again
+// while leadership lasts.
+type RestartPolicy string
+
+// Restart policies (DESIGN §2).
+const (
+	RestartNever     RestartPolicy = "never"
+	RestartOnFailure RestartPolicy = "on-failure"
+	RestartAlways    RestartPolicy = "always"
+)
+
+// LostPolicy says what happens after leadership is lost and the child stopped.
+type LostPolicy string
+
+// Lost policies (DESIGN §2).
+const (
+	LostExit   LostPolicy = "exit"
+	LostRejoin LostPolicy = "rejoin"
+)
+
+// MaxRestartDelay caps the doubling restart backoff.
+const MaxRestartDelay = 30 * time.Second
+
+// Config is everything the supervisor needs. Durations are wall lengths
+// measured on the monotonic clock.
+type Config struct {
+	// Locker is the backend to campaign on.
+	Locker locker.Locker
+	// Command is the child to run while leader. Command.Env is completed
+	// with LEADER_EPOCH at each start.
+	Command Command
+	// TTL is the lease length requested from the backend.
+	TTL time.Duration
+	// RenewInterval is the time between the start of two renewals.
+	RenewInterval time.Duration
+	// KillGrace is how long the stop signal is given before SIGKILL.
+	KillGrace time.Duration
+	// SafetyMargin is how long before the lease deadline the child's group
+	// must be dead.
+	SafetyMargin time.Duration
+	// StopSignal is sent to the child's group first.
+	StopSignal syscall.Signal
+	// AcquireTimeout bounds each campaign; zero waits forever.
+	AcquireTimeout time.Duration
+	// Restart and RestartDelay: what to do when the child exits on its own
+	// while we lead, and the first backoff delay (doubling to
+	// MaxRestartDelay).
+	Restart      RestartPolicy
+	RestartDelay time.Duration
+	// OnLost: exit 123, or campaign again, after leadership was lost.
+	OnLost LostPolicy
+	// Forward carries signals to pass on to the child's group.
+	Forward <-chan os.Signal
+	// Events are optional callbacks for observers (metrics, systemd).
+	Events Events
+	// Logger receives one line per state change; nil discards.
+	Logger hclog.Logger
+	// Clock is the time source; nil means RealClock.
+	Clock Clock
+}
+
+// Events are called from the supervisor's goroutine as things happen. They
+// must return quickly. Any of them may be nil.
+type Events struct {
+	// Campaigning: waiting to lead.
+	Campaigning func()
+	// Acquired: leadership won with this epoch and deadline.
+	Acquired func(epoch uint64, deadline time.Time)
+	// Renewed: a renewal succeeded and moved the deadline.
+	Renewed func(deadline time.Time)
+	// RenewFailed: one renewal attempt failed.
+	RenewFailed func(err error)
+	// ChildStarted and ChildExited frame each run of the child.
+	ChildStarted func(pid int)
+	ChildExited  func(code int)
+	// ChildSignalled: a signal was sent to the child's process group.
+	ChildSignalled func(sig syscall.Signal)
+	// Stopping: the stop sequence began; lost says leadership was lost.
+	Stopping func(reason string, lost bool)
+	// Released: leadership is given back (or lost) and the group is gone.
+	Released func()
+}
+
+// Validate checks the whole configuration: the options, a backend and a
+// command.
+func (c *Config) Validate() error {
+	if err := c.ValidateOptions(); err != nil {
+		return err
+	}
+	if c.Locker == nil {
+		return errors.New("no backend configured")
+	}
+	if c.Command.Path == "" || len(c.Command.Args) == 0 {
+		return errors.New("a command to run is required after --")
+	}
+	return nil
+}
+
+// ValidateOptions checks the operator's options, among them the timing rule
+// of DESIGN §1.10, and says which flag breaks which rule. Backend-specific
+// limits are the backend's to check.
+func (c *Config) ValidateOptions() error {
+	positive := []struct {
+		flag string
+		d    time.Duration
+	}{
+		{"--ttl", c.TTL}, {"--renew-interval", c.RenewInterval}, {"--kill-grace", c.KillGrace},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			return fmt.Errorf("%s must be greater than 0, got %v", p.flag, p.d)
+		}
+	}
+	if c.SafetyMargin < 0 {
+		return fmt.Errorf("--safety-margin must not be negative, got %v", c.SafetyMargin)
+	}
+	if c.AcquireTimeout < 0 {
+		return fmt.Errorf("--acquire-timeout must not be negative, got %v", c.AcquireTimeout)
+	}
+	if c.RestartDelay <= 0 {
+		return fmt.Errorf("--restart-delay must be greater than 0, got %v", c.RestartDelay)
+	}
+	if sum := c.RenewInterval + c.KillGrace + c.SafetyMargin; sum >= c.TTL {
+		return fmt.Errorf("--renew-interval (%v) + --kill-grace (%v) + --safety-margin (%v) = %v must be less than --ttl (%v)",
+			c.RenewInterval, c.KillGrace, c.SafetyMargin, sum, c.TTL)
+	}
+	switch c.Restart {
+	case RestartNever, RestartOnFailure, RestartAlways:
+	default:
+		return fmt.Errorf("--restart must be never, on-failure or always, got %q", c.Restart)
+	}
+	switch c.OnLost {
+	case LostExit, LostRejoin:
+	default:
+		return fmt.Errorf("--on-lost must be exit or rejoin, got %q", c.OnLost)
+	}
+	if c.StopSignal <= 0 {
+		return errors.New("--stop-signal must name a signal")
+	}
+	return nil
+}

@@ -1,0 +1,305 @@
+package supervise
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/signals"
+)
+
+// groupPollInterval is how often a stopping supervisor looks whether the
+// child's process group is gone. It observes; it decides no deadline.
+const groupPollInterval = 10 * time.Millisecond
+
+// renewal is the outcome of one renewal round trip.
+type renewal struct {
+	sent    time.Time
+	granted time.Duration
+	err     error
+}
+
+// leadership is the state of one term as leader, owned by lead's goroutine.
+type leadership struct {
+	lease    locker.Lease
+	timeline StopTimeline // the lease's timeline while not stopping
+
+	child     *Child // running, its exit not yet handled
+	group     *Child // the last child started: its group may outlive it
+	lastCode  int
+	restarts  backoff
+	restartAt Timer // armed while waiting to start the child again
+
+	stopping  bool // the stop sequence began; nothing un-stops it (§1.3)
+	lost      bool
+	code      int
+	childCode bool  // the exit code is the child's, once it exits
+	killAt    Timer // armed while stopping, until SIGKILL is sent
+}
+
+// lead runs the child while the lease lasts and returns the exit code and
+// whether leadership was lost.
+func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time.Time) (code int, lost bool) {
+	l := &leadership{
+		lease:    lease,
+		timeline: StopTimeline{Deadline: deadline, SafetyMargin: s.cfg.SafetyMargin, KillGrace: s.cfg.KillGrace},
+		restarts: backoff{next: s.cfg.RestartDelay, max: MaxRestartDelay},
+	}
+	renewCtx, stopRenewing := context.WithCancel(context.Background())
+	renewals := make(chan renewal)
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		s.renewLoop(renewCtx, lease, renewals)
+	}()
+	defer func() {
+		stopRenewing()
+		<-renewDone
+	}()
+
+	termAt := s.at(l.timeline.TermAt())
+	defer func() { termAt.Stop() }()
+	poll := time.NewTicker(groupPollInterval)
+	defer poll.Stop()
+
+	if err := s.startChild(l); err != nil {
+		var se *StartError
+		code := ExitInternal
+		if errors.As(err, &se) {
+			code = se.Code
+		}
+		s.log.Error("cannot start the command", "error", err)
+		s.finish(l, "command could not be started", false, code)
+	}
+
+	ctxDone := ctx.Done()
+	for {
+		if l.stopping && (l.group == nil || !l.group.GroupAlive()) {
+			stopRenewing()
+			<-renewDone
+			s.release(lease)
+			if f := s.cfg.Events.Released; f != nil {
+				f()
+			}
+			return l.code, l.lost
+		}
+		select {
+		case r := <-renewals:
+			s.onRenewal(l, r, &termAt)
+		case <-termAt.C():
+			if !l.stopping {
+				s.finish(l, "lease deadline reached without a successful renewal", true, ExitLost)
+			}
+		case <-timerC(l.killAt):
+			l.killAt = nil
+			s.signal(l, syscall.SIGKILL)
+		case <-lease.Lost():
+			if !l.stopping {
+				s.finish(l, "leadership lost: "+lease.LostReason(), true, ExitLost)
+			}
+		case <-childDone(l.child):
+			s.onChildExit(l)
+		case <-timerC(l.restartAt):
+			l.restartAt = nil
+			s.restart(l)
+		case <-ctxDone:
+			ctxDone = nil
+			if !l.stopping {
+				s.finish(l, "leaderrun was asked to stop", false, l.lastCode)
+			}
+		case sig := <-s.cfg.Forward:
+			if sn, ok := sig.(syscall.Signal); ok {
+				s.signal(l, sn)
+			}
+		case <-poll.C:
+			// Re-check the group at the top of the loop.
+		}
+	}
+}
+
+// renewLoop makes one renewal per interval, sooner after a failure, each
+// with its own timeout (DESIGN §1.8), and reports every outcome with the
+// time its request was sent.
+func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan<- renewal) {
+	wait := s.cfg.RenewInterval
+	for {
+		t := s.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		sent := s.clock.Now()
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RenewInterval)
+		granted, err := lease.Renew(rctx)
+		cancel()
+		select {
+		case out <- renewal{sent: sent, granted: granted, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		wait = s.cfg.RenewInterval
+		if err != nil {
+			wait = min(s.cfg.RenewInterval, time.Second)
+		}
+	}
+}
+
+// onRenewal moves the deadline after a success. A result that arrives once
+// the stop sequence began changes nothing (§1.3).
+func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
+	if l.stopping {
+		return
+	}
+	if r.err != nil {
+		if errors.Is(r.err, locker.ErrLost) {
+			s.finish(l, "leadership lost: "+r.err.Error(), true, ExitLost)
+			return
+		}
+		s.log.Warn("renew failed", "error", r.err, "deadline_in", l.timeline.Deadline.Sub(s.clock.Now()).Round(time.Millisecond))
+		if f := s.cfg.Events.RenewFailed; f != nil {
+			f(r.err)
+		}
+		return
+	}
+	deadline := NewDeadline(r.sent, s.cfg.TTL, r.granted)
+	if deadline.Before(l.timeline.Deadline) {
+		return // renewals are sequential; an older send never shortens it
+	}
+	l.timeline.Deadline = deadline
+	(*termAt).Stop()
+	*termAt = s.at(l.timeline.TermAt())
+	s.log.Debug("renewed", "deadline_in", deadline.Sub(s.clock.Now()).Round(time.Millisecond))
+	if f := s.cfg.Events.Renewed; f != nil {
+		f(deadline)
+	}
+}
+
+// onChildExit handles the child's own exit: restart it, or end this term.
+func (s *Supervisor) onChildExit(l *leadership) {
+	c := l.child
+	l.lastCode = c.ExitCode()
+	l.child = nil
+	s.log.Info("child exited", "pid", c.Pid(), "status", c.Describe())
+	if f := s.cfg.Events.ChildExited; f != nil {
+		f(l.lastCode)
+	}
+	if l.stopping {
+		if l.childCode {
+			l.code = l.lastCode
+		}
+		return
+	}
+	restart := s.cfg.Restart == RestartAlways || (s.cfg.Restart == RestartOnFailure && l.lastCode != 0)
+	if !restart {
+		// Leftovers in the group are stopped as the child would have been.
+		s.finish(l, "child exited", false, l.lastCode)
+		return
+	}
+	wait := l.restarts.step()
+	s.log.Info("restarting the child", "in", wait)
+	l.restartAt = s.clock.NewTimer(wait)
+}
+
+// restart starts the child again once nothing of its last run is left, so
+// two runs never overlap.
+func (s *Supervisor) restart(l *leadership) {
+	if l.stopping {
+		return
+	}
+	if l.group != nil && l.group.GroupAlive() {
+		s.signal(l, syscall.SIGKILL)
+		l.restartAt = s.clock.NewTimer(groupPollInterval)
+		return
+	}
+	if err := s.startChild(l); err != nil {
+		s.log.Error("cannot restart the command", "error", err)
+		s.finish(l, "command could not be restarted", false, ExitInternal)
+	}
+}
+
+// startChild starts the command with this term's epoch.
+func (s *Supervisor) startChild(l *leadership) error {
+	cmd := s.cfg.Command
+	cmd.Env = s.childEnv(l.lease.Epoch())
+	c, err := StartChild(cmd)
+	if err != nil {
+		return err
+	}
+	l.child, l.group = c, c
+	s.log.Info("child started", "pid", c.Pid(), "epoch", l.lease.Epoch())
+	if f := s.cfg.Events.ChildStarted; f != nil {
+		f(c.Pid())
+	}
+	return nil
+}
+
+// finish begins the stop sequence: stop signal to the group now, SIGKILL
+// after the kill grace but never after the lease's kill point (§1.3).
+func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
+	l.stopping, l.lost, l.code = true, lost, code
+	l.childCode = !lost && l.child != nil
+	if l.restartAt != nil {
+		l.restartAt.Stop()
+		l.restartAt = nil
+	}
+	if lost {
+		s.log.Warn("stopping child", "reason", reason)
+	} else {
+		s.log.Info("stopping child", "reason", reason)
+	}
+	if f := s.cfg.Events.Stopping; f != nil {
+		f(reason, lost)
+	}
+	if l.group == nil || !l.group.GroupAlive() {
+		return
+	}
+	now := s.clock.Now()
+	stop := l.timeline.StartedAt(now)
+	s.signal(l, s.cfg.StopSignal)
+	l.killAt = s.at(stop.KillAt())
+}
+
+// signal sends sig to the child's process group.
+func (s *Supervisor) signal(l *leadership, sig syscall.Signal) {
+	if l.group == nil {
+		return
+	}
+	if !l.group.GroupAlive() {
+		// Once empty, the group id may be reused by strangers: forget it.
+		l.group = nil
+		return
+	}
+	if err := l.group.Signal(sig); err != nil {
+		s.log.Error("signal child group", "signal", signals.Name(sig), "error", err)
+		return
+	}
+	s.log.Debug("signalled child group", "signal", signals.Name(sig), "pgid", l.group.Pid())
+	if f := s.cfg.Events.ChildSignalled; f != nil {
+		f(sig)
+	}
+}
+
+// at returns a timer firing at t on the supervisor's clock.
+func (s *Supervisor) at(t time.Time) Timer {
+	return s.clock.NewTimer(t.Sub(s.clock.Now()))
+}
+
+// timerC is t's channel, or nil (never ready) when t is not armed.
+func timerC(t Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C()
+}
+
+// childDone is the running child's exit channel, or nil without one.
+func childDone(c *Child) <-chan struct{} {
+	if c == nil {
+		return nil
+	}
+	return c.Done()
+}

@@ -1,0 +1,88 @@
+package supervise
+
+import (
+	"errors"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// reaper is the one place in a leaderrun process that calls wait4. It reaps
+// every child: the processes leaderrun starts, whose exit status it hands to
+// their waiters, and orphans of the child's group that the kernel re-parents
+// to leaderrun (a child subreaper, or PID 1 in a container), which would
+// otherwise stay zombies and keep their process group "alive" (DESIGN §3).
+//
+// Because it reaps everything, code in a leaderrun process must start
+// processes through startProcess, never through os/exec's Wait.
+type reaper struct {
+	once    sync.Once
+	mu      sync.Mutex // held across fork+register and across wait4+deliver
+	waiters map[int]func(syscall.WaitStatus)
+}
+
+var children = &reaper{waiters: map[int]func(syscall.WaitStatus){}}
+
+// start begins reaping on SIGCHLD. The goroutine lives as long as the
+// process, like the signal handler it serves.
+func (r *reaper) start() {
+	r.once.Do(func() {
+		sigchld := make(chan os.Signal, 1)
+		signal.Notify(sigchld, syscall.SIGCHLD)
+		go r.loop(sigchld)
+	})
+}
+
+func (r *reaper) loop(sigchld <-chan os.Signal) {
+	for range sigchld {
+		r.reap()
+	}
+}
+
+// reap collects every exited child without blocking. SIGCHLD coalesces, so
+// one signal may stand for many exits.
+func (r *reaper) reap() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		if done, ok := r.waiters[pid]; ok {
+			delete(r.waiters, pid)
+			done(ws)
+		}
+	}
+}
+
+// startProcess forks through fork and registers done to receive the exit
+// status. Holding mu across both means the reaper cannot collect the new
+// pid before its waiter is known.
+func (r *reaper) startProcess(fork func() (int, error), done func(syscall.WaitStatus)) (int, error) {
+	r.start()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := fork()
+	if err != nil {
+		return 0, err
+	}
+	// A SIGCHLD from this pid can only be handled by a reap that waits for
+	// mu, so it finds the waiter registered.
+	r.waiters[pid] = done
+	return pid, nil
+}
+
+// BecomeSubreaper makes orphans of the child's process group re-parent to
+// this process instead of init, so they are reaped here and "the group is
+// gone" can be observed reliably before leadership is released.
+func BecomeSubreaper() error {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}

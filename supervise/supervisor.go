@@ -1,0 +1,181 @@
+// Package supervise is leaderrun's state machine: campaign, keep the lease,
+// run the child, and stop it on a local deadline. It is the only place that
+// keeps time for leadership (DESIGN §1.2-1.4, §6).
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// Exit codes of leaderrun itself (DESIGN §4).
+const (
+	ExitLost     = 123
+	ExitNotHeld  = 124
+	ExitInternal = 125
+)
+
+// releaseTimeout bounds giving leadership back; after it, the lease simply
+// expires on the backend.
+const releaseTimeout = 5 * time.Second
+
+// SignalCause is the cancel cause leaderrun puts on Run's context when it is
+// asked to stop by a signal, so the exit code can say which one.
+type SignalCause struct{ Signal syscall.Signal }
+
+func (c SignalCause) Error() string { return "received " + c.Signal.String() }
+
+// Supervisor runs one command under leadership of one key.
+type Supervisor struct {
+	cfg   Config
+	log   hclog.Logger
+	clock Clock
+}
+
+// New validates cfg and returns a supervisor.
+func New(cfg Config) (*Supervisor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Supervisor{cfg: cfg, log: cfg.Logger, clock: cfg.Clock}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	if s.clock == nil {
+		s.clock = RealClock{}
+	}
+	return s, nil
+}
+
+// Run campaigns, leads and stops until leaderrun should exit, and returns
+// its exit code. Cancelling ctx is a graceful stop: the child gets the stop
+// signal, then SIGKILL after the kill grace, and leadership is released once
+// its process group is gone.
+func (s *Supervisor) Run(ctx context.Context) int {
+	for {
+		lease, deadline, code, ok := s.campaign(ctx)
+		if !ok {
+			return code
+		}
+		code, lost := s.lead(ctx, lease, deadline)
+		if lost && s.cfg.OnLost == LostRejoin && ctx.Err() == nil {
+			s.log.Info("rejoining the campaign after losing leadership")
+			continue
+		}
+		return code
+	}
+}
+
+// campaign waits for leadership, retrying backend failures with backoff, and
+// confirms it with one renewal whose send time starts the first deadline.
+func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline time.Time, code int, ok bool) {
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if s.cfg.AcquireTimeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, s.cfg.AcquireTimeout)
+	}
+	defer cancel()
+
+	retry := backoff{next: 500 * time.Millisecond, max: 10 * time.Second}
+	for {
+		s.log.Info("campaigning")
+		call(s.cfg.Events.Campaigning)
+		lease, err := s.cfg.Locker.Acquire(actx)
+		if err == nil {
+			deadline, err = s.confirm(lease)
+			if err == nil {
+				s.log.Info("acquired", "epoch", lease.Epoch(), "lease_left", deadline.Sub(s.clock.Now()).Round(time.Millisecond))
+				if f := s.cfg.Events.Acquired; f != nil {
+					f(lease.Epoch(), deadline)
+				}
+				return lease, deadline, 0, true
+			}
+			s.release(lease)
+		}
+		switch {
+		case ctx.Err() != nil:
+			s.log.Info("stopped while waiting for leadership")
+			return nil, time.Time{}, interruptedCode(ctx), false
+		case errors.Is(err, locker.ErrHeld):
+			s.log.Info("not acquired: held by another holder", "detail", err)
+			return nil, time.Time{}, ExitNotHeld, false
+		case errors.Is(err, locker.ErrRefused):
+			s.log.Error("backend refused", "error", err)
+			return nil, time.Time{}, ExitInternal, false
+		case actx.Err() != nil:
+			s.log.Info("not acquired within --acquire-timeout", "timeout", s.cfg.AcquireTimeout)
+			return nil, time.Time{}, ExitNotHeld, false
+		}
+		wait := retry.step()
+		s.log.Warn("campaign failed, retrying", "error", err, "retry_in", wait)
+		t := s.clock.NewTimer(wait)
+		select {
+		case <-actx.Done():
+		case <-t.C():
+		}
+		t.Stop()
+	}
+}
+
+// confirm makes the first renewal of a new lease. Its send time, not the
+// moment Acquire returned, starts the deadline (DESIGN §1.2).
+func (s *Supervisor) confirm(lease locker.Lease) (time.Time, error) {
+	sent := s.clock.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RenewInterval)
+	defer cancel()
+	granted, err := lease.Renew(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("confirm new lease: %w", err)
+	}
+	return NewDeadline(sent, s.cfg.TTL, granted), nil
+}
+
+// release gives leadership back with its own timeout. Only called once the
+// child's process group is gone (DESIGN §1.4).
+func (s *Supervisor) release(lease locker.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		s.log.Warn("release failed; the lease will expire on its own", "error", err)
+		return
+	}
+	s.log.Info("released", "epoch", lease.Epoch())
+}
+
+// interruptedCode is the exit code when leaderrun was told to stop while
+// it ran no child: 128+N for signal N, as a shell would report.
+func interruptedCode(ctx context.Context) int {
+	var sc SignalCause
+	if errors.As(context.Cause(ctx), &sc) {
+		return 128 + int(sc.Signal)
+	}
+	return ExitInternal
+}
+
+// childEnv completes the child's environment with this leadership's epoch.
+func (s *Supervisor) childEnv(epoch uint64) []string {
+	env := append([]string(nil), s.cfg.Command.Env...)
+	return append(env, "LEADER_EPOCH="+strconv.FormatUint(epoch, 10))
+}
+
+// backoff doubles a delay up to a cap.
+type backoff struct{ next, max time.Duration }
+
+func (b *backoff) step() time.Duration {
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return d
+}
+
+func call(f func()) {
+	if f != nil {
+		f()
+	}
+}

@@ -1,0 +1,55 @@
+package supervise
+
+import (
+	"testing"
+	"time"
+)
+
+func TestNewDeadlineUsesSendTimeAndSmallerTTL(t *testing.T) {
+	sent := time.Unix(1000, 0)
+	cases := []struct {
+		name               string
+		requested, granted time.Duration
+		want               time.Duration
+	}{
+		{"granted equals requested", 15 * time.Second, 15 * time.Second, 15 * time.Second},
+		{"server raised the TTL", 2 * time.Second, 5 * time.Second, 2 * time.Second},
+		{"server granted less", 15 * time.Second, 10 * time.Second, 10 * time.Second},
+		{"granted unknown", 15 * time.Second, 0, 15 * time.Second},
+	}
+	for _, c := range cases {
+		if got := NewDeadline(sent, c.requested, c.granted).Sub(sent); got != c.want {
+			t.Errorf("%s: deadline = send + %v, want send + %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestStopTimeline(t *testing.T) {
+	d := time.Unix(1000, 0)
+	tl := StopTimeline{Deadline: d, SafetyMargin: time.Second, KillGrace: 5 * time.Second}
+	if got := d.Sub(tl.TermAt()); got != 6*time.Second {
+		t.Errorf("TermAt = deadline - %v, want deadline - 6s", got)
+	}
+	if got := d.Sub(tl.KillAt()); got != time.Second {
+		t.Errorf("KillAt = deadline - %v, want deadline - 1s", got)
+	}
+
+	cases := []struct {
+		name     string
+		now      time.Time
+		wantKill time.Time
+	}{
+		{"early stop gets the full grace", d.Add(-20 * time.Second), d.Add(-15 * time.Second)},
+		{"late stop is cut at the kill point", d.Add(-3 * time.Second), d.Add(-time.Second)},
+		{"past the kill point kills at once", d.Add(time.Second), d.Add(time.Second)},
+	}
+	for _, c := range cases {
+		s := tl.StartedAt(c.now)
+		if !s.TermAt().Equal(c.now) {
+			t.Errorf("%s: TermAt = %v, want now %v", c.name, s.TermAt(), c.now)
+		}
+		if !s.KillAt().Equal(c.wantKill) {
+			t.Errorf("%s: KillAt = %v, want %v", c.name, s.KillAt(), c.wantKill)
+		}
+	}
+}
