@@ -1,0 +1,190 @@
+// Package e2e runs the real leaderrun binary against real backends and real
+// child processes, and asserts what an operator would observe: which child
+// ran, with which epoch, when it died, and leaderrun's exit code.
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary is the leaderrun built once for this test process.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "leaderrun-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "leaderrun")
+	build := exec.Command("go", "build", "-o", binary, "github.com/leaderrun/leaderrun")
+	if os.Getenv("LEADERRUN_TEST_RACE") == "1" {
+		build.Args = append(build.Args[:2], append([]string{"-race"}, build.Args[2:]...)...)
+	}
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build leaderrun:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Proc is one running leaderrun.
+type Proc struct {
+	t      testing.TB
+	name   string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+	code   int
+}
+
+// start runs leaderrun with args and extra environment. It is killed at the
+// end of the test if still running.
+func start(t testing.TB, name string, env []string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{t: t, name: name, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout = p.stderr
+	p.cmd.Stderr = p.stderr
+	// Its own group, so a test's signals reach only this leaderrun.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start leaderrun %s: %v", name, err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		p.code = exitStatus(err)
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- leaderrun %s output:\n%s", name, p.stderr.String())
+		}
+	})
+	return p
+}
+
+func exitStatus(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// Wait waits for leaderrun to exit and returns its exit code.
+func (p *Proc) Wait(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(timeout):
+		p.t.Fatalf("leaderrun %s still running after %v\n%s", p.name, timeout, p.stderr.String())
+		return -1
+	}
+}
+
+// Exited reports whether leaderrun has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Signal sends sig to leaderrun itself.
+func (p *Proc) Signal(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+}
+
+// Pid is leaderrun's process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Output is what leaderrun and its child printed so far.
+func (p *Proc) Output() string { return p.stderr.String() }
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid is a live process (zombies count as dead).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// readPID reads a pid a child wrote to path, once it exists.
+func readPID(t testing.TB, path string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, 10*time.Second, "pid file "+filepath.Base(path), func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	return pid
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer and a reading test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,98 @@
+package supervise
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeClock is a Clock that moves only when the test says so.
+type fakeClock struct {
+	mu       sync.Mutex
+	now      time.Time
+	timers   []*fakeTimer
+	activity atomic.Int64 // bumped on every use, to tell when the code under test is idle
+}
+
+type fakeTimer struct {
+	c       *fakeClock
+	when    time.Time
+	ch      chan time.Time
+	stopped bool
+	fired   bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.activity.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) Timer {
+	c.activity.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, when: c.now.Add(d), ch: make(chan time.Time, 1)}
+	if d <= 0 {
+		t.fired = true
+		t.ch <- c.now
+		return t
+	}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	t.c.activity.Add(1)
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.stopped && !t.fired
+	t.stopped = true
+	return was
+}
+
+// Advance moves time forward by d and fires the timers that came due, in
+// order.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	sort.Slice(c.timers, func(i, j int) bool { return c.timers[i].when.Before(c.timers[j].when) })
+	keep := c.timers[:0]
+	for _, t := range c.timers {
+		switch {
+		case t.stopped || t.fired:
+		case !t.when.After(c.now):
+			t.fired = true
+			t.ch <- t.when
+		default:
+			keep = append(keep, t)
+		}
+	}
+	c.timers = keep
+}
+
+// settle waits until the code under test has not touched the clock for a
+// few milliseconds of real time, so the next Advance finds it idle.
+func (c *fakeClock) settle(t *testing.T) {
+	t.Helper()
+	last := c.activity.Load()
+	quiet := time.Now()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Since(quiet) < 5*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatal("code under test never went idle")
+		}
+		time.Sleep(time.Millisecond)
+		if a := c.activity.Load(); a != last {
+			last, quiet = a, time.Now()
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package supervise
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The reaper and the signal handler serve the whole process.
+		goleak.IgnoreTopFunction("github.com/leaderrun/leaderrun/supervise.(*reaper).loop"),
+		goleak.IgnoreTopFunction("os/signal.signal_recv"),
+		goleak.IgnoreTopFunction("os/signal.loop"),
+	)
+}
+
+// testLocker hands out one testLease per Acquire.
+type testLocker struct {
+	leases chan *testLease
+}
+
+func (l *testLocker) Acquire(ctx context.Context) (locker.Lease, error) {
+	select {
+	case lease := <-l.leases:
+		return lease, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+func (l *testLocker) Leader(context.Context) (locker.Holder, error) {
+	return locker.Holder{}, locker.ErrNoLeader
+}
+func (l *testLocker) ReleaseHandle(context.Context, string) error { return nil }
+func (l *testLocker) Close() error                                { return nil }
+
+// testLease renews while healthy is set; a renewal can be held in flight by
+// the test through gate.
+type testLease struct {
+	epoch    uint64
+	ttl      time.Duration
+	healthy  atomic.Bool
+	gate     chan struct{} // when non-nil, Renew waits for it
+	renews   atomic.Int32
+	lostOnce sync.Once
+	lost     chan struct{}
+	released chan struct{}
+}
+
+func newTestLease(epoch uint64, ttl time.Duration) *testLease {
+	l := &testLease{epoch: epoch, ttl: ttl, lost: make(chan struct{}), released: make(chan struct{})}
+	l.healthy.Store(true)
+	return l
+}
+
+func (l *testLease) Epoch() uint64 { return l.epoch }
+func (l *testLease) Renew(ctx context.Context) (time.Duration, error) {
+	n := l.renews.Add(1)
+	if l.gate != nil && n > 1 { // the first renewal confirms the lease
+		<-l.gate
+	}
+	if !l.healthy.Load() {
+		return 0, errors.New("backend unreachable")
+	}
+	return l.ttl, nil
+}
+func (l *testLease) Lost() <-chan struct{} { return l.lost }
+func (l *testLease) LostReason() string    { return "test said so" }
+func (l *testLease) Handle() string        { return "test" }
+func (l *testLease) Release(context.Context) error {
+	close(l.released)
+	return nil
+}
+func (l *testLease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+
+// event is something the supervisor did, stamped with the fake time.
+type event struct {
+	at   time.Time
+	what string
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	clock  Clock
+	events []event
+}
+
+func (r *recorder) add(what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, event{r.clock.Now(), what})
+}
+
+func (r *recorder) find(what string) (event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if e.what == what {
+			return e, true
+		}
+	}
+	return event{}, false
+}
+
+func (r *recorder) count(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if strings.HasPrefix(e.what, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) events_() Events {
+	return Events{
+		ChildStarted:   func(int) { r.add("started") },
+		ChildSignalled: func(sig syscall.Signal) { r.add(sig.String()) },
+		Stopping:       func(reason string, lost bool) { r.add("stopping") },
+		Released:       func() { r.add("released") },
+	}
+}
+
+// harness runs a supervisor with a fake clock over a real child.
+func harness(t *testing.T, script string, lease *testLease) (*fakeClock, *recorder, <-chan int) {
+	t.Helper()
+	clock := newFakeClock()
+	rec := &recorder{clock: clock}
+	lk := &testLocker{leases: make(chan *testLease, 1)}
+	lk.leases <- lease
+	sh, err := ResolveCommand("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{
+		Locker:        lk,
+		Command:       Command{Path: sh, Args: []string{"sh", "-c", script}, Env: os.Environ()},
+		TTL:           15 * time.Second,
+		RenewInterval: 5 * time.Second,
+		KillGrace:     5 * time.Second,
+		SafetyMargin:  time.Second,
+		StopSignal:    syscall.SIGTERM,
+		RestartDelay:  time.Second,
+		Restart:       RestartNever,
+		OnLost:        LostExit,
+		Clock:         clock,
+		Events:        rec.events_(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for rec.count("started") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("child never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return clock, rec, done
+}
+
+func readPIDFile(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no pid in %s", path)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// TestStopTimelineOnFailedRenewals: renewals fail from the start, so the
+// lease deadline is the confirm's send time + TTL. A child that ignores
+// SIGTERM gets it at deadline - margin - grace and SIGKILL at deadline -
+// margin, on the injected clock; the group is dead and the exit code is 123.
+func TestStopTimelineOnFailedRenewals(t *testing.T) {
+	dir := t.TempDir()
+	lease := newTestLease(7, 15*time.Second)
+	script := "trap '' TERM; sleep 1000 & echo $! > " + dir + "/gc; wait"
+	clock, rec, done := harness(t, script, lease)
+	t0 := clock.Now() // the confirm renewal was sent at t0: deadline t0+15s
+	gc := readPIDFile(t, filepath.Join(dir, "gc"))
+	lease.healthy.Store(false)
+
+	var code int
+	finished := false
+	for step := 0; step < 200 && !finished; step++ {
+		clock.settle(t)
+		clock.Advance(100 * time.Millisecond)
+		select {
+		case code = <-done:
+			finished = true
+		default:
+		}
+	}
+	if !finished {
+		select {
+		case code = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("supervisor did not finish")
+		}
+	}
+	term, ok := rec.find(syscall.SIGTERM.String())
+	if !ok {
+		t.Fatal("no SIGTERM sent")
+	}
+	kill, ok := rec.find(syscall.SIGKILL.String())
+	if !ok {
+		t.Fatal("no SIGKILL sent")
+	}
+	if got := term.at.Sub(t0); got != 9*time.Second {
+		t.Errorf("SIGTERM at t0+%v, want t0+9s (deadline 15s - margin 1s - grace 5s)", got)
+	}
+	if got := kill.at.Sub(t0); got != 14*time.Second {
+		t.Errorf("SIGKILL at t0+%v, want t0+14s (deadline 15s - margin 1s)", got)
+	}
+	if code != ExitLost {
+		t.Errorf("exit code %d, want %d", code, ExitLost)
+	}
+	if processAlive(gc) {
+		t.Error("grandchild survived the stop")
+	}
+	if _, ok := rec.find("released"); !ok {
+		t.Error("leadership not released after the group was gone")
+	}
+}
+
+// TestLateRenewalDoesNotRestartChild: a renewal in flight when the backend
+// reports the loss succeeds afterwards; the child must stay stopped.
+func TestLateRenewalDoesNotRestartChild(t *testing.T) {
+	lease := newTestLease(3, 15*time.Second)
+	lease.gate = make(chan struct{})
+	clock, rec, done := harness(t, "exec sleep 1000", lease)
+	clock.settle(t)
+	clock.Advance(5 * time.Second) // the renewal goes out and hangs in the gate
+	clock.settle(t)
+	lease.markLost()
+	deadline := time.Now().Add(10 * time.Second)
+	for rec.count("stopping") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no stop after loss")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(lease.gate) // the late renewal now succeeds
+	select {
+	case code := <-done:
+		if code != ExitLost {
+			t.Errorf("exit code %d, want %d", code, ExitLost)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("supervisor did not finish")
+	}
+	if n := rec.count("started"); n != 1 {
+		t.Errorf("child started %d times, want 1", n)
+	}
+}
+
+// TestRenewalsKeepChildRunning: healthy renewals move the deadline, so no
+// signal is sent however long the child runs.
+func TestRenewalsKeepChildRunning(t *testing.T) {
+	lease := newTestLease(1, 15*time.Second)
+	clock, rec, done := harness(t, "exec sleep 1000", lease)
+	for i := 0; i < 120; i++ { // one minute of fake time, four TTLs
+		clock.settle(t)
+		clock.Advance(500 * time.Millisecond)
+	}
+	if n := rec.count("SIG"); n != 0 {
+		t.Fatalf("%d signals sent to a child whose lease was renewed", n)
+	}
+	lease.markLost()
+	if code := <-done; code != ExitLost {
+		t.Fatalf("exit code %d, want %d", code, ExitLost)
+	}
+}
