@@ -1,0 +1,219 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// Acquire campaigns for the key with a new session and returns the lease
+// once the key is ours (locker.Locker). While it waits it keeps its own
+// session alive; once it returns, the only renewals are Lease.Renew calls.
+// Whenever it returns an error the session has been destroyed (or will
+// expire) and no goroutine is left behind.
+func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id, err := l.createSession(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+
+	cctx, stop := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.keepCandidate(cctx, id, stop)
+	}()
+	ls, err := l.campaign(cctx, id)
+	stop(nil)
+	wg.Wait()
+	if err == nil {
+		return ls, nil
+	}
+
+	l.destroySession(id)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if cause := context.Cause(cctx); !errors.Is(cause, context.Canceled) {
+		return nil, fmt.Errorf("acquire %s: %w", l.path, cause)
+	}
+	return nil, err
+}
+
+// campaign waits for the key to be free and takes it with session id.
+// Waiting uses blocking queries on the key, never polling; only while
+// Consul holds the key back for a lock-delay do we retry on a timer.
+func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
+	record := locker.NewHolder(l.opts).Record()
+	retry := backoff{min: 50 * time.Millisecond, max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
+	var index uint64
+	tried := false
+	for {
+		pair, meta, err := l.readKey(ctx, index)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case pair != nil && pair.Session == id:
+			// Our own acquire went through though its answer did not
+			// reach us.
+			if ls, err := l.confirm(ctx, id); ls != nil || err != nil {
+				return ls, err
+			}
+			index = 0
+			continue
+		case pair != nil && pair.Session != "":
+			if l.opts.NoWait {
+				h := locker.ParseHolder(pair.Value)
+				return nil, fmt.Errorf("acquire %s: %w: %s leads (epoch %d)", l.path, locker.ErrHeld, h.ID, pair.ModifyIndex)
+			}
+			l.log.Debug("key held; waiting", "key", l.path, "holder_session", pair.Session)
+			index = nextIndex(index, meta.LastIndex)
+			retry.reset()
+			continue
+		}
+
+		if l.opts.NoWait && tried {
+			// Free, yet Consul refused it: the previous holder's session
+			// ended moments ago and its lock-delay still runs.
+			return nil, fmt.Errorf("acquire %s: %w: the previous holder's lock-delay still runs", l.path, locker.ErrHeld)
+		}
+		tried = true
+		won, err := l.tryAcquire(ctx, id, record)
+		if err != nil {
+			return nil, err
+		}
+		if won {
+			if ls, err := l.confirm(ctx, id); ls != nil || err != nil {
+				return ls, err
+			}
+		}
+		// Lost a race, or the key is in its lock-delay: Consul wakes no
+		// blocking query when that ends, so look again after a pause.
+		if !l.opts.NoWait && !sleepCtx(ctx, retry.next()) {
+			return nil, ctx.Err()
+		}
+		index = 0
+	}
+}
+
+// readKey reads the lock key; with index > 0 it is a blocking query that
+// returns when the key changes past index or after blockWait.
+func (l *Locker) readKey(ctx context.Context, index uint64) (*api.KVPair, *api.QueryMeta, error) {
+	timeout := callTimeout
+	q := &api.QueryOptions{Token: l.token}
+	if index > 0 {
+		q.WaitIndex, q.WaitTime = index, blockWait
+		timeout = blockTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pair, meta, err := l.client.KV().Get(l.path, q.WithContext(cctx))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, l.fail("read "+l.path, err)
+	}
+	return pair, meta, nil
+}
+
+// tryAcquire makes one KV acquire of the key with session id. It first
+// renews the session, so that Consul's TTL timer for it starts as late as
+// possible before leadership does.
+func (l *Locker) tryAcquire(ctx context.Context, id string, record []byte) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := l.renewSession(cctx, id); err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		// Not ErrLost for Acquire's caller: no leadership was lost.
+		return false, fmt.Errorf("acquire %s: candidate session: %v", l.path, err)
+	}
+	won, _, err := l.client.KV().Acquire(&api.KVPair{Key: l.path, Value: record, Session: id}, l.writeOpts(cctx))
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, l.fail("acquire "+l.path, err)
+	}
+	return won, nil
+}
+
+// confirm reads the key back with a consistent read (DESIGN §1.7). If it is
+// held by session id, leadership is ours and its epoch is the entry's
+// ModifyIndex, a Raft index that only grows, even across deletes of the key
+// (DESIGN §1.1; LockIndex would restart). It returns nil, nil when the key is
+// not ours after all.
+func (l *Locker) confirm(ctx context.Context, id string) (*lease, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	pair, meta, err := l.client.KV().Get(l.path, l.queryOpts(cctx, true))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, l.fail("read back "+l.path, err)
+	}
+	if pair == nil || pair.Session != id || pair.ModifyIndex == 0 {
+		l.log.Debug("acquire did not stick; campaigning again", "key", l.path, "session", id)
+		return nil, nil
+	}
+	ls := l.newLease(id, pair.ModifyIndex, meta.LastIndex)
+	l.log.Debug("acquired", "key", l.path, "session", id, "epoch", ls.epoch)
+	return ls, nil
+}
+
+// nextIndex is the WaitIndex for the next blocking query. Consul's index
+// can go backwards (snapshot restore, another server); then start over.
+func nextIndex(prev, last uint64) uint64 {
+	switch {
+	case last < prev:
+		return 0
+	case last == 0:
+		return 1
+	}
+	return last
+}
+
+// backoff yields pauses that double from min up to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleepCtx pauses for d; it reports false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

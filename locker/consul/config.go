@@ -1,0 +1,254 @@
+// Package consul holds leadership of a key with a Consul session and a KV
+// `acquire` (DESIGN §1.1). The session carries only a TTL by default
+// (§1.5); the supervisor renews it one round trip at a time through
+// Lease.Renew and keeps all deadlines itself (§1.2, §6).
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// MinTTL is Consul's minimum session TTL (10s); New refuses a smaller TTL.
+const MinTTL = 10 * time.Second
+
+// MaxTTL is Consul's maximum session TTL (24h); New refuses a larger TTL.
+const MaxTTL = 24 * time.Hour
+
+// MaxLockDelay is the largest lock-delay Consul honours; servers silently
+// clamp larger values, so New refuses them instead.
+const MaxLockDelay = 60 * time.Second
+
+// ErrConfig marks a configuration that New refuses: a TTL outside Consul's
+// limits, session checks without a long enough lock-delay, unreadable token
+// or TLS files. Retrying cannot fix it.
+var ErrConfig = errors.New("invalid consul configuration")
+
+// Timeouts of the calls the backend makes on its own (the supervisor bounds
+// Renew and Release through their ctx).
+const (
+	// callTimeout bounds one ordinary request: session create, acquire, a
+	// consistent read, a standby renewal.
+	callTimeout = 5 * time.Second
+	// cleanupTimeout bounds destroying a session after Acquire gave up, on
+	// a fresh context because the caller's is already done.
+	cleanupTimeout = 3 * time.Second
+	// blockWait is how long one blocking query may wait on the server.
+	blockWait = 20 * time.Second
+	// dialTimeout bounds a TCP connect to the agent.
+	dialTimeout = 5 * time.Second
+)
+
+// blockTimeout bounds one blocking query: Consul adds up to wait/16 of
+// jitter to the wait it was asked for.
+const blockTimeout = blockWait + blockWait/16 + callTimeout
+
+// Config configures the Consul backend. Empty fields fall back to the
+// consul/api defaults, which also read CONSUL_HTTP_* variables; explicit
+// fields always win over the environment.
+type Config struct {
+	locker.Options
+
+	// Address of the Consul agent: host:port, or a URL with scheme http,
+	// https or unix. Empty means the consul/api default (localhost:8500).
+	Address string
+	// Token is the ACL token. It never appears in errors or logs.
+	Token string
+	// TokenFile is a file holding the ACL token; it wins over Token.
+	TokenFile string
+	// CACert is a PEM file of CAs that verify the agent's certificate.
+	CACert string
+	// ClientCert and ClientKey are the PEM client certificate and key for
+	// mutual TLS.
+	ClientCert string
+	ClientKey  string
+	// TLSServerName is the name expected in the agent's certificate (SNI).
+	TLSServerName string
+	// Datacenter to use; empty means the agent's own.
+	Datacenter string
+	// LockDelay is the session lock-delay: after our session ends while
+	// holding the key, Consul refuses the key to everyone for this long.
+	// Zero means none. The CLI default is 1s. At most MaxLockDelay.
+	LockDelay time.Duration
+	// SessionChecks are node health checks (e.g. "serfHealth") to attach to
+	// the session. Empty means TTL only (DESIGN §1.5); non-empty requires
+	// LockDelay >= TTL.
+	SessionChecks []string
+	// Logger receives debug lines about the backend; nil discards them.
+	Logger hclog.Logger
+}
+
+// Locker campaigns for one key with Consul sessions. It implements
+// locker.Locker; create it with New.
+type Locker struct {
+	client    *api.Client
+	transport *http.Transport
+	token     string // per-request ACL token; never logged
+	path      string // KV path of the lock key: <prefix>/<key>
+	opts      locker.Options
+	lockDelay time.Duration
+	checks    []string
+	log       hclog.Logger
+}
+
+var _ locker.Locker = (*Locker)(nil)
+
+// New validates cfg and builds the Consul client. It makes no request.
+// Configuration errors wrap ErrConfig.
+func New(cfg Config) (*Locker, error) {
+	if err := validate(cfg); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	token, err := resolveToken(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	acfg := api.DefaultConfigWithLogger(log)
+	if cfg.Address != "" {
+		acfg.Address = cfg.Address
+	}
+	if cfg.Datacenter != "" {
+		acfg.Datacenter = cfg.Datacenter
+	}
+	if cfg.CACert != "" {
+		acfg.TLSConfig.CAFile = cfg.CACert
+		acfg.TLSConfig.CAPath = ""
+	}
+	if cfg.ClientCert != "" {
+		acfg.TLSConfig.CertFile = cfg.ClientCert
+	}
+	if cfg.ClientKey != "" {
+		acfg.TLSConfig.KeyFile = cfg.ClientKey
+	}
+	if cfg.TLSServerName != "" {
+		acfg.TLSConfig.Address = cfg.TLSServerName
+	}
+	// The token also travels on every request, so an explicit one beats
+	// whatever consul/api derives from the environment.
+	acfg.Token, acfg.TokenFile = token, ""
+
+	// Every call carries its own ctx; these bound what a ctx cannot see
+	// coming: a dead address, a stuck handshake, a call without deadline.
+	transport := acfg.Transport
+	transport.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 15 * time.Second}).DialContext
+	transport.TLSHandshakeTimeout = dialTimeout
+	httpClient, err := api.NewHttpClient(transport, acfg.TLSConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: consul TLS files: %v", ErrConfig, err)
+	}
+	httpClient.Timeout = blockTimeout + callTimeout
+	acfg.HttpClient = httpClient
+
+	client, err := api.NewClient(acfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: consul client: %v", ErrConfig, redact(err.Error(), token))
+	}
+	path := cfg.Key
+	if cfg.Prefix != "" {
+		path = cfg.Prefix + "/" + cfg.Key
+	}
+	opts := cfg.Options
+	if opts.ID == "" {
+		host, _ := os.Hostname()
+		opts.ID = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	return &Locker{
+		client:    client,
+		transport: transport,
+		token:     token,
+		path:      path,
+		opts:      opts,
+		lockDelay: cfg.LockDelay,
+		checks:    append([]string(nil), cfg.SessionChecks...),
+		log:       log,
+	}, nil
+}
+
+// validate checks the rules of DESIGN §1.5 and §1.10 that belong to Consul.
+func validate(cfg Config) error {
+	if err := locker.ValidateKey(cfg.Key); err != nil {
+		return fmt.Errorf("%w: --key: %v", ErrConfig, err)
+	}
+	if cfg.Prefix != "" {
+		if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
+			return fmt.Errorf("%w: --prefix: %v", ErrConfig, err)
+		}
+	}
+	if cfg.TTL < MinTTL || cfg.TTL > MaxTTL {
+		return fmt.Errorf("%w: --ttl %v: Consul session TTLs must be between %v and %v",
+			ErrConfig, cfg.TTL, MinTTL, MaxTTL)
+	}
+	if cfg.LockDelay < 0 || cfg.LockDelay > MaxLockDelay {
+		return fmt.Errorf("%w: --consul-lock-delay %v: must be between 0 and %v",
+			ErrConfig, cfg.LockDelay, MaxLockDelay)
+	}
+	// §1.5: a health check can invalidate the session before our local
+	// deadline; only a lock-delay of at least TTL keeps the next holder out
+	// until our child is surely dead.
+	if len(cfg.SessionChecks) > 0 && cfg.LockDelay < cfg.TTL {
+		return fmt.Errorf("%w: --consul-session-checks %s needs --consul-lock-delay >= --ttl (have %v < %v)",
+			ErrConfig, strings.Join(cfg.SessionChecks, ","), cfg.LockDelay, cfg.TTL)
+	}
+	for _, c := range cfg.SessionChecks {
+		if c == "" {
+			return fmt.Errorf("%w: --consul-session-checks: empty check name", ErrConfig)
+		}
+	}
+	return nil
+}
+
+// resolveToken applies Consul's own precedence: token file, token, then
+// CONSUL_HTTP_TOKEN_FILE and CONSUL_HTTP_TOKEN.
+func resolveToken(cfg Config) (string, error) {
+	file, token := cfg.TokenFile, cfg.Token
+	if file == "" && token == "" {
+		file, token = os.Getenv("CONSUL_HTTP_TOKEN_FILE"), os.Getenv("CONSUL_HTTP_TOKEN")
+	}
+	if file == "" {
+		return token, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%w: consul token file: %v", ErrConfig, err)
+	}
+	t := strings.TrimSpace(string(data))
+	if t == "" {
+		return "", fmt.Errorf("%w: consul token file %s is empty", ErrConfig, file)
+	}
+	return t, nil
+}
+
+// Close frees idle connections. It does not release a held lease.
+func (l *Locker) Close() error {
+	l.transport.CloseIdleConnections()
+	return nil
+}
+
+// queryOpts returns read options bound to ctx and carrying the token.
+func (l *Locker) queryOpts(ctx context.Context, consistent bool) *api.QueryOptions {
+	q := &api.QueryOptions{Token: l.token, RequireConsistent: consistent}
+	return q.WithContext(ctx)
+}
+
+// writeOpts returns write options bound to ctx and carrying the token.
+func (l *Locker) writeOpts(ctx context.Context) *api.WriteOptions {
+	w := &api.WriteOptions{Token: l.token}
+	return w.WithContext(ctx)
+}

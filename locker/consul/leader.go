@@ -1,0 +1,74 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// handlePrefix starts every Consul lease handle, so a handle of another
+// backend is refused instead of misread.
+const handlePrefix = "consul:"
+
+// Leader reads the current holder with consistent reads: the key, whose
+// ModifyIndex is the holder's epoch, then its session, whose TTL is the
+// LeaseRemaining Consul can tell us. It returns an error wrapping
+// locker.ErrNoLeader when nobody holds the key.
+func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
+	pair, _, err := l.client.KV().Get(l.path, l.queryOpts(ctx, true))
+	if err != nil {
+		return locker.Holder{}, l.fail("read "+l.path, err)
+	}
+	if pair == nil || pair.Session == "" {
+		return locker.Holder{}, fmt.Errorf("read %s: %w", l.path, locker.ErrNoLeader)
+	}
+	se, _, err := l.client.Session().Info(pair.Session, l.queryOpts(ctx, true))
+	if err != nil {
+		return locker.Holder{}, l.fail("read session of "+l.path, err)
+	}
+	if se == nil {
+		// The session ended between the two reads; Behavior release has
+		// freed the key with it.
+		return locker.Holder{}, fmt.Errorf("read %s: holder session just ended: %w", l.path, locker.ErrNoLeader)
+	}
+	h := locker.ParseHolder(pair.Value)
+	h.Epoch = pair.ModifyIndex
+	// Consul does not say how much of the TTL is left, only the TTL itself,
+	// which bounds it from above.
+	if ttl, err := time.ParseDuration(se.TTL); err == nil {
+		h.LeaseRemaining = ttl
+	}
+	return h, nil
+}
+
+// ReleaseHandle releases the key and destroys the session named by a handle
+// from Lease.Handle, possibly in another process. A session that is already
+// gone is not an error.
+func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
+	session, key, err := parseHandle(handle)
+	if err != nil {
+		return err
+	}
+	return l.release(ctx, session, key)
+}
+
+// formatHandle encodes a session and the KV path of its key.
+func formatHandle(session, key string) string {
+	return handlePrefix + session + ":" + key
+}
+
+// parseHandle decodes formatHandle. Neither session IDs nor keys contain
+// ':' (locker.ValidateKey).
+func parseHandle(handle string) (session, key string, err error) {
+	rest, ok := strings.CutPrefix(handle, handlePrefix)
+	if ok {
+		session, key, ok = strings.Cut(rest, ":")
+	}
+	if !ok || session == "" || key == "" || strings.ContainsAny(session, "/?#") {
+		return "", "", fmt.Errorf("release: %q is not a consul lease handle", handle)
+	}
+	return session, key, nil
+}

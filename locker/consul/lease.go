@@ -1,0 +1,173 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// lease is one leadership: our session holds the key. It implements
+// locker.Lease. A watch goroutine closes lost when the key stops being ours.
+type lease struct {
+	l       *Locker
+	session string
+	epoch   uint64
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	mu       sync.Mutex
+	reason   string
+
+	stopWatch context.CancelFunc
+	watching  chan struct{} // closed when the watch goroutine returned
+}
+
+var _ locker.Lease = (*lease)(nil)
+
+// newLease starts watching the key from index, the index of the consistent
+// read that confirmed leadership.
+func (l *Locker) newLease(session string, epoch, index uint64) *lease {
+	ctx, cancel := context.WithCancel(context.Background())
+	ls := &lease{
+		l:         l,
+		session:   session,
+		epoch:     epoch,
+		lost:      make(chan struct{}),
+		stopWatch: cancel,
+		watching:  make(chan struct{}),
+	}
+	go ls.watch(ctx, max(index, 1))
+	return ls
+}
+
+// Epoch is the KV entry's ModifyIndex read back after the acquire
+// (DESIGN §1.1).
+func (ls *lease) Epoch() uint64 { return ls.epoch }
+
+// Renew makes exactly one Session.Renew round trip bounded by ctx and
+// returns the TTL the server granted (DESIGN §1.2, §1.8). A session the
+// server no longer knows yields an error wrapping locker.ErrLost.
+func (ls *lease) Renew(ctx context.Context) (time.Duration, error) {
+	granted, err := ls.l.renewSession(ctx, ls.session)
+	if errors.Is(err, locker.ErrLost) {
+		ls.markLost("session " + ls.session + " is gone (expired or destroyed)")
+	}
+	return granted, err
+}
+
+// Lost is closed once the key is deleted, released or held by another
+// session.
+func (ls *lease) Lost() <-chan struct{} { return ls.lost }
+
+// LostReason says why Lost was closed; empty while it is open.
+func (ls *lease) LostReason() string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.reason
+}
+
+// Handle names the session and the key for ReleaseHandle.
+func (ls *lease) Handle() string { return formatHandle(ls.session, ls.l.path) }
+
+// Release frees the key and destroys the session, bounded by ctx. The key
+// is released explicitly first, which Consul does without a lock-delay, so
+// the next candidate can take over at once; the supervisor calls this only
+// after the child is gone (DESIGN §1.4). The watch goroutine is stopped
+// even when Consul cannot be reached.
+func (ls *lease) Release(ctx context.Context) error {
+	ls.stopWatch()
+	<-ls.watching
+	err := ls.l.release(ctx, ls.session, ls.l.path)
+	if err == nil {
+		ls.l.log.Debug("released", "key", ls.l.path, "session", ls.session, "epoch", ls.epoch)
+	}
+	return err
+}
+
+// release lets session go of key, then destroys the session. Only the
+// destroy must succeed: with Behavior release it frees the key as well.
+func (l *Locker) release(ctx context.Context, session, key string) error {
+	if _, _, err := l.client.KV().Release(&api.KVPair{Key: key, Session: session}, l.writeOpts(ctx)); err != nil {
+		l.log.Debug("KV release failed; destroying the session anyway", "key", key, "error", l.scrub(err))
+	}
+	if _, err := l.client.Session().Destroy(session, l.writeOpts(ctx)); err != nil {
+		return l.fail(fmt.Sprintf("release %s: destroy session %s", key, session), err)
+	}
+	return nil
+}
+
+// markLost closes Lost once, keeping the first reason.
+func (ls *lease) markLost(reason string) {
+	ls.lostOnce.Do(func() {
+		ls.mu.Lock()
+		ls.reason = reason
+		ls.mu.Unlock()
+		close(ls.lost)
+		ls.l.log.Debug("leadership lost", "key", ls.l.path, "epoch", ls.epoch, "reason", reason)
+	})
+}
+
+// watch follows the key with blocking queries and closes Lost when it is no
+// longer ours. Errors are retried with backoff: an unreachable agent is not
+// a loss (the supervisor's deadline covers that case, DESIGN §1.3).
+func (ls *lease) watch(ctx context.Context, index uint64) {
+	defer close(ls.watching)
+	retry := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	for {
+		pair, meta, err := ls.l.readKey(ctx, index)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			ls.l.log.Debug("watch of lock key failed; retrying", "key", ls.l.path, "error", err)
+		case pair != nil && pair.Session == ls.session && meta.LastIndex >= index:
+			index = meta.LastIndex
+			retry.reset()
+			continue
+		default:
+			// Not ours, or an answer older than our own acquire: only a
+			// consistent read may stop a healthy leader.
+			reason, gone, err := ls.confirmLost(ctx)
+			if gone {
+				ls.markLost(reason)
+				return
+			}
+			if err == nil {
+				index = nextIndex(index, meta.LastIndex)
+				retry.reset()
+				continue
+			}
+			ls.l.log.Debug("watch of lock key failed; retrying", "key", ls.l.path, "error", err)
+		}
+		if !sleepCtx(ctx, retry.next()) {
+			return
+		}
+	}
+}
+
+// confirmLost checks with a consistent read that the key is really no
+// longer ours, so no stale answer stops a healthy leader.
+func (ls *lease) confirmLost(ctx context.Context) (reason string, gone bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	pair, _, err := ls.l.client.KV().Get(ls.l.path, ls.l.queryOpts(cctx, true))
+	switch {
+	case err != nil:
+		return "", false, err
+	case pair == nil:
+		return "key " + ls.l.path + " was deleted", true, nil
+	case pair.Session == ls.session:
+		return "", false, nil
+	case pair.Session == "":
+		return "key " + ls.l.path + " was released (session " + ls.session + " destroyed, expired or let go)", true, nil
+	default:
+		h := locker.ParseHolder(pair.Value)
+		return fmt.Sprintf("key %s is now held by session %s (%s)", ls.l.path, pair.Session, h.ID), true, nil
+	}
+}

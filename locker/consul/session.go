@@ -1,0 +1,166 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// createSession makes the session a candidate campaigns with: TTL only
+// unless checks were opted into (DESIGN §1.5), Behavior release so that the
+// key is freed the moment the session ends.
+func (l *Locker) createSession(ctx context.Context) (string, error) {
+	body := map[string]any{
+		"Name":      "leaderrun " + l.path,
+		"TTL":       l.ttlString(),
+		"Behavior":  api.SessionBehaviorRelease,
+		"LockDelay": fmt.Sprintf("%dms", l.lockDelay.Milliseconds()),
+	}
+	// Without these fields the agent attaches serfHealth. It reads an empty
+	// "Checks" as "no node checks at all", so send it only for TTL-only
+	// sessions; opted-in checks go in "NodeChecks" alone.
+	if len(l.checks) == 0 {
+		body["Checks"], body["NodeChecks"] = []string{}, []string{}
+	} else {
+		body["NodeChecks"] = l.checks
+	}
+	var out struct{ ID string }
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := l.client.Raw().Write("/v1/session/create", body, &out, l.writeOpts(cctx)); err != nil {
+		return "", l.fail("create consul session", err)
+	}
+	if out.ID == "" {
+		return "", errors.New("create consul session: agent returned no session ID")
+	}
+	if err := l.checkSession(cctx, out.ID); err != nil {
+		l.destroySession(out.ID)
+		return "", err
+	}
+	l.log.Debug("session created", "session", out.ID, "ttl", l.opts.TTL, "lock_delay", l.lockDelay, "checks", l.checks)
+	return out.ID, nil
+}
+
+// checkSession reads the new session back and refuses to campaign with one
+// that carries health checks we did not ask for (DESIGN §1.5): such a check
+// could end the session before the supervisor's deadline.
+func (l *Locker) checkSession(ctx context.Context, id string) error {
+	se, _, err := l.client.Session().Info(id, l.queryOpts(ctx, true))
+	if err != nil {
+		return l.fail("read back consul session "+id, err)
+	}
+	if se == nil {
+		return fmt.Errorf("read back consul session %s: it is already gone", id)
+	}
+	got := sessionChecks(se)
+	if !slices.Equal(got, l.checks) {
+		return fmt.Errorf("consul session %s carries checks %q, asked for %q (DESIGN §1.5): %w",
+			id, got, l.checks, locker.ErrRefused)
+	}
+	if se.LockDelay != l.lockDelay {
+		return fmt.Errorf("consul session %s has lock-delay %v, asked for %v: %w", id, se.LockDelay, l.lockDelay, locker.ErrRefused)
+	}
+	if se.TTL != l.ttlString() {
+		return fmt.Errorf("consul session %s has TTL %q, asked for %q: %w", id, se.TTL, l.ttlString(), locker.ErrRefused)
+	}
+	return nil
+}
+
+// sessionChecks lists every check a session depends on, in the order the
+// server returns them.
+func sessionChecks(se *api.SessionEntry) []string {
+	var out []string
+	for _, c := range se.NodeChecks {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	for _, c := range se.Checks {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	for _, c := range se.ServiceChecks {
+		out = append(out, "service:"+c.ID)
+	}
+	return out
+}
+
+// renewSession makes exactly one renewal round trip bounded by ctx and
+// returns the TTL the server reports. A session the server no longer knows
+// is an error wrapping locker.ErrLost.
+func (l *Locker) renewSession(ctx context.Context, id string) (time.Duration, error) {
+	se, _, err := l.client.Session().Renew(id, l.writeOpts(ctx))
+	if err != nil {
+		if sessionGone(err) {
+			return 0, fmt.Errorf("renew consul session %s: %w (%v)", id, locker.ErrLost, err)
+		}
+		return 0, l.fail("renew consul session "+id, err)
+	}
+	if se == nil {
+		// consul/api turns the server's 404 into a nil entry.
+		return 0, fmt.Errorf("renew consul session %s: the session is gone (expired or destroyed): %w", id, locker.ErrLost)
+	}
+	granted, err := time.ParseDuration(se.TTL)
+	if err != nil || granted <= 0 {
+		// Never report a TTL we were not given (locker.Lease.Renew).
+		return 0, fmt.Errorf("renew consul session %s: server granted unreadable TTL %q", id, se.TTL)
+	}
+	return granted, nil
+}
+
+// destroySession ends a session on a fresh short timeout: it runs when the
+// caller's context may already be done. Failure only means the session
+// expires on its own after its TTL.
+func (l *Locker) destroySession(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if _, err := l.client.Session().Destroy(id, l.writeOpts(ctx)); err != nil {
+		l.log.Debug("destroy session failed; it will expire after its TTL", "session", id, "error", l.scrub(err))
+		return
+	}
+	l.log.Debug("session destroyed", "session", id)
+}
+
+// keepCandidate renews a standby's session every TTL/3 until ctx ends.
+// It reports a session the server dropped through gone. Once Acquire
+// returns, the only renewals are the supervisor's (DESIGN §6).
+func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.CancelCauseFunc) {
+	interval := l.opts.TTL / 3
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		_, err := l.renewSession(cctx, id)
+		cancel()
+		next := interval
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, locker.ErrLost):
+			// Not ErrLost for Acquire's caller: no leadership was lost.
+			gone(fmt.Errorf("candidate session ended while waiting: %v", err))
+			return
+		case err != nil:
+			l.log.Debug("standby session renewal failed; retrying", "session", id, "error", err)
+			next = time.Second
+		}
+		timer.Reset(next)
+	}
+}
+
+// ttlString is the TTL as sent to Consul; the server echoes it back.
+func (l *Locker) ttlString() string {
+	return l.opts.TTL.String()
+}
