@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages leaderrun's tests need, when they are missing.
+# Idempotent; needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+# command:package pairs.
+need=()
+for pair in flock:util-linux; do
+	cmd=${pair%%:*} pkg=${pair##*:}
+	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "installing: ${need[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
