@@ -71,6 +71,9 @@ type Config struct {
 	Logger hclog.Logger
 	// Clock is the time source; nil means RealClock.
 	Clock Clock
+	// Freeze, when set, is called at every turn of the leader's event loop.
+	// Tests use it to simulate a supervisor that hangs.
+	Freeze func()
 }
 
 // Events are called from the supervisor's goroutine as things happen. They

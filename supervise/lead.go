@@ -76,6 +76,15 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 
 	ctxDone := ctx.Done()
 	for {
+		if s.cfg.Freeze != nil {
+			s.cfg.Freeze()
+		}
+		// The deadline rules whatever event the select would pick first: a
+		// process that was frozen past its deadline stops before it looks at
+		// anything else, a late renewal included (§1.3).
+		if !l.stopping && !s.clock.Now().Before(l.timeline.TermAt()) {
+			s.finish(l, "lease deadline reached without a successful renewal", true, ExitLost)
+		}
 		if l.stopping && (l.group == nil || !l.group.GroupAlive()) {
 			stopRenewing()
 			<-renewDone
@@ -168,6 +177,11 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 	deadline := NewDeadline(r.sent, s.cfg.TTL, r.granted)
 	if deadline.Before(l.timeline.Deadline) {
 		return // renewals are sequential; an older send never shortens it
+	}
+	if !s.clock.Now().Before(l.timeline.TermAt()) {
+		// Too late: the stop was due before this answer arrived.
+		s.finish(l, "lease deadline reached before the renewal answered", true, ExitLost)
+		return
 	}
 	l.timeline.Deadline = deadline
 	(*termAt).Stop()
