@@ -250,6 +250,19 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 		}
 		return nil, classify(fmt.Sprintf("etcd: verify lease %x", c.id), err)
 	}
+	if ttl.TTL == 0 {
+		// TimeToLive truncates to whole seconds: 0 is "under a second
+		// left" or "expired, revocation pending". A renewal tells which,
+		// because etcd answers an expired lease only once it is revoked.
+		if _, err := c.cli.KeepAliveOnce(vctx, c.id); err != nil && !leaseGone(err) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, classify(fmt.Sprintf("etcd: verify lease %x", c.id), err)
+		} else if err == nil {
+			ttl.TTL = c.ttl
+		}
+	}
 	if ttl.TTL <= 0 {
 		return nil, fmt.Errorf("etcd: lease %x expired: %w", c.id, errCandidacyLost)
 	}

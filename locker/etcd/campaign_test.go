@@ -1,0 +1,229 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// TestCampaign runs the election tests against one shared single-member
+// cluster; each subtest uses its own key.
+func TestCampaign(t *testing.T) {
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	cli := rawClient(t, eps)
+
+	// The second candidate waits while the first leads, and takes over
+	// promptly with a higher epoch once the first releases.
+	t.Run("SecondWaitsThenTakesOver", func(t *testing.T) {
+		a := newLocker(t, eps, keyFor(t))
+		b := newLocker(t, eps, keyFor(t))
+		first := mustAcquire(t, a)
+
+		ch := acquireAsync(t, ctxFor(t, 20*time.Second), b)
+		eventually(t, 5*time.Second, "second candidate's key appears", func() bool {
+			return len(candidateKeys(t, cli, a)) == 2
+		})
+		select {
+		case r := <-ch:
+			t.Fatalf("second Acquire returned while the first leads: %v", r.err)
+		case <-time.After(300 * time.Millisecond): // a window in which it must stay blocked
+		}
+
+		released := time.Now()
+		if err := first.Release(ctxFor(t, 2*time.Second)); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("second Acquire: %v", r.err)
+		}
+		defer r.lease.Release(ctxFor(t, 2*time.Second))
+		latency := r.at.Sub(released)
+		t.Logf("acquire after release: %v", latency)
+		if latency > time.Second {
+			t.Errorf("second candidate took %v after the release, want < 1s", latency)
+		}
+		if r.lease.Epoch() <= first.Epoch() {
+			t.Errorf("epoch %d after %d, want strictly greater", r.lease.Epoch(), first.Epoch())
+		}
+	})
+
+	// NoWait gives up at once with ErrHeld and leaves nothing behind.
+	t.Run("NoWaitHeld", func(t *testing.T) {
+		a := newLocker(t, eps, keyFor(t))
+		b := newLocker(t, eps, keyFor(t), func(c *Config) { c.NoWait = true })
+		mustAcquire(t, a)
+		before := leaseCount(t, cli)
+
+		start := time.Now()
+		lease, err := b.Acquire(ctxFor(t, 10*time.Second))
+		if !errors.Is(err, locker.ErrHeld) {
+			t.Fatalf("Acquire with NoWait while held = %v, %v; want ErrHeld", lease, err)
+		}
+		t.Logf("NoWait answer in %v: %v", time.Since(start), err)
+		if !strings.Contains(err.Error(), a.opts.ID) {
+			t.Errorf("error %q does not name the holder %q", err, a.opts.ID)
+		}
+		if keys := candidateKeys(t, cli, a); len(keys) != 1 {
+			t.Errorf("candidate keys after NoWait = %v, want only the leader's", keys)
+		}
+		if after := leaseCount(t, cli); after != before {
+			t.Errorf("%d leases before NoWait, %d after: its lease was not revoked", before, after)
+		}
+		// And without a holder, NoWait acquires.
+		c := newLocker(t, eps, keyFor(t)+"-free", func(c *Config) { c.NoWait = true })
+		mustAcquire(t, c)
+	})
+
+	// Cancelling a waiting Acquire returns ctx.Err() at once, revokes the
+	// candidate's lease and leaves no goroutine behind.
+	t.Run("CancelWhileWaiting", func(t *testing.T) {
+		a := newLocker(t, eps, keyFor(t))
+		b := newLocker(t, eps, keyFor(t))
+		mustAcquire(t, a)
+		// Dial b's client first: its connection goroutines live until
+		// Close and are not what this test looks for.
+		if _, err := b.Leader(ctxFor(t, 5*time.Second)); err != nil {
+			t.Fatalf("Leader: %v", err)
+		}
+		baseline := goleak.IgnoreCurrent()
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch := acquireAsync(t, ctx, b)
+		var waiting string
+		eventually(t, 5*time.Second, "second candidate's key appears", func() bool {
+			keys := candidateKeys(t, cli, a)
+			if len(keys) == 2 {
+				waiting = keys[1]
+			}
+			return waiting != ""
+		})
+		cancel()
+		cancelled := time.Now()
+		r := <-ch
+		if !errors.Is(r.err, context.Canceled) || r.lease != nil {
+			t.Fatalf("cancelled Acquire = %v, %v; want context.Canceled", r.lease, r.err)
+		}
+		if d := r.at.Sub(cancelled); d > 500*time.Millisecond {
+			t.Errorf("Acquire returned %v after cancel, want < 500ms", d)
+		}
+		id := leaseOfKey(t, waiting)
+		ttl, err := cli.TimeToLive(ctxFor(t, 5*time.Second), id)
+		if err != nil || ttl.TTL != -1 {
+			t.Errorf("TimeToLive of the cancelled candidate's lease %x = %+v, %v; want revoked (-1)", id, ttl, err)
+		}
+		goleak.VerifyNone(t, baseline)
+	})
+
+	// Epochs strictly increase across successive leaderships, also when the
+	// whole prefix is deleted by hand in between (DESIGN §1.1).
+	t.Run("EpochsIncrease", func(t *testing.T) {
+		l := newLocker(t, eps, keyFor(t))
+		var last uint64
+		for i := 0; i < 20; i++ {
+			lease, err := l.Acquire(ctxFor(t, 10*time.Second))
+			if err != nil {
+				t.Fatalf("leadership %d: %v", i, err)
+			}
+			if lease.Epoch() <= last {
+				t.Errorf("leadership %d: epoch %d after %d", i, lease.Epoch(), last)
+			}
+			last = lease.Epoch()
+			if err := lease.Release(ctxFor(t, 2*time.Second)); err != nil {
+				t.Fatalf("release %d: %v", i, err)
+			}
+			if i%2 == 0 {
+				if _, err := cli.Delete(ctxFor(t, 5*time.Second), "/"+testPrefix+"/", clientv3.WithPrefix()); err != nil {
+					t.Fatalf("delete prefix: %v", err)
+				}
+			}
+		}
+	})
+
+	// A release wakes only the successor. Measurement: every candidate has
+	// its own Locker whose onWake hook counts how often its wait on the
+	// predecessor ended and it looked again. Candidates queue in a known
+	// order; then each leader in turn releases. After each hand-over the
+	// successor must have woken exactly once and every later candidate not
+	// at all; a wait that watched the whole prefix (a thundering herd) would
+	// wake every later candidate on each hand-over, before the successor has
+	// even verified its key, so the counts would show it.
+	t.Run("PredecessorOnlyWakeup", func(t *testing.T) {
+		const n = 10
+		wakes := make([]atomic.Int64, n)
+		lockers := make([]*Locker, n)
+		for i := range lockers {
+			lockers[i] = newLocker(t, eps, keyFor(t))
+			lockers[i].onWake = func() { wakes[i].Add(1) }
+		}
+		leases := make([]locker.Lease, n)
+		leases[0] = mustAcquire(t, lockers[0])
+		results := make([]<-chan acquired, n)
+		ctx := ctxFor(t, 60*time.Second)
+		for i := 1; i < n; i++ {
+			results[i] = acquireAsync(t, ctx, lockers[i])
+			eventually(t, 5*time.Second, fmt.Sprintf("candidate %d queues", i), func() bool {
+				return len(candidateKeys(t, cli, lockers[0])) == i+1
+			})
+		}
+		for i := 1; i < n; i++ {
+			if err := leases[i-1].Release(ctxFor(t, 2*time.Second)); err != nil {
+				t.Fatalf("release %d: %v", i-1, err)
+			}
+			r := <-results[i]
+			if r.err != nil {
+				t.Fatalf("candidate %d: %v", i, r.err)
+			}
+			leases[i] = r.lease
+			if got := wakes[i].Load(); got != 1 {
+				t.Errorf("hand-over %d: successor woke %d times, want 1", i, got)
+			}
+			for j := i + 1; j < n; j++ {
+				if got := wakes[j].Load(); got != 0 {
+					t.Errorf("hand-over %d: candidate %d woke %d times, want 0", i, j, got)
+				}
+			}
+		}
+		if err := leases[n-1].Release(ctxFor(t, 2*time.Second)); err != nil {
+			t.Fatalf("release last: %v", err)
+		}
+		var counts []string
+		for i := range wakes {
+			counts = append(counts, strconv.FormatInt(wakes[i].Load(), 10))
+		}
+		t.Logf("wake-ups per candidate: %s", strings.Join(counts, " "))
+	})
+}
+
+// leaseOfKey returns the lease ID an election key is named after.
+func leaseOfKey(t testing.TB, key string) clientv3.LeaseID {
+	t.Helper()
+	i := strings.LastIndex(key, "@")
+	id, err := strconv.ParseInt(key[i+1:], 16, 64)
+	if i < 0 || err != nil {
+		t.Fatalf("election key %q does not end in @<lease-hex>", key)
+	}
+	return clientv3.LeaseID(id)
+}
+
+// leaseCount counts the cluster's live leases.
+func leaseCount(t testing.TB, cli *clientv3.Client) int {
+	t.Helper()
+	resp, err := cli.Leases(ctxFor(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("list leases: %v", err)
+	}
+	return len(resp.Leases)
+}

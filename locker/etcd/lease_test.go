@@ -1,0 +1,212 @@
+package etcd
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// TestLease runs the tests of a held lease against one shared
+// single-member cluster; each subtest uses its own key.
+func TestLease(t *testing.T) {
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	cli := rawClient(t, eps)
+
+	// Deleting our election key by hand closes Lost promptly, and Renew
+	// then reports the loss instead of a success.
+	t.Run("KeyDeletedByHand", func(t *testing.T) {
+		l := newLocker(t, eps, keyFor(t))
+		lease := mustAcquire(t, l)
+		key := lease.(*etcdLease).key
+		deleted := time.Now()
+		if _, err := cli.Delete(ctxFor(t, 5*time.Second), key); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+		select {
+		case <-lease.Lost():
+			t.Logf("Lost closed %v after the delete: %s", time.Since(deleted), lease.LostReason())
+		case <-time.After(2 * time.Second):
+			t.Fatal("Lost still open 2s after our key was deleted")
+		}
+		if !strings.Contains(lease.LostReason(), "deleted") {
+			t.Errorf("LostReason = %q, want it to say the key was deleted", lease.LostReason())
+		}
+		if _, err := lease.Renew(ctxFor(t, time.Second)); !errors.Is(err, locker.ErrLost) {
+			t.Errorf("Renew after the key was deleted = %v, want ErrLost", err)
+		}
+	})
+
+	// Revoking our lease by hand closes Lost (etcd deletes the key with it).
+	t.Run("LeaseRevokedByHandClosesLost", func(t *testing.T) {
+		lease := mustAcquire(t, newLocker(t, eps, keyFor(t)))
+		if _, err := cli.Revoke(ctxFor(t, 5*time.Second), lease.(*etcdLease).id); err != nil {
+			t.Fatalf("revoke: %v", err)
+		}
+		select {
+		case <-lease.Lost():
+		case <-time.After(2 * time.Second):
+			t.Fatal("Lost still open 2s after our lease was revoked")
+		}
+	})
+
+	// Renew's own round trip reports a revoked lease as ErrLost. The watch
+	// is stopped first, so the answer cannot come from Lost instead.
+	t.Run("LeaseRevokedByHandRenewLost", func(t *testing.T) {
+		lease := mustAcquire(t, newLocker(t, eps, keyFor(t))).(*etcdLease)
+		lease.stopWatch()
+		<-lease.watchDone
+		if _, err := cli.Revoke(ctxFor(t, 5*time.Second), lease.id); err != nil {
+			t.Fatalf("revoke: %v", err)
+		}
+		_, err := lease.Renew(ctxFor(t, 2*time.Second))
+		if !errors.Is(err, locker.ErrLost) {
+			t.Fatalf("Renew of a revoked lease = %v, want ErrLost", err)
+		}
+		if !isClosed(lease.Lost()) {
+			t.Error("Renew saw the lease gone but Lost stays open")
+		}
+	})
+
+	// Renew returns the TTL etcd granted, and measures one round trip.
+	t.Run("RenewGrantedTTL", func(t *testing.T) {
+		lease := mustAcquire(t, newLocker(t, eps, keyFor(t), func(c *Config) { c.TTL = 3 * time.Second }))
+		const rounds = 20
+		start := time.Now()
+		for i := 0; i < rounds; i++ {
+			granted, err := lease.Renew(ctxFor(t, time.Second))
+			if err != nil {
+				t.Fatalf("Renew: %v", err)
+			}
+			if granted != 3*time.Second {
+				t.Fatalf("Renew granted %v, want 3s", granted)
+			}
+		}
+		t.Logf("renew round trip: %v on average", time.Since(start)/rounds)
+		if isClosed(lease.Lost()) {
+			t.Errorf("Lost closed: %s", lease.LostReason())
+		}
+	})
+
+	// etcd raises a TTL below its minimum (1s on these test clusters,
+	// testcluster.EtcdMinLeaseTTL; 2s with etcd's default timing). We ask in
+	// whole seconds, rounding up, so a sub-second TTL asks for 1s; a request
+	// of 0s (only reachable from inside the package) shows the server's
+	// raise and the one-time warning.
+	t.Run("MinimumTTL", func(t *testing.T) {
+		short := mustAcquire(t, newLocker(t, eps, keyFor(t)+"-short", func(c *Config) { c.TTL = 300 * time.Millisecond }))
+		granted, err := short.Renew(ctxFor(t, time.Second))
+		if err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		t.Logf("TTL 300ms: granted %v", granted)
+		if granted < testcluster.EtcdMinLeaseTTL {
+			t.Errorf("TTL 300ms granted %v, below etcd's minimum %v", granted, testcluster.EtcdMinLeaseTTL)
+		}
+
+		var logs syncBuffer
+		l := newLocker(t, eps, keyFor(t)+"-zero", func(c *Config) {
+			c.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+		})
+		l.ttl = 0
+		for i := 0; i < 2; i++ {
+			lease, err := l.Acquire(ctxFor(t, 5*time.Second))
+			if err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			granted, err := lease.Renew(ctxFor(t, time.Second))
+			release(lease)
+			if err != nil {
+				t.Fatalf("Renew: %v", err)
+			}
+			t.Logf("TTL 0s: granted %v (etcd's minimum)", granted)
+			if granted != testcluster.EtcdMinLeaseTTL {
+				t.Errorf("TTL 0s granted %v, want etcd's minimum %v", granted, testcluster.EtcdMinLeaseTTL)
+			}
+		}
+		if n := strings.Count(logs.String(), "longer than asked"); n != 1 {
+			t.Errorf("%d warnings about the raised TTL in two campaigns, want 1:\n%s", n, logs.String())
+		}
+	})
+
+	// Leader names the holder, its epoch and the lease time left; with no
+	// holder it says ErrNoLeader.
+	t.Run("Leader", func(t *testing.T) {
+		l := newLocker(t, eps, keyFor(t))
+		if h, err := l.Leader(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
+			t.Fatalf("Leader with no holder = %+v, %v; want ErrNoLeader", h, err)
+		}
+		lease := mustAcquire(t, l)
+		other := newLocker(t, eps, keyFor(t))
+		h, err := other.Leader(ctxFor(t, 5*time.Second))
+		if err != nil {
+			t.Fatalf("Leader: %v", err)
+		}
+		if h.ID != l.opts.ID || h.Epoch != lease.Epoch() || h.LeaseRemaining <= 0 || h.Hostname == "" || h.Version != "test" {
+			t.Errorf("Leader = %+v; want ID %q, epoch %d, lease remaining > 0", h, l.opts.ID, lease.Epoch())
+		}
+		resp, err := cli.Get(ctxFor(t, 5*time.Second), lease.(*etcdLease).key)
+		if err != nil || len(resp.Kvs) != 1 || uint64(resp.Kvs[0].CreateRevision) != lease.Epoch() {
+			t.Errorf("epoch %d is not our key's CreateRevision (%v, %v)", lease.Epoch(), resp, err)
+		}
+		if err := lease.Release(ctxFor(t, 2*time.Second)); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if h, err := other.Leader(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
+			t.Fatalf("Leader after release = %+v, %v; want ErrNoLeader", h, err)
+		}
+	})
+
+	// Another process releases our lease from its handle; releasing it again
+	// is fine, and a handle for another key is refused.
+	t.Run("ReleaseHandle", func(t *testing.T) {
+		lease := mustAcquire(t, newLocker(t, eps, keyFor(t)))
+		guard := newLocker(t, eps, keyFor(t))
+		if err := guard.ReleaseHandle(ctxFor(t, 5*time.Second), lease.Handle()); err != nil {
+			t.Fatalf("ReleaseHandle: %v", err)
+		}
+		select {
+		case <-lease.Lost():
+		case <-time.After(2 * time.Second):
+			t.Fatal("Lost still open 2s after ReleaseHandle")
+		}
+		if err := guard.ReleaseHandle(ctxFor(t, 5*time.Second), lease.Handle()); err != nil {
+			t.Errorf("ReleaseHandle of a gone lease: %v", err)
+		}
+		stranger := newLocker(t, eps, keyFor(t)+"-other")
+		if err := stranger.ReleaseHandle(ctxFor(t, 5*time.Second), lease.Handle()); !errors.Is(err, locker.ErrRefused) {
+			t.Errorf("ReleaseHandle of another key's handle = %v, want ErrRefused", err)
+		}
+		if _, err := lease.Renew(ctxFor(t, time.Second)); !errors.Is(err, locker.ErrLost) {
+			t.Errorf("Renew after ReleaseHandle = %v, want ErrLost", err)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// etcdLease names the implementation where a local variable is called lease.
+type etcdLease = lease
