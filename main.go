@@ -19,9 +19,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/locker"
-	"github.com/leaderrun/leaderrun/locker/consul"
-	"github.com/leaderrun/leaderrun/locker/etcd"
-	"github.com/leaderrun/leaderrun/locker/local"
 	"github.com/leaderrun/leaderrun/signals"
 	"github.com/leaderrun/leaderrun/supervise"
 )
@@ -267,43 +264,6 @@ func supervisorConfig(c *cli.Context, ttl time.Duration) (supervise.Config, erro
 		RestartDelay:   c.Duration("restart-delay"),
 		OnLost:         supervise.LostPolicy(c.String("on-lost")),
 	}, nil
-}
-
-// newLocker builds the chosen backend.
-func newLocker(c *cli.Context, opts locker.Options, log hclog.Logger) (locker.Locker, error) {
-	switch b := c.String("backend"); b {
-	case "local":
-		return local.New(local.Config{Options: opts, Dir: c.String("lock-dir")})
-	case "etcd":
-		return etcd.New(etcd.Config{
-			Options:     opts,
-			Endpoints:   splitList(c.String("etcd-endpoints")),
-			Username:    c.String("etcd-user"),
-			Password:    c.String("etcd-password"),
-			CACert:      c.String("etcd-cacert"),
-			Cert:        c.String("etcd-cert"),
-			Key:         c.String("etcd-key"),
-			DialTimeout: c.Duration("etcd-dial-timeout"),
-			Logger:      log.Named("etcd"),
-		})
-	case "consul":
-		return consul.New(consul.Config{
-			Options:       opts,
-			Address:       c.String("consul-addr"),
-			Token:         c.String("consul-token"),
-			TokenFile:     c.String("consul-token-file"),
-			CACert:        c.String("consul-ca-file"),
-			ClientCert:    c.String("consul-client-cert"),
-			ClientKey:     c.String("consul-client-key"),
-			TLSServerName: c.String("consul-tls-server-name"),
-			Datacenter:    c.String("consul-datacenter"),
-			LockDelay:     c.Duration("consul-lock-delay"),
-			SessionChecks: c.StringSlice("consul-session-checks"),
-			Logger:        log.Named("consul"),
-		})
-	default:
-		return nil, fmt.Errorf("--backend must be consul, etcd or local, got %q", b)
-	}
 }
 
 // childEnv is leaderrun's environment without the systemd notification

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/consul"
+	"github.com/leaderrun/leaderrun/locker/etcd"
+	"github.com/leaderrun/leaderrun/locker/local"
+)
+
+// backendSpec is the chosen backend and its settings, as given by flags and
+// environment. It is what the dead-man guard receives (as JSON, over its
+// private pipe) to build the same backend and release a lease.
+type backendSpec struct {
+	Backend string         `json:"backend"`
+	Options locker.Options `json:"options"`
+	LockDir string         `json:"lock_dir,omitempty"`
+
+	ConsulAddr          string        `json:"consul_addr,omitempty"`
+	ConsulToken         string        `json:"consul_token,omitempty"`
+	ConsulTokenFile     string        `json:"consul_token_file,omitempty"`
+	ConsulCACert        string        `json:"consul_ca_file,omitempty"`
+	ConsulClientCert    string        `json:"consul_client_cert,omitempty"`
+	ConsulClientKey     string        `json:"consul_client_key,omitempty"`
+	ConsulTLSServerName string        `json:"consul_tls_server_name,omitempty"`
+	ConsulDatacenter    string        `json:"consul_datacenter,omitempty"`
+	ConsulLockDelay     time.Duration `json:"consul_lock_delay,omitempty"`
+	ConsulChecks        []string      `json:"consul_session_checks,omitempty"`
+
+	EtcdEndpoints   []string      `json:"etcd_endpoints,omitempty"`
+	EtcdUser        string        `json:"etcd_user,omitempty"`
+	EtcdPassword    string        `json:"etcd_password,omitempty"`
+	EtcdCACert      string        `json:"etcd_cacert,omitempty"`
+	EtcdCert        string        `json:"etcd_cert,omitempty"`
+	EtcdKey         string        `json:"etcd_key,omitempty"`
+	EtcdDialTimeout time.Duration `json:"etcd_dial_timeout,omitempty"`
+}
+
+// specFromCLI reads the backend flags.
+func specFromCLI(c *cli.Context, opts locker.Options) backendSpec {
+	return backendSpec{
+		Backend: c.String("backend"),
+		Options: opts,
+		LockDir: c.String("lock-dir"),
+
+		ConsulAddr:          c.String("consul-addr"),
+		ConsulToken:         c.String("consul-token"),
+		ConsulTokenFile:     c.String("consul-token-file"),
+		ConsulCACert:        c.String("consul-ca-file"),
+		ConsulClientCert:    c.String("consul-client-cert"),
+		ConsulClientKey:     c.String("consul-client-key"),
+		ConsulTLSServerName: c.String("consul-tls-server-name"),
+		ConsulDatacenter:    c.String("consul-datacenter"),
+		ConsulLockDelay:     c.Duration("consul-lock-delay"),
+		ConsulChecks:        c.StringSlice("consul-session-checks"),
+
+		EtcdEndpoints:   splitList(c.String("etcd-endpoints")),
+		EtcdUser:        c.String("etcd-user"),
+		EtcdPassword:    c.String("etcd-password"),
+		EtcdCACert:      c.String("etcd-cacert"),
+		EtcdCert:        c.String("etcd-cert"),
+		EtcdKey:         c.String("etcd-key"),
+		EtcdDialTimeout: c.Duration("etcd-dial-timeout"),
+	}
+}
+
+// newLocker builds the backend chosen by the flags.
+func newLocker(c *cli.Context, opts locker.Options, log hclog.Logger) (locker.Locker, error) {
+	return specFromCLI(c, opts).newLocker(log)
+}
+
+// newLocker builds the backend the spec names.
+func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
+	switch s.Backend {
+	case "local":
+		return local.New(local.Config{Options: s.Options, Dir: s.LockDir})
+	case "etcd":
+		return etcd.New(etcd.Config{
+			Options:     s.Options,
+			Endpoints:   s.EtcdEndpoints,
+			Username:    s.EtcdUser,
+			Password:    s.EtcdPassword,
+			CACert:      s.EtcdCACert,
+			Cert:        s.EtcdCert,
+			Key:         s.EtcdKey,
+			DialTimeout: s.EtcdDialTimeout,
+			Logger:      log.Named("etcd"),
+		})
+	case "consul":
+		return consul.New(consul.Config{
+			Options:       s.Options,
+			Address:       s.ConsulAddr,
+			Token:         s.ConsulToken,
+			TokenFile:     s.ConsulTokenFile,
+			CACert:        s.ConsulCACert,
+			ClientCert:    s.ConsulClientCert,
+			ClientKey:     s.ConsulClientKey,
+			TLSServerName: s.ConsulTLSServerName,
+			Datacenter:    s.ConsulDatacenter,
+			LockDelay:     s.ConsulLockDelay,
+			SessionChecks: s.ConsulChecks,
+			Logger:        log.Named("consul"),
+		})
+	default:
+		return nil, fmt.Errorf("--backend must be consul, etcd or local, got %q", s.Backend)
+	}
+}
+
+// encode is the spec as the guard's hello payload.
+func (s backendSpec) encode() []byte {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("encode backend spec: %v", err)) // plain data cannot fail
+	}
+	return b
+}
