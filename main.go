@@ -59,6 +59,7 @@ func newApp() *cli.App {
 		Flags:     append(runFlags(), backendFlags()...),
 		Action:    runAction,
 		Commands: []*cli.Command{
+			guardCommand(),
 			{
 				Name:   "version",
 				Usage:  "print the version",
@@ -171,6 +172,10 @@ func runAction(c *cli.Context) error {
 
 	cfg.Locker = lk
 	cfg.Logger = log
+	cfg.Guard = guardConfig(c, specFromCLI(c, opts))
+	if path := os.Getenv("LEADERRUN_TEST_FREEZE_FILE"); path != "" {
+		cfg.Freeze = freezeWhileExists(path)
+	}
 	cfg.Command = supervise.Command{Path: path, Args: c.Args().Slice(), Env: childEnv(c, opts)}
 	forward := make(chan os.Signal, 8)
 	signal.Notify(forward, signals.Forwarded...)
@@ -203,6 +208,24 @@ func stopOnSignal() (context.Context, func()) {
 		}
 	}()
 	return ctx, func() { signal.Stop(ch); close(done); cancel(nil) }
+}
+
+// freezeWhileExists is a test hook: the supervisor's event loop hangs while
+// the file exists, as if deadlocked, so tests can show the guard acting.
+func freezeWhileExists(path string) func() {
+	return func() {
+		for {
+			if _, err := os.Stat(path); err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// newQuietLogger logs only errors, for one-shot helpers.
+func newQuietLogger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: hclog.Error, Output: os.Stderr})
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {

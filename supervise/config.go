@@ -71,6 +71,8 @@ type Config struct {
 	Logger hclog.Logger
 	// Clock is the time source; nil means RealClock.
 	Clock Clock
+	// Guard, when set, starts a dead-man guard with each leadership term.
+	Guard *GuardConfig
 	// Freeze, when set, is called at every turn of the leader's event loop.
 	// Tests use it to simulate a supervisor that hangs.
 	Freeze func()
@@ -96,6 +98,11 @@ type Events struct {
 	Stopping func(reason string, lost bool)
 	// Released: leadership is given back (or lost) and the group is gone.
 	Released func()
+	// Tick: the leader's event loop took another turn. While leading or
+	// stopping it turns at least every 10ms (the process-group poll), so an
+	// observer that sees no Tick for much longer knows the loop is stuck;
+	// /healthz and the systemd watchdog use it. Not called while campaigning.
+	Tick func()
 }
 
 // Validate checks the whole configuration: the options, a backend and a

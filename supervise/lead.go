@@ -37,6 +37,8 @@ type leadership struct {
 	code      int
 	childCode bool  // the exit code is the child's, once it exits
 	killAt    Timer // armed while stopping, until SIGKILL is sent
+
+	guard *guardProc // nil without a guard
 }
 
 // lead runs the child while the lease lasts and returns the exit code and
@@ -76,6 +78,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 
 	ctxDone := ctx.Done()
 	for {
+		call(s.cfg.Events.Tick)
 		if s.cfg.Freeze != nil {
 			s.cfg.Freeze()
 		}
@@ -89,6 +92,11 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			stopRenewing()
 			<-renewDone
 			s.release(lease)
+			if l.guard != nil {
+				// After the release: a leaderrun dying in between still has its
+				// lease released by the guard.
+				l.guard.stop()
+			}
 			if f := s.cfg.Events.Released; f != nil {
 				f()
 			}
@@ -186,6 +194,9 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 	l.timeline.Deadline = deadline
 	(*termAt).Stop()
 	*termAt = s.at(l.timeline.TermAt())
+	if l.guard != nil {
+		l.guard.extend(l.timeline.KillAt(), s.clock.Now())
+	}
 	s.log.Debug("renewed", "deadline_in", deadline.Sub(s.clock.Now()).Round(time.Millisecond))
 	if f := s.cfg.Events.Renewed; f != nil {
 		f(deadline)
@@ -239,11 +250,15 @@ func (s *Supervisor) restart(l *leadership) {
 func (s *Supervisor) startChild(l *leadership) error {
 	cmd := s.cfg.Command
 	cmd.Env = s.childEnv(l.lease.Epoch())
+	s.ensureGuard(l)
 	c, err := StartChild(cmd)
 	if err != nil {
 		return err
 	}
 	l.child, l.group = c, c
+	if l.guard != nil {
+		l.guard.watch(c.Pid(), l.timeline.KillAt(), s.clock.Now())
+	}
 	s.log.Info("child started", "pid", c.Pid(), "epoch", l.lease.Epoch())
 	if f := s.cfg.Events.ChildStarted; f != nil {
 		f(c.Pid())
@@ -316,4 +331,19 @@ func childDone(c *Child) <-chan struct{} {
 		return nil
 	}
 	return c.Done()
+}
+
+// ensureGuard starts the term's guard before its first child, so no child
+// runs unguarded. Without a guard the supervisor's own timeline and
+// PDEATHSIG still stand, so a failed start is logged, not fatal.
+func (s *Supervisor) ensureGuard(l *leadership) {
+	if s.cfg.Guard == nil || l.guard != nil {
+		return
+	}
+	g, err := startGuard(s.cfg.Guard, l.lease.Handle(), s.log.Named("guard"))
+	if err != nil {
+		s.log.Error("cannot start the dead-man guard; running without it", "error", err)
+		return
+	}
+	l.guard = g
 }

@@ -38,8 +38,38 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if left := leftoverGuards(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: dead-man guards outlived their tests: pids %v\n", left)
+		code = 1
+	}
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// leftoverGuards lists guard processes of this test binary's leaderrun that
+// are still alive, once every test has finished.
+func leftoverGuards() []int {
+	var left []int
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		left = left[:0]
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			exe, _ := os.Readlink("/proc/" + e.Name() + "/exe")
+			cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if strings.TrimSuffix(exe, " (deleted)") == binary && strings.Contains(string(cmd), "__guard") && alive(pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Proc is one running leaderrun.

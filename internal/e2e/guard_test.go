@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// guardsOf lists the dead-man guards whose parent is pid.
+func guardsOf(pid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(cmd), "__guard") {
+			continue
+		}
+		if ppid(p) == pid && alive(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func ppid(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return -1
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// guardOf waits for leaderrun's guard to exist and returns its pid.
+func guardOf(t *testing.T, p *Proc) int {
+	t.Helper()
+	var g []int
+	waitFor(t, 5*time.Second, "the dead-man guard to start", func() bool {
+		g = guardsOf(p.Pid())
+		return len(g) == 1
+	})
+	return g[0]
+}
+
+// The timeline of these tests: ttl 4s, margin 500ms, so the kill point is
+// the last renewal's send time + 3.5s.
+
+func TestGuardKillsGroupOfStoppedLeaderrun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := start(t, "leader", nil, withCommand(localArgs(dir, "k"), grandchildScript(dir))...)
+	child, gc := readPID(t, dir+"/child.pid"), readPID(t, dir+"/gc.pid")
+	g := guardOf(t, p)
+	p.Signal(syscall.SIGSTOP)
+	stopped := time.Now()
+	waitFor(t, 10*time.Second, "the guard to kill the group of a stopped leaderrun", func() bool {
+		return !alive(child) && !alive(gc)
+	})
+	took := time.Since(stopped)
+	// Killed by the guard on the kill point (at most ttl - margin after the
+	// freeze), while leaderrun was still stopped.
+	if took > 3500*time.Millisecond+500*time.Millisecond {
+		t.Errorf("group died %v after the freeze; kill point is at most 3.5s after the last renewal", took)
+	}
+	if took < 2500*time.Millisecond {
+		t.Errorf("group died %v after the freeze, before the kill point could have passed", took)
+	}
+	p.Signal(syscall.SIGCONT)
+	if code := p.Wait(10 * time.Second); code != 123 {
+		t.Fatalf("exit %d after resuming past the deadline, want 123\n%s", code, p.Output())
+	}
+	if strings.Count(p.Output(), "child started") != 1 {
+		t.Fatalf("child started again after the deadline:\n%s", p.Output())
+	}
+	waitFor(t, 3*time.Second, "the guard to exit", func() bool { return !alive(g) })
+}
+
+func TestGuardKillsGroupWhenLeaderrunIsKilled(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := start(t, "leader", nil, withCommand(localArgs(dir, "k"), grandchildScript(dir))...)
+	child, gc := readPID(t, dir+"/child.pid"), readPID(t, dir+"/gc.pid")
+	g := guardOf(t, p)
+	p.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	waitFor(t, 5*time.Second, "the whole group to die after kill -9 of leaderrun", func() bool {
+		return !alive(child) && !alive(gc)
+	})
+	if took := time.Since(killed); took > time.Second {
+		t.Errorf("group died %v after kill -9, want within 1s", took)
+	}
+	waitFor(t, 5*time.Second, "the guard to exit", func() bool { return !alive(g) })
+}
+
+func TestGuardKillsGroupOfDeadlockedLeaderrun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	freeze := filepath.Join(dir, "freeze")
+	env := []string{"LEADERRUN_TEST_FREEZE_FILE=" + freeze}
+	// The child ignores SIGTERM: only a SIGKILL ends it.
+	p := start(t, "leader", env, withCommand(localArgs(dir, "k"), "trap '' TERM; "+grandchildScript(dir))...)
+	child, gc := readPID(t, dir+"/child.pid"), readPID(t, dir+"/gc.pid")
+	guardOf(t, p)
+	if err := os.WriteFile(freeze, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	waitFor(t, 10*time.Second, "the guard to kill the group of a deadlocked leaderrun", func() bool {
+		return !alive(child) && !alive(gc)
+	})
+	if took := time.Since(frozen); took > 4*time.Second {
+		t.Errorf("group died %v after the deadlock, want by the kill point (<= 3.5s)", took)
+	}
+	if err := os.Remove(freeze); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.Wait(10 * time.Second); code != 123 {
+		t.Fatalf("exit %d, want 123\n%s", code, p.Output())
+	}
+}
+
+func TestNoGuardOutlivesItsLeadership(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// Each run ends a different way; afterwards no guard may remain.
+	runs := []struct {
+		name string
+		args []string
+		end  func(p *Proc)
+	}{
+		{"child exits", withCommand(localArgs(dir, "a"), "sleep 0.2"), func(p *Proc) {}},
+		{"graceful stop", withCommand(localArgs(dir, "b"), "exec sleep 1000"), func(p *Proc) { p.Signal(syscall.SIGTERM) }},
+		{"restart always", withCommand(localArgs(dir, "c", "--restart", "always", "--restart-delay", "50ms"), "sleep 0.05"), func(p *Proc) {
+			time.Sleep(500 * time.Millisecond)
+			p.Signal(syscall.SIGINT)
+		}},
+	}
+	for _, r := range runs {
+		p := start(t, r.name, nil, r.args...)
+		g := guardOf(t, p)
+		r.end(p)
+		p.Wait(15 * time.Second)
+		if alive(g) {
+			t.Errorf("%s: guard %d outlived leaderrun", r.name, g)
+		}
+	}
+}
