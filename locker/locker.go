@@ -53,10 +53,12 @@ type Locker interface {
 	// It returns ErrNoLeader (wrapped) when nobody holds the key.
 	Leader(ctx context.Context) (Holder, error)
 
-	// Release gives up a lease that another process acquired, identified by
-	// the string its Lease.Handle returned. The dead-man guard uses it to
-	// hand leadership over quickly after leaderrun itself died. Releasing a
-	// lease that is already gone is not an error.
+	// ReleaseHandle gives up a lease that another process acquired,
+	// identified by the string its Lease.Handle returned, as Lease.Release
+	// would. The dead-man guard calls it after leaderrun itself died, and
+	// only once it has seen the child's whole process group gone (DESIGN
+	// §1.4), so the standby can take over at once instead of after the TTL.
+	// Releasing a lease that is already gone is not an error.
 	ReleaseHandle(ctx context.Context, handle string) error
 
 	// Close frees the backend client. It does not release a held lease.
