@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/leaderrun/leaderrun/internal/ops"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
 	"github.com/leaderrun/leaderrun/supervise"
@@ -60,6 +61,9 @@ func newApp() *cli.App {
 		Action:    runAction,
 		Commands: []*cli.Command{
 			guardCommand(),
+			statusCommand(),
+			checkCommand(),
+			genCommand(),
 			{
 				Name:   "version",
 				Usage:  "print the version",
@@ -99,6 +103,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "on-lost", EnvVars: []string{"LEADERRUN_ON_LOST"}, Value: "exit", Usage: "after losing leadership: exit (123) or rejoin the campaign"},
 		&cli.StringFlag{Name: "log-level", EnvVars: []string{"LEADERRUN_LOG_LEVEL"}, Value: "info", Usage: "trace, debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", EnvVars: []string{"LEADERRUN_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
+		&cli.StringFlag{Name: "http-addr", EnvVars: []string{"LEADERRUN_HTTP_ADDR"}, Usage: "serve /healthz, /status and /metrics on this host:port (default off)"},
 	}
 }
 
@@ -180,6 +185,16 @@ func runAction(c *cli.Context) error {
 	forward := make(chan os.Signal, 8)
 	signal.Notify(forward, signals.Forwarded...)
 	cfg.Forward = forward
+
+	obs, err := ops.Start(ops.Config{
+		Key: opts.Key, ID: opts.ID, HTTPAddr: c.String("http-addr"), RenewInterval: cfg.RenewInterval,
+		Rejoin: cfg.OnLost == supervise.LostRejoin, Backend: lk, Logger: log,
+	})
+	if err != nil {
+		return usage(err)
+	}
+	defer obs.Close()
+	cfg.Events = ops.Chain(cfg.Events, obs.Events())
 
 	sup, err := supervise.New(cfg)
 	if err != nil {

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/internal/ops"
+)
+
+// checkCommand is `leaderrun check`: does this epoch still lead the key?
+// Inside leaderrun's child it needs no flags at all (DESIGN §3).
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "check",
+		Usage:     "exit 0 if epoch N still leads the key, 1 if not, 125 on error",
+		UsageText: "leaderrun check [--key KEY] [--epoch N] [backend options]",
+		Description: "Reads the current holder of KEY with a linearizable read (one round trip) and " +
+			"exits 0 if its epoch is N, 1 if not (stderr names the current holder and epoch, " +
+			"or says \"no leader\"), 125 if the backend cannot be read. Run from leaderrun's " +
+			"child it takes KEY, N and the backend settings from LEADER_KEY, LEADER_EPOCH, " +
+			"LEADERRUN_BACKEND, LEADERRUN_PREFIX and the backend's address variables: " +
+			"`leaderrun check || exit 1` before each critical step.",
+		Flags: append(queryBackendFlags(),
+			&cli.Uint64Flag{Name: "epoch", EnvVars: []string{"LEADER_EPOCH"}, Usage: "the epoch that should lead (default $LEADER_EPOCH)"}),
+		Before:       divertDoubleDash,
+		OnUsageError: divertUsageError,
+		Action:       checkAction,
+	}
+}
+
+func checkAction(c *cli.Context) error {
+	if !c.IsSet("epoch") {
+		return usage(errors.New("--epoch is required (leaderrun sets LEADER_EPOCH in its child)"))
+	}
+	epoch := c.Uint64("epoch")
+	lk, opts, err := queryLocker(c)
+	if err != nil {
+		return usage(err)
+	}
+	defer lk.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
+	defer cancel()
+	h, err := lk.Leader(ctx)
+	err = ops.CheckEpoch(opts.Key, epoch, h, err)
+	switch {
+	case errors.Is(err, ops.ErrNotLeader):
+		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
+		return exitCode(1)
+	case err != nil:
+		return usage(fmt.Errorf("check key %q: %w", opts.Key, err))
+	}
+	return nil
+}

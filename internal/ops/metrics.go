@@ -1,0 +1,74 @@
+package ops
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are leaderrun's Prometheus series, on a registry of their own
+// (plus the Go runtime and process collectors), never the global one.
+type metrics struct {
+	reg *prometheus.Registry
+
+	renewals   *prometheus.CounterVec
+	acquired   prometheus.Counter
+	lost       prometheus.Counter
+	starts     prometheus.Counter
+	childExits *prometheus.CounterVec
+}
+
+// newMetrics registers every series. The gauges read the observer's state
+// at scrape time through the given functions.
+func newMetrics(isLeader, epoch, leaseRemaining func() float64) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaderrun_renewals_total",
+			Help: "Lease renewal attempts while leader, by result (ok or error).",
+		}, []string{"result"}),
+		acquired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaderrun_leadership_acquired_total",
+			Help: "Times leadership was won.",
+		}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaderrun_leadership_lost_total",
+			Help: "Times leadership was lost (backend report or local deadline) and the child stopped for it.",
+		}),
+		starts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaderrun_child_starts_total",
+			Help: "Times the child was started.",
+		}),
+		childExits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaderrun_child_exits_total",
+			Help: "Child exits by exit code (128+N when ended by signal N).",
+		}, []string{"code"}),
+	}
+	// Both results exist from the start, so rate() works before the first
+	// failure.
+	m.renewals.WithLabelValues("ok")
+	m.renewals.WithLabelValues("error")
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaderrun_is_leader",
+			Help: "1 from winning leadership until the stop sequence begins, else 0.",
+		}, isLeader),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaderrun_epoch",
+			Help: "Fencing epoch of the leadership held (until released), else 0.",
+		}, epoch),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaderrun_lease_remaining_seconds",
+			Help: "Time left until the local lease deadline while holding leadership (negative once past it), else 0.",
+		}, leaseRemaining),
+		m.renewals, m.acquired, m.lost, m.starts, m.childExits,
+	)
+	return m
+}
+
+func (m *metrics) childExited(code int) {
+	m.childExits.WithLabelValues(strconv.Itoa(code)).Inc()
+}

@@ -1,0 +1,306 @@
+// Package ops is leaderrun's operator surface: an Observer that follows the
+// supervisor through its Events and serves /healthz, /status and /metrics
+// and speaks to systemd (READY, STATUS, STOPPING, WATCHDOG), plus the
+// holder reports of `leaderrun status` and `leaderrun check` (DESIGN §5).
+//
+// The Observer only watches. It never decides anything about leadership:
+// the deadline it reports is the supervisor's own, taken from the events.
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/local"
+	"github.com/leaderrun/leaderrun/supervise"
+)
+
+// Config configures an Observer.
+type Config struct {
+	// Key and ID name this leaderrun in /status and STATUS=.
+	Key, ID string
+	// HTTPAddr is where /healthz, /status and /metrics are served
+	// (host:port; port 0 picks one, logged at start). Empty serves nothing.
+	HTTPAddr string
+	// RenewInterval is the supervisor's renewal interval. An event loop
+	// silent for max(1s, RenewInterval) while leading counts as stuck: by
+	// then it has missed a renewal.
+	RenewInterval time.Duration
+	// Rejoin is true with --on-lost rejoin: a lost leadership then does not
+	// end the process, so it is no reason to tell systemd STOPPING=1.
+	Rejoin bool
+	// Backend is read once (Leader) so that READY=1 means "the backend
+	// answered" even on a standby, whose campaign may wait for hours. With
+	// nil or the local backend, whose Leader takes the flock for a moment,
+	// the first campaign counts as ready instead.
+	Backend locker.Locker
+	// Logger receives the observer's own lines; nil discards.
+	Logger hclog.Logger
+}
+
+// Observer follows one supervisor. Create it with Start, pass Events() to
+// supervise.Config.Events (compose with Chain), and Close it at exit.
+type Observer struct {
+	cfg        Config
+	log        hclog.Logger
+	stallAfter time.Duration
+	now        func() time.Time // injectable for tests
+
+	mu sync.Mutex
+	st state
+
+	// lastTick is when the event loop last turned, as nanoseconds since
+	// base on the monotonic clock; atomic because it moves every 10ms.
+	base     time.Time
+	lastTick atomic.Int64
+
+	metrics *metrics
+	notify  notifier
+	kick    chan struct{} // wakes the systemd notifier; buffer 1
+
+	srv    *http.Server
+	ln     net.Listener
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed sync.Once
+}
+
+// Start binds cfg.HTTPAddr (a bind failure is returned and nothing keeps
+// running) and starts the goroutines that serve it and speak to systemd.
+func Start(cfg Config) (*Observer, error) {
+	return start(cfg, systemdNotifier())
+}
+
+func start(cfg Config, n notifier) (*Observer, error) {
+	o := &Observer{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		stallAfter: max(time.Second, cfg.RenewInterval),
+		now:        time.Now,
+		st:         state{role: RoleCampaigning},
+		base:       time.Now(),
+		notify:     n,
+		kick:       make(chan struct{}, 1),
+	}
+	if o.log == nil {
+		o.log = hclog.NewNullLogger()
+	}
+	o.metrics = newMetrics(o.gauge(func(st *state, _ time.Time) float64 {
+		if st.role == RoleLeader {
+			return 1
+		}
+		return 0
+	}), o.gauge(func(st *state, _ time.Time) float64 {
+		return float64(st.epoch)
+	}), o.gauge(func(st *state, now time.Time) float64 {
+		return st.leaseRemaining(now).Seconds()
+	}))
+
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
+		}
+		o.ln = ln
+		o.srv = &http.Server{
+			Handler:           o.Handler(),
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      10 * time.Second,
+			IdleTimeout:       60 * time.Second,
+			ErrorLog:          o.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		}
+		o.log.Info("serving /healthz, /status and /metrics", "addr", ln.Addr().String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	o.cancel = cancel
+	if o.srv != nil {
+		o.wg.Add(1)
+		go func() {
+			defer o.wg.Done()
+			if err := o.srv.Serve(o.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				o.log.Error("operator endpoints stopped", "error", err)
+			}
+		}()
+	}
+	if o.notify.enabled() {
+		o.wg.Add(1)
+		go func() {
+			defer o.wg.Done()
+			o.notifyLoop(ctx)
+		}()
+		if _, isLocal := cfg.Backend.(*local.Locker); cfg.Backend != nil && !isLocal {
+			o.wg.Add(1)
+			go func() {
+				defer o.wg.Done()
+				o.probe(ctx)
+			}()
+		}
+	}
+	return o, nil
+}
+
+// Addr is the address the endpoints listen on, or nil without HTTPAddr.
+func (o *Observer) Addr() net.Addr {
+	if o.ln == nil {
+		return nil
+	}
+	return o.ln.Addr()
+}
+
+// Close stops serving (letting requests in flight finish for up to 2s),
+// tells systemd STOPPING=1 if it was not told yet, and waits for every
+// goroutine Start began.
+func (o *Observer) Close() {
+	o.closed.Do(func() {
+		if o.srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := o.srv.Shutdown(ctx); err != nil {
+				_ = o.srv.Close()
+			}
+			cancel()
+		}
+		o.cancel()
+		o.wg.Wait()
+	})
+}
+
+// Events are the callbacks that keep the observer's state; they only take
+// a mutex and never block on I/O.
+func (o *Observer) Events() supervise.Events {
+	return supervise.Events{
+		Campaigning: func() {
+			o.update(func(st *state) {
+				st.role = RoleCampaigning
+				if o.readyAtCampaign() {
+					st.ready = true
+				}
+			})
+		},
+		Acquired: func(epoch uint64, deadline time.Time) {
+			o.tick() // the loop starts now; do not judge it by an old tick
+			o.update(func(st *state) {
+				*st = state{role: RoleLeader, holding: true, epoch: epoch, deadline: deadline, ready: true}
+			})
+			o.metrics.acquired.Inc()
+		},
+		Renewed: func(deadline time.Time) {
+			o.update(func(st *state) { st.deadline = deadline })
+			o.metrics.renewals.WithLabelValues("ok").Inc()
+		},
+		RenewFailed: func(error) {
+			o.metrics.renewals.WithLabelValues("error").Inc()
+		},
+		ChildStarted: func(pid int) {
+			o.update(func(st *state) { st.childPID = pid })
+			o.metrics.starts.Inc()
+		},
+		ChildExited: func(code int) {
+			o.update(func(st *state) { st.childPID = 0 })
+			o.metrics.childExited(code)
+		},
+		Stopping: func(reason string, lost bool) {
+			o.update(func(st *state) { st.role, st.reason, st.lost = RoleStopping, reason, lost })
+			if lost {
+				o.metrics.lost.Inc()
+			}
+		},
+		Released: func() {
+			o.update(func(st *state) {
+				st.holding, st.epoch, st.deadline, st.childPID = false, 0, time.Time{}, 0
+			})
+		},
+		Tick: o.tick,
+	}
+}
+
+// readyAtCampaign: without a backend to probe, the first campaign is
+// "ready" (see Config.Backend).
+func (o *Observer) readyAtCampaign() bool {
+	if o.cfg.Backend == nil {
+		return true
+	}
+	_, isLocal := o.cfg.Backend.(*local.Locker)
+	return isLocal
+}
+
+// update changes the state under the mutex and wakes the notifier.
+func (o *Observer) update(f func(*state)) {
+	o.mu.Lock()
+	f(&o.st)
+	o.mu.Unlock()
+	select {
+	case o.kick <- struct{}{}:
+	default: // a wake-up is already pending; it will read the latest state
+	}
+}
+
+func (o *Observer) tick() {
+	o.lastTick.Store(int64(o.now().Sub(o.base)))
+}
+
+// snapshot copies the state and judges its health at one instant.
+func (o *Observer) snapshot() (state, Health, time.Time) {
+	now := o.now()
+	last := o.base.Add(time.Duration(o.lastTick.Load()))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.st, o.st.health(now, last, o.stallAfter), now
+}
+
+// Health is the verdict /healthz serves and the watchdog obeys.
+func (o *Observer) Health() Health {
+	_, h, _ := o.snapshot()
+	return h
+}
+
+// gauge adapts a read of the state to a Prometheus GaugeFunc.
+func (o *Observer) gauge(read func(*state, time.Time) float64) func() float64 {
+	return func() float64 {
+		st, _, now := o.snapshot()
+		return read(&st, now)
+	}
+}
+
+// probe reads the leader once, retrying with backoff, until the backend
+// answers; then leaderrun is ready for systemd.
+func (o *Observer) probe(ctx context.Context) {
+	wait := 500 * time.Millisecond
+	for {
+		o.mu.Lock()
+		ready := o.st.ready
+		o.mu.Unlock()
+		if ready {
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := o.cfg.Backend.Leader(pctx)
+		cancel()
+		if err == nil || errors.Is(err, locker.ErrNoLeader) {
+			o.update(func(st *state) { st.ready = true })
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		o.log.Debug("backend not answering yet; READY=1 waits", "error", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}

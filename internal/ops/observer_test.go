@@ -1,0 +1,418 @@
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/supervise"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestChainCallsBothSidesOfEveryEvent fails when supervise.Events grows a
+// callback that Chain forgets.
+func TestChainCallsBothSidesOfEveryEvent(t *testing.T) {
+	var a, b supervise.Events
+	calls := map[string][]string{}
+	record := func(ev reflect.Value, side string) {
+		for i := 0; i < ev.NumField(); i++ {
+			name, ft := ev.Type().Field(i).Name, ev.Field(i).Type()
+			ev.Field(i).Set(reflect.MakeFunc(ft, func([]reflect.Value) []reflect.Value {
+				calls[name] = append(calls[name], side)
+				return nil
+			}))
+		}
+	}
+	record(reflect.ValueOf(&a).Elem(), "a")
+	record(reflect.ValueOf(&b).Elem(), "b")
+
+	chained := reflect.ValueOf(Chain(a, b))
+	for i := 0; i < chained.NumField(); i++ {
+		f := chained.Field(i)
+		name := chained.Type().Field(i).Name
+		if f.IsNil() {
+			t.Errorf("Chain drops %s", name)
+			continue
+		}
+		args := make([]reflect.Value, f.Type().NumIn())
+		for j := range args {
+			args[j] = reflect.Zero(f.Type().In(j))
+		}
+		f.Call(args)
+		if got := strings.Join(calls[name], ","); got != "a,b" {
+			t.Errorf("%s called %q, want a then b", name, got)
+		}
+	}
+
+	// A side without the callback is skipped, not called.
+	var hits int
+	only := Chain(supervise.Events{}, supervise.Events{Released: func() { hits++ }})
+	only.Released()
+	if hits != 1 || only.Campaigning != nil {
+		t.Fatalf("one-sided chain: hits=%d, Campaigning nil=%v", hits, only.Campaigning == nil)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	now := time.Now()
+	stall := time.Second
+	cases := []struct {
+		name     string
+		st       state
+		lastTick time.Time
+		ok       bool
+		problem  string
+	}{
+		{"campaigning never judged by ticks", state{role: RoleCampaigning}, now.Add(-time.Hour), true, ""},
+		{"leader, lease ahead, loop turning", state{role: RoleLeader, holding: true, deadline: now.Add(5 * time.Second)}, now, true, ""},
+		{"leader past deadline", state{role: RoleLeader, holding: true, deadline: now.Add(-2 * time.Second)}, now, false, "lease past its deadline by 2s"},
+		{"leader at deadline", state{role: RoleLeader, holding: true, deadline: now}, now, false, "past its deadline"},
+		{"leader, loop stuck", state{role: RoleLeader, holding: true, deadline: now.Add(5 * time.Second)}, now.Add(-1500 * time.Millisecond), false, "event loop stuck for 1.5s"},
+		{"leader, loop silent but within allowance", state{role: RoleLeader, holding: true, deadline: now.Add(5 * time.Second)}, now.Add(-900 * time.Millisecond), true, ""},
+		{"stopping, last turn releasing", state{role: RoleStopping, holding: true, deadline: now.Add(-time.Second)}, now.Add(-4 * time.Second), true, ""},
+		{"stopping, loop stuck", state{role: RoleStopping, holding: true}, now.Add(-7 * time.Second), false, "stuck for 7s while stopping"},
+		{"stopped and released", state{role: RoleStopping}, now.Add(-time.Hour), true, ""},
+	}
+	for _, c := range cases {
+		h := c.st.health(now, c.lastTick, stall)
+		if h.OK != c.ok || !strings.Contains(h.String(), c.problem) {
+			t.Errorf("%s: health %v %q, want ok=%v containing %q", c.name, h.OK, h.String(), c.ok, c.problem)
+		}
+	}
+}
+
+var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+func get(t *testing.T, o *Observer, path string) (int, string) {
+	t.Helper()
+	resp, err := client.Get("http://" + o.Addr().String() + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// metric returns the value of one exposition line, e.g.
+// `leaderrun_renewals_total{result="ok"}`.
+func metric(t *testing.T, body, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no series %s in:\n%s", series, body)
+	return 0
+}
+
+func TestEndpointsFollowTheEvents(t *testing.T) {
+	o, err := start(Config{Key: "billing", ID: "me", HTTPAddr: "127.0.0.1:0", RenewInterval: 300 * time.Millisecond}, notifier{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ev := o.Events()
+
+	ev.Campaigning()
+	code, body := get(t, o, "/healthz")
+	if code != 200 || strings.TrimSpace(body) != "ok" {
+		t.Fatalf("campaigning /healthz: %d %q", code, body)
+	}
+	_, body = get(t, o, "/metrics")
+	if metric(t, body, "leaderrun_is_leader") != 0 || metric(t, body, "leaderrun_epoch") != 0 {
+		t.Fatalf("campaigning metrics:\n%s", body)
+	}
+	for _, s := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+		if !strings.Contains(body, "\n"+s+" ") {
+			t.Errorf("/metrics lacks the %s collector", s)
+		}
+	}
+
+	ev.Acquired(7, time.Now().Add(10*time.Second))
+	ev.ChildStarted(4242)
+	ev.Renewed(time.Now().Add(12 * time.Second))
+	ev.RenewFailed(errors.New("timeout"))
+	ev.Tick()
+	_, body = get(t, o, "/metrics")
+	for series, want := range map[string]float64{
+		"leaderrun_is_leader":                    1,
+		"leaderrun_epoch":                        7,
+		`leaderrun_renewals_total{result="ok"}`:    1,
+		`leaderrun_renewals_total{result="error"}`: 1,
+		"leaderrun_leadership_acquired_total":    1,
+		"leaderrun_child_starts_total":           1,
+		"leaderrun_leadership_lost_total":        0,
+	} {
+		if got := metric(t, body, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if left := metric(t, body, "leaderrun_lease_remaining_seconds"); left < 10 || left > 12 {
+		t.Errorf("lease remaining %v, want about 12s", left)
+	}
+	_, body = get(t, o, "/status")
+	var st RunStatus
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status: %v\n%s", err, body)
+	}
+	if st.Role != RoleLeader || st.Key != "billing" || st.ID != "me" || st.Epoch != 7 || st.ChildPID != 4242 || !st.Healthy ||
+		st.LeaseRemainingSeconds < 10 || st.LeaseRemainingSeconds > 12 {
+		t.Fatalf("/status while leading: %+v", st)
+	}
+
+	// The deadline passes without a renewal: unhealthy at once.
+	ev.Renewed(time.Now().Add(-time.Millisecond))
+	ev.Tick()
+	code, body = get(t, o, "/healthz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "past its deadline") {
+		t.Fatalf("past deadline /healthz: %d %q", code, body)
+	}
+
+	ev.Stopping("leadership lost: key deleted", true)
+	ev.ChildExited(137)
+	ev.Released()
+	ev.Campaigning()
+	_, body = get(t, o, "/metrics")
+	if metric(t, body, "leaderrun_is_leader") != 0 || metric(t, body, "leaderrun_leadership_lost_total") != 1 ||
+		metric(t, body, `leaderrun_child_exits_total{code="137"}`) != 1 || metric(t, body, "leaderrun_epoch") != 0 ||
+		metric(t, body, "leaderrun_lease_remaining_seconds") != 0 {
+		t.Fatalf("metrics after loss:\n%s", body)
+	}
+	if code, _ := get(t, o, "/healthz"); code != 200 {
+		t.Fatalf("campaigning again /healthz: %d", code)
+	}
+}
+
+func TestBindFailureNamesTheFlag(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = start(Config{Key: "k", HTTPAddr: ln.Addr().String()}, notifier{})
+	if err == nil || !strings.Contains(err.Error(), "--http-addr "+ln.Addr().String()) || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("bind on a used port: %v", err)
+	}
+}
+
+// notifySocket listens like systemd on a unixgram socket and points
+// NOTIFY_SOCKET (and WATCHDOG_USEC) at it for this test.
+func notifySocket(t *testing.T, watchdog time.Duration) <-chan string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NOTIFY_SOCKET", path)
+	if watchdog > 0 {
+		t.Setenv("WATCHDOG_USEC", strconv.FormatInt(watchdog.Microseconds(), 10))
+		t.Setenv("WATCHDOG_PID", "")
+	}
+	msgs := make(chan string, 1024)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	t.Cleanup(func() { conn.Close(); <-done })
+	return msgs
+}
+
+// expect waits for a message containing want, skipping others, and returns
+// it.
+func expect(t *testing.T, msgs <-chan string, want string, within time.Duration) string {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case m := <-msgs:
+			if strings.Contains(m, want) {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("no notification with %q within %v", want, within)
+			return ""
+		}
+	}
+}
+
+func TestSystemdNotifications(t *testing.T) {
+	msgs := notifySocket(t, 200*time.Millisecond) // pings every 100ms
+	o, err := start(Config{Key: "billing", RenewInterval: 100 * time.Millisecond}, systemdNotifier())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if o.notify.watchdog != 100*time.Millisecond {
+		t.Fatalf("watchdog ping interval %v, want half of WATCHDOG_USEC", o.notify.watchdog)
+	}
+	ev := o.Events()
+	ev.Campaigning()
+	if m := expect(t, msgs, "READY=1", 2*time.Second); !strings.Contains(m, "STATUS=campaigning for billing") {
+		t.Fatalf("first notification %q, want READY=1 with the status", m)
+	}
+
+	ev.Acquired(9, time.Now().Add(time.Hour))
+	ev.ChildStarted(77)
+	expect(t, msgs, "STATUS=leader of billing, epoch 9, child pid 77", 2*time.Second)
+
+	// Healthy: the loop turns every 10ms, pings flow.
+	var ticking atomic.Bool
+	ticking.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	tickerDone := make(chan struct{})
+	go func() {
+		defer close(tickerDone)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if ticking.Load() {
+					ev.Tick()
+				}
+			}
+		}
+	}()
+	defer func() { cancel(); <-tickerDone }()
+	for i := 0; i < 3; i++ {
+		expect(t, msgs, "WATCHDOG=1", time.Second)
+	}
+
+	// The loop stops turning: once it counts as stuck (1s), no more pings.
+	ticking.Store(false)
+	waitHealth(t, o, false, 3*time.Second)
+	// A ping decided just before the verdict flipped may still arrive.
+	drain(msgs, 150*time.Millisecond)
+	quiet := time.After(500 * time.Millisecond) // five ping intervals
+	for done := false; !done; {
+		select {
+		case m := <-msgs:
+			if strings.Contains(m, "WATCHDOG=1") {
+				t.Fatalf("watchdog ping while the loop is stuck (%s)", o.Health())
+			}
+		case <-quiet:
+			done = true
+		}
+	}
+
+	// It turns again: pings resume.
+	ticking.Store(true)
+	expect(t, msgs, "WATCHDOG=1", 2*time.Second)
+
+	// A loss with --on-lost exit is the start of a shutdown.
+	ev.Stopping("leadership lost", true)
+	expect(t, msgs, "STOPPING=1", 2*time.Second)
+}
+
+func TestCloseSaysStoppingWhenNoStopSequenceDid(t *testing.T) {
+	msgs := notifySocket(t, 0)
+	o, err := start(Config{Key: "k", Rejoin: true}, systemdNotifier())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := o.Events()
+	ev.Campaigning()
+	expect(t, msgs, "READY=1", 2*time.Second)
+	ev.Acquired(1, time.Now().Add(time.Hour))
+	// With --on-lost rejoin a loss is not a shutdown.
+	ev.Stopping("leadership lost", true)
+	if m := expect(t, msgs, "STATUS=stopping", 2*time.Second); strings.Contains(m, "STOPPING=1") {
+		t.Fatalf("STOPPING=1 on a loss with rejoin: %q", m)
+	}
+	o.Close()
+	expect(t, msgs, "STOPPING=1", 2*time.Second)
+}
+
+// drain discards messages for d.
+func drain(msgs <-chan string, d time.Duration) {
+	end := time.After(d)
+	for {
+		select {
+		case <-msgs:
+		case <-end:
+			return
+		}
+	}
+}
+
+func waitHealth(t *testing.T, o *Observer, ok bool, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for o.Health().OK != ok {
+		if time.Now().After(deadline) {
+			t.Fatalf("health stayed %v for %v", !ok, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// slowBackend answers Leader only from its third call on.
+type slowBackend struct {
+	locker.Locker
+	calls atomic.Int32
+}
+
+func (s *slowBackend) Leader(ctx context.Context) (locker.Holder, error) {
+	if s.calls.Add(1) < 3 {
+		return locker.Holder{}, fmt.Errorf("dial: connection refused")
+	}
+	return locker.Holder{}, fmt.Errorf("key: %w", locker.ErrNoLeader)
+}
+
+func TestReadyWaitsForTheBackendToAnswer(t *testing.T) {
+	msgs := notifySocket(t, 0)
+	b := &slowBackend{}
+	began := time.Now()
+	o, err := start(Config{Key: "k", Backend: b}, systemdNotifier())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	o.Events().Campaigning() // a standby: never acquires
+	m := expect(t, msgs, "READY=1", 5*time.Second)
+	if b.calls.Load() != 3 {
+		t.Fatalf("READY=1 after %d backend reads, want 3 (two failures, then an answer)", b.calls.Load())
+	}
+	// Two retries back off 500ms then 1s.
+	if took := time.Since(began); took < 1500*time.Millisecond {
+		t.Fatalf("READY=1 after %v: sent before the backend answered? %q", took, m)
+	}
+}

@@ -1,0 +1,154 @@
+package ops
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// Report is what `leaderrun status` says about a key; with --json it is
+// printed as this JSON document, whose fields are stable: new ones may be
+// added, none renamed or removed.
+type Report struct {
+	// Key and Backend are what was asked about.
+	Key     string `json:"key"`
+	Backend string `json:"backend"`
+	// Leader is the current holder, or null when nobody leads the key.
+	Leader *LeaderReport `json:"leader"`
+}
+
+// LeaderReport describes the holder, from the record it stored on the
+// backend and the backend's own metadata.
+type LeaderReport struct {
+	// ID is the holder's --id (default hostname:pid).
+	ID string `json:"id"`
+	// Hostname and PID locate the holder's leaderrun process.
+	Hostname string `json:"hostname"`
+	PID      int    `json:"pid"`
+	// Epoch is the fencing epoch of this leadership (LEADER_EPOCH in its
+	// child): etcd create revision, Consul Raft index, local counter.
+	Epoch uint64 `json:"epoch"`
+	// AcquiredAt is when the holder won (its own wall clock, UTC); null when
+	// the key holds a value leaderrun did not write.
+	AcquiredAt *time.Time `json:"acquired_at"`
+	// Version is the holder's leaderrun version, when it recorded one.
+	Version string `json:"version,omitempty"`
+	// LeaseRemainingSeconds is how long the backend keeps the lease without
+	// a renewal: etcd, the lease's TimeToLive (whole seconds); Consul, the
+	// session TTL, an upper bound since Consul does not say how much is
+	// left. Null for the local backend, whose flock lasts as long as the
+	// holder's process, and when the backend could not tell.
+	LeaseRemainingSeconds *float64 `json:"lease_remaining_seconds"`
+}
+
+// NewReport turns the result of Locker.Leader into a report. An error
+// other than locker.ErrNoLeader is returned as is.
+func NewReport(key, backend string, h locker.Holder, err error) (Report, error) {
+	r := Report{Key: key, Backend: backend}
+	if errors.Is(err, locker.ErrNoLeader) {
+		return r, nil
+	}
+	if err != nil {
+		return r, err
+	}
+	l := &LeaderReport{ID: h.ID, Hostname: h.Hostname, PID: h.PID, Epoch: h.Epoch, Version: h.Version}
+	if !h.AcquiredAt.IsZero() {
+		at := h.AcquiredAt.UTC()
+		l.AcquiredAt = &at
+	}
+	if backend != "local" && h.LeaseRemaining > 0 {
+		s := h.LeaseRemaining.Seconds()
+		l.LeaseRemainingSeconds = &s
+	}
+	r.Leader = l
+	return r, nil
+}
+
+// WriteText prints the report as a two-column table for people.
+func (r Report) WriteText(w io.Writer, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("key", r.Key)
+	row("backend", r.Backend)
+	l := r.Leader
+	if l == nil {
+		row("leader", "no leader")
+		return tw.Flush()
+	}
+	row("leader", l.ID)
+	row("hostname", orUnknown(l.Hostname))
+	if l.PID != 0 {
+		row("pid", strconv.Itoa(l.PID))
+	} else {
+		row("pid", "unknown")
+	}
+	row("epoch", strconv.FormatUint(l.Epoch, 10))
+	if l.AcquiredAt != nil {
+		ago := now.Sub(*l.AcquiredAt).Round(time.Second)
+		row("acquired", fmt.Sprintf("%s (%s ago)", l.AcquiredAt.Format(time.RFC3339), ago))
+	} else {
+		row("acquired", "unknown")
+	}
+	row("lease", r.leaseText())
+	if l.Version != "" {
+		row("version", l.Version)
+	}
+	return tw.Flush()
+}
+
+// leaseText says how long the lease lasts, in each backend's own terms.
+func (r Report) leaseText() string {
+	l := r.Leader
+	switch {
+	case r.Backend == "local":
+		if l.PID != 0 {
+			return fmt.Sprintf("held while pid %d lives (local flock, no expiry)", l.PID)
+		}
+		return "held while its process lives (local flock, no expiry)"
+	case l.LeaseRemainingSeconds == nil:
+		return "unknown"
+	case r.Backend == "consul":
+		return fmt.Sprintf("at most %s (Consul session TTL)", secs(*l.LeaseRemainingSeconds))
+	default:
+		return fmt.Sprintf("%s left (%s lease TTL)", secs(*l.LeaseRemainingSeconds), r.Backend)
+	}
+}
+
+func secs(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// ErrNotLeader is returned by CheckEpoch when the epoch no longer holds the
+// key; its message names the current holder and epoch, or "no leader".
+var ErrNotLeader = errors.New("not leader")
+
+// CheckEpoch decides `leaderrun check` from the result of Locker.Leader:
+// nil when epoch still holds key, an error wrapping ErrNotLeader when it
+// does not, and the backend's error as is when it could not be read.
+func CheckEpoch(key string, epoch uint64, h locker.Holder, err error) error {
+	switch {
+	case errors.Is(err, locker.ErrNoLeader):
+		return fmt.Errorf("%w: epoch %d does not hold key %q: no leader", ErrNotLeader, epoch, key)
+	case err != nil:
+		return err
+	case h.Epoch != epoch:
+		who := h.ID
+		if h.Hostname != "" && h.PID != 0 {
+			who = fmt.Sprintf("%s (host %s, pid %d)", h.ID, h.Hostname, h.PID)
+		}
+		return fmt.Errorf("%w: epoch %d does not hold key %q: held by %s with epoch %d", ErrNotLeader, epoch, key, who, h.Epoch)
+	}
+	return nil
+}
