@@ -162,13 +162,13 @@ func TestEndpointsFollowTheEvents(t *testing.T) {
 	ev.Tick()
 	_, body = get(t, o, "/metrics")
 	for series, want := range map[string]float64{
-		"leaderrun_is_leader":                    1,
-		"leaderrun_epoch":                        7,
+		"leaderrun_is_leader":                      1,
+		"leaderrun_epoch":                          7,
 		`leaderrun_renewals_total{result="ok"}`:    1,
 		`leaderrun_renewals_total{result="error"}`: 1,
-		"leaderrun_leadership_acquired_total":    1,
-		"leaderrun_child_starts_total":           1,
-		"leaderrun_leadership_lost_total":        0,
+		"leaderrun_leadership_acquired_total":      1,
+		"leaderrun_child_starts_total":             1,
+		"leaderrun_leadership_lost_total":          0,
 	} {
 		if got := metric(t, body, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
