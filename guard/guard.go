@@ -120,7 +120,7 @@ func Run(in io.Reader, release Releaser, log hclog.Logger) int {
 		case <-kill.C:
 			g.killGroup("kill point passed without a renewal")
 		case <-poll.C:
-			if g.pgid != 0 && !signals.GroupAlive(g.pgid) {
+			if g.pgid != 0 && !signals.GroupExists(g.pgid) {
 				g.pgid = 0
 			}
 		}

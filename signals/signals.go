@@ -69,12 +69,64 @@ func Group(pgid int, sig syscall.Signal) error {
 	return nil
 }
 
-// GroupAlive reports whether any process, zombies included, is still in
-// process group pgid.
-func GroupAlive(pgid int) bool {
+// GroupExists reports whether any process, zombies included, is still in
+// process group pgid. While it does, the kernel will not hand the group id to
+// anyone else.
+func GroupExists(pgid int) bool {
 	if pgid <= 1 {
 		return false
 	}
 	err := syscall.Kill(-pgid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// GroupAlive reports whether a process of group pgid can still run: a
+// member that is not a zombie. A zombie has released everything it held and
+// can do nothing more, yet it stays in its group until its parent reaps it,
+// which an init process may do seconds later; waiting for that would only
+// slow a failover down.
+func GroupAlive(pgid int) bool {
+	if !GroupExists(pgid) {
+		return false
+	}
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return true // cannot tell: assume the worst
+	}
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return true
+	}
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		state, group, ok := procState(name)
+		if ok && group == pgid && state != 'Z' && state != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+// procState reads a process's state letter and process group from
+// /proc/PID/stat.
+func procState(pid string) (state byte, pgid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses,
+	// so fields are counted from the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	pgid, err = strconv.Atoi(f[2])
+	return f[0][0], pgid, err == nil
 }

@@ -79,3 +79,27 @@ func TestGroupRefusesSpecialIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestGroupAliveIgnoresZombies(t *testing.T) {
+	// A group whose only member is an unreaped zombie exists but is not alive.
+	cmd := exec.Command("sh", "-c", "exit 0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	deadline := time.Now().Add(5 * time.Second)
+	for GroupAlive(pgid) {
+		if time.Now().After(deadline) {
+			t.Fatal("exited process still counted alive")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !GroupExists(pgid) {
+		t.Fatal("an unreaped zombie keeps its group in existence")
+	}
+	_ = cmd.Wait()
+	if GroupExists(pgid) {
+		t.Fatal("group exists after its only member was reaped")
+	}
+}
