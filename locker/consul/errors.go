@@ -107,14 +107,3 @@ func deniedBody(body string) bool {
 	return strings.Contains(b, "permission denied") || strings.Contains(b, "acl not found") ||
 		strings.Contains(b, "http request to an https server")
 }
-
-// sessionGone recognises Consul's answers about a session that no longer
-// exists (destroyed or expired).
-func sessionGone(err error) bool {
-	var se api.StatusError
-	if !errors.As(err, &se) {
-		return false
-	}
-	b := strings.ToLower(se.Body)
-	return strings.Contains(b, "invalid session") || strings.Contains(b, "session") && strings.Contains(b, "not found")
-}

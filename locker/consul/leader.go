@@ -44,15 +44,22 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 	return h, nil
 }
 
-// ReleaseHandle releases the key and destroys the session named by a handle
-// from Lease.Handle, possibly in another process. A session that is already
-// gone is not an error.
+// ReleaseHandle destroys the session named by a handle from Lease.Handle,
+// possibly in another process; Behavior release frees the key with it. It
+// deliberately skips the KV release that Lease.Release makes: the caller
+// (the dead-man guard) cannot prove the old child's process group is gone,
+// so the next holder still waits out the lock-delay. A session that is
+// already gone is not an error.
 func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
 	session, key, err := parseHandle(handle)
 	if err != nil {
 		return err
 	}
-	return l.release(ctx, session, key)
+	if _, err := l.client.Session().Destroy(session, l.writeOpts(ctx)); err != nil {
+		return l.fail(fmt.Sprintf("release %s: destroy session %s", key, session), err)
+	}
+	l.log.Debug("session destroyed by handle", "key", key, "session", session)
+	return nil
 }
 
 // formatHandle encodes a session and the KV path of its key.

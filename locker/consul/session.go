@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -96,21 +97,23 @@ func sessionChecks(se *api.SessionEntry) []string {
 // returns the TTL the server reports. A session the server no longer knows
 // is an error wrapping locker.ErrLost.
 func (l *Locker) renewSession(ctx context.Context, id string) (time.Duration, error) {
-	se, _, err := l.client.Session().Renew(id, l.writeOpts(ctx))
-	if err != nil {
-		if sessionGone(err) {
-			return 0, fmt.Errorf("renew consul session %s: %w (%v)", id, locker.ErrLost, err)
-		}
+	// Through Raw rather than Session().Renew, which drops the server's
+	// reason from every error and hides the status code.
+	var entries []*api.SessionEntry
+	_, err := l.client.Raw().Write("/v1/session/renew/"+id, nil, &entries, l.writeOpts(ctx))
+	var se api.StatusError
+	switch {
+	case errors.As(err, &se) && se.Code == http.StatusNotFound:
+		return 0, fmt.Errorf("renew consul session %s: the session is gone (expired or destroyed): %w (%s)", id, locker.ErrLost, se.Body)
+	case err != nil:
 		return 0, l.fail("renew consul session "+id, err)
+	case len(entries) == 0 || entries[0] == nil:
+		return 0, fmt.Errorf("renew consul session %s: the session is gone (empty answer): %w", id, locker.ErrLost)
 	}
-	if se == nil {
-		// consul/api turns the server's 404 into a nil entry.
-		return 0, fmt.Errorf("renew consul session %s: the session is gone (expired or destroyed): %w", id, locker.ErrLost)
-	}
-	granted, err := time.ParseDuration(se.TTL)
+	granted, err := time.ParseDuration(entries[0].TTL)
 	if err != nil || granted <= 0 {
 		// Never report a TTL we were not given (locker.Lease.Renew).
-		return 0, fmt.Errorf("renew consul session %s: server granted unreadable TTL %q", id, se.TTL)
+		return 0, fmt.Errorf("renew consul session %s: server granted unreadable TTL %q", id, entries[0].TTL)
 	}
 	return granted, nil
 }
