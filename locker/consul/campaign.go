@@ -57,7 +57,6 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 // Waiting uses blocking queries on the key, never polling; only while
 // Consul holds the key back for a lock-delay do we retry on a timer.
 func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
-	record := locker.NewHolder(l.opts).Record()
 	retry := backoff{min: 50 * time.Millisecond, max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
 	var index uint64
 	tried := false
@@ -72,6 +71,9 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			// reach us.
 			if ls, err := l.confirm(ctx, id); ls != nil || err != nil {
 				return ls, err
+			}
+			if !sleepCtx(ctx, retry.next()) {
+				return nil, ctx.Err()
 			}
 			index = 0
 			continue
@@ -92,7 +94,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			return nil, fmt.Errorf("acquire %s: %w: the previous holder's lock-delay still runs", l.path, locker.ErrHeld)
 		}
 		tried = true
-		won, err := l.tryAcquire(ctx, id, record)
+		won, err := l.tryAcquire(ctx, id, locker.NewHolder(l.opts).Record())
 		if err != nil {
 			return nil, err
 		}

@@ -175,7 +175,7 @@ func New(cfg Config) (*Locker, error) {
 		token:     token,
 		path:      path,
 		opts:      opts,
-		lockDelay: cfg.LockDelay,
+		lockDelay: ceilMillis(cfg.LockDelay),
 		checks:    append([]string(nil), cfg.SessionChecks...),
 		log:       log,
 	}, nil
@@ -212,6 +212,12 @@ func validate(cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// ceilMillis rounds d up to whole milliseconds, the unit Consul takes a
+// lock-delay in; rounding up keeps the lock-delay >= TTL rule true.
+func ceilMillis(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
 // resolveToken applies Consul's own precedence: token file, token, then

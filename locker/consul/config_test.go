@@ -289,3 +289,16 @@ func TestSilentAgentCallsEndWithCtx(t *testing.T) {
 		}
 	}
 }
+
+func TestLockDelayRoundsUpToMilliseconds(t *testing.T) {
+	for in, want := range map[time.Duration]time.Duration{
+		0:                       0,
+		time.Nanosecond:         time.Millisecond,
+		1500 * time.Microsecond: 2 * time.Millisecond,
+		time.Second:             time.Second,
+	} {
+		if got := ceilMillis(in); got != want {
+			t.Errorf("ceilMillis(%v) = %v, want %v", in, got, want)
+		}
+	}
+}
