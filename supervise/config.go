@@ -99,8 +99,8 @@ type Events struct {
 	// Released: leadership is given back (or lost) and the group is gone.
 	Released func()
 	// Tick: the leader's event loop took another turn. While leading or
-	// stopping it turns at least every 10ms (the process-group poll), so an
-	// observer that sees no Tick for much longer knows the loop is stuck;
+	// stopping it turns at least every HeartbeatInterval, so an observer
+	// that sees no Tick for much longer knows the loop is stuck;
 	// /healthz and the systemd watchdog use it. Not called while campaigning.
 	Tick func()
 }

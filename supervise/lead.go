@@ -14,6 +14,11 @@ import (
 // child's process group is gone. It observes; it decides no deadline.
 const groupPollInterval = 10 * time.Millisecond
 
+// HeartbeatInterval is the longest the leader's event loop goes without a
+// turn (and an Events.Tick) while nothing happens; observers use the ticks
+// to tell a live loop from a stuck one. Kept coarse so a leader idles cheaply.
+const HeartbeatInterval = 250 * time.Millisecond
+
 // renewal is the outcome of one renewal round trip.
 type renewal struct {
 	sent    time.Time
@@ -63,8 +68,9 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 
 	termAt := s.at(l.timeline.TermAt())
 	defer func() { termAt.Stop() }()
-	poll := time.NewTicker(groupPollInterval)
+	poll := time.NewTicker(HeartbeatInterval)
 	defer poll.Stop()
+	polling := false
 
 	if err := s.startChild(l); err != nil {
 		var se *StartError
@@ -87,6 +93,10 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		// anything else, a late renewal included (§1.3).
 		if !l.stopping && !s.clock.Now().Before(l.timeline.TermAt()) {
 			s.finish(l, "lease deadline reached without a successful renewal", true, ExitLost)
+		}
+		if l.stopping && !polling {
+			poll.Reset(groupPollInterval)
+			polling = true
 		}
 		if l.stopping && (l.group == nil || !l.group.GroupAlive()) {
 			stopRenewing()
@@ -131,7 +141,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 				s.signal(l, sn)
 			}
 		case <-poll.C:
-			// Re-check the group at the top of the loop.
+			// A heartbeat; while stopping, re-check the group at the top.
 		}
 	}
 }
