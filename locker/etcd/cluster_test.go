@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -79,22 +78,29 @@ func TestEtcdLeaderKilled(t *testing.T) {
 	}
 }
 
-// Without a quorum, Renew fails within its context instead of hanging, is
-// not mistaken for a loss, and Release still returns within its context.
+// Without a quorum, Renew fails within its context instead of hanging and
+// is not mistaken for a loss; once the quorum is back, renewals work again,
+// Lost is still open and still works. Release returns within its context
+// even without a quorum.
 func TestEtcdQuorumLost(t *testing.T) {
 	e := testcluster.StartEtcd(t, 3)
+	cli := rawClient(t, e.Endpoints())
 	lease := mustAcquire(t, newLocker(t, e.Endpoints(), keyFor(t)))
-	e.Kill(1)
-	e.Kill(2)
-	// A lone former Raft leader renews locally until it notices it lost
-	// the quorum (CheckQuorum, one election timeout); wait for that.
-	solo := rawClient(t, []string{e.Member(0)})
-	eventually(t, 10*time.Second, "member 0 has no leader", func() bool {
-		st, err := solo.Status(ctxFor(t, time.Second), e.Member(0))
-		return err == nil && st.Leader == 0
-	})
+	loseQuorum := func() {
+		e.Kill(1)
+		e.Kill(2)
+		// A lone former Raft leader renews locally until it notices it
+		// lost the quorum (CheckQuorum, one election timeout).
+		eventually(t, 10*time.Second, "member 0 has no leader", func() bool {
+			st, err := cli.Status(ctxFor(t, time.Second), e.Member(0))
+			return err == nil && st.Leader == 0
+		})
+	}
 
-	for i := 0; i < 2; i++ {
+	loseQuorum()
+	// Retry as a supervisor would, for longer than the watch behind Lost
+	// needs to notice the missing leader and fail a re-read of our key.
+	for outage := time.Now(); time.Since(outage) < 5*time.Second; {
 		start := time.Now()
 		_, err := lease.Renew(ctxFor(t, time.Second))
 		took := time.Since(start)
@@ -110,12 +116,32 @@ func TestEtcdQuorumLost(t *testing.T) {
 		t.Fatalf("Lost closed without a quorum: %s", lease.LostReason())
 	}
 
+	e.Restart(1)
+	e.Restart(2)
+	e.WaitHealthy(t)
+	renewed := false
+	for i := 0; i < 6 && !renewed; i++ {
+		_, err := lease.Renew(ctxFor(t, time.Second))
+		renewed = err == nil
+		if errors.Is(err, locker.ErrLost) {
+			t.Fatalf("Renew after the quorum came back: %v", err)
+		}
+	}
+	if !renewed {
+		t.Fatal("Renew still fails after the quorum came back")
+	}
+	if isClosed(lease.Lost()) {
+		t.Fatalf("Lost closed across quorum loss and recovery: %s", lease.LostReason())
+	}
+
+	loseQuorum()
 	start := time.Now()
 	err := lease.Release(ctxFor(t, time.Second))
 	if took := time.Since(start); took > 1500*time.Millisecond {
 		t.Fatalf("Release with a 1s context took %v", took)
 	}
-	if err == nil || !strings.Contains(err.Error(), "lease") {
-		t.Errorf("Release without quorum = %v, want an error", err)
+	if err == nil {
+		t.Error("Release without quorum succeeded")
 	}
+	t.Logf("Release without quorum: %v", err)
 }
