@@ -3,12 +3,23 @@
 #   make build     bin/leaderrun
 #   make test      everything CI runs: real servers built, vet, gofmt, go test -race
 #   make servers   build the real etcd and Consul used by the tests (cached)
+#   make dist      stage the binary, man page and completions in dist/
+#   make packages  dist/*.deb and dist/*.rpm (nfpm, installed into bin/)
+#   make package-test  build the packages and run only their test
 
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build servers deps vet test
+# Packages: a release tag vX.Y.Z gives version X.Y.Z; any other commit
+# 0.0.0~git<commit>, which sorts before every release.
+GOARCH         ?= $(shell $(GO) env GOARCH)
+PKG_VERSION    ?= $(shell git describe --tags --match 'v[0-9]*' --exact-match 2>/dev/null | sed 's/^v//' | grep . || echo "0.0.0~git$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)")
+PKG_MAINTAINER ?= $(shell git log -1 --format='%an <%ae>' 2>/dev/null || echo leaderrun maintainers)
+NFPM_VERSION   := v2.45.2
+NFPM           := bin/nfpm
+
+.PHONY: all build servers deps vet test dist nfpm packages package-test
 
 all: build
 
@@ -26,5 +37,30 @@ vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-test: deps servers vet
-	$(GO) test -race -count=1 -timeout 20m ./...
+# The package test (internal/e2e TestPackages) runs when LEADERRUN_PACKAGE_DIR
+# names the built packages; it adds a few seconds once nfpm is built.
+test: deps servers vet packages
+	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist $(GO) test -race -count=1 -timeout 20m ./...
+
+# The files the packages ship, generated from the CLI definition by the
+# hidden `leaderrun gen` (run on this machine, so GOARCH may differ).
+dist: build
+	rm -rf dist && mkdir -p dist/completions
+	CGO_ENABLED=0 GOARCH=$(GOARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/leaderrun .
+	bin/leaderrun gen man > dist/leaderrun.1 && gzip -9n dist/leaderrun.1
+	bin/leaderrun gen bash > dist/completions/leaderrun.bash
+	bin/leaderrun gen zsh > dist/completions/_leaderrun
+
+# nfpm, pinned, into the git-ignored bin/ (first build takes a minute or two).
+nfpm:
+	@$(GO) version -m $(NFPM) 2>/dev/null | grep -q 'mod.*goreleaser/nfpm/v2.*$(NFPM_VERSION)' || \
+		{ echo "installing nfpm $(NFPM_VERSION) into bin/"; GOBIN=$(CURDIR)/bin $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION); }
+
+packages: dist nfpm
+	for p in deb rpm; do \
+		VERSION='$(PKG_VERSION)' GOARCH='$(GOARCH)' PKG_MAINTAINER='$(PKG_MAINTAINER)' \
+			$(NFPM) package --config packaging/nfpm.yaml --packager $$p --target dist/ || exit 1; \
+	done
+
+package-test: packages
+	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist $(GO) test -count=1 -run 'TestPackages|TestSystemdUnit' ./internal/e2e/
