@@ -1,0 +1,57 @@
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// Binaries are the programs the suite and the benchmark start.
+type Binaries struct {
+	// Leaderrun is the leaderrun binary built from this tree.
+	Leaderrun string
+	// Writer is the fenced-resource writer (internal/fence/writer).
+	Writer string
+}
+
+// Build builds leaderrun and the writer into dir. With race set (as
+// LEADERRUN_TEST_RACE=1 asks in the e2e tests), leaderrun is built with the
+// race detector.
+func Build(dir string, race bool) (Binaries, error) {
+	b := Binaries{Leaderrun: filepath.Join(dir, "leaderrun"), Writer: filepath.Join(dir, "fence-writer")}
+	builds := []struct {
+		out, pkg string
+		race     bool
+	}{
+		{b.Leaderrun, "github.com/leaderrun/leaderrun", race},
+		{b.Writer, "github.com/leaderrun/leaderrun/internal/fence/writer", false},
+	}
+	for _, x := range builds {
+		args := []string{"build", "-o", x.out}
+		if x.race {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, x.pkg)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build %s: %v\n%s", x.pkg, err, out)
+		}
+	}
+	return b, nil
+}
+
+// BuildForTests builds the binaries into a new temporary folder for a test
+// binary's TestMain, honouring LEADERRUN_TEST_RACE=1; call the returned
+// function when the tests are over to remove them.
+func BuildForTests() (Binaries, func(), error) {
+	dir, err := os.MkdirTemp("", "leaderrun-chaos-")
+	if err != nil {
+		return Binaries{}, nil, err
+	}
+	b, err := Build(dir, os.Getenv("LEADERRUN_TEST_RACE") == "1")
+	if err != nil {
+		os.RemoveAll(dir)
+		return b, nil, err
+	}
+	return b, func() { os.RemoveAll(dir) }, nil
+}

@@ -1,0 +1,282 @@
+package chaos
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/internal/fence"
+)
+
+var (
+	flagFaults   = flag.Int("chaos.faults", 0, "faults per backend; 0 runs the short default set (a few minutes)")
+	flagSeed     = flag.Uint64("chaos.seed", 0, "seed of the fault order and choices; 0 takes one from the clock")
+	flagBackends = flag.String("chaos.backends", "etcd,consul", "comma-separated backends to torment")
+	flagReport   = flag.String("chaos.report", "", "Markdown file whose results section receives the summary (docs/CHAOS.md)")
+	flagCommand  = flag.String("chaos.command", "", "the command line to quote in the report")
+)
+
+// bins are the binaries built for this test process.
+var bins Binaries
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	b, cleanup, err := BuildForTests()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins = b
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// shortPlan is what the default `go test ./...` runs per backend: every
+// fault once on etcd, whose 3s lease makes each one quick; on Consul,
+// whose minimum session TTL is 10s, the faults that do not wait for a
+// session to expire, and one that does.
+var shortPlan = map[string][]string{
+	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "restart-backend"},
+	"consul": {"kill-leader", "kill-child", "freeze-host"},
+}
+
+// backendRun is one backend's results.
+type backendRun struct {
+	name  string
+	tm    Timing
+	stats map[string]*faultStats
+	took  time.Duration
+}
+
+// TestChaos injects faults into real clusters while three leaderrun hosts
+// compete for one key and their children write to a fenced resource, and
+// checks after every fault that no two children's writes overlapped, that
+// epochs never went down, that every stale write was rejected, and that no
+// process was left behind. The short default run takes a few minutes;
+// `make chaos` runs hundreds of faults and writes docs/CHAOS.md.
+func TestChaos(t *testing.T) {
+	seed := *flagSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("chaos seed %d (rerun with -chaos.seed=%d)", seed, seed)
+	var runs []*backendRun
+	for _, name := range strings.Split(*flagBackends, ",") {
+		name := strings.TrimSpace(name)
+		t.Run(name, func(t *testing.T) {
+			runs = append(runs, runBackend(t, name, seed))
+		})
+	}
+	table := summary(runs)
+	t.Logf("chaos summary (seed %d):\n%s", seed, table)
+	if *flagReport != "" {
+		if err := ReplaceSection(*flagReport, "chaos-results", report(runs, seed, table, t.Failed())); err != nil {
+			t.Errorf("write report: %v", err)
+		}
+	}
+}
+
+func runBackend(t *testing.T, name string, seed uint64) *backendRun {
+	start := time.Now()
+	var cl Cluster
+	switch name {
+	case "etcd":
+		cl = StartEtcd(t, 3)
+	case "consul":
+		cl = StartConsul(t, 3)
+	default:
+		t.Fatalf("unknown backend %q (want etcd or consul)", name)
+	}
+	w := newWorld(t, cl, seed)
+	plan := w.plan(*flagFaults)
+	var names []string
+	for _, f := range plan {
+		names = append(names, f.name)
+	}
+	t.Logf("%s: %d faults in this order: %s", name, len(plan), strings.Join(names, " "))
+	w.ensureHosts()
+	w.waitStable(0, 0, w.stableTimeout())
+	for i, f := range plan {
+		w.run(i, len(plan), f)
+	}
+	w.shutdown()
+	return &backendRun{name: name, tm: w.tm, stats: w.stats, took: time.Since(start)}
+}
+
+// plan is the seeded order of faults: the short set, or n faults with every
+// type equally often, shuffled.
+func (w *world) plan(n int) []fault {
+	var out []fault
+	if n <= 0 {
+		for _, name := range shortPlan[w.cl.Name()] {
+			f, _ := faultByName(name)
+			out = append(out, f)
+		}
+	} else {
+		for i := 0; i < n; i++ {
+			out = append(out, faults[i%len(faults)])
+		}
+	}
+	w.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// stableTimeout bounds the wait for a leader after a fault: Consul may need
+// twice its TTL to expire a session, and again after a Raft leader change.
+func (w *world) stableTimeout() time.Duration { return 6*w.tm.TTL + 30*time.Second }
+
+// standbyAge is how long every host's leaderrun has run before a fault
+// strikes, so that standbys are campaigning rather than starting up.
+const standbyAge = time.Second
+
+// run injects one fault and checks everything the record shows.
+func (w *world) run(i, n int, f fault) {
+	t := w.t
+	t.Helper()
+	w.ensureHosts()
+	h, in := w.waitStable(0, 0, w.stableTimeout())
+	w.waitStandbys()
+	h, in = w.waitStable(0, 0, w.stableTimeout())
+
+	out := f.inject(w, h, in)
+	healed := fence.Now()
+	nh, nin := w.waitStable(healed, w.tm.RenewInterval+time.Second, w.stableTimeout())
+	res := w.check.Feed(w.fence.Log(w.fed))
+	w.fed += res.Writes
+
+	st := w.stats[f.name]
+	if st == nil {
+		st = &faultStats{}
+		w.stats[f.name] = st
+	}
+	st.runs++
+	st.gaps = append(st.gaps, res.MaxGap)
+	st.stale += res.Stale
+	st.staleAccepted += res.StaleAccepted
+	st.regressions += res.Regressions
+	st.overlaps += len(res.Overlaps)
+	failed := t.Failed()
+
+	// (a) the resource never saw two leaders' writes interleave.
+	for _, o := range res.Overlaps {
+		t.Errorf("%s: accepted writes overlap: %v", f.name, o)
+	}
+	// (b) accepted epochs never decrease; one epoch, one leadership.
+	if res.Regressions > 0 || len(res.SharedEpochs) > 0 {
+		t.Errorf("%s: %d accepted writes with a lower epoch; shared epochs %v", f.name, res.Regressions, res.SharedEpochs)
+	}
+	// (c) every stale write was rejected.
+	if res.StaleAccepted > 0 {
+		t.Errorf("%s: %d stale writes accepted", f.name, res.StaleAccepted)
+	}
+	// Two children alive at once: only a frozen host's child, waking up,
+	// may write next to the new one, and the fence turned it away (c).
+	two := len(res.LiveOverlaps)
+	for _, s := range res.Started {
+		if s.PrevAlive() {
+			two++
+			if !f.twoAlive {
+				t.Errorf("%s: child %s started while the previous child %d still ran (state %s)", f.name, s.Name(), s.Prev, s.PrevState)
+			}
+		}
+	}
+	if !f.twoAlive {
+		for _, o := range res.LiveOverlaps {
+			t.Errorf("%s: two children ran at once: %v", f.name, o)
+		}
+	}
+	if two > 0 {
+		st.twoAlive++
+	}
+	// The child is dead before its lease could pass to another host.
+	if out.stopped {
+		st.stopAfter = append(st.stopAfter, out.stopAfter)
+		if out.stopAfter >= w.tm.TTL {
+			t.Errorf("%s: the old child died %v after the fault, not before the %v lease could expire", f.name, out.stopAfter, w.tm.TTL)
+		}
+	}
+	// (e) nothing left behind.
+	w.checkStrays()
+	if t.Failed() && !failed {
+		st.failed++
+	}
+	t.Logf("run %d/%d %-16s leader %s (epoch %d) -> %s (epoch %d); longest gap %v; stale writes %d; child stopped after %v",
+		i+1, n, f.name, h.id, in.Epoch, nh.id, nin.Epoch, res.MaxGap.Round(time.Millisecond), res.Stale, out.stopAfter.Round(time.Millisecond))
+}
+
+// waitStandbys waits until every host's leaderrun has run for standbyAge.
+func (w *world) waitStandbys() {
+	deadline := time.Now().Add(standbyAge + 5*time.Second)
+	for _, h := range w.hosts {
+		for time.Since(h.started) < standbyAge && time.Now().Before(deadline) {
+			time.Sleep(pollEvery)
+		}
+	}
+}
+
+// summary renders the results table.
+func summary(runs []*backendRun) string {
+	header := []string{"backend", "fault", "runs", "overlapping accepted writes", "two children alive", "stale writes rejected / accepted",
+		"leaderless gap median", "leaderless gap max", "child stopped after fault (max) / TTL"}
+	var rows [][]string
+	for _, r := range runs {
+		total := faultStats{}
+		for _, f := range faults {
+			st := r.stats[f.name]
+			if st == nil {
+				continue
+			}
+			stop := "–"
+			if len(st.stopAfter) > 0 {
+				stop = Ms(st.stopAfter.Max()) + " / " + r.tm.TTL.String()
+			}
+			rows = append(rows, []string{r.name, f.name, strconv.Itoa(st.runs), strconv.Itoa(st.overlaps), strconv.Itoa(st.twoAlive),
+				fmt.Sprintf("%d / %d", st.stale-st.staleAccepted, st.staleAccepted), Ms(st.gaps.Median()), Ms(st.gaps.Max()), stop})
+			total.runs += st.runs
+			total.overlaps += st.overlaps
+			total.twoAlive += st.twoAlive
+			total.stale += st.stale
+			total.staleAccepted += st.staleAccepted
+			total.gaps = append(total.gaps, st.gaps...)
+		}
+		rows = append(rows, []string{"**" + r.name + "**", "**all**", strconv.Itoa(total.runs), strconv.Itoa(total.overlaps), strconv.Itoa(total.twoAlive),
+			fmt.Sprintf("%d / %d", total.stale-total.staleAccepted, total.staleAccepted), Ms(total.gaps.Median()), Ms(total.gaps.Max()), ""})
+	}
+	return Table(header, rows)
+}
+
+// report is the results section of docs/CHAOS.md.
+func report(runs []*backendRun, seed uint64, table string, failed bool) string {
+	var b strings.Builder
+	cmd := *flagCommand
+	if cmd == "" {
+		cmd = "go test ./internal/chaos -run TestChaos -v " + strings.Join(os.Args[1:], " ")
+	}
+	fmt.Fprintf(&b, "Run on %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "- command: `%s`\n", cmd)
+	fmt.Fprintf(&b, "- seed: `%d` (reproduce the fault order with `-chaos.seed=%d`)\n", seed, seed)
+	fmt.Fprintf(&b, "- machine: %s; %s\n", Machine(), goVersion())
+	for _, r := range runs {
+		fmt.Fprintf(&b, "- %s: 3 servers, 3 leaderrun hosts; leaderrun %s; took %v\n", r.name, strings.Join(r.tm.Args(), " "), r.took.Round(time.Second))
+	}
+	if failed {
+		b.WriteString("- **the run FAILED**: see the test output for the violated checks\n")
+	}
+	b.WriteString("\n" + table)
+	return b.String()
+}
+
+// goVersion is the Go toolchain that built the binaries.
+func goVersion() string {
+	out, err := exec.Command("go", "version").Output()
+	if err != nil {
+		return "go version unknown"
+	}
+	return strings.TrimSpace(string(out))
+}

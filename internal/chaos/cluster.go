@@ -1,0 +1,210 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/internal/testcluster"
+)
+
+// Cluster is a real 3-server (or 1-server) backend under test, with the
+// faults the suite injects into it.
+type Cluster interface {
+	// Name is "etcd" or "consul".
+	Name() string
+	// Servers is the number of servers.
+	Servers() int
+	// ServerAddr is server i's client address, host:port.
+	ServerAddr(i int) string
+	// Protocol is what clients speak to the servers.
+	Protocol() Protocol
+	// Kill SIGKILLs server i; Restart starts it again with its data.
+	Kill(i int)
+	Restart(i int)
+	// WaitHealthy waits until every running server serves requests.
+	WaitHealthy(t testing.TB)
+	// Timing is the leaderrun timing the suite uses on this backend.
+	Timing() Timing
+	// LeaderrunArgs are leaderrun's backend flags for a host whose proxies
+	// listen on addrs (one per server it may talk to).
+	LeaderrunArgs(addrs []string) []string
+	// HostServers lists the servers host number h talks to.
+	HostServers(h int) []int
+}
+
+// Timing is a leaderrun lease timeline.
+type Timing struct {
+	TTL, RenewInterval, KillGrace, SafetyMargin time.Duration
+	// LockDelay is Consul's session lock-delay; zero elsewhere.
+	LockDelay time.Duration
+}
+
+// Args renders the timing as leaderrun flags.
+func (tm Timing) Args() []string {
+	return []string{"--ttl", tm.TTL.String(), "--renew-interval", tm.RenewInterval.String(),
+		"--kill-grace", tm.KillGrace.String(), "--safety-margin", tm.SafetyMargin.String()}
+}
+
+// KillPoint is how long after a renewal's send the child is dead at the
+// latest: TTL minus the safety margin.
+func (tm Timing) KillPoint() time.Duration { return tm.TTL - tm.SafetyMargin }
+
+// EtcdTiming is the suite's timeline on etcd: a 3s lease (the test
+// clusters' minimum is 1s, see testcluster.EtcdMinLeaseTTL), renewed every
+// second; the child gets SIGTERM 1.5s and SIGKILL 0.5s before the lease
+// could expire.
+var EtcdTiming = Timing{TTL: 3 * time.Second, RenewInterval: time.Second, KillGrace: time.Second, SafetyMargin: 500 * time.Millisecond}
+
+// ConsulTiming is the suite's timeline on Consul: its minimum session TTL
+// of 10s, renewed every 10s/3 as by default, a 2s kill grace, a 1s margin
+// and leaderrun's default 1s lock-delay.
+var ConsulTiming = Timing{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, KillGrace: 2 * time.Second, SafetyMargin: time.Second, LockDelay: time.Second}
+
+// Etcd adapts a testcluster etcd cluster.
+type Etcd struct{ *testcluster.Etcd }
+
+// StartEtcd starts an etcd cluster of n members.
+func StartEtcd(t testing.TB, n int) Etcd { return Etcd{testcluster.StartEtcd(t, n)} }
+
+// Name implements Cluster.
+func (Etcd) Name() string { return "etcd" }
+
+// Servers implements Cluster.
+func (e Etcd) Servers() int { return len(e.Endpoints()) }
+
+// ServerAddr implements Cluster.
+func (e Etcd) ServerAddr(i int) string { return strings.TrimPrefix(e.Member(i), "http://") }
+
+// Protocol implements Cluster: etcd's clients speak gRPC.
+func (Etcd) Protocol() Protocol { return HTTP2 }
+
+// Timing implements Cluster.
+func (Etcd) Timing() Timing { return EtcdTiming }
+
+// LeaderrunArgs implements Cluster.
+func (Etcd) LeaderrunArgs(addrs []string) []string {
+	urls := make([]string, len(addrs))
+	for i, a := range addrs {
+		urls[i] = "http://" + a
+	}
+	return []string{"--backend", "etcd", "--etcd-endpoints", strings.Join(urls, ",")}
+}
+
+// HostServers implements Cluster: an etcd client knows every member and
+// fails over between them.
+func (e Etcd) HostServers(int) []int {
+	out := make([]int, e.Servers())
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// Consul adapts a testcluster Consul cluster.
+type Consul struct{ *testcluster.Consul }
+
+// StartConsul starts n Consul servers.
+func StartConsul(t testing.TB, n int) Consul {
+	return Consul{testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: n})}
+}
+
+// Name implements Cluster.
+func (Consul) Name() string { return "consul" }
+
+// Servers implements Cluster.
+func (c Consul) Servers() int { return len(c.Addrs()) }
+
+// ServerAddr implements Cluster.
+func (c Consul) ServerAddr(i int) string { return c.HTTPAddr(i) }
+
+// Protocol implements Cluster: Consul's HTTP API.
+func (Consul) Protocol() Protocol { return HTTP1 }
+
+// Timing implements Cluster.
+func (Consul) Timing() Timing { return ConsulTiming }
+
+// WaitHealthy implements Cluster.
+func (c Consul) WaitHealthy(t testing.TB) { c.WaitLeader(t) }
+
+// LeaderrunArgs implements Cluster.
+func (c Consul) LeaderrunArgs(addrs []string) []string {
+	return []string{"--backend", "consul", "--consul-addr", addrs[0],
+		"--consul-lock-delay", ConsulTiming.LockDelay.String()}
+}
+
+// HostServers implements Cluster: as with a local agent, each host talks to
+// one address; host h uses server h (mod the number of servers).
+func (c Consul) HostServers(h int) []int { return []int{h % c.Servers()} }
+
+// Link is one host's connection to the backend: a proxy per server the host
+// talks to. Cutting it partitions the host.
+type Link struct {
+	Proxies []*Proxy
+}
+
+// NewLink starts proxies for host h of cluster c.
+func NewLink(c Cluster, h int) (*Link, error) {
+	l := &Link{}
+	for _, i := range c.HostServers(h) {
+		p, err := NewProxy(c.ServerAddr(i), c.Protocol())
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		l.Proxies = append(l.Proxies, p)
+	}
+	return l, nil
+}
+
+// Addrs are the proxies' addresses, in server order.
+func (l *Link) Addrs() []string {
+	out := make([]string, len(l.Proxies))
+	for i, p := range l.Proxies {
+		out[i] = p.Addr()
+	}
+	return out
+}
+
+// Cut partitions the host from every server.
+func (l *Link) Cut(mode CutMode) {
+	for _, p := range l.Proxies {
+		p.Cut(mode)
+	}
+}
+
+// Heal ends the partition.
+func (l *Link) Heal() {
+	for _, p := range l.Proxies {
+		p.Heal()
+	}
+}
+
+// Requests is the number of requests the host sent so far.
+func (l *Link) Requests() int64 {
+	var n int64
+	for _, p := range l.Proxies {
+		n += p.Requests()
+	}
+	return n
+}
+
+// Close stops the proxies.
+func (l *Link) Close() error {
+	var errs []error
+	for _, p := range l.Proxies {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// String names the proxies and their servers, for logs.
+func (l *Link) String() string {
+	var parts []string
+	for _, p := range l.Proxies {
+		parts = append(parts, fmt.Sprintf("%s->%s", p.Addr(), p.Target()))
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,206 @@
+package chaos
+
+import (
+	"bytes"
+	"io"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// Protocol is what a proxy's clients speak, so it can count requests.
+type Protocol int
+
+const (
+	// Raw counts connections only: one request per connection.
+	Raw Protocol = iota
+	// HTTP1 counts HTTP/1.x requests (Consul's HTTP API).
+	HTTP1
+	// HTTP2 counts new client streams of HTTP/2, i.e. gRPC calls (etcd).
+	// A long-lived stream, such as a watch, counts once.
+	HTTP2
+)
+
+// maxHeader bounds an HTTP/1 request head; a longer one stops counting on
+// that connection rather than buffering without end.
+const maxHeader = 64 << 10
+
+// newCounter returns a writer that is fed the client-to-server bytes of one
+// connection and adds each request it recognises to n.
+func newCounter(proto Protocol, n *atomic.Int64, onReq func() *func(string)) io.Writer {
+	switch proto {
+	case HTTP1:
+		return &http1Counter{n: n, onReq: onReq}
+	case HTTP2:
+		return &http2Counter{n: n, preface: len(http2Preface)}
+	}
+	n.Add(1)
+	return io.Discard
+}
+
+// http1Counter follows a stream of HTTP/1 requests: head, then a body of
+// Content-Length bytes or chunks.
+type http1Counter struct {
+	n     *atomic.Int64
+	onReq func() *func(string)
+
+	state  int // h1Head, h1Body, h1ChunkSize, h1ChunkData, h1Trailer, h1Lost
+	line   []byte
+	remain int64
+}
+
+const (
+	h1Head = iota
+	h1Body
+	h1ChunkSize
+	h1ChunkData
+	h1Trailer
+	h1Lost
+)
+
+func (c *http1Counter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		switch c.state {
+		case h1Lost:
+			return n, nil
+		case h1Head:
+			i := bytes.Index(p, []byte("\n"))
+			if i < 0 {
+				c.line = append(c.line, p...)
+				if len(c.line) > maxHeader {
+					c.state = h1Lost
+				}
+				return n, nil
+			}
+			c.line = append(c.line, p[:i+1]...)
+			p = p[i+1:]
+			if end := bytes.HasSuffix(c.line, []byte("\r\n\r\n")) || bytes.HasSuffix(c.line, []byte("\n\n")); end {
+				c.head(c.line)
+				c.line = c.line[:0]
+			} else if len(c.line) > maxHeader {
+				c.state = h1Lost
+			}
+		case h1Body, h1ChunkData:
+			k := int64(len(p))
+			if k > c.remain {
+				k = c.remain
+			}
+			p = p[k:]
+			c.remain -= k
+			if c.remain == 0 {
+				if c.state == h1Body {
+					c.state = h1Head
+				} else {
+					c.state = h1ChunkSize // the CRLF after the data reads as an empty size line
+				}
+			}
+		case h1ChunkSize, h1Trailer:
+			i := bytes.IndexByte(p, '\n')
+			if i < 0 {
+				c.line = append(c.line, p...)
+				if len(c.line) > maxHeader {
+					c.state = h1Lost
+				}
+				return n, nil
+			}
+			c.line = append(c.line, p[:i+1]...)
+			p = p[i+1:]
+			line := strings.TrimSpace(string(c.line))
+			c.line = c.line[:0]
+			if c.state == h1Trailer {
+				if line == "" {
+					c.state = h1Head
+				}
+				continue
+			}
+			if line == "" {
+				continue // CRLF closing the previous chunk's data
+			}
+			size, err := strconv.ParseInt(strings.TrimSpace(strings.SplitN(line, ";", 2)[0]), 16, 64)
+			switch {
+			case err != nil || size < 0:
+				c.state = h1Lost
+			case size == 0:
+				c.state = h1Trailer
+			default:
+				c.state, c.remain = h1ChunkData, size
+			}
+		}
+	}
+	return n, nil
+}
+
+// head counts one request and sets up skipping its body.
+func (c *http1Counter) head(head []byte) {
+	c.n.Add(1)
+	lines := strings.Split(strings.ReplaceAll(string(head), "\r\n", "\n"), "\n")
+	if f := c.onReq(); f != nil {
+		(*f)(lines[0])
+	}
+	c.state = h1Head
+	for _, l := range lines[1:] {
+		name, value, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		value = strings.TrimSpace(value)
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "content-length":
+			if v, err := strconv.ParseInt(value, 10, 64); err == nil && v > 0 {
+				c.state, c.remain = h1Body, v
+			}
+		case "transfer-encoding":
+			if strings.Contains(strings.ToLower(value), "chunked") {
+				c.state = h1ChunkSize
+			}
+		}
+	}
+}
+
+// http2Preface is what every HTTP/2 client sends first.
+const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// http2Counter walks HTTP/2 frames and counts HEADERS frames that open a
+// new stream.
+type http2Counter struct {
+	n       *atomic.Int64
+	preface int // bytes of the preface still to skip
+	hdr     []byte
+	skip    int
+	stream  uint32 // highest stream id seen
+}
+
+func (c *http2Counter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		switch {
+		case c.preface > 0:
+			k := min(c.preface, len(p))
+			c.preface -= k
+			p = p[k:]
+		case c.skip > 0:
+			k := min(c.skip, len(p))
+			c.skip -= k
+			p = p[k:]
+		default:
+			k := min(9-len(c.hdr), len(p))
+			c.hdr = append(c.hdr, p[:k]...)
+			p = p[k:]
+			if len(c.hdr) < 9 {
+				return n, nil
+			}
+			length := int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
+			typ := c.hdr[3]
+			id := (uint32(c.hdr[5])<<24 | uint32(c.hdr[6])<<16 | uint32(c.hdr[7])<<8 | uint32(c.hdr[8])) & 0x7fffffff
+			const headersFrame = 0x1
+			if typ == headersFrame && id > c.stream {
+				c.stream = id
+				c.n.Add(1)
+			}
+			c.hdr = c.hdr[:0]
+			c.skip = length
+		}
+	}
+	return n, nil
+}

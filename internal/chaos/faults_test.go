@@ -1,0 +1,209 @@
+package chaos
+
+import (
+	"syscall"
+	"time"
+
+	"github.com/leaderrun/leaderrun/internal/fence"
+)
+
+// fault is one kind of trouble the suite injects while a leader's child
+// writes to the fence.
+type fault struct {
+	name string
+	// doc says what the fault does, for the report.
+	doc string
+	// twoAlive is set when the old child may legitimately run again next
+	// to the new one: a whole frozen host wakes up. The fence must then
+	// reject every write it makes.
+	twoAlive bool
+	// inject causes the fault on leader h, whose child is in, holds it as
+	// long as the fault lasts, heals it and returns what it measured.
+	inject func(w *world, h *host, in fence.Instance) outcome
+}
+
+// outcome is what an injection measured.
+type outcome struct {
+	at fence.Mono // when the fault struck
+	// stopAfter is the time from the fault to the old child's death, for
+	// faults that take the lease away from a live leaderrun; it must stay
+	// below the TTL.
+	stopAfter time.Duration
+	stopped   bool
+}
+
+// faults are every fault type, in report order.
+var faults = []fault{
+	{name: "kill-leader", doc: "`kill -9` of the leader's leaderrun", inject: killLeader},
+	{name: "kill-child", doc: "`kill -9` of the leader's child", inject: killChild},
+	{name: "freeze-leaderrun", doc: "SIGSTOP of the leader's leaderrun until another host leads (at least the TTL), then SIGCONT", inject: freezeLeaderrun},
+	{name: "freeze-host", doc: "SIGSTOP of the leader's leaderrun, guard and child (a paused VM) until another host leads, then SIGCONT, child first", twoAlive: true, inject: freezeHost},
+	{name: "kill-server", doc: "`kill -9` of one backend server (random, the Raft leader included), restarted after TTL + 1s", inject: killServer},
+	{name: "lose-quorum", doc: "`kill -9` of two of the three servers until the leader's child is stopped (at least the TTL), then restart", inject: loseQuorum},
+	{name: "partition", doc: "the leader's proxies cut (refuse or blackhole, at random) until another host leads, then healed", inject: partition},
+	{name: "restart-backend", doc: "`kill -9` of every server, then restart of all", inject: restartBackend},
+}
+
+// faultByName finds a fault type.
+func faultByName(name string) (fault, bool) {
+	for _, f := range faults {
+		if f.name == name {
+			return f, true
+		}
+	}
+	return fault{}, false
+}
+
+// takeoverTimeout bounds the wait for a standby to lead while the old
+// leader is frozen or cut off: Consul may keep an unrenewed session for up
+// to twice its TTL, then adds the lock-delay.
+func (w *world) takeoverTimeout() time.Duration { return 4*w.tm.TTL + 20*time.Second }
+
+// closedAt waits briefly for the fence to see in's connection end and
+// returns that time, 0 if it did not.
+func (w *world) closedAt(in fence.Instance) fence.Mono {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if c := w.fence.Instances()[in.ID].Closed; c != 0 || time.Now().After(deadline) {
+			return c
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// stopped measures the time from at to in's death.
+func (w *world) stopped(in fence.Instance, at fence.Mono) outcome {
+	o := outcome{at: at}
+	if c := w.closedAt(in); c != 0 {
+		o.stopAfter, o.stopped = c.Sub(at), true
+	}
+	return o
+}
+
+func killLeader(w *world, h *host, _ fence.Instance) outcome {
+	at := fence.Now()
+	_ = h.proc.Signal(syscall.SIGKILL)
+	return outcome{at: at}
+}
+
+func killChild(w *world, _ *host, in fence.Instance) outcome {
+	at := fence.Now()
+	_ = syscall.Kill(in.Pid, syscall.SIGKILL)
+	return outcome{at: at}
+}
+
+func freezeLeaderrun(w *world, h *host, in fence.Instance) outcome {
+	h.frozen = true
+	at := fence.Now()
+	_ = h.proc.Signal(syscall.SIGSTOP)
+	ok := w.waitTakeover(in, at, w.tm.TTL, w.takeoverTimeout(), true)
+	_ = h.proc.Signal(syscall.SIGCONT)
+	h.frozen = false
+	if !ok {
+		w.t.Errorf("freeze-leaderrun: no other host led within %v while %s's leaderrun was stopped (child alive: %v)\n%s",
+			w.takeoverTimeout(), h.id, Alive(in.Pid), w.describe())
+	}
+	return w.stopped(in, at)
+}
+
+func freezeHost(w *world, h *host, in fence.Instance) outcome {
+	g := guardOf(h)
+	if g == 0 {
+		w.t.Errorf("freeze-host: %s leads without a dead-man guard", h.id)
+	}
+	h.frozen = true
+	at := fence.Now()
+	_ = syscall.Kill(-in.Pid, syscall.SIGSTOP)
+	if g != 0 {
+		_ = syscall.Kill(g, syscall.SIGSTOP)
+	}
+	_ = h.proc.Signal(syscall.SIGSTOP)
+	ok := w.waitTakeover(in, at, w.tm.TTL, w.takeoverTimeout(), false)
+
+	// Wake the child first and let it try to write as the stale leader it
+	// now is, as a resumed VM's process may run before anything else.
+	before := w.fence.Instances()[in.ID].Rejected + w.fence.Instances()[in.ID].Accepted
+	_ = syscall.Kill(-in.Pid, syscall.SIGCONT)
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		cur := w.fence.Instances()[in.ID]
+		if cur.Rejected+cur.Accepted > before {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if g != 0 {
+		_ = syscall.Kill(g, syscall.SIGCONT)
+	}
+	_ = h.proc.Signal(syscall.SIGCONT)
+	h.frozen = false
+	if !ok {
+		w.t.Errorf("freeze-host: no other host led within %v while %s was frozen\n%s", w.takeoverTimeout(), h.id, w.describe())
+	}
+	if !waitDead(in.Pid, 10*time.Second) {
+		w.t.Errorf("freeze-host: the old child %d still runs 10s after its host woke up past its lease", in.Pid)
+	}
+	return outcome{at: at}
+}
+
+func killServer(w *world, _ *host, _ fence.Instance) outcome {
+	i := w.rng.IntN(w.cl.Servers())
+	at := fence.Now()
+	w.cl.Kill(i)
+	time.Sleep(w.tm.TTL + time.Second) // the fault's duration
+	w.cl.Restart(i)
+	w.cl.WaitHealthy(w.t)
+	return outcome{at: at}
+}
+
+func loseQuorum(w *world, _ *host, in fence.Instance) outcome {
+	n := w.cl.Servers()
+	a := w.rng.IntN(n)
+	b := (a + 1 + w.rng.IntN(n-1)) % n
+	at := fence.Now()
+	w.cl.Kill(a)
+	w.cl.Kill(b)
+	// No renewal can succeed now: the leader must stop its child before
+	// the lease could expire.
+	if !waitDead(in.Pid, 2*w.tm.TTL+5*time.Second) {
+		w.t.Errorf("lose-quorum: child %d still runs %v after the quorum was lost", in.Pid, 2*w.tm.TTL+5*time.Second)
+	}
+	o := w.stopped(in, at)
+	if rest := w.tm.TTL - fence.Now().Sub(at); rest > 0 {
+		time.Sleep(rest) // the fault lasts at least a TTL
+	}
+	w.cl.Restart(a)
+	w.cl.Restart(b)
+	w.cl.WaitHealthy(w.t)
+	return o
+}
+
+func partition(w *world, h *host, in fence.Instance) outcome {
+	mode := Refuse
+	if w.rng.IntN(2) == 0 {
+		mode = Blackhole
+	}
+	h.cut = true
+	at := fence.Now()
+	h.link.Cut(mode)
+	ok := w.waitTakeover(in, at, w.tm.TTL, w.takeoverTimeout(), true)
+	h.link.Heal()
+	h.cut = false
+	if !ok {
+		w.t.Errorf("partition (%v): no other host led within %v while %s was cut off (child alive: %v)\n%s",
+			mode, w.takeoverTimeout(), h.id, Alive(in.Pid), w.describe())
+	}
+	return w.stopped(in, at)
+}
+
+func restartBackend(w *world, _ *host, _ fence.Instance) outcome {
+	at := fence.Now()
+	for i := 0; i < w.cl.Servers(); i++ {
+		w.cl.Kill(i)
+	}
+	for i := 0; i < w.cl.Servers(); i++ {
+		w.cl.Restart(i)
+	}
+	w.cl.WaitHealthy(w.t)
+	return outcome{at: at}
+}

@@ -1,0 +1,159 @@
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProcStat is what /proc says about one process.
+type ProcStat struct {
+	Pid   int
+	State string // R, S, D, T, Z, ...; "" when the process is gone
+	PPid  int
+	PGid  int
+	// CPU is user plus system time consumed so far.
+	CPU time.Duration
+}
+
+// clockTick is the unit of utime and stime in /proc/<pid>/stat. Linux
+// reports them in USER_HZ, which is 100 on every architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// Stat reads /proc/<pid>/stat. ok is false when the process is gone.
+func Stat(pid int) (ProcStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ProcStat{Pid: pid}, false
+	}
+	s := string(b)
+	// The command name is in parentheses and may contain anything, so
+	// fields are counted from the last ')'.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ProcStat{Pid: pid}, false
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return ProcStat{Pid: pid}, false
+	}
+	st := ProcStat{Pid: pid, State: f[0]}
+	st.PPid, _ = strconv.Atoi(f[1])
+	st.PGid, _ = strconv.Atoi(f[2])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stm, _ := strconv.ParseInt(f[12], 10, 64)
+	st.CPU = time.Duration(ut+stm) * clockTick
+	return st, true
+}
+
+// Alive reports whether pid is a running (or stopped) process; zombies
+// count as dead.
+func Alive(pid int) bool {
+	st, ok := Stat(pid)
+	return ok && st.State != "Z" && st.State != "X" && st.State != "x"
+}
+
+// RSS is the resident set size of pid (VmRSS in /proc/<pid>/status).
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) < 1 {
+				break
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
+
+// Process is one live process found by Scan.
+type Process struct {
+	Pid     int
+	PPid    int
+	State   string
+	Exe     string
+	Cmdline []string
+}
+
+func (p Process) String() string {
+	return fmt.Sprintf("pid %d (parent %d, state %s): %s", p.Pid, p.PPid, p.State, strings.Join(p.Cmdline, " "))
+}
+
+// Scan lists the live (non-zombie) processes whose executable is one of
+// exes. Binaries the tests build into their own temporary folders have
+// paths no other process shares, so this finds exactly the processes a test
+// started, and whatever they left behind.
+func Scan(exes ...string) []Process {
+	want := map[string]bool{}
+	for _, e := range exes {
+		want[e] = true
+	}
+	var out []Process
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink("/proc/" + e.Name() + "/exe")
+		if err != nil {
+			continue
+		}
+		exe = strings.TrimSuffix(exe, " (deleted)")
+		if !want[exe] {
+			continue
+		}
+		st, ok := Stat(pid)
+		if !ok || st.State == "Z" || st.State == "X" {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		out = append(out, Process{Pid: pid, PPid: st.PPid, State: st.State, Exe: exe,
+			Cmdline: strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")})
+	}
+	return out
+}
+
+// IsGuard reports whether p is leaderrun's dead-man guard.
+func (p Process) IsGuard() bool {
+	return len(p.Cmdline) > 1 && p.Cmdline[1] == "__guard"
+}
+
+// Machine describes this machine for reports: CPUs and memory.
+func Machine() string {
+	cpus := runtime.NumCPU() // what nproc prints: the CPUs this process may use
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok && model == "" {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				f := strings.Fields(v)
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					mem = fmt.Sprintf("%.1f GiB RAM", float64(kb)/(1<<20))
+				}
+			}
+		}
+	}
+	s := fmt.Sprintf("%d CPUs (nproc), %s", cpus, mem)
+	if model != "" {
+		s += ", " + model
+	}
+	return s
+}

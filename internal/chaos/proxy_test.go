@@ -1,0 +1,167 @@
+package chaos
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func newProxy(t *testing.T, target string, proto Protocol) *Proxy {
+	t.Helper()
+	p, err := NewProxy(target, proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func echoHandler(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	_, _ = w.Write(b)
+}
+
+func TestProxyCountsHTTP1Requests(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(echoHandler))
+	defer srv.Close()
+	p := newProxy(t, strings.TrimPrefix(srv.URL, "http://"), HTTP1)
+	var mu sync.Mutex
+	var lines []string
+	p.OnRequest(func(l string) {
+		mu.Lock()
+		lines = append(lines, l)
+		mu.Unlock()
+	})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	url := "http://" + p.Addr()
+	for i := 0; i < 5; i++ {
+		resp, err := c.Post(url+"/v1/kv/x", "text/plain", strings.NewReader(strings.Repeat("body\r\n\r\n", i*100)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	// A chunked body (unknown length) counts once as well.
+	resp, err := c.Post(url+"/chunked", "text/plain", io.MultiReader(strings.NewReader("a"), strings.NewReader("GET / HTTP/1.1\r\n\r\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	resp, err = c.Get(url + "/v1/kv/x?index=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := p.Requests(); got != 7 {
+		t.Errorf("Requests() = %d, want 7", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) != 7 || lines[6] != "GET /v1/kv/x?index=5 HTTP/1.1" {
+		t.Errorf("request lines %q", lines)
+	}
+}
+
+func TestProxyCountsHTTP2Streams(t *testing.T) {
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(echoHandler))
+	srv.Config.Protocols = &protos
+	srv.Start()
+	defer srv.Close()
+	p := newProxy(t, strings.TrimPrefix(srv.URL, "http://"), HTTP2)
+	tr := &http.Transport{Protocols: &protos}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	for i := 0; i < 4; i++ {
+		resp, err := c.Post("http://"+p.Addr()+"/x", "text/plain", strings.NewReader(strings.Repeat("x", 70000)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("spoke %s, want HTTP/2", resp.Proto)
+		}
+	}
+	if got := p.Requests(); got != 4 {
+		t.Errorf("Requests() = %d, want 4", got)
+	}
+}
+
+func TestProxyCut(t *testing.T) {
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	p := newProxy(t, strings.TrimPrefix(srv.URL, "http://"), HTTP1)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 500 * time.Millisecond}
+	get := func() error {
+		resp, err := c.Get("http://" + p.Addr() + "/")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	if err := get(); err != nil {
+		t.Fatalf("open proxy: %v", err)
+	}
+
+	p.Cut(Refuse)
+	start := time.Now()
+	if err := get(); err == nil {
+		t.Fatal("request through a refusing proxy succeeded")
+	}
+	if took := time.Since(start); took > 400*time.Millisecond {
+		t.Errorf("refused request took %v; a refusal should be immediate", took)
+	}
+	p.Heal()
+	if err := get(); err != nil {
+		t.Fatalf("after heal: %v", err)
+	}
+
+	// A blackhole: the kept-alive connection and a new one both hang.
+	before := served.Load()
+	p.Cut(Blackhole)
+	if err := get(); err == nil {
+		t.Fatal("request through a blackhole succeeded")
+	}
+	raw, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("a blackhole accepts connections: %v", err)
+	}
+	_, _ = io.WriteString(raw, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	_ = raw.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := raw.Read(make([]byte, 10)); err == nil || n > 0 {
+		t.Fatalf("blackholed connection answered %d bytes", n)
+	}
+	if served.Load() != before {
+		t.Fatal("a request crossed the blackhole")
+	}
+	p.Heal()
+	// The blackholed connection is closed by the heal.
+	_ = raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := raw.Read(make([]byte, 10)); err == nil {
+		t.Error("blackholed connection still open after heal")
+	}
+	raw.Close()
+	if err := get(); err != nil {
+		t.Fatalf("after healing the blackhole: %v", err)
+	}
+}
