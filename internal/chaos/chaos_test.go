@@ -70,7 +70,9 @@ func TestChaos(t *testing.T) {
 	for _, name := range strings.Split(*flagBackends, ",") {
 		name := strings.TrimSpace(name)
 		t.Run(name, func(t *testing.T) {
-			runs = append(runs, runBackend(t, name, seed))
+			r := &backendRun{name: name}
+			runs = append(runs, r) // reported even if the run stops early
+			runBackend(t, r, seed)
 		})
 	}
 	table := summary(runs)
@@ -82,8 +84,10 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-func runBackend(t *testing.T, name string, seed uint64) *backendRun {
+func runBackend(t *testing.T, r *backendRun, seed uint64) {
 	start := time.Now()
+	defer func() { r.took = time.Since(start) }()
+	name := r.name
 	var cl Cluster
 	switch name {
 	case "etcd":
@@ -94,6 +98,7 @@ func runBackend(t *testing.T, name string, seed uint64) *backendRun {
 		t.Fatalf("unknown backend %q (want etcd or consul)", name)
 	}
 	w := newWorld(t, cl, seed)
+	r.tm, r.stats = w.tm, w.stats
 	plan := w.plan(*flagFaults)
 	var names []string
 	for _, f := range plan {
@@ -106,7 +111,6 @@ func runBackend(t *testing.T, name string, seed uint64) *backendRun {
 		w.run(i, len(plan), f)
 	}
 	w.shutdown()
-	return &backendRun{name: name, tm: w.tm, stats: w.stats, took: time.Since(start)}
 }
 
 // plan is the seeded order of faults: the short set, or n faults with every
@@ -226,6 +230,9 @@ func summary(runs []*backendRun) string {
 		"leaderless gap median", "leaderless gap max", "child stopped after fault (max) / TTL"}
 	var rows [][]string
 	for _, r := range runs {
+		if r.stats == nil {
+			continue
+		}
 		total := faultStats{}
 		for _, f := range faults {
 			st := r.stats[f.name]
@@ -263,6 +270,9 @@ func report(runs []*backendRun, seed uint64, table string, failed bool) string {
 	fmt.Fprintf(&b, "- seed: `%d` (reproduce the fault order with `-chaos.seed=%d`)\n", seed, seed)
 	fmt.Fprintf(&b, "- machine: %s; %s\n", Machine(), goVersion())
 	for _, r := range runs {
+		if r.stats == nil {
+			continue
+		}
 		fmt.Fprintf(&b, "- %s: 3 servers, 3 leaderrun hosts; leaderrun %s; took %v\n", r.name, strings.Join(r.tm.Args(), " "), r.took.Round(time.Second))
 	}
 	if failed {
