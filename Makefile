@@ -64,3 +64,18 @@ packages: dist nfpm
 
 package-test: packages
 	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist $(GO) test -count=1 -run 'TestPackages|TestSystemdUnit' ./internal/e2e/
+
+# Chaos suite (internal/chaos, docs/CHAOS.md): CHAOS_FAULTS faults per
+# backend on real 3-server etcd and Consul clusters, three leaderrun hosts,
+# a fenced resource; writes the results table into docs/CHAOS.md. Takes
+# about 1.5 hours with the defaults; not part of `make test`.
+CHAOS_FAULTS   ?= 200
+CHAOS_SEED     ?= 0
+CHAOS_BACKENDS ?= etcd,consul
+
+.PHONY: chaos
+chaos: servers
+	$(GO) test -count=1 -timeout 4h -run 'TestChaos$$' -v ./internal/chaos/ -args \
+		-chaos.faults=$(CHAOS_FAULTS) -chaos.seed=$(CHAOS_SEED) -chaos.backends=$(CHAOS_BACKENDS) \
+		-chaos.report=$(CURDIR)/docs/CHAOS.md \
+		-chaos.command='make chaos CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_BACKENDS=$(CHAOS_BACKENDS)'
