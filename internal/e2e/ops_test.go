@@ -500,6 +500,49 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	}
 }
 
+// TestReadyMeansTheBackendAnswered: on etcd a standby is READY=1 as soon as
+// the backend answered, while it still waits for the key; one whose backend
+// cannot be reached is not.
+func TestReadyMeansTheBackendAnswered(t *testing.T) {
+	t.Parallel()
+	c := testcluster.StartEtcd(t, 1)
+	dir := t.TempDir()
+	key := opsKey("ready")
+	backend := []string{"--backend", "etcd", "--key", key,
+		"--ttl", "3s", "--renew-interval", "500ms", "--kill-grace", "1s", "--safety-margin", "500ms"}
+	leader := start(t, "leader", nil, append(append([]string{"--etcd-endpoints", strings.Join(c.Endpoints(), ",")}, backend...),
+		"--", "sh", "-c", "touch "+dir+"/leading; exec sleep 1000")...)
+	waitFor(t, 10*time.Second, "the leader's child", func() bool { _, err := os.Stat(dir + "/leading"); return err == nil })
+
+	sockDown, msgsDown := notifyListener(t)
+	down := start(t, "unreachable", []string{"NOTIFY_SOCKET=" + sockDown},
+		append(append([]string{"--etcd-endpoints", "127.0.0.1:1", "--etcd-dial-timeout", "200ms"}, backend...), "--", "true")...)
+	sock, msgs := notifyListener(t)
+	standby := start(t, "standby", []string{"NOTIFY_SOCKET=" + sock},
+		append(append([]string{"--etcd-endpoints", strings.Join(c.Endpoints(), ",")}, backend...), "--", "true")...)
+
+	expectNotify(t, msgs, "READY=1", 10*time.Second)
+	if out := standby.Output(); strings.Contains(out, "acquired") || !strings.Contains(out, "campaigning") {
+		t.Fatalf("READY=1 came from a standby that is not campaigning:\n%s", standby.Output())
+	}
+	// The unreachable one has had as long, and more: still not ready.
+	drained := time.After(time.Second)
+	for done := false; !done; {
+		select {
+		case m := <-msgsDown:
+			if strings.Contains(m, "READY=1") {
+				t.Fatalf("READY=1 without an answer from the backend: %q\n%s", m, down.Output())
+			}
+		case <-drained:
+			done = true
+		}
+	}
+	for _, p := range []*Proc{standby, down, leader} {
+		p.Signal(syscall.SIGTERM)
+		p.Wait(20 * time.Second)
+	}
+}
+
 func TestHTTPAddrInUseExits125(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
