@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -414,5 +415,24 @@ func TestReadyWaitsForTheBackendToAnswer(t *testing.T) {
 	// Two retries back off 500ms then 1s.
 	if took := time.Since(began); took < 1500*time.Millisecond {
 		t.Fatalf("READY=1 after %v: sent before the backend answered? %q", took, m)
+	}
+}
+
+func TestWatchdogIsOnlyForTheNamedProcess(t *testing.T) {
+	notifySocket(t, 0)
+	t.Setenv("WATCHDOG_USEC", "4000000")
+	for pid, want := range map[string]time.Duration{
+		"":                        2 * time.Second,
+		strconv.Itoa(os.Getpid()): 2 * time.Second,
+		"1":                       0, // systemd watches another process
+	} {
+		t.Setenv("WATCHDOG_PID", pid)
+		if got := systemdNotifier().watchdog; got != want {
+			t.Errorf("WATCHDOG_PID=%q: ping every %v, want %v", pid, got, want)
+		}
+	}
+	t.Setenv("NOTIFY_SOCKET", "")
+	if systemdNotifier().enabled() {
+		t.Error("notifier enabled without NOTIFY_SOCKET")
 	}
 }
