@@ -59,7 +59,8 @@ type Observer struct {
 	st state
 
 	// lastTick is when the event loop last turned, as nanoseconds since
-	// base on the monotonic clock; atomic because it moves every 10ms.
+	// base on the monotonic clock; atomic because it moves at every turn
+	// (at least every supervise.HeartbeatInterval while leading).
 	base     time.Time
 	lastTick atomic.Int64
 
