@@ -66,6 +66,7 @@ func newApp() *cli.App {
 			genCommand(),
 			{
 				Name:   "version",
+				Before: divertDoubleDash,
 				Usage:  "print the version",
 				Action: func(*cli.Context) error { fmt.Println("leaderrun " + buildVersion()); return nil },
 			},

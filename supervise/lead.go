@@ -82,7 +82,9 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		s.finish(l, "command could not be started", false, code)
 	}
 
-	ctxDone := ctx.Done()
+	// Closed channels that were handled once are set to nil, so the select
+	// does not spin on them.
+	ctxDone, lostC := ctx.Done(), lease.Lost()
 	for {
 		call(s.cfg.Events.Tick)
 		if s.cfg.Freeze != nil {
@@ -99,6 +101,10 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			polling = true
 		}
 		if l.stopping && (l.group == nil || !l.group.GroupAlive()) {
+			if l.child != nil {
+				// Gone, but its exit not yet handled: report it first.
+				s.onChildExit(l)
+			}
 			stopRenewing()
 			<-renewDone
 			s.release(lease)
@@ -122,7 +128,8 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		case <-timerC(l.killAt):
 			l.killAt = nil
 			s.signal(l, syscall.SIGKILL)
-		case <-lease.Lost():
+		case <-lostC:
+			lostC = nil
 			if !l.stopping {
 				s.finish(l, "leadership lost: "+lease.LostReason(), true, ExitLost)
 			}

@@ -95,6 +95,7 @@ type recorder struct {
 	mu     sync.Mutex
 	clock  Clock
 	events []event
+	ticks  atomic.Int64
 }
 
 func (r *recorder) add(what string) {
@@ -132,6 +133,8 @@ func (r *recorder) events_() Events {
 		ChildSignalled: func(sig syscall.Signal) { r.add(sig.String()) },
 		Stopping:       func(reason string, lost bool) { r.add("stopping") },
 		Released:       func() { r.add("released") },
+		ChildExited:    func(code int) { r.add("exited " + strconv.Itoa(code)) },
+		Tick:           func() { r.ticks.Add(1) },
 	}
 }
 
@@ -275,6 +278,7 @@ func TestLateRenewalDoesNotRestartChild(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	ticksAtLoss := rec.ticks.Load()
 	close(lease.gate) // the late renewal now succeeds
 	select {
 	case code := <-done:
@@ -286,6 +290,14 @@ func TestLateRenewalDoesNotRestartChild(t *testing.T) {
 	}
 	if n := rec.count("started"); n != 1 {
 		t.Errorf("child started %d times, want 1", n)
+	}
+	// The stop takes a few group polls; a loop spinning on the closed Lost
+	// channel would turn hundreds of thousands of times.
+	if n := rec.ticks.Load() - ticksAtLoss; n > 1000 {
+		t.Errorf("event loop turned %d times while stopping: spinning", n)
+	}
+	if n := rec.count("exited"); n != 1 {
+		t.Errorf("child exit reported %d times, want 1", n)
 	}
 }
 
