@@ -43,8 +43,12 @@ const (
 	// consistent read, a standby renewal.
 	callTimeout = 5 * time.Second
 	// cleanupTimeout bounds destroying a session after Acquire gave up, on
-	// a fresh context because the caller's is already done.
-	cleanupTimeout = 3 * time.Second
+	// a fresh context because the caller's is already done. With
+	// createGrace it keeps a cancelled wait under 1s (DESIGN §3).
+	cleanupTimeout = 700 * time.Millisecond
+	// createGrace is how long a session create may still run after the
+	// caller gave up, to learn the new session's ID and destroy it.
+	createGrace = 200 * time.Millisecond
 	// blockWait is how long one blocking query may wait on the server.
 	blockWait = 20 * time.Second
 	// dialTimeout bounds a TCP connect to the agent.

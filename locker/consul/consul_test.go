@@ -39,6 +39,14 @@ func startCluster(t *testing.T, opts testcluster.ConsulOptions) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A session names its agent's node, which must already be in the
+	// catalog ("Missing node registration"); a new agent registers itself
+	// a moment after the cluster answers reads.
+	n := max(opts.Servers, 1)
+	waitFor(t, 30*time.Second, "every node in the catalog", func() bool {
+		nodes, _, err := admin.Catalog().Nodes(&api.QueryOptions{RequireConsistent: true})
+		return err == nil && len(nodes) == n
+	})
 	return &cluster{Consul: c, admin: admin}
 }
 
@@ -153,6 +161,11 @@ func testCancelWhileWaiting(t *testing.T, c *cluster, addr string) {
 	a := c.locker(t, "cancel", addr)
 	b := c.locker(t, "cancel", addr)
 	la := acquire(t, a)
+	defer func() { // before goleak looks, even when the test failed
+		la.Release(context.Background())
+		a.Close()
+		b.Close()
+	}()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -176,9 +189,6 @@ func testCancelWhileWaiting(t *testing.T, c *cluster, addr string) {
 	if s := c.sessions(t, b); len(s) != 1 || s[0].ID != la.session {
 		t.Fatalf("after cancel: sessions %v, want only the leader's %s", s, la.session)
 	}
-	release(t, la)
-	a.Close()
-	b.Close()
 }
 
 // testSessionHasNoChecks reads our session back from the server: TTL only,
@@ -294,8 +304,8 @@ func testHandoverAfterLockDelay(t *testing.T, c *cluster, addr string) {
 	defer release(t, lb.(*lease))
 	took := at.Sub(start)
 	t.Logf("acquire after session destroy with lock-delay %v: %v", delay, took)
-	if took < delay || took > delay+600*time.Millisecond {
-		t.Errorf("took %v, want between the lock-delay %v and %v", took, delay, delay+600*time.Millisecond)
+	if took < delay || took > delay+time.Second {
+		t.Errorf("took %v, want between the lock-delay %v and %v", took, delay, delay+time.Second)
 	}
 	if lb.Epoch() <= la.Epoch() {
 		t.Errorf("epoch %d after %d: not increasing", lb.Epoch(), la.Epoch())
@@ -545,7 +555,7 @@ func TestFailover(t *testing.T) {
 		if firstErr == nil {
 			firstErr = err
 		}
-		if time.Since(start) > MinTTL/2 {
+		if time.Since(start) > MinTTL-2*time.Second {
 			t.Fatalf("Renew still failing %v after killing the raft leader: %v", time.Since(start), err)
 		}
 		time.Sleep(100 * time.Millisecond) // the supervisor's retry pace

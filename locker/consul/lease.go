@@ -83,22 +83,16 @@ func (ls *lease) Handle() string { return formatHandle(ls.session, ls.l.path) }
 func (ls *lease) Release(ctx context.Context) error {
 	ls.stopWatch()
 	<-ls.watching
-	err := ls.l.release(ctx, ls.session, ls.l.path)
-	if err == nil {
-		ls.l.log.Debug("released", "key", ls.l.path, "session", ls.session, "epoch", ls.epoch)
+	l := ls.l
+	if _, _, err := l.client.KV().Release(&api.KVPair{Key: l.path, Session: ls.session}, l.writeOpts(ctx)); err != nil {
+		l.log.Debug("KV release failed; destroying the session anyway", "key", l.path, "error", l.scrub(err))
 	}
-	return err
-}
-
-// release lets session go of key, then destroys the session. Only the
-// destroy must succeed: with Behavior release it frees the key as well.
-func (l *Locker) release(ctx context.Context, session, key string) error {
-	if _, _, err := l.client.KV().Release(&api.KVPair{Key: key, Session: session}, l.writeOpts(ctx)); err != nil {
-		l.log.Debug("KV release failed; destroying the session anyway", "key", key, "error", l.scrub(err))
+	// Only the destroy must succeed: with Behavior release it frees the
+	// key as well (after the lock-delay).
+	if _, err := l.client.Session().Destroy(ls.session, l.writeOpts(ctx)); err != nil {
+		return l.fail(fmt.Sprintf("release %s: destroy session %s", l.path, ls.session), err)
 	}
-	if _, err := l.client.Session().Destroy(session, l.writeOpts(ctx)); err != nil {
-		return l.fail(fmt.Sprintf("release %s: destroy session %s", key, session), err)
-	}
+	l.log.Debug("released", "key", l.path, "session", ls.session, "epoch", ls.epoch)
 	return nil
 }
 
@@ -159,7 +153,7 @@ func (ls *lease) confirmLost(ctx context.Context) (reason string, gone bool, err
 	pair, _, err := ls.l.client.KV().Get(ls.l.path, ls.l.queryOpts(cctx, true))
 	switch {
 	case err != nil:
-		return "", false, err
+		return "", false, ls.l.fail("confirm loss of "+ls.l.path, err)
 	case pair == nil:
 		return "key " + ls.l.path + " was deleted", true, nil
 	case pair.Session == ls.session:

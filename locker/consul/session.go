@@ -31,16 +31,28 @@ func (l *Locker) createSession(ctx context.Context) (string, error) {
 	} else {
 		body["NodeChecks"] = l.checks
 	}
+	// The server may create the session even when our ctx ends while the
+	// answer is on its way; a short grace lets us learn its ID and destroy
+	// it instead of leaving it to expire.
 	var out struct{ ID string }
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
+	grace := context.AfterFunc(ctx, func() { time.AfterFunc(createGrace, cancel) })
+	defer grace()
 	if _, err := l.client.Raw().Write("/v1/session/create", body, &out, l.writeOpts(cctx)); err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
 		return "", l.fail("create consul session", err)
 	}
 	if out.ID == "" {
 		return "", errors.New("create consul session: agent returned no session ID")
 	}
-	if err := l.checkSession(cctx, out.ID); err != nil {
+	if ctx.Err() != nil {
+		l.destroySession(out.ID)
+		return "", ctx.Err()
+	}
+	if err := l.checkSession(ctx, out.ID); err != nil {
 		l.destroySession(out.ID)
 		return "", err
 	}
@@ -52,8 +64,13 @@ func (l *Locker) createSession(ctx context.Context) (string, error) {
 // that carries health checks we did not ask for (DESIGN §1.5): such a check
 // could end the session before the supervisor's deadline.
 func (l *Locker) checkSession(ctx context.Context, id string) error {
-	se, _, err := l.client.Session().Info(id, l.queryOpts(ctx, true))
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	se, _, err := l.client.Session().Info(id, l.queryOpts(cctx, true))
 	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return l.fail("read back consul session "+id, err)
 	}
 	if se == nil {
