@@ -102,31 +102,52 @@ func GroupAlive(pgid int) bool {
 		if name[0] < '0' || name[0] > '9' {
 			continue
 		}
-		state, group, ok := procState(name)
-		if ok && group == pgid && state != 'Z' && state != 'X' {
+		if st, ok := readStat(name); ok && st.PGID == pgid && st.running() {
 			return true
 		}
 	}
 	return false
 }
 
-// procState reads a process's state letter and process group from
-// /proc/PID/stat.
-func procState(pid string) (state byte, pgid int, ok bool) {
+// Stat is what leaderrun needs from /proc/PID/stat.
+type Stat struct {
+	// State is the kernel's one-letter state: R, S, D, T, Z (zombie), X...
+	State byte
+	PPID  int
+	PGID  int
+}
+
+func (s Stat) running() bool { return s.State != 'Z' && s.State != 'X' }
+
+// ReadStat reads a process's state, parent and process group.
+func ReadStat(pid int) (Stat, bool) { return readStat(strconv.Itoa(pid)) }
+
+// ProcessAlive reports whether pid is a process that can still run: it
+// exists and is not a zombie.
+func ProcessAlive(pid int) bool {
+	st, ok := ReadStat(pid)
+	return ok && st.running()
+}
+
+func readStat(pid string) (Stat, bool) {
 	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return Stat{}, false
 	}
 	// "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses,
 	// so fields are counted from the last ')'.
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return 0, 0, false
+		return Stat{}, false
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, false
+		return Stat{}, false
 	}
-	pgid, err = strconv.Atoi(f[2])
-	return f[0][0], pgid, err == nil
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return Stat{}, false
+	}
+	return Stat{State: f[0][0], PPID: ppid, PGID: pgid}, true
 }

@@ -90,12 +90,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		if s.cfg.Freeze != nil {
 			s.cfg.Freeze()
 		}
-		// The deadline rules whatever event the select would pick first: a
-		// process that was frozen past its deadline stops before it looks at
-		// anything else, a late renewal included (§1.3).
-		if !l.stopping && !s.clock.Now().Before(l.timeline.TermAt()) {
-			s.finish(l, "lease deadline reached without a successful renewal", true, ExitLost)
-		}
+		s.overdue(l)
 		if l.stopping && !polling {
 			poll.Reset(groupPollInterval)
 			polling = true
@@ -140,7 +135,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			s.restart(l)
 		case <-ctxDone:
 			ctxDone = nil
-			if !l.stopping {
+			if !s.overdue(l) {
 				s.finish(l, "leaderrun was asked to stop", false, l.lastCode)
 			}
 		case sig := <-s.cfg.Forward:
@@ -203,10 +198,8 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 	if deadline.Before(l.timeline.Deadline) {
 		return // renewals are sequential; an older send never shortens it
 	}
-	if !s.clock.Now().Before(l.timeline.TermAt()) {
-		// Too late: the stop was due before this answer arrived.
-		s.finish(l, "lease deadline reached before the renewal answered", true, ExitLost)
-		return
+	if s.overdue(l) {
+		return // too late: the stop was due before this answer arrived
 	}
 	l.timeline.Deadline = deadline
 	(*termAt).Stop()
@@ -229,7 +222,7 @@ func (s *Supervisor) onChildExit(l *leadership) {
 	if f := s.cfg.Events.ChildExited; f != nil {
 		f(l.lastCode)
 	}
-	if l.stopping {
+	if s.overdue(l) {
 		if l.childCode {
 			l.code = l.lastCode
 		}
@@ -249,7 +242,7 @@ func (s *Supervisor) onChildExit(l *leadership) {
 // restart starts the child again once nothing of its last run is left, so
 // two runs never overlap.
 func (s *Supervisor) restart(l *leadership) {
-	if l.stopping {
+	if s.overdue(l) {
 		return
 	}
 	if l.group != nil && l.group.GroupAlive() {
@@ -261,6 +254,17 @@ func (s *Supervisor) restart(l *leadership) {
 		s.log.Error("cannot restart the command", "error", err)
 		s.finish(l, "command could not be restarted", false, ExitInternal)
 	}
+}
+
+// overdue starts the stop sequence if the lease's stop time has passed,
+// and reports whether the leadership is stopping. Every event handler asks
+// it first: after a freeze, the deadline rules whatever event the select
+// happened to pick, a child's exit or a late renewal included (§1.3).
+func (s *Supervisor) overdue(l *leadership) bool {
+	if !l.stopping && !s.clock.Now().Before(l.timeline.TermAt()) {
+		s.finish(l, "lease deadline reached without a successful renewal", true, ExitLost)
+	}
+	return l.stopping
 }
 
 // startChild starts the command with this term's epoch.

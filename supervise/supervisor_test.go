@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/signals"
 )
 
 func TestMain(m *testing.M) {
@@ -195,16 +196,6 @@ func readPIDFile(t *testing.T, path string) int {
 	}
 }
 
-func processAlive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
-}
-
 // TestStopTimelineOnFailedRenewals: renewals fail from the start, so the
 // lease deadline is the confirm's send time + TTL. A child that ignores
 // SIGTERM gets it at deadline - margin - grace and SIGKILL at deadline -
@@ -253,7 +244,7 @@ func TestStopTimelineOnFailedRenewals(t *testing.T) {
 	if code != ExitLost {
 		t.Errorf("exit code %d, want %d", code, ExitLost)
 	}
-	if processAlive(gc) {
+	if signals.ProcessAlive(gc) {
 		t.Error("grandchild survived the stop")
 	}
 	if _, ok := rec.find("released"); !ok {

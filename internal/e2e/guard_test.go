@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/signals"
 )
 
 // guardsOf lists the dead-man guards whose parent is pid.
@@ -31,17 +33,11 @@ func guardsOf(pid int) []int {
 }
 
 func ppid(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	st, ok := signals.ReadStat(pid)
+	if !ok {
 		return -1
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return -1
-	}
-	n, _ := strconv.Atoi(f[1])
-	return n
+	return st.PPID
 }
 
 // guardOf waits for leaderrun's guard to exist and returns its pid.

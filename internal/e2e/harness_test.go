@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/signals"
 )
 
 // binary is the leaderrun built once for this test process.
@@ -175,16 +177,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 }
 
 // alive reports whether pid is a live process (zombies count as dead).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the command name in parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
-}
+func alive(pid int) bool { return signals.ProcessAlive(pid) }
 
 // readPID reads a pid a child wrote to path, once it exists.
 func readPID(t testing.TB, path string) int {
