@@ -438,12 +438,12 @@ func testLeader(t *testing.T, c *cluster, addr string) {
 	}
 }
 
-// testReleaseHandle: another process ends our session from the handle
-// alone; the lock-delay still guards the next holder; doing it twice is
-// fine.
+// testReleaseHandle: another process gives back our lease from the handle
+// alone, as Release would: the key is free at once, without the lock-delay
+// a mere session destroy leaves; doing it twice is fine.
 func testReleaseHandle(t *testing.T, c *cluster, addr string) {
 	a := c.locker(t, "handle", addr)
-	other := c.locker(t, "handle", addr)
+	other := c.locker(t, "handle", addr, func(cfg *Config) { cfg.NoWait = true })
 	ls := acquire(t, a)
 	defer ls.Release(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -459,12 +459,9 @@ func testReleaseHandle(t *testing.T, c *cluster, addr string) {
 	if err := other.ReleaseHandle(ctx, ls.Handle()); err != nil {
 		t.Fatalf("second ReleaseHandle: %v", err)
 	}
+	// One try, right away: inside a lock-delay Consul would refuse it.
 	next := acquire(t, other)
-	took := time.Since(start)
-	t.Logf("next holder acquired %v after ReleaseHandle (lock-delay 250ms)", took)
-	if took < 250*time.Millisecond {
-		t.Errorf("next holder acquired after %v, inside the lock-delay", took)
-	}
+	t.Logf("next holder acquired %v after ReleaseHandle (lock-delay 250ms)", time.Since(start))
 	if next.Epoch() <= ls.Epoch() {
 		t.Errorf("epoch %d after %d", next.Epoch(), ls.Epoch())
 	}

@@ -44,21 +44,24 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 	return h, nil
 }
 
-// ReleaseHandle destroys the session named by a handle from Lease.Handle,
-// possibly in another process; Behavior release frees the key with it. It
-// deliberately skips the KV release that Lease.Release makes: the caller
-// (the dead-man guard) cannot prove the old child's process group is gone,
-// so the next holder still waits out the lock-delay. A session that is
-// already gone is not an error.
+// ReleaseHandle gives back the lease named by a handle from Lease.Handle,
+// possibly in another process, as Lease.Release does: it frees the key
+// (no lock-delay) and destroys the session. The dead-man guard calls it only
+// once it has seen the old child's process group gone (locker.Locker), so
+// the next holder may start at once. A session that is already gone is not
+// an error.
 func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
 	session, key, err := parseHandle(handle)
 	if err != nil {
 		return err
 	}
-	if _, err := l.client.Session().Destroy(session, l.writeOpts(ctx)); err != nil {
-		return l.fail(fmt.Sprintf("release %s: destroy session %s", key, session), err)
+	if key != l.path {
+		return fmt.Errorf("release: handle names key %s, this locker holds %s", key, l.path)
 	}
-	l.log.Debug("session destroyed by handle", "key", key, "session", session)
+	if err := l.giveBack(ctx, session); err != nil {
+		return err
+	}
+	l.log.Debug("released by handle", "key", key, "session", session)
 	return nil
 }
 

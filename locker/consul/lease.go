@@ -83,16 +83,25 @@ func (ls *lease) Handle() string { return formatHandle(ls.session, ls.l.path) }
 func (ls *lease) Release(ctx context.Context) error {
 	ls.stopWatch()
 	<-ls.watching
-	l := ls.l
-	if _, _, err := l.client.KV().Release(&api.KVPair{Key: l.path, Session: ls.session}, l.writeOpts(ctx)); err != nil {
+	if err := ls.l.giveBack(ctx, ls.session); err != nil {
+		return err
+	}
+	ls.l.log.Debug("released", "key", ls.l.path, "session", ls.session, "epoch", ls.epoch)
+	return nil
+}
+
+// giveBack frees the key held by session, which Consul does without a
+// lock-delay, then destroys the session. Its callers have seen the child's
+// process group gone (DESIGN §1.4).
+func (l *Locker) giveBack(ctx context.Context, session string) error {
+	if _, _, err := l.client.KV().Release(&api.KVPair{Key: l.path, Session: session}, l.writeOpts(ctx)); err != nil {
 		l.log.Debug("KV release failed; destroying the session anyway", "key", l.path, "error", l.scrub(err))
 	}
 	// Only the destroy must succeed: with Behavior release it frees the
 	// key as well (after the lock-delay).
-	if _, err := l.client.Session().Destroy(ls.session, l.writeOpts(ctx)); err != nil {
-		return l.fail(fmt.Sprintf("release %s: destroy session %s", l.path, ls.session), err)
+	if _, err := l.client.Session().Destroy(session, l.writeOpts(ctx)); err != nil {
+		return l.fail(fmt.Sprintf("release %s: destroy session %s", l.path, session), err)
 	}
-	l.log.Debug("released", "key", l.path, "session", ls.session, "epoch", ls.epoch)
 	return nil
 }
 
