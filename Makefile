@@ -79,3 +79,12 @@ chaos: servers
 		-chaos.faults=$(CHAOS_FAULTS) -chaos.seed=$(CHAOS_SEED) -chaos.backends=$(CHAOS_BACKENDS) \
 		-chaos.report=$(CURDIR)/docs/CHAOS.md \
 		-chaos.command='make chaos CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_BACKENDS=$(CHAOS_BACKENDS)'
+
+# Benchmark (internal/bench, docs/BENCHMARKS.md): leaderrun against
+# `etcdctl lock` and `consul lock` on the same real 3-server clusters;
+# writes the results into docs/BENCHMARKS.md. Takes about 25 minutes; not
+# part of `make test` (TestBenchSmoke is).
+.PHONY: bench
+bench: servers
+	$(GO) test -count=1 -timeout 60m -run 'TestBenchmark$$' -v ./internal/bench/ -args \
+		-bench.full -bench.report=$(CURDIR)/docs/BENCHMARKS.md -bench.command='make bench'

@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/internal/chaos"
+	"github.com/leaderrun/leaderrun/internal/testcluster"
+)
+
+// bins are the binaries built for this test process.
+var bins chaos.Binaries
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	b, cleanup, err := chaos.BuildForTests()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins = b
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// newEnv starts the clusters the benchmark needs (0 servers: none).
+func newEnv(t *testing.T, etcdServers, consulServers int) *Env {
+	t.Helper()
+	e := &Env{T: t, Bins: bins, Dir: t.TempDir()}
+	if etcdServers > 0 {
+		e.Etcdctl = testcluster.Bin(t, "etcdctl")
+		e.Etcd = chaos.StartEtcd(t, etcdServers)
+	}
+	if consulServers > 0 {
+		e.Consul = testcluster.Bin(t, "consul")
+		e.ConsulCl = chaos.StartConsul(t, consulServers)
+	}
+	t.Cleanup(func() {
+		// Lanes close their own processes and wait for the guards; this
+		// catches anything left.
+		deadline := time.Now().Add(20 * time.Second)
+		for len(chaos.Scan(bins.Leaderrun, bins.Writer)) > 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		for _, p := range chaos.Scan(bins.Leaderrun, bins.Writer) {
+			t.Errorf("left running: %v", p)
+			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+		}
+	})
+	return e
+}
+
+// contender finds a contender by tool and backend (and config, if given).
+func contender(t *testing.T, tool, backend, config string) *Contender {
+	t.Helper()
+	for _, c := range Contenders() {
+		if c.Tool == tool && c.Backend == backend && (config == "" || c.Config == config) {
+			return c
+		}
+	}
+	t.Fatalf("no contender %s on %s %s", tool, backend, config)
+	return nil
+}
+
+// TestBenchSmoke runs every part of the benchmark harness once, on a
+// single etcd member, so that `make bench` cannot rot unnoticed. It asserts
+// what leaderrun promises and what etcdctl lock is documented to do, never
+// a timing.
+func TestBenchSmoke(t *testing.T) {
+	e := newEnv(t, 1, 0)
+	lr := contender(t, "leaderrun", "etcd", "")
+	res := NewResults([]*Contender{lr})
+
+	for _, kind := range []string{KindCrash, KindGraceful, KindRefuse} {
+		ts := e.Trials(lr, kind, 1, 1)
+		res.Add(lr, kind, ts)
+		if len(ts) != 1 || ts[0].Err != "" {
+			t.Fatalf("leaderrun %s trial: %+v", kind, ts)
+		}
+		tr := ts[0]
+		if !tr.Handoff || tr.Failover <= 0 {
+			t.Errorf("leaderrun %s: no handoff: %+v", kind, tr)
+		}
+		if tr.OldAlive || tr.OldSurvived || tr.Overlaps > 0 || tr.Gap <= 0 {
+			t.Errorf("leaderrun %s: the old child was not gone before the new one started: %+v", kind, tr)
+		}
+		if kind == KindRefuse && (!tr.Stopped || !tr.HasRenewal || tr.Stop >= lr.TTL || tr.SinceRenewal >= lr.TTL) {
+			t.Errorf("leaderrun cut off: the child must die on its own before the TTL: %+v", tr)
+		}
+	}
+
+	// etcdctl lock starts its child without PDEATHSIG: after a crash the
+	// child lives on, and runs next to the standby's once the lease expires.
+	rival := contender(t, "etcdctl lock", "etcd", "(--ttl 3, matched)")
+	res.Contenders = append(res.Contenders, rival)
+	ts := e.Trials(rival, KindCrash, 1, 1)
+	res.Add(rival, KindCrash, ts)
+	if len(ts) != 1 || ts[0].Err != "" {
+		t.Fatalf("etcdctl crash trial: %+v", ts)
+	}
+	if tr := ts[0]; !tr.Handoff || !tr.OldSurvived || !tr.OldAlive || tr.Overlaps == 0 {
+		t.Errorf("etcdctl lock crash: expected the orphaned child to overlap with the standby's: %+v", tr)
+	}
+
+	for _, c := range []*Contender{lr, rival} {
+		fp := e.Footprint(c, 3*time.Second)
+		res.Footprints[c.Name()] = fp
+		if fp.Err != "" || fp.LeaderRSS == 0 || fp.StandbyRSS == 0 || fp.LeaderReqs == 0 || (c.Leaderrun && fp.GuardRSS == 0) {
+			t.Errorf("footprint of %s: %+v", c.Name(), fp)
+		}
+	}
+	sp := e.Scale(lr, 3, 2*time.Second, 1)
+	res.Scale[lr.Name()] = append(res.Scale[lr.Name()], sp)
+	if sp.Err != "" || len(sp.Failovers) != 1 || sp.Requests == 0 || sp.RSS == 0 {
+		t.Errorf("scale: %+v", sp)
+	}
+	t.Logf("\n%s\n%s\n%s\n%s", res.FailoverTable(), res.LeaseLossTable(), res.FootprintTable(), res.ScaleTable())
+	if errs := res.Errors(); len(errs) > 0 {
+		t.Errorf("errors: %v", errs)
+	}
+}

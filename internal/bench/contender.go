@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/leaderrun/leaderrun/internal/chaos"
+)
+
+// Contender is one lock tool in one configuration: leaderrun, or a rival
+// that also runs a command while it holds a lock.
+type Contender struct {
+	// Tool is "leaderrun", "etcdctl lock" or "consul lock".
+	Tool string
+	// Config says how it is set up, e.g. "--ttl 3 (matched)".
+	Config string
+	// Backend is "etcd" or "consul".
+	Backend string
+	// TTL is the lease or session TTL in effect.
+	TTL time.Duration
+	// LockDelay is the Consul lock-delay in effect; zero on etcd.
+	LockDelay time.Duration
+	// Leaderrun marks leaderrun itself: it has a guard and logs renewals.
+	Leaderrun bool
+
+	argv     func(e *Env, lock, id string, addrs []string) (string, []string)
+	members  func(e *Env, lock string) ([]string, error)
+	blocking func(lock, line string) bool
+}
+
+// Name is the contender as the report names it.
+func (c *Contender) Name() string { return c.Tool + " " + c.Config }
+
+// Contenders returns every contender, in report order: per backend,
+// leaderrun first, then its rivals with their defaults and with the TTL
+// matched to leaderrun's where they allow it.
+func Contenders() []*Contender {
+	et, ct := chaos.EtcdTiming, chaos.ConsulTiming
+	return []*Contender{
+		{
+			Tool: "leaderrun", Config: "(etcd, ttl 3s)", Backend: "etcd", TTL: et.TTL, Leaderrun: true,
+			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
+				args := append(chaos.Etcd{}.LeaderrunArgs(addrs), et.Args()...)
+				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
+			},
+			members: func(e *Env, lock string) ([]string, error) { return e.etcdKeys("/leaderrun/" + lock + "/@") },
+		},
+		{
+			Tool: "etcdctl lock", Config: "(defaults: ttl 10s)", Backend: "etcd", TTL: 10 * time.Second,
+			argv:    etcdctlArgv(0),
+			members: func(e *Env, lock string) ([]string, error) { return e.etcdKeys(lock + "/") },
+		},
+		{
+			Tool: "etcdctl lock", Config: "(--ttl 3, matched)", Backend: "etcd", TTL: 3 * time.Second,
+			argv:    etcdctlArgv(3),
+			members: func(e *Env, lock string) ([]string, error) { return e.etcdKeys(lock + "/") },
+		},
+		{
+			Tool: "leaderrun", Config: "(consul, ttl 10s)", Backend: "consul", TTL: ct.TTL, LockDelay: ct.LockDelay, Leaderrun: true,
+			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
+				args := append(chaos.Consul{}.LeaderrunArgs(addrs), ct.Args()...)
+				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
+			},
+			members: func(e *Env, lock string) ([]string, error) { return e.consulSessions("leaderrun leaderrun/" + lock) },
+			blocking: func(lock, line string) bool {
+				return strings.Contains(line, "/v1/kv/leaderrun/"+lock+"?") && strings.Contains(line, "index=")
+			},
+		},
+		{
+			// consul lock has no flag for its session TTL (15s) or
+			// lock-delay (15s); its defaults are all there is.
+			Tool: "consul lock", Config: "(defaults: ttl 15s, lock-delay 15s)", Backend: "consul", TTL: 15 * time.Second, LockDelay: 15 * time.Second,
+			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
+				return e.Consul, []string{"lock", "-http-addr=" + addrs[0], "-name=" + lock, lock, e.Bins.Writer}
+			},
+			members: func(e *Env, lock string) ([]string, error) { return e.consulSessions(lock) },
+			blocking: func(lock, line string) bool {
+				return strings.Contains(line, "/v1/kv/"+lock+"/.lock?") && strings.Contains(line, "index=")
+			},
+		},
+	}
+}
+
+// etcdctlArgv runs `etcdctl lock`, with --ttl when ttl > 0.
+func etcdctlArgv(ttl int) func(e *Env, lock, id string, addrs []string) (string, []string) {
+	return func(e *Env, lock, id string, addrs []string) (string, []string) {
+		args := []string{"--endpoints=" + strings.Join(addrs, ","), "lock"}
+		if ttl > 0 {
+			args = append(args, fmt.Sprintf("--ttl=%d", ttl))
+		}
+		return e.Etcdctl, append(args, lock, e.Bins.Writer)
+	}
+}
+
+// httpClient reads the backends' state for readiness checks.
+var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+
+// etcdKeys lists the keys under prefix through etcd's JSON gateway: the
+// candidates of one lock.
+func (e *Env) etcdKeys(prefix string) ([]string, error) {
+	end := []byte(prefix)
+	end[len(end)-1]++
+	body, _ := json.Marshal(map[string]any{
+		"key":       base64.StdEncoding.EncodeToString([]byte(prefix)),
+		"range_end": base64.StdEncoding.EncodeToString(end),
+		"keys_only": true,
+	})
+	var lastErr error
+	for i := 0; i < e.Etcd.Servers(); i++ {
+		resp, err := httpClient.Post("http://"+e.Etcd.ServerAddr(i)+"/v3/kv/range", "application/json", bytes.NewReader(body))
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		var out struct {
+			Kvs []struct {
+				Key []byte `json:"key"`
+			} `json:"kvs"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			lastErr = fmt.Errorf("etcd range %s: %d %v", prefix, resp.StatusCode, err)
+			continue
+		}
+		var keys []string
+		for _, kv := range out.Kvs {
+			keys = append(keys, string(kv.Key))
+		}
+		return keys, nil
+	}
+	return nil, lastErr
+}
+
+// consulSessions lists the IDs of the sessions named name.
+func (e *Env) consulSessions(name string) ([]string, error) {
+	var lastErr error
+	for i := 0; i < e.ConsulCl.Servers(); i++ {
+		resp, err := httpClient.Get("http://" + e.ConsulCl.ServerAddr(i) + "/v1/session/list")
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		var out []struct{ ID, Name string }
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			lastErr = fmt.Errorf("consul session list: %d %v", resp.StatusCode, err)
+			continue
+		}
+		var ids []string
+		for _, s := range out {
+			if s.Name == name {
+				ids = append(ids, s.ID)
+			}
+		}
+		return ids, nil
+	}
+	return nil, lastErr
+}

@@ -1,0 +1,11 @@
+// Package bench measures leaderrun against `etcdctl lock` and `consul
+// lock` on the same real etcd and Consul clusters: crash failover,
+// graceful handoff, the safety gap between the old child's death and the
+// new child's start, lease loss when the leader is cut off, footprint, and
+// many candidates on one key.
+//
+// The harness (Env, Lane, Contender) is plain code so that TestBenchSmoke,
+// in the default test run, exercises every part of it; TestBenchmark (make
+// bench) runs it in full and writes docs/BENCHMARKS.md, which also explains
+// the method.
+package bench

@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/internal/chaos"
+)
+
+var (
+	flagFull    = flag.Bool("bench.full", false, "run the full benchmark (make bench; about 25 minutes)")
+	flagReport  = flag.String("bench.report", "", "Markdown file whose results section receives the tables (docs/BENCHMARKS.md)")
+	flagTrials  = flag.Int("bench.trials", 20, "crash and graceful trials per contender")
+	flagLoss    = flag.Int("bench.loss-trials", 10, "lease-loss trials per contender and cut mode")
+	flagWindow  = flag.Duration("bench.footprint", time.Minute, "footprint measurement window")
+	flagScale   = flag.String("bench.scale", "1,10,100", "candidate counts of the scale runs")
+	flagCommand = flag.String("bench.command", "", "the command line to quote in the report")
+)
+
+// rivalLanes is how many lanes run a rival's trials side by side: its
+// failovers wait out TTLs and lock-delays of 10-45s, idle time that lanes
+// share. leaderrun's own crash and graceful trials run one at a time.
+const rivalLanes = 5
+
+// TestBenchmark measures leaderrun against `etcdctl lock` and `consul
+// lock` on the same 3-server clusters and writes docs/BENCHMARKS.md. It
+// runs only with -bench.full (make bench); TestBenchSmoke keeps the
+// harness honest in the default test run.
+func TestBenchmark(t *testing.T) {
+	if !*flagFull {
+		t.Skip("the full benchmark runs with -bench.full (make bench, about 25 minutes); TestBenchSmoke covers its harness")
+	}
+	start := time.Now()
+	e := newEnv(t, 3, 3)
+	cs := Contenders()
+	res := NewResults(cs)
+	phase := func(name string) func() {
+		t.Logf("phase %s started at %v", name, time.Since(start).Round(time.Second))
+		return func() { t.Logf("phase %s done at %v", name, time.Since(start).Round(time.Second)) }
+	}
+	var mu sync.Mutex
+	add := func(c *Contender, kind string, ts []Trial) {
+		mu.Lock()
+		defer mu.Unlock()
+		res.Add(c, kind, ts)
+	}
+
+	// 1. leaderrun's crash and graceful trials, alone on the machine.
+	done := phase("leaderrun failover")
+	for _, c := range cs {
+		if c.Leaderrun {
+			for _, kind := range []string{KindCrash, KindGraceful} {
+				add(c, kind, e.Trials(c, kind, *flagTrials, 1))
+			}
+		}
+	}
+	done()
+
+	// 2. The rivals' crash and graceful trials, side by side.
+	done = phase("rival failover")
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		if c.Leaderrun {
+			continue
+		}
+		for _, kind := range []string{KindCrash, KindGraceful} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				add(c, kind, e.Trials(c, kind, *flagTrials, rivalLanes))
+			}()
+		}
+	}
+	wg.Wait()
+	done()
+
+	// 3. Lease loss: every contender cut off its backend, both ways.
+	done = phase("lease loss")
+	for _, c := range cs {
+		for _, kind := range []string{KindRefuse, KindBlackhole} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				add(c, kind, e.Trials(c, kind, *flagLoss, rivalLanes))
+			}()
+		}
+	}
+	wg.Wait()
+	done()
+
+	// 4. Footprint: a leader and a standby of each, side by side.
+	done = phase("footprint")
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fp := e.Footprint(c, *flagWindow)
+			mu.Lock()
+			res.Footprints[c.Name()] = fp
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	done()
+
+	// 5. Scale: many candidates on one key, one contender at a time.
+	done = phase("scale")
+	var sizes []int
+	for _, s := range strings.Split(*flagScale, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err == nil && n > 0 {
+			sizes = append(sizes, n)
+		}
+	}
+	for _, c := range cs {
+		if c.Tool == "etcdctl lock" && c.TTL != 3*time.Second {
+			continue // the matched etcdctl stands for both
+		}
+		trials := 3
+		if c.Tool == "consul lock" {
+			trials = 1 // each failover waits out a 15-30s session and a 15s lock-delay
+		}
+		for _, n := range sizes {
+			sp := e.Scale(c, n, 20*time.Second, trials)
+			res.Scale[c.Name()] = append(res.Scale[c.Name()], sp)
+			t.Logf("scale %s x%d: %+v", c.Name(), n, sp)
+		}
+	}
+	done()
+
+	took := time.Since(start)
+	body := benchReport(res, e, took)
+	t.Logf("\n%s", body)
+	for _, err := range res.Errors() {
+		t.Errorf("trial not run: %s", err)
+	}
+	if *flagReport != "" {
+		if err := chaos.ReplaceSection(*flagReport, "bench-results", body); err != nil {
+			t.Errorf("write report: %v", err)
+		}
+	}
+}
+
+// benchReport is the results section of docs/BENCHMARKS.md.
+func benchReport(res *Results, e *Env, took time.Duration) string {
+	var b strings.Builder
+	cmd := *flagCommand
+	if cmd == "" {
+		cmd = "go test ./internal/bench -run TestBenchmark -v " + strings.Join(os.Args[1:], " ")
+	}
+	fmt.Fprintf(&b, "Run on %s; took %v.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
+	fmt.Fprintf(&b, "- command: `%s`\n", cmd)
+	fmt.Fprintf(&b, "- machine: %s\n", chaos.Machine())
+	fmt.Fprintf(&b, "- servers: etcd v3.6.16, 3 members; Consul v1.14.11, 3 servers; all on 127.0.0.1\n")
+	fmt.Fprintf(&b, "- leaderrun on etcd: `%s`; on Consul: `%s --consul-lock-delay %v`\n",
+		strings.Join(chaos.EtcdTiming.Args(), " "), strings.Join(chaos.ConsulTiming.Args(), " "), chaos.ConsulTiming.LockDelay)
+	fmt.Fprintf(&b, "- trials: %d crash and %d graceful per contender, %d lease-loss trials per contender and cut; footprint over %v; scale windows 20s\n",
+		*flagTrials, *flagTrials, *flagLoss, *flagWindow)
+	if errs := res.Errors(); len(errs) > 0 {
+		fmt.Fprintf(&b, "- %d trials could not run: %s\n", len(errs), strings.Join(errs, "; "))
+	}
+	b.WriteString("\n### Failover, handoff and the safety gap\n\n" + res.FailoverTable())
+	b.WriteString("\n### Lease loss: the leader cut off its backend\n\n" + res.LeaseLossTable())
+	b.WriteString("\n### Footprint while nothing happens\n\n" + res.FootprintTable())
+	b.WriteString("\n### Scale: candidates on one key\n\n" + res.ScaleTable())
+	return b.String()
+}
