@@ -16,8 +16,8 @@ const (
 	Raw Protocol = iota
 	// HTTP1 counts HTTP/1.x requests (Consul's HTTP API).
 	HTTP1
-	// HTTP2 counts new client streams of HTTP/2, i.e. gRPC calls (etcd).
-	// A long-lived stream, such as a watch, counts once.
+	// HTTP2 counts the gRPC messages a client sends over HTTP/2 (etcd):
+	// a unary call is one, a stream counts each message it carries.
 	HTTP2
 )
 
@@ -161,15 +161,35 @@ func (c *http1Counter) head(head []byte) {
 // http2Preface is what every HTTP/2 client sends first.
 const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// http2Counter walks HTTP/2 frames and counts HEADERS frames that open a
-// new stream.
+// http2Counter walks HTTP/2 frames and counts the gRPC messages the client
+// sends: one per unary call, one per message on a stream (a lease
+// keep-alive stream carries one per renewal).
 type http2Counter struct {
 	n       *atomic.Int64
 	preface int // bytes of the preface still to skip
 	hdr     []byte
-	skip    int
-	stream  uint32 // highest stream id seen
+
+	skip       int  // payload bytes of a non-DATA frame still to skip
+	data       int  // DATA bytes of the current frame still to read
+	pad        int  // padding bytes of the current frame still to skip
+	needPadLen bool // the current DATA frame's pad length byte is next
+	stream     uint32
+	endStream  bool
+	msgs       map[uint32]*grpcMsg
 }
+
+// grpcMsg follows gRPC's length-prefixed messages on one stream.
+type grpcMsg struct {
+	hdr    []byte
+	remain int
+}
+
+// HTTP/2 frame types and flags the counter needs (RFC 9113).
+const (
+	h2Data      = 0x0
+	h2EndStream = 0x1
+	h2Padded    = 0x8
+)
 
 func (c *http2Counter) Write(p []byte) (int, error) {
 	n := len(p)
@@ -183,6 +203,26 @@ func (c *http2Counter) Write(p []byte) (int, error) {
 			k := min(c.skip, len(p))
 			c.skip -= k
 			p = p[k:]
+		case c.needPadLen:
+			c.pad = int(p[0])
+			c.data -= 1 + c.pad
+			c.needPadLen = false
+			p = p[1:]
+			if c.data < 0 { // malformed; skip what is left
+				c.skip, c.data, c.pad = max(c.data+c.pad, 0), 0, 0
+			}
+			c.frameDone()
+		case c.data > 0:
+			k := min(c.data, len(p))
+			c.message().feed(p[:k], c.n)
+			c.data -= k
+			p = p[k:]
+			c.frameDone()
+		case c.pad > 0:
+			k := min(c.pad, len(p))
+			c.pad -= k
+			p = p[k:]
+			c.frameDone()
 		default:
 			k := min(9-len(c.hdr), len(p))
 			c.hdr = append(c.hdr, p[:k]...)
@@ -191,16 +231,58 @@ func (c *http2Counter) Write(p []byte) (int, error) {
 				return n, nil
 			}
 			length := int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
-			typ := c.hdr[3]
-			id := (uint32(c.hdr[5])<<24 | uint32(c.hdr[6])<<16 | uint32(c.hdr[7])<<8 | uint32(c.hdr[8])) & 0x7fffffff
-			const headersFrame = 0x1
-			if typ == headersFrame && id > c.stream {
-				c.stream = id
-				c.n.Add(1)
-			}
+			typ, flags := c.hdr[3], c.hdr[4]
+			c.stream = (uint32(c.hdr[5])<<24 | uint32(c.hdr[6])<<16 | uint32(c.hdr[7])<<8 | uint32(c.hdr[8])) & 0x7fffffff
 			c.hdr = c.hdr[:0]
-			c.skip = length
+			if typ != h2Data {
+				c.skip = length
+				continue
+			}
+			c.data, c.endStream = length, flags&h2EndStream != 0
+			c.needPadLen = flags&h2Padded != 0 && length > 0
+			c.frameDone()
 		}
 	}
 	return n, nil
+}
+
+// message is the gRPC message state of the current stream.
+func (c *http2Counter) message() *grpcMsg {
+	if c.msgs == nil {
+		c.msgs = map[uint32]*grpcMsg{}
+	}
+	m := c.msgs[c.stream]
+	if m == nil {
+		m = &grpcMsg{}
+		c.msgs[c.stream] = m
+	}
+	return m
+}
+
+// frameDone forgets a stream whose last DATA frame has been read.
+func (c *http2Counter) frameDone() {
+	if c.data == 0 && c.pad == 0 && !c.needPadLen && c.endStream {
+		delete(c.msgs, c.stream)
+		c.endStream = false
+	}
+}
+
+// feed reads message bytes and counts each message header.
+func (m *grpcMsg) feed(p []byte, n *atomic.Int64) {
+	for len(p) > 0 {
+		if m.remain > 0 {
+			k := min(m.remain, len(p))
+			m.remain -= k
+			p = p[k:]
+			continue
+		}
+		k := min(5-len(m.hdr), len(p))
+		m.hdr = append(m.hdr, p[:k]...)
+		p = p[k:]
+		if len(m.hdr) == 5 {
+			n.Add(1)
+			m.remain = int(m.hdr[1])<<24 | int(m.hdr[2])<<16 | int(m.hdr[3])<<8 | int(m.hdr[4])
+			m.hdr = m.hdr[:0]
+		}
+	}
 }

@@ -72,7 +72,18 @@ func TestProxyCountsHTTP1Requests(t *testing.T) {
 	}
 }
 
-func TestProxyCountsHTTP2Streams(t *testing.T) {
+// grpcBody frames payloads as gRPC length-prefixed messages.
+func grpcBody(payloads ...string) string {
+	var b strings.Builder
+	for _, p := range payloads {
+		n := len(p)
+		b.WriteString(string([]byte{0, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}))
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+func TestProxyCountsGRPCMessages(t *testing.T) {
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(echoHandler))
@@ -84,7 +95,9 @@ func TestProxyCountsHTTP2Streams(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 	for i := 0; i < 4; i++ {
-		resp, err := c.Post("http://"+p.Addr()+"/x", "text/plain", strings.NewReader(strings.Repeat("x", 70000)))
+		// Two messages per call, one larger than an HTTP/2 frame.
+		body := grpcBody(strings.Repeat("x", 70000), "")
+		resp, err := c.Post("http://"+p.Addr()+"/x", "application/grpc", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,8 +107,8 @@ func TestProxyCountsHTTP2Streams(t *testing.T) {
 			t.Fatalf("spoke %s, want HTTP/2", resp.Proto)
 		}
 	}
-	if got := p.Requests(); got != 4 {
-		t.Errorf("Requests() = %d, want 4", got)
+	if got := p.Requests(); got != 8 {
+		t.Errorf("Requests() = %d, want 8 gRPC messages", got)
 	}
 }
 
