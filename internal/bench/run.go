@@ -12,8 +12,8 @@ import (
 
 // Trial kinds.
 const (
-	KindCrash     = "crash"     // SIGKILL of the leader's supervisor
-	KindGraceful  = "graceful"  // SIGTERM to the leader's supervisor
+	KindCrash     = "crash"    // SIGKILL of the leader's supervisor
+	KindGraceful  = "graceful" // SIGTERM to the leader's supervisor
 	KindRefuse    = "cut-refuse"
 	KindBlackhole = "cut-blackhole"
 )
