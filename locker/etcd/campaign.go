@@ -19,7 +19,8 @@ type candidate struct {
 	l   *Locker
 	cli *clientv3.Client
 	id  clientv3.LeaseID
-	ttl int64 // granted by the server, in seconds
+	k   *keeper // renews id: the candidate's own keep-alive, then Renew's
+	ttl int64   // granted by the server, in seconds
 	key string
 	rev int64 // CreateRevision of key: the epoch if we win (DESIGN §1.1)
 }
@@ -66,7 +67,8 @@ func (l *Locker) enter(ctx context.Context, cli *clientv3.Client) (*candidate, e
 				"requested", time.Duration(l.ttl)*time.Second, "granted", time.Duration(grant.TTL)*time.Second)
 		})
 	}
-	c := &candidate{l: l, cli: cli, id: grant.ID, ttl: grant.TTL, key: fmt.Sprintf("%s%x", l.dir, grant.ID)}
+	c := &candidate{l: l, cli: cli, id: grant.ID, k: newKeeper(cli, grant.ID), ttl: grant.TTL,
+		key: fmt.Sprintf("%s%x", l.dir, grant.ID)}
 
 	record := string(locker.NewHolder(l.opts).Record())
 	tctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -108,6 +110,7 @@ func (c *candidate) held(ctx context.Context) error {
 // withdraw revokes our lease, which also deletes our election key. It runs
 // on a fresh short timeout because ctx may be what ended the campaign.
 func (c *candidate) withdraw(ctx context.Context) {
+	c.k.close()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(withdrawTimeout, c.l.timeout))
 	defer cancel()
 	if _, err := c.cli.Revoke(rctx, c.id); err != nil && !leaseGone(err) {

@@ -21,6 +21,7 @@ import (
 type lease struct {
 	cli     *clientv3.Client
 	id      clientv3.LeaseID
+	k       *keeper
 	key     string
 	rev     int64 // CreateRevision of key, the epoch
 	timeout time.Duration
@@ -44,6 +45,7 @@ func newLease(c *candidate, seen int64) *lease {
 	s := &lease{
 		cli:       c.cli,
 		id:        c.id,
+		k:         c.k,
 		key:       c.key,
 		rev:       c.rev,
 		timeout:   c.l.timeout,
@@ -61,8 +63,8 @@ func newLease(c *candidate, seen int64) *lease {
 // the whole prefix (DESIGN §1.1).
 func (s *lease) Epoch() uint64 { return uint64(s.rev) }
 
-// Renew makes one LeaseKeepAlive round trip bounded by ctx and returns the
-// TTL etcd granted. A lease etcd no longer knows is lost for good.
+// Renew makes one LeaseKeepAlive round trip bounded by ctx (see keeper) and
+// returns the TTL etcd granted. A lease etcd no longer knows is lost for good.
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	select {
 	case <-s.lost:
@@ -70,9 +72,7 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("etcd: renew lease %x: %w: %s", s.id, locker.ErrLost, s.LostReason())
 	default:
 	}
-	// The client resends on Unavailable within ctx; that only makes the
-	// supervisor's deadline, taken before this call, more conservative.
-	resp, err := s.cli.KeepAliveOnce(ctx, s.id)
+	ttl, err := s.k.renew(ctx)
 	if err != nil {
 		if leaseGone(err) {
 			s.markLost(fmt.Sprintf("lease %x expired or was revoked", s.id))
@@ -80,7 +80,7 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 		}
 		return 0, classify(fmt.Sprintf("etcd: renew lease %x", s.id), err)
 	}
-	return time.Duration(resp.TTL) * time.Second, nil
+	return time.Duration(ttl) * time.Second, nil
 }
 
 // Lost is closed when etcd shows that leadership is gone.
@@ -119,6 +119,7 @@ func parseHandle(handle, dir string) (clientv3.LeaseID, error) {
 // Release deletes our election key and revokes our lease, bounded by ctx.
 // It stops the watch first, so our own delete is not reported as a loss.
 func (s *lease) Release(ctx context.Context) error {
+	s.k.close()
 	s.stopWatch()
 	select {
 	case <-s.watchDone:

@@ -156,9 +156,20 @@ func TestAuth(t *testing.T) {
 	t.Run("right password", func(t *testing.T) {
 		l := newLocker(t, eps, keyFor(t), func(c *Config) { c.Username, c.Password = "root", secret })
 		lease := mustAcquire(t, l)
-		if _, err := lease.Renew(ctxFor(t, time.Second)); err != nil {
+		// The first renewal opens the keep-alive stream and so
+		// authenticates; later ones reuse it.
+		start := time.Now()
+		if _, err := lease.Renew(ctxFor(t, 5*time.Second)); err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
+		first := time.Since(start)
+		start = time.Now()
+		for i := 0; i < 5; i++ {
+			if _, err := lease.Renew(ctxFor(t, 5*time.Second)); err != nil {
+				t.Fatalf("Renew: %v", err)
+			}
+		}
+		t.Logf("renew round trip with auth: first %v, then %v on average", first, time.Since(start)/5)
 		h, err := l.Leader(ctxFor(t, 5*time.Second))
 		if err != nil || h.Epoch != lease.Epoch() {
 			t.Fatalf("Leader = %+v, %v", h, err)
@@ -370,4 +381,17 @@ func closedPort(t testing.TB) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// A renewal against a server that never answers ends with its context.
+func TestRenewBoundedByContext(t *testing.T) {
+	k := newKeeper(rawClient(t, []string{startSilentServer(t)}), 0x694d7c)
+	defer k.close()
+	start := time.Now()
+	_, err := k.renew(ctxFor(t, 500*time.Millisecond))
+	took := time.Since(start)
+	t.Logf("%v after %v", err, took)
+	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+		t.Fatalf("renew with a 500ms context = %v after %v; want DeadlineExceeded in time", err, took)
+	}
 }

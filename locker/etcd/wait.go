@@ -44,7 +44,7 @@ func (c *candidate) keepAlive(ctx context.Context, expired chan<- error) {
 		case <-t.C:
 		}
 		kctx, cancel := context.WithTimeout(ctx, interval)
-		_, err := c.cli.KeepAliveOnce(kctx, c.id)
+		_, err := c.k.renew(kctx)
 		cancel()
 		switch {
 		case leaseGone(err):
@@ -151,7 +151,7 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 		// TimeToLive truncates to whole seconds: 0 is "under a second
 		// left" or "expired, revocation pending". A renewal tells which,
 		// because etcd answers an expired lease only once it is revoked.
-		if _, err := c.cli.KeepAliveOnce(vctx, c.id); err != nil && !leaseGone(err) {
+		if _, err := c.k.renew(vctx); err != nil && !leaseGone(err) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
