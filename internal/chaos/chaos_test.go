@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/leaderrun/leaderrun/internal/fence"
 )
 
@@ -33,6 +35,14 @@ func TestMain(m *testing.M) {
 	}
 	bins = b
 	code := m.Run()
+	if code == 0 {
+		// Every proxy, fence, process waiter and output reader must be
+		// gone once the tests have cleaned up.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
 	cleanup()
 	os.Exit(code)
 }
