@@ -58,6 +58,7 @@ const (
 	h1Lost
 )
 
+// Write consumes client bytes; it never fails.
 func (c *http1Counter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
@@ -191,6 +192,7 @@ const (
 	h2Padded    = 0x8
 )
 
+// Write consumes client bytes; it never fails.
 func (c *http2Counter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {

@@ -85,6 +85,7 @@ type Process struct {
 	Cmdline []string
 }
 
+// String describes the process for messages.
 func (p Process) String() string {
 	return fmt.Sprintf("pid %d (parent %d, state %s): %s", p.Pid, p.PPid, p.State, strings.Join(p.Cmdline, " "))
 }

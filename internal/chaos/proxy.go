@@ -22,6 +22,7 @@ const (
 	Blackhole
 )
 
+// String names the mode.
 func (m CutMode) String() string {
 	switch m {
 	case Refuse:

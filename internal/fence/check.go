@@ -13,6 +13,7 @@ type Overlap struct {
 	At Mono
 }
 
+// String says who wrote after whom.
 func (o Overlap) String() string {
 	return fmt.Sprintf("%s (epoch %d) wrote again after %s (epoch %d) had written", o.First.Name(), o.First.Epoch, o.Second.Name(), o.Second.Epoch)
 }
