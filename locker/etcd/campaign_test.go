@@ -176,29 +176,29 @@ func TestCampaign(t *testing.T) {
 	// out within about a TTL and Lost closes.
 	t.Run("StandbyKeepAliveOnlyWhileWaiting", func(t *testing.T) {
 		a := newLocker(t, eps, keyFor(t))
-		b := newLocker(t, eps, keyFor(t), func(c *Config) { c.TTL = time.Second })
+		b := newLocker(t, eps, keyFor(t), func(c *Config) { c.TTL = 2 * time.Second })
 		first := mustAcquire(t, a)
 		ch := acquireAsync(t, ctxFor(t, 20*time.Second), b)
 		eventually(t, 5*time.Second, "second candidate's key appears", func() bool {
 			return len(candidateKeys(t, cli, a)) == 2
 		})
 		select {
-		case r := <-ch: // three TTLs of waiting
+		case r := <-ch: // two TTLs of waiting
 			t.Fatalf("second Acquire returned while the first leads: %v", r.err)
-		case <-time.After(3 * time.Second):
+		case <-time.After(4 * time.Second):
 		}
 		if err := first.Release(ctxFor(t, 2*time.Second)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 		r := <-ch
 		if r.err != nil {
-			t.Fatalf("Acquire after waiting three TTLs: %v", r.err)
+			t.Fatalf("Acquire after waiting two TTLs: %v", r.err)
 		}
 		select {
 		case <-r.lease.Lost():
 			t.Logf("unrenewed lease lost %v after Acquire: %s", time.Since(r.at), r.lease.LostReason())
-		case <-time.After(5 * time.Second):
-			t.Fatal("a 1s lease nobody renews is still alive 5s after Acquire: something else renews it")
+		case <-time.After(6 * time.Second):
+			t.Fatal("a 2s lease nobody renews is still alive 6s after Acquire: something else renews it")
 		}
 	})
 
