@@ -27,6 +27,9 @@ type Contender struct {
 	LockDelay time.Duration
 	// Leaderrun marks leaderrun itself: it has a guard and logs renewals.
 	Leaderrun bool
+	// MaxScale caps the scale runs (0: no cap); NoScale leaves them out.
+	MaxScale int
+	NoScale  bool
 
 	argv     func(e *Env, lock, id string, addrs []string) (string, []string)
 	members  func(e *Env, lock string) ([]string, error)
@@ -52,6 +55,7 @@ func Contenders() []*Contender {
 		},
 		{
 			Tool: "etcdctl lock", Config: "(defaults: ttl 10s)", Backend: "etcd", TTL: 10 * time.Second,
+			NoScale: true, // the matched etcdctl stands for both in the scale runs
 			argv:    etcdctlArgv(0),
 			members: func(e *Env, lock string) ([]string, error) { return e.etcdKeys(lock + "/") },
 		},
@@ -73,17 +77,40 @@ func Contenders() []*Contender {
 		},
 		{
 			// consul lock has no flag for its session TTL (15s) or
-			// lock-delay (15s); its defaults are all there is.
+			// lock-delay (15s); its defaults are all there is. It runs the
+			// command through $SHELL -c.
 			Tool: "consul lock", Config: "(defaults: ttl 15s, lock-delay 15s)", Backend: "consul", TTL: 15 * time.Second, LockDelay: 15 * time.Second,
-			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
-				return e.Consul, []string{"lock", "-http-addr=" + addrs[0], "-name=" + lock, lock, e.Bins.Writer}
-			},
-			members: func(e *Env, lock string) ([]string, error) { return e.consulSessions(lock) },
-			blocking: func(lock, line string) bool {
-				return strings.Contains(line, "/v1/kv/"+lock+"/.lock?") && strings.Contains(line, "index=")
-			},
+			MaxScale: 10,
+			argv:     consulLockArgv(true),
+			members:  func(e *Env, lock string) ([]string, error) { return e.consulSessions(lock) },
+			blocking: consulLockBlocking,
+		},
+		{
+			// The same without the shell, so its signals reach the command
+			// itself: what consul lock does when nothing is in the way.
+			Tool: "consul lock", Config: "(-shell=false)", Backend: "consul", TTL: 15 * time.Second, LockDelay: 15 * time.Second,
+			NoScale:  true,
+			argv:     consulLockArgv(false),
+			members:  func(e *Env, lock string) ([]string, error) { return e.consulSessions(lock) },
+			blocking: consulLockBlocking,
 		},
 	}
+}
+
+// consulLockArgv runs `consul lock`, through the shell or not.
+func consulLockArgv(shell bool) func(e *Env, lock, id string, addrs []string) (string, []string) {
+	return func(e *Env, lock, id string, addrs []string) (string, []string) {
+		args := []string{"lock", "-http-addr=" + addrs[0], "-name=" + lock}
+		if !shell {
+			args = append(args, "-shell=false")
+		}
+		return e.Consul, append(args, lock, e.Bins.Writer)
+	}
+}
+
+// consulLockBlocking recognises consul lock's blocking read of its lock key.
+func consulLockBlocking(lock, line string) bool {
+	return strings.Contains(line, "/v1/kv/"+lock+"/.lock?") && strings.Contains(line, "index=")
 }
 
 // etcdctlArgv runs `etcdctl lock`, with --ttl when ttl > 0.

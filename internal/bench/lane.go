@@ -352,8 +352,10 @@ func (ln *Lane) trial(strike func(*Candidate), bound time.Duration, cut bool) Tr
 
 	next, ok := ln.child(standby, old.ID+1, bound)
 	if cut {
-		// The old child must stop on its own; give it the same bound.
-		deadline := time.Now().Add(bound)
+		// The old child must stop on its own. Past twice the TTL the
+		// lease has long been free for the standby: a child still alive
+		// then is one its supervisor does not stop.
+		deadline := time.Now().Add(at.Add(2*ln.c.TTL + 5*time.Second).Sub(fence.Now()))
 		for chaos.Alive(old.Pid) && time.Now().Before(deadline) {
 			time.Sleep(pollEvery)
 		}

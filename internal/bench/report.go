@@ -211,7 +211,11 @@ func (r *Results) ScaleTable() string {
 	for _, c := range r.Contenders {
 		for _, sp := range r.Scale[c.Name()] {
 			if sp.Err != "" {
-				rows = append(rows, []string{c.Name(), strconv.Itoa(sp.N), "error: " + sp.Err, "", "", ""})
+				msg := sp.Err
+				if !strings.HasPrefix(msg, "not run") {
+					msg = "error: " + msg
+				}
+				rows = append(rows, []string{c.Name(), strconv.Itoa(sp.N), msg, "", "", ""})
 				continue
 			}
 			fo := "n/a (no standby)"
