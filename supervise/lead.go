@@ -34,7 +34,7 @@ type leadership struct {
 	child     *Child // running, its exit not yet handled
 	group     *Child // the last child started: its group may outlive it
 	lastCode  int
-	restarts  backoff
+	restarts  locker.Backoff
 	restartAt Timer // armed while waiting to start the child again
 
 	stopping  bool // the stop sequence began; nothing un-stops it (§1.3)
@@ -52,7 +52,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	l := &leadership{
 		lease:    lease,
 		timeline: StopTimeline{Deadline: deadline, SafetyMargin: s.cfg.SafetyMargin, KillGrace: s.cfg.KillGrace},
-		restarts: backoff{next: s.cfg.RestartDelay, max: MaxRestartDelay},
+		restarts: locker.Backoff{Min: s.cfg.RestartDelay, Max: MaxRestartDelay},
 	}
 	renewCtx, stopRenewing := context.WithCancel(context.Background())
 	renewals := make(chan renewal)
@@ -234,7 +234,7 @@ func (s *Supervisor) onChildExit(l *leadership) {
 		s.finish(l, "child exited", false, l.lastCode)
 		return
 	}
-	wait := l.restarts.step()
+	wait := l.restarts.Next()
 	s.log.Info("restarting the child", "in", wait)
 	l.restartAt = s.clock.NewTimer(wait)
 }

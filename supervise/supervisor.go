@@ -83,7 +83,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 	}
 	defer cancel()
 
-	retry := backoff{next: 500 * time.Millisecond, max: 10 * time.Second}
+	retry := locker.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
 	for {
 		s.log.Info("campaigning")
 		call(s.cfg.Events.Campaigning)
@@ -113,7 +113,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			s.log.Info("not acquired within --acquire-timeout", "timeout", s.cfg.AcquireTimeout)
 			return nil, time.Time{}, ExitNotHeld, false
 		}
-		wait := retry.step()
+		wait := retry.Next()
 		s.log.Warn("campaign failed, retrying", "error", err, "retry_in", wait)
 		t := s.clock.NewTimer(wait)
 		select {
@@ -163,15 +163,6 @@ func interruptedCode(ctx context.Context) int {
 func (s *Supervisor) childEnv(epoch uint64) []string {
 	env := append([]string(nil), s.cfg.Command.Env...)
 	return append(env, "LEADER_EPOCH="+strconv.FormatUint(epoch, 10))
-}
-
-// backoff doubles a delay up to a cap.
-type backoff struct{ next, max time.Duration }
-
-func (b *backoff) step() time.Duration {
-	d := b.next
-	b.next = min(2*b.next, b.max)
-	return d
 }
 
 func call(f func()) {

@@ -57,7 +57,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 // Waiting uses blocking queries on the key, never polling; only while
 // Consul holds the key back for a lock-delay do we retry on a timer.
 func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
-	retry := backoff{min: 50 * time.Millisecond, max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
+	retry := locker.Backoff{Min: 50 * time.Millisecond, Max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
 	var index uint64
 	tried := false
 	for {
@@ -72,7 +72,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			if ls, err := l.confirm(ctx, id); ls != nil || err != nil {
 				return ls, err
 			}
-			if !sleepCtx(ctx, retry.next()) {
+			if !locker.Sleep(ctx, retry.Next()) {
 				return nil, ctx.Err()
 			}
 			index = 0
@@ -84,7 +84,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			}
 			l.log.Debug("key held; waiting", "key", l.path, "holder_session", pair.Session)
 			index = nextIndex(index, meta.LastIndex)
-			retry.reset()
+			retry.Reset()
 			continue
 		}
 
@@ -105,7 +105,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 		}
 		// Lost a race, or the key is in its lock-delay: Consul wakes no
 		// blocking query when that ends, so look again after a pause.
-		if !l.opts.NoWait && !sleepCtx(ctx, retry.next()) {
+		if !l.opts.NoWait && !locker.Sleep(ctx, retry.Next()) {
 			return nil, ctx.Err()
 		}
 		index = 0
@@ -190,32 +190,4 @@ func nextIndex(prev, last uint64) uint64 {
 		return 1
 	}
 	return last
-}
-
-// backoff yields pauses that double from min up to max.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
-}
-
-func (b *backoff) reset() { b.cur = 0 }
-
-// sleepCtx pauses for d; it reports false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -121,7 +121,7 @@ func (ls *lease) markLost(reason string) {
 // a loss (the supervisor's deadline covers that case, DESIGN §1.3).
 func (ls *lease) watch(ctx context.Context, index uint64) {
 	defer close(ls.watching)
-	retry := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	retry := locker.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		pair, meta, err := ls.l.readKey(ctx, index)
 		switch {
@@ -131,7 +131,7 @@ func (ls *lease) watch(ctx context.Context, index uint64) {
 			ls.l.log.Debug("watch of lock key failed; retrying", "key", ls.l.path, "error", err)
 		case pair != nil && pair.Session == ls.session && meta.LastIndex >= index:
 			index = meta.LastIndex
-			retry.reset()
+			retry.Reset()
 			continue
 		default:
 			// Not ours, or an answer older than our own acquire: only a
@@ -143,12 +143,12 @@ func (ls *lease) watch(ctx context.Context, index uint64) {
 			}
 			if err == nil {
 				index = nextIndex(index, meta.LastIndex)
-				retry.reset()
+				retry.Reset()
 				continue
 			}
 			ls.l.log.Debug("watch of lock key failed; retrying", "key", ls.l.path, "error", err)
 		}
-		if !sleepCtx(ctx, retry.next()) {
+		if !locker.Sleep(ctx, retry.Next()) {
 			return
 		}
 	}

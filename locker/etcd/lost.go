@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leaderrun/leaderrun/locker"
 )
 
 // Bounds of the pause between failed re-reads of our key.
@@ -46,22 +48,10 @@ func (s *lease) watchKey(ctx context.Context, rev int64) {
 			pause = minReread
 			continue
 		}
-		if !sleep(ctx, pause) {
+		if !locker.Sleep(ctx, pause) {
 			return
 		}
 		pause = min(2*pause, maxReread)
-	}
-}
-
-// sleep waits for d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -113,7 +103,7 @@ func (s *lease) reread(ctx context.Context) (next int64, reason string, ok bool)
 		default:
 			return resp.Header.Revision + 1, "", true
 		}
-		if !sleep(ctx, pause) {
+		if !locker.Sleep(ctx, pause) {
 			return 0, "", false
 		}
 		pause = min(2*pause, maxReread)
