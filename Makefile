@@ -68,7 +68,7 @@ package-test: packages
 # Chaos suite (internal/chaos, docs/CHAOS.md): CHAOS_FAULTS faults per
 # backend on real 3-server etcd and Consul clusters, three leaderrun hosts,
 # a fenced resource; writes the results table into docs/CHAOS.md. Takes
-# about 1.5 hours with the defaults; not part of `make test`.
+# about 80 minutes with the defaults; not part of `make test`.
 CHAOS_FAULTS   ?= 200
 CHAOS_SEED     ?= 0
 CHAOS_BACKENDS ?= etcd,consul

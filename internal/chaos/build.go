@@ -40,6 +40,23 @@ func Build(dir string, race bool) (Binaries, error) {
 	return b, nil
 }
 
+// CopyTo copies the binaries into dir. Processes are told apart by their
+// executable's path, so suites that run side by side each use a copy of
+// their own.
+func (b Binaries) CopyTo(dir string) (Binaries, error) {
+	c := Binaries{Leaderrun: filepath.Join(dir, "leaderrun"), Writer: filepath.Join(dir, "fence-writer")}
+	for _, x := range [][2]string{{b.Leaderrun, c.Leaderrun}, {b.Writer, c.Writer}} {
+		data, err := os.ReadFile(x[0])
+		if err != nil {
+			return c, err
+		}
+		if err := os.WriteFile(x[1], data, 0o755); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
 // BuildForTests builds the binaries into a new temporary folder for a test
 // binary's TestMain, honouring LEADERRUN_TEST_RACE=1; call the returned
 // function when the tests are over to remove them.

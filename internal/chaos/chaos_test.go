@@ -77,14 +77,19 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("chaos seed %d (rerun with -chaos.seed=%d)", seed, seed)
 	var runs []*backendRun
-	for _, name := range strings.Split(*flagBackends, ",") {
-		name := strings.TrimSpace(name)
-		t.Run(name, func(t *testing.T) {
-			r := &backendRun{name: name}
+	// The backends run side by side, each with its own cluster, hosts,
+	// fence and copies of the binaries; the group returns when both are
+	// done.
+	t.Run("backends", func(t *testing.T) {
+		for _, name := range strings.Split(*flagBackends, ",") {
+			r := &backendRun{name: strings.TrimSpace(name)}
 			runs = append(runs, r) // reported even if the run stops early
-			runBackend(t, r, seed)
-		})
-	}
+			t.Run(r.name, func(t *testing.T) {
+				t.Parallel()
+				runBackend(t, r, seed)
+			})
+		}
+	})
 	table := summary(runs)
 	t.Logf("chaos summary (seed %d):\n%s", seed, table)
 	if *flagReport != "" {
@@ -156,6 +161,10 @@ func (w *world) run(i, n int, f fault) {
 	w.ensureHosts()
 	h, in := w.waitStable(0, 0, w.stableTimeout())
 	w.waitStandbys()
+	// Strike at a random point of the leader's renewal cycle, so that
+	// over many runs faults hit every phase of it, a renewal in flight
+	// included.
+	time.Sleep(time.Duration(w.rng.Int64N(int64(w.tm.RenewInterval))))
 	h, in = w.waitStable(0, 0, w.stableTimeout())
 
 	out := f.inject(w, h, in)

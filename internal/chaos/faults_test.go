@@ -107,7 +107,7 @@ func freezeLeaderrun(w *world, h *host, in fence.Instance) outcome {
 }
 
 func freezeHost(w *world, h *host, in fence.Instance) outcome {
-	g := guardOf(h)
+	g := w.guardOf(h)
 	if g == 0 {
 		w.t.Errorf("freeze-host: %s leads without a dead-man guard", h.id)
 	}

@@ -17,6 +17,7 @@ import (
 // fenced resource their children write to.
 type world struct {
 	t     *testing.T
+	bins  Binaries // this world's own copies
 	cl    Cluster
 	tm    Timing
 	dir   string
@@ -73,8 +74,13 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
+	own, err := bins.CopyTo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := &world{
-		t: t, cl: cl, tm: cl.Timing(), dir: t.TempDir(), fence: f, check: fence.NewChecker(),
+		t: t, bins: own, cl: cl, tm: cl.Timing(), dir: dir, fence: f, check: fence.NewChecker(),
 		rng:   rand.New(rand.NewPCG(seed, uint64(len(cl.Name())))),
 		stats: map[string]*faultStats{},
 	}
@@ -100,14 +106,14 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 				h.proc.Kill()
 			}
 		}
-		killStrays(t)
+		killStrays(t, w.bins)
 	})
 	return w
 }
 
 // killStrays SIGKILLs whatever the suite's binaries still run, as a last
 // resort after a failure; a passing run leaves nothing (checked elsewhere).
-func killStrays(t *testing.T) {
+func killStrays(t *testing.T, bins Binaries) {
 	for _, p := range Scan(bins.Leaderrun, bins.Writer) {
 		t.Logf("killing leftover %v", p)
 		_ = syscall.Kill(p.Pid, syscall.SIGCONT)
@@ -119,9 +125,9 @@ func killStrays(t *testing.T) {
 func (w *world) start(h *host) {
 	w.t.Helper()
 	args := append(w.cl.LeaderrunArgs(h.link.Addrs()), w.tm.Args()...)
-	args = append(args, "--key", key, "--id", h.id, "--log-level", "debug", "--", bins.Writer)
+	args = append(args, "--key", key, "--id", h.id, "--log-level", "debug", "--", w.bins.Writer)
 	p, err := Start(ProcSpec{
-		Name: h.id, Path: bins.Leaderrun, Args: args, Env: w.fence.Env(h.id),
+		Name: h.id, Path: w.bins.Leaderrun, Args: args, Env: w.fence.Env(h.id),
 		LogPath: filepath.Join(w.dir, h.id+".log"),
 	})
 	if err != nil {
@@ -244,8 +250,8 @@ func waitDead(pid int, timeout time.Duration) bool {
 }
 
 // guardOf is the dead-man guard of h's leaderrun, 0 if none.
-func guardOf(h *host) int {
-	for _, p := range Scan(bins.Leaderrun) {
+func (w *world) guardOf(h *host) int {
+	for _, p := range Scan(w.bins.Leaderrun) {
 		if p.IsGuard() && p.PPid == h.proc.Pid() {
 			return p.Pid
 		}
@@ -259,9 +265,9 @@ func guardOf(h *host) int {
 func (w *world) strays() []Process {
 	lh, in, ok := w.leader()
 	var bad []Process
-	for _, p := range Scan(bins.Leaderrun, bins.Writer) {
+	for _, p := range Scan(w.bins.Leaderrun, w.bins.Writer) {
 		switch {
-		case p.Exe == bins.Writer:
+		case p.Exe == w.bins.Writer:
 			if ok && p.Pid == in.Pid {
 				continue
 			}
@@ -337,7 +343,7 @@ func (w *world) shutdown() {
 	}
 	deadline := time.Now().Add(strayTimeout)
 	for {
-		left := Scan(bins.Leaderrun, bins.Writer)
+		left := Scan(w.bins.Leaderrun, w.bins.Writer)
 		if len(left) == 0 {
 			return
 		}
