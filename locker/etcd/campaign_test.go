@@ -273,7 +273,7 @@ func TestCampaign(t *testing.T) {
 	// wake every later candidate on each hand-over, before the successor has
 	// even verified its key, so the counts would show it.
 	t.Run("PredecessorOnlyWakeup", func(t *testing.T) {
-		const n = 10
+		const n = 20
 		wakes := make([]atomic.Int64, n)
 		lockers := make([]*Locker, n)
 		for i := range lockers {
