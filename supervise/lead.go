@@ -33,6 +33,7 @@ type leadership struct {
 
 	child     *Child // running, its exit not yet handled
 	group     *Child // the last child started: its group may outlive it
+	startedAt time.Time
 	lastCode  int
 	restarts  locker.Backoff
 	restartAt Timer // armed while waiting to start the child again
@@ -234,6 +235,11 @@ func (s *Supervisor) onChildExit(l *leadership) {
 		s.finish(l, "child exited", false, l.lastCode)
 		return
 	}
+	if s.clock.Now().Sub(l.startedAt) >= MaxRestartDelay {
+		// A run that lasted is not part of a crash loop: start over at
+		// the first delay.
+		l.restarts.Reset()
+	}
 	wait := l.restarts.Next()
 	s.log.Info("restarting the child", "in", wait)
 	l.restartAt = s.clock.NewTimer(wait)
@@ -276,7 +282,7 @@ func (s *Supervisor) startChild(l *leadership) error {
 	if err != nil {
 		return err
 	}
-	l.child, l.group = c, c
+	l.child, l.group, l.startedAt = c, c, s.clock.Now()
 	if l.guard != nil {
 		l.guard.watch(c.Pid(), l.timeline.KillAt(), s.clock.Now())
 	}

@@ -140,7 +140,7 @@ func (r *recorder) events_() Events {
 }
 
 // harness runs a supervisor with a fake clock over a real child.
-func harness(t *testing.T, script string, lease *testLease) (*fakeClock, *recorder, <-chan int) {
+func harness(t *testing.T, script string, lease *testLease, change ...func(*Config)) (*fakeClock, *recorder, <-chan int) {
 	t.Helper()
 	clock := newFakeClock()
 	rec := &recorder{clock: clock}
@@ -150,7 +150,7 @@ func harness(t *testing.T, script string, lease *testLease) (*fakeClock, *record
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{
+	cfg := Config{
 		Locker:        lk,
 		Command:       Command{Path: sh, Args: []string{"sh", "-c", script}, Env: os.Environ()},
 		TTL:           15 * time.Second,
@@ -163,7 +163,11 @@ func harness(t *testing.T, script string, lease *testLease) (*fakeClock, *record
 		OnLost:        LostExit,
 		Clock:         clock,
 		Events:        rec.events_(),
-	})
+	}
+	for _, f := range change {
+		f(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,4 +312,61 @@ func TestRenewalsKeepChildRunning(t *testing.T) {
 	if code := <-done; code != ExitLost {
 		t.Fatalf("exit code %d, want %d", code, ExitLost)
 	}
+}
+
+// startTimes lists the fake times at which the child started.
+func (r *recorder) startTimes() []time.Time { return r.times("started") }
+
+// times lists the fake times of the events starting with prefix.
+func (r *recorder) times(prefix string) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []time.Time
+	for _, e := range r.events {
+		if strings.HasPrefix(e.what, prefix) {
+			out = append(out, e.at)
+		}
+	}
+	return out
+}
+
+// TestRestartBackoffDoublesAndResetsAfterALongRun: --restart on-failure
+// waits 1s, 2s, 4s between crashing runs, and starts over at 1s after a
+// run that lasted longer than the largest delay.
+func TestRestartBackoffDoublesAndResetsAfterALongRun(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	// Runs 1-3 and 5 fail at once; run 4 lasts until the test kills it.
+	script := "echo x >> " + runs + "; [ $(wc -l < " + runs + ") -eq 4 ] && { echo $$ > " + dir + "/long.pid; exec sleep 1000; }; exit 1"
+	lease := newTestLease(1, 15*time.Second)
+	clock, rec, done := harness(t, script, lease, func(c *Config) { c.Restart = RestartOnFailure })
+	t0 := clock.Now()
+	advanceUntil := func(n int, limit time.Duration) {
+		t.Helper()
+		for len(rec.startTimes()) < n {
+			if clock.Now().Sub(t0) > limit {
+				t.Fatalf("only %d starts by t0+%v", len(rec.startTimes()), limit)
+			}
+			clock.settle(t)
+			clock.Advance(100 * time.Millisecond)
+		}
+	}
+	advanceUntil(4, 20*time.Second)
+	long := readPIDFile(t, filepath.Join(dir, "long.pid"))
+	for range 350 { // 35s of a healthy run
+		clock.settle(t)
+		clock.Advance(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(long, syscall.SIGKILL)
+	advanceUntil(6, 60*time.Second)
+	starts, exits := rec.startTimes(), rec.times("exited")
+	// Each restart is due its delay after the exit it follows; the fake
+	// clock moves in 100ms steps.
+	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, time.Second, 2 * time.Second} {
+		if got := starts[i+1].Sub(exits[i]); got < want || got > want+100*time.Millisecond {
+			t.Errorf("restart %d came %v after the exit, want %v", i+1, got, want)
+		}
+	}
+	lease.markLost()
+	<-done
 }
