@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -268,5 +269,29 @@ func TestChildEnvironment(t *testing.T) {
 	}
 	if _, err := strconv.Atoi("1"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestReapsOrphansAsPID1(t *testing.T) {
+	t.Parallel()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatal("unshare (util-linux) is needed to run leaderrun as PID 1")
+	}
+	dir := t.TempDir()
+	// In its own PID namespace leaderrun is PID 1: the orphan the child
+	// leaves behind is re-parented to it and must be reaped, not left a
+	// zombie. /proc is mounted for the namespace, so the child sees it.
+	script := "( sleep 0.1 & echo $! > " + dir + "/orphan ); sleep 1; " +
+		"p=$(cat " + dir + "/orphan); if [ -e /proc/$p ]; then grep State /proc/$p/status > " + dir + "/result; else echo reaped > " + dir + "/result; fi"
+	args := append([]string{"--pid", "--fork", "--mount-proc", binary}, withCommand(localArgs(dir, "pid1"), script)...)
+	cmd := exec.Command(unshare, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("leaderrun as PID 1: %v\n%s", err, out)
+	}
+	b, _ := os.ReadFile(dir + "/result")
+	if got := strings.TrimSpace(string(b)); got != "reaped" {
+		t.Fatalf("orphan not reaped by leaderrun as PID 1: %q\n%s", got, out)
 	}
 }
