@@ -28,6 +28,10 @@ import (
 var version = ""
 
 func main() {
+	// A closed stderr (a restarted log collector) must not kill leaderrun
+	// with SIGPIPE: that would take the child down with it. Handling the
+	// signal, rather than ignoring it, keeps the child's default SIGPIPE.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(runApp(os.Args))
 }
 

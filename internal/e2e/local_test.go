@@ -295,3 +295,29 @@ func TestReapsOrphansAsPID1(t *testing.T) {
 		t.Fatalf("orphan not reaped by leaderrun as PID 1: %q\n%s", got, out)
 	}
 }
+
+func TestClosedStderrDoesNotKillLeaderrun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The child outlives the reader of leaderrun's output, then checks that
+	// its own SIGPIPE behaviour is the default one.
+	script := "echo $$ > " + dir + "/child.pid; sleep 0.5; yes | head -1 > /dev/null; echo done > " + dir + "/done"
+	cmd := exec.Command(binary, withCommand(localArgs(dir, "pipe"), script)...)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	r.Close() // nobody reads leaderrun's output any more
+	readPID(t, dir+"/child.pid")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("leaderrun with a closed stderr: %v", err)
+	}
+	if _, err := os.Stat(dir + "/done"); err != nil {
+		t.Fatal("the child did not finish")
+	}
+}
