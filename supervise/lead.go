@@ -302,15 +302,20 @@ func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
 		l.restartAt.Stop()
 		l.restartAt = nil
 	}
+	running := l.group != nil && l.group.GroupAlive()
+	msg := "leadership ending"
+	if running {
+		msg = "stopping child"
+	}
 	if lost {
-		s.log.Warn("stopping child", "reason", reason)
+		s.log.Warn(msg, "reason", reason)
 	} else {
-		s.log.Info("stopping child", "reason", reason)
+		s.log.Info(msg, "reason", reason)
 	}
 	if f := s.cfg.Events.Stopping; f != nil {
 		f(reason, lost)
 	}
-	if l.group == nil || !l.group.GroupAlive() {
+	if !running {
 		return
 	}
 	now := s.clock.Now()
