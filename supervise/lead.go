@@ -149,9 +149,21 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	}
 }
 
-// renewLoop makes one renewal per interval, sooner after a failure, each
-// with its own timeout (DESIGN §1.8), and reports every outcome with the
-// time its request was sent.
+// renewRetryDelay is the pause after a failed renewal before the next
+// try. A timed-out try is retried at once: its time is already spent.
+const renewRetryDelay = 250 * time.Millisecond
+
+// renewTimeout bounds one renewal attempt (DESIGN §1.8): a tenth of the TTL,
+// at least 500ms, at most the renew interval. It is short on purpose: a
+// request stuck on a silent server or connection must leave room, before
+// the stop point, for retries that a client can send elsewhere.
+func (s *Supervisor) renewTimeout() time.Duration {
+	return min(s.cfg.RenewInterval, max(s.cfg.TTL/10, 500*time.Millisecond))
+}
+
+// renewLoop makes one renewal per interval, retrying failures quickly, each
+// with its own timeout, and reports every outcome with the time its request
+// was sent.
 func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan<- renewal) {
 	wait := s.cfg.RenewInterval
 	for {
@@ -163,17 +175,22 @@ func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan
 		case <-t.C():
 		}
 		sent := s.clock.Now()
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.RenewInterval)
+		rctx, cancel := context.WithTimeout(ctx, s.renewTimeout())
 		granted, err := lease.Renew(rctx)
+		timedOut := rctx.Err() != nil
 		cancel()
 		select {
 		case out <- renewal{sent: sent, granted: granted, err: err}:
 		case <-ctx.Done():
 			return
 		}
-		wait = s.cfg.RenewInterval
-		if err != nil {
-			wait = min(s.cfg.RenewInterval, time.Second)
+		switch {
+		case err == nil:
+			wait = s.cfg.RenewInterval
+		case timedOut:
+			wait = 0
+		default:
+			wait = min(s.cfg.RenewInterval, renewRetryDelay)
 		}
 	}
 }

@@ -128,7 +128,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 // moment Acquire returned, starts the deadline (DESIGN §1.2).
 func (s *Supervisor) confirm(lease locker.Lease) (time.Time, error) {
 	sent := s.clock.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RenewInterval)
+	ctx, cancel := context.WithTimeout(context.Background(), s.renewTimeout())
 	defer cancel()
 	granted, err := lease.Renew(ctx)
 	if err != nil {

@@ -17,15 +17,12 @@ import (
 // are listed in --etcd-endpoints. The README promises that the client fails
 // over between the endpoints, so leaderrun should keep leading.
 //
-// It does not, with its default timeline (--ttl 15s): the etcd client sends
-// everything over one member's connection and only gives it up after gRPC
-// keep-alive notices (10s + 3s, locker/etcd/config.go), while the renewal
-// sent on that connection hangs for its full timeout, which is the renew
-// interval (5s, supervise/lead.go renewLoop); the stop point, 9s after the
-// last successful renewal was sent, comes first. leaderrun stops its child
-// ("lease deadline reached without a successful renewal") and gives up
-// leadership with a healthy quorum in reach. This test fails until that is
-// fixed; it is a liveness failure, not a safety one.
+// With its default timeline (--ttl 15s) the stop point is 9s after the
+// last successful renewal was sent, while the etcd client gives up a silent
+// connection only after gRPC keep-alive notices (10s + 3s). So a renewal
+// attempt must time out well before the stop point and be retried at once
+// (supervise's renewTimeout: a tenth of the TTL), giving the client the
+// chance to send the retry over another member's connection.
 func TestEtcdLeaderRidesOutOneSilentMember(t *testing.T) {
 	cl := StartEtcd(t, 3)
 	f, err := fence.Listen("tcp", "127.0.0.1:0")
