@@ -36,6 +36,7 @@ func TestBenchmark(t *testing.T) {
 		t.Skip("the full benchmark runs with -bench.full (make bench, about 25 minutes); TestBenchSmoke covers its harness")
 	}
 	start := time.Now()
+	commit := chaos.Commit() // the tree as built, before the long run
 	e := newEnv(t, 3, 3)
 	cs := Contenders()
 	res := NewResults(cs)
@@ -138,7 +139,7 @@ func TestBenchmark(t *testing.T) {
 	done()
 
 	took := time.Since(start)
-	body := benchReport(res, e, took)
+	body := benchReport(res, commit, took)
 	t.Logf("\n%s", body)
 	for _, err := range res.Errors() {
 		t.Errorf("trial not run: %s", err)
@@ -151,7 +152,7 @@ func TestBenchmark(t *testing.T) {
 }
 
 // benchReport is the results section of docs/BENCHMARKS.md.
-func benchReport(res *Results, e *Env, took time.Duration) string {
+func benchReport(res *Results, commit string, took time.Duration) string {
 	var b strings.Builder
 	cmd := *flagCommand
 	if cmd == "" {
@@ -159,6 +160,7 @@ func benchReport(res *Results, e *Env, took time.Duration) string {
 	}
 	fmt.Fprintf(&b, "Run on %s; took %v.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
 	fmt.Fprintf(&b, "- command: `%s`\n", cmd)
+	fmt.Fprintf(&b, "- tree: %s\n", commit)
 	fmt.Fprintf(&b, "- machine: %s\n", chaos.Machine())
 	fmt.Fprintf(&b, "- servers: etcd v3.6.16, 3 members; Consul v1.14.11, 3 servers; all on 127.0.0.1\n")
 	fmt.Fprintf(&b, "- leaderrun on etcd: `%s`; on Consul: `%s --consul-lock-delay %v`\n",

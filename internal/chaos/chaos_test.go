@@ -26,6 +26,9 @@ var (
 // bins are the binaries built for this test process.
 var bins Binaries
 
+// startCommit is the tree TestChaos started from.
+var startCommit string
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	b, cleanup, err := BuildForTests()
@@ -71,6 +74,7 @@ type backendRun struct {
 // process was left behind. The short default run takes a few minutes;
 // `make chaos` runs hundreds of faults and writes docs/CHAOS.md.
 func TestChaos(t *testing.T) {
+	startCommit = Commit() // the tree as built, before the long run
 	seed := *flagSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -279,6 +283,7 @@ func summary(runs []*backendRun) string {
 
 // report is the results section of docs/CHAOS.md.
 func report(runs []*backendRun, seed uint64, table string, failed bool) string {
+	commit := startCommit
 	var b strings.Builder
 	cmd := *flagCommand
 	if cmd == "" {
@@ -287,6 +292,7 @@ func report(runs []*backendRun, seed uint64, table string, failed bool) string {
 	fmt.Fprintf(&b, "Run on %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- command: `%s`\n", cmd)
 	fmt.Fprintf(&b, "- seed: `%d` (reproduce the fault order with `-chaos.seed=%d`)\n", seed, seed)
+	fmt.Fprintf(&b, "- tree: %s\n", commit)
 	fmt.Fprintf(&b, "- machine: %s; %s\n", Machine(), goVersion())
 	for _, r := range runs {
 		if r.stats == nil {

@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -29,6 +30,20 @@ func ReplaceSection(path, name, content string) error {
 		s = s[:i] + block + s[j+len(end):]
 	}
 	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// Commit describes the checked-out tree for reports: the commit, and
+// "(with local changes)" when files differ from it.
+func Commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown commit"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		c += " (with local changes)"
+	}
+	return c
 }
 
 // Durations summarises a sample of durations.
