@@ -57,7 +57,7 @@ func specFromCLI(c *cli.Context, opts locker.Options) backendSpec {
 		ConsulClientKey:     c.String("consul-client-key"),
 		ConsulTLSServerName: c.String("consul-tls-server-name"),
 		ConsulDatacenter:    c.String("consul-datacenter"),
-		ConsulLockDelay:     c.Duration("consul-lock-delay"),
+		ConsulLockDelay:     consulLockDelay(c, opts.TTL),
 		ConsulChecks:        c.StringSlice("consul-session-checks"),
 
 		EtcdEndpoints:   splitList(c.String("etcd-endpoints")),
@@ -119,4 +119,18 @@ func (s backendSpec) encode() []byte {
 		panic(fmt.Sprintf("encode backend spec: %v", err)) // plain data cannot fail
 	}
 	return b
+}
+
+// consulLockDelay is --consul-lock-delay, by default the TTL (at most
+// Consul's 60s). Consul can invalidate a session early, whatever its checks:
+// deregistering the node it was created through (a leaving or reaped agent)
+// destroys it. The old leader may learn of it only at its own deadline, at
+// most a TTL after its last renewal; a lock-delay that long keeps the key
+// from everyone until then (DESIGN §1.5, applied to every session). A clean
+// release frees the key without any lock-delay, so handovers stay fast.
+func consulLockDelay(c *cli.Context, ttl time.Duration) time.Duration {
+	if c.IsSet("consul-lock-delay") {
+		return c.Duration("consul-lock-delay")
+	}
+	return min(ttl, consul.MaxLockDelay)
 }

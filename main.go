@@ -130,7 +130,7 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "consul-client-key", EnvVars: []string{"CONSUL_CLIENT_KEY"}, Usage: "client key for Consul TLS"},
 		&cli.StringFlag{Name: "consul-tls-server-name", EnvVars: []string{"CONSUL_TLS_SERVER_NAME"}, Usage: "server name to verify in Consul's certificate"},
 		&cli.StringFlag{Name: "consul-datacenter", EnvVars: []string{"CONSUL_DATACENTER"}, Usage: "Consul datacenter"},
-		&cli.DurationFlag{Name: "consul-lock-delay", EnvVars: []string{"LEADERRUN_CONSUL_LOCK_DELAY"}, Value: time.Second, Usage: "Consul session lock-delay"},
+		&cli.DurationFlag{Name: "consul-lock-delay", EnvVars: []string{"LEADERRUN_CONSUL_LOCK_DELAY"}, Usage: "Consul session lock-delay (default: the TTL, at most 60s)"},
 		&cli.StringSliceFlag{Name: "consul-session-checks", EnvVars: []string{"LEADERRUN_CONSUL_SESSION_CHECKS"}, Usage: "opt-in session health checks (needs --consul-lock-delay >= --ttl)"},
 
 		&cli.StringFlag{Name: "etcd-endpoints", EnvVars: []string{"ETCDCTL_ENDPOINTS"}, Value: "127.0.0.1:2379", Usage: "comma-separated etcd endpoints"},

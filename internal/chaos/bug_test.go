@@ -124,25 +124,15 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 // deadline: that is safe only if nobody can take the lock before the TTL
 // has passed since the leader's last renewal.
 //
-// Consul does not wait that long. When the first two servers form a
-// quorum again, the new Raft leader reaps the absent server's node from the
-// catalog, and deregistering a node destroys every session created
-// through it, TTL-only ones included (leaderrun sends "Checks": [] and
-// verifies it, DESIGN §1.5, but node deregistration ignores checks). The
-// key is released, and after the session's lock-delay (leaderrun's default
-// --consul-lock-delay is 1s) a standby acquires it and starts its child
-// while the old one still runs, until the old leader reaches its
-// deadline or its server returns. The chaos suite saw it in 5 of 25
-// restart-backend runs; here it is made to happen every time. The fence
-// rejected every stale write, so only fencing kept the data safe.
-//
-// The same early invalidation happens whenever the leader's agent node is
-// deregistered (a graceful leave, as `systemctl stop consul` does on a
-// client agent by default, force-leave, reaping): leaderrun then relies on
-// a lock-delay (1s) shorter than the time it may need to notice (up to
-// TTL - safety margin) and shorter than the kill grace it gives the child
-// (5s). This test fails until the Consul backend keeps the lock-delay at
-// least as long as that (or otherwise survives early invalidation).
+// Consul does not wait that long by itself. When the first two servers
+// form a quorum again, the new Raft leader reaps the absent server's node
+// from the catalog, and deregistering a node destroys every session created
+// through it, TTL-only ones included (node deregistration ignores a
+// session's checks). The key is released, and after the session's
+// lock-delay a standby may acquire it. leaderrun's default lock-delay is
+// therefore the TTL: the old leader's kill point comes before it ends.
+// The chaos suite saw the overlap in 5 of 25 restart-backend runs with a
+// 1s lock-delay; here it is made to happen every time.
 func TestConsulStandbyWaitsForOldChildAfterClusterRestart(t *testing.T) {
 	cl := StartConsul(t, 3)
 	w := newWorld(t, cl, 1)

@@ -60,8 +60,8 @@ var EtcdTiming = Timing{TTL: 3 * time.Second, RenewInterval: time.Second, KillGr
 
 // ConsulTiming is the suite's timeline on Consul: its minimum session TTL
 // of 10s, renewed every 10s/3 as by default, a 2s kill grace, a 1s margin
-// and leaderrun's default 1s lock-delay.
-var ConsulTiming = Timing{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, KillGrace: 2 * time.Second, SafetyMargin: time.Second, LockDelay: time.Second}
+// and leaderrun's default lock-delay (the TTL).
+var ConsulTiming = Timing{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, KillGrace: 2 * time.Second, SafetyMargin: time.Second, LockDelay: 10 * time.Second}
 
 // Etcd adapts a testcluster etcd cluster.
 type Etcd struct{ *testcluster.Etcd }

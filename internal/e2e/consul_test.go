@@ -72,8 +72,9 @@ func TestConsul(t *testing.T) {
 	})
 	t.Run("frozen leader", func(t *testing.T) {
 		t.Parallel()
-		// Consul expires a session between TTL and 2 x TTL, then lock-delay.
-		frozenLeader(t, consulArgs(addr, newKey("frozen")), 2*consulTTL+5*time.Second)
+		// Consul expires a session between TTL and 2 x TTL, then the
+		// lock-delay (by default the TTL) runs.
+		frozenLeader(t, consulArgs(addr, newKey("frozen")), 3*consulTTL+5*time.Second)
 	})
 	t.Run("key deleted by hand", func(t *testing.T) {
 		t.Parallel()

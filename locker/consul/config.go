@@ -119,6 +119,12 @@ func New(cfg Config) (*Locker, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	if cfg.LockDelay < cfg.TTL {
+		// An early invalidation (the agent's node deregistered) frees the
+		// key after the lock-delay, possibly before this leader's deadline.
+		log.Warn("--consul-lock-delay is shorter than --ttl: if Consul invalidates the session early (its node leaves or is reaped), a standby may start before this leader's child is stopped; only fencing with LEADER_EPOCH protects then",
+			"lock_delay", cfg.LockDelay, "ttl", cfg.TTL)
+	}
 	token, err := resolveToken(cfg)
 	if err != nil {
 		return nil, err
