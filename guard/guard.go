@@ -36,8 +36,12 @@ import (
 const (
 	// pollInterval is how often the guard checks that its group still
 	// exists. Once a group is empty its id may be reused by an unrelated
-	// process, so the guard forgets it as soon as it sees it gone.
-	pollInterval = 20 * time.Millisecond
+	// process, so the guard forgets it as soon as it sees it gone; reuse
+	// needs the kernel to cycle through every pid in between, far slower.
+	pollInterval = 100 * time.Millisecond
+	// gonePoll is how often a guard that killed the group looks whether it
+	// is gone, before releasing the lease: it is on the failover path.
+	gonePoll = 10 * time.Millisecond
 	// goneTimeout bounds the wait for a SIGKILLed group to disappear.
 	goneTimeout = 5 * time.Second
 	// releaseTimeout bounds releasing the lease after leaderrun died.
@@ -198,7 +202,7 @@ func (g *state) leaderrunDied(release Releaser) {
 			g.log.Error("child group still alive; not releasing, the lease will expire", "pgid", g.pgid)
 			return
 		}
-		time.Sleep(pollInterval)
+		time.Sleep(gonePoll)
 	}
 	if g.handle == "" || release == nil {
 		return
