@@ -57,7 +57,7 @@ func TestStopTimeline(t *testing.T) {
 func TestRenewTimeout(t *testing.T) {
 	cases := []struct{ ttl, interval, want time.Duration }{
 		{15 * time.Second, 5 * time.Second, 1500 * time.Millisecond}, // the defaults
-		{3 * time.Second, time.Second, 500 * time.Millisecond},        // never below 500ms
+		{3 * time.Second, time.Second, 500 * time.Millisecond},       // never below 500ms
 		{3 * time.Second, 400 * time.Millisecond, 400 * time.Millisecond},
 		{60 * time.Second, 2 * time.Second, 2 * time.Second}, // never above the interval
 	}
