@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,6 +41,14 @@ func (e *Env) Trials(c *Contender, kind string, n, lanes int) []Trial {
 		issued++
 		return true
 	}
+	// A trial that could not run (its leader had already stepped down, a
+	// start timed out) gives its ticket back, so n trials run unless the
+	// lanes give up; it is still recorded, with Err.
+	giveBack := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		issued--
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < min(lanes, n); i++ {
 		wg.Add(1)
@@ -62,6 +71,7 @@ func (e *Env) Trials(c *Contender, kind string, n, lanes int) []Trial {
 						mu.Lock()
 						out = append(out, Trial{Err: err.Error()})
 						mu.Unlock()
+						giveBack()
 						if ln != nil {
 							ln.Close()
 							ln = nil
@@ -77,6 +87,7 @@ func (e *Env) Trials(c *Contender, kind string, n, lanes int) []Trial {
 				out = append(out, tr)
 				mu.Unlock()
 				if tr.Err != "" {
+					giveBack()
 					ln.Close()
 					ln = nil
 					if errs++; errs >= maxLaneErrors {
@@ -184,6 +195,23 @@ func (ln *Lane) mustNewest() fence.Instance {
 	return in
 }
 
+// exited describes the lane's candidates that have exited, for errors.
+func (ln *Lane) exited() string {
+	var b strings.Builder
+	for _, c := range ln.all {
+		if c.Proc.Exited() {
+			fmt.Fprintf(&b, "; %s exited %d: %s", c.ID, c.Proc.Code(), lastLine(c.Proc.Output(4<<10)))
+		}
+	}
+	return b.String()
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
 // ScalePoint is one contender with n candidates on one key.
 type ScalePoint struct {
 	N int
@@ -225,7 +253,7 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 			break
 		}
 		if time.Now().After(deadline) {
-			sp.Err = fmt.Sprintf("only %d of %d candidates registered within %v (%v)", len(ids), n, 3*startTimeout, err)
+			sp.Err = fmt.Sprintf("only %d of %d candidates registered within %v (%v)%s", len(ids), n, 3*startTimeout, err, ln.exited())
 			return sp
 		}
 		time.Sleep(100 * time.Millisecond)
