@@ -223,6 +223,9 @@ func (r *Results) ScaleTable() string {
 				d := chaos.Durations(sp.Failovers)
 				fo = fmt.Sprintf("%s (%s) of %d", chaos.Ms(d.Median()), chaos.Ms(d.Max()), len(d))
 			}
+			if sp.Note != "" {
+				fo += " (" + firstLine(strings.SplitN(sp.Note, ";", 2)[0]) + ")"
+			}
 			rows = append(rows, []string{c.Name(), strconv.Itoa(sp.N), fo, perMinute(sp.Requests, sp.Window),
 				perMinute(sp.Requests/int64(sp.N), sp.Window), mib(sp.RSS)})
 		}
