@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 // whose minimum session TTL is 10s, the faults that do not wait for a
 // session to expire, and one that does.
 var shortPlan = map[string][]string{
-	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "restart-backend"},
+	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
 	"consul": {"kill-leader", "kill-child", "freeze-host"},
 }
 
@@ -142,8 +142,14 @@ func (w *world) plan(n int) []fault {
 			out = append(out, f)
 		}
 	} else {
+		var kinds []fault
+		for _, f := range faults {
+			if f.applies(w.cl.Name()) {
+				kinds = append(kinds, f)
+			}
+		}
 		for i := 0; i < n; i++ {
-			out = append(out, faults[i%len(faults)])
+			out = append(out, kinds[i%len(kinds)])
 		}
 	}
 	w.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
@@ -183,6 +189,9 @@ func (w *world) run(i, n int, f fault) {
 		w.stats[f.name] = st
 	}
 	st.runs++
+	if nin.ID == in.ID {
+		st.kept++
+	}
 	st.gaps = append(st.gaps, res.MaxGap)
 	st.stale += res.Stale
 	st.staleAccepted += res.StaleAccepted
@@ -250,7 +259,7 @@ func (w *world) waitStandbys() {
 // summary renders the results table.
 func summary(runs []*backendRun) string {
 	header := []string{"backend", "fault", "runs", "overlapping accepted writes", "two children alive", "stale writes rejected / accepted",
-		"leaderless gap median", "leaderless gap max", "child stopped after fault (max) / TTL"}
+		"leaderless gap median", "leaderless gap max", "child stopped after fault (max) / TTL", "leader kept its child"}
 	var rows [][]string
 	for _, r := range runs {
 		if r.stats == nil {
@@ -267,7 +276,8 @@ func summary(runs []*backendRun) string {
 				stop = Ms(st.stopAfter.Max()) + " / " + r.tm.TTL.String()
 			}
 			rows = append(rows, []string{r.name, f.name, strconv.Itoa(st.runs), strconv.Itoa(st.overlaps), strconv.Itoa(st.twoAlive),
-				fmt.Sprintf("%d / %d", st.stale-st.staleAccepted, st.staleAccepted), Ms(st.gaps.Median()), Ms(st.gaps.Max()), stop})
+				fmt.Sprintf("%d / %d", st.stale-st.staleAccepted, st.staleAccepted), Ms(st.gaps.Median()), Ms(st.gaps.Max()), stop,
+				fmt.Sprintf("%d/%d", st.kept, st.runs)})
 			total.runs += st.runs
 			total.overlaps += st.overlaps
 			total.twoAlive += st.twoAlive
@@ -276,7 +286,7 @@ func summary(runs []*backendRun) string {
 			total.gaps = append(total.gaps, st.gaps...)
 		}
 		rows = append(rows, []string{"**" + r.name + "**", "**all**", strconv.Itoa(total.runs), strconv.Itoa(total.overlaps), strconv.Itoa(total.twoAlive),
-			fmt.Sprintf("%d / %d", total.stale-total.staleAccepted, total.staleAccepted), Ms(total.gaps.Median()), Ms(total.gaps.Max()), ""})
+			fmt.Sprintf("%d / %d", total.stale-total.staleAccepted, total.staleAccepted), Ms(total.gaps.Median()), Ms(total.gaps.Max()), "", ""})
 	}
 	return Table(header, rows)
 }

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"syscall"
 	"time"
 
@@ -17,6 +18,8 @@ type fault struct {
 	// to the new one: a whole frozen host wakes up. The fence must then
 	// reject every write it makes.
 	twoAlive bool
+	// backends, when set, lists the backends the fault applies to.
+	backends []string
 	// inject causes the fault on leader h, whose child is in, holds it as
 	// long as the fault lasts, heals it and returns what it measured.
 	inject func(w *world, h *host, in fence.Instance) outcome
@@ -41,6 +44,7 @@ var faults = []fault{
 	{name: "kill-server", doc: "`kill -9` of one backend server (random, the Raft leader included), restarted after TTL + 1s", inject: killServer},
 	{name: "lose-quorum", doc: "`kill -9` of two of the three servers until the leader's child is stopped (at least the TTL), then restart", inject: loseQuorum},
 	{name: "partition", doc: "the leader's proxies cut (refuse or blackhole, at random) until another host leads, then healed", inject: partition},
+	{name: "silent-server", doc: "the one server carrying the leader's traffic blackholed from the leader's host for TTL + 2s, the others reachable (etcd only: a Consul host talks to one server)", backends: []string{"etcd"}, inject: silentServer},
 	{name: "restart-backend", doc: "`kill -9` of every server, then restart of all", inject: restartBackend},
 }
 
@@ -205,5 +209,32 @@ func restartBackend(w *world, _ *host, _ fence.Instance) outcome {
 		w.cl.Restart(i)
 	}
 	w.cl.WaitHealthy(w.t)
+	return outcome{at: at}
+}
+
+// applies reports whether f can be injected on backend.
+func (f fault) applies(backend string) bool {
+	return len(f.backends) == 0 || slices.Contains(f.backends, backend)
+}
+
+// silentServer blackholes, from the leader's host only, the server its
+// client is talking to: the server neither answers nor closes the
+// connection, while a quorum stays reachable through the other proxies.
+func silentServer(w *world, h *host, _ fence.Instance) outcome {
+	busiest, before := 0, make([]int64, len(h.link.Proxies))
+	for i, p := range h.link.Proxies {
+		before[i] = p.Requests()
+	}
+	time.Sleep(w.tm.RenewInterval + 200*time.Millisecond) // long enough for a renewal
+	var most int64 = -1
+	for i, p := range h.link.Proxies {
+		if d := p.Requests() - before[i]; d > most {
+			busiest, most = i, d
+		}
+	}
+	at := fence.Now()
+	h.link.Proxies[busiest].Cut(Blackhole)
+	time.Sleep(w.tm.TTL + 2*time.Second) // the fault's duration
+	h.link.Proxies[busiest].Heal()
 	return outcome{at: at}
 }

@@ -50,6 +50,7 @@ type faultStats struct {
 	regressions   int
 	gaps          Durations // longest time without an accepted write, per run
 	stopAfter     Durations // fault → old child's death, where the fault cuts the lease
+	kept          int       // runs after which the same child still led
 	failed        int       // runs with a violated check
 }
 
