@@ -2,6 +2,8 @@ package locker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -61,5 +63,34 @@ func TestSleepEndsWithContext(t *testing.T) {
 	}
 	if !Sleep(context.Background(), time.Millisecond) {
 		t.Fatal("Sleep did not report a full pause")
+	}
+}
+
+func TestConfigErrorWrapsRefused(t *testing.T) {
+	cause := errors.New("no such file")
+	for _, tc := range []struct {
+		name string
+		err  *ConfigError
+		want string
+	}{
+		{"rule only", &ConfigError{Field: "TTL", Rule: "must be at least 10s"}, "TTL: must be at least 10s"},
+		{"with cause", &ConfigError{Field: "CAFile", Rule: "cannot be read", Err: cause}, "CAFile: cannot be read: no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := fmt.Errorf("consul: %w", tc.err)
+			if !errors.Is(err, ErrRefused) {
+				t.Fatal("a ConfigError must wrap ErrRefused")
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.err.Field {
+				t.Fatalf("errors.As did not find the field: %v", err)
+			}
+			if tc.err.Err != nil && !errors.Is(err, cause) {
+				t.Fatal("the cause is not reachable through errors.Is")
+			}
+			if got := tc.err.Error(); got != tc.want {
+				t.Fatalf("Error() = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
