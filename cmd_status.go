@@ -24,7 +24,7 @@ func statusCommand() *cli.Command {
 			"or as JSON with --json. Nobody leading is not an error: it prints \"no leader\" " +
 			"(JSON: \"leader\": null) and exits 0. Exits 125 when the backend cannot be read.",
 		Flags: append(queryBackendFlags(),
-			&cli.BoolFlag{Name: "json", Usage: "print a JSON document instead of a table"}),
+			&cli.BoolFlag{Name: "json", EnvVars: []string{"LEADERRUN_STATUS_JSON"}, Usage: "print a JSON document instead of a table"}),
 		Before:       divertDoubleDash,
 		OnUsageError: divertUsageError,
 		Action:       statusAction,

@@ -102,12 +102,14 @@ func runFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "safety-margin", EnvVars: []string{"LEADERRUN_SAFETY_MARGIN"}, Value: time.Second, Usage: "the child is dead this long before the lease could expire"},
 		&cli.StringFlag{Name: "stop-signal", EnvVars: []string{"LEADERRUN_STOP_SIGNAL"}, Value: "SIGTERM", Usage: "first signal sent to the child's process group"},
 		&cli.DurationFlag{Name: "acquire-timeout", EnvVars: []string{"LEADERRUN_ACQUIRE_TIMEOUT"}, Usage: "give up (exit 124) if not leader within this time; 0 waits forever"},
-		&cli.BoolFlag{Name: "no-wait", Usage: "try once; exit 124 if another holder leads"},
+		&cli.BoolFlag{Name: "no-wait", EnvVars: []string{"LEADERRUN_NO_WAIT"}, Usage: "one attempt: exit 124 (or --conflict-exit) if another holder leads, 125 if the backend cannot be reached"},
 		&cli.StringFlag{Name: "restart", EnvVars: []string{"LEADERRUN_RESTART"}, Value: "never", Usage: "restart the child while leader: never, on-failure or always"},
 		&cli.DurationFlag{Name: "restart-delay", EnvVars: []string{"LEADERRUN_RESTART_DELAY"}, Value: time.Second, Usage: "first restart delay, doubling to 30s"},
 		&cli.StringFlag{Name: "on-lost", EnvVars: []string{"LEADERRUN_ON_LOST"}, Value: "exit", Usage: "after losing leadership: exit (123) or rejoin the campaign"},
 		&cli.StringFlag{Name: "log-level", EnvVars: []string{"LEADERRUN_LOG_LEVEL"}, Value: "info", Usage: "trace, debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", EnvVars: []string{"LEADERRUN_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, EnvVars: []string{"LEADERRUN_QUIET"}, Usage: "print nothing on stderr unless something went wrong (a skip is not wrong): log level warn"},
+		&cli.IntFlag{Name: "conflict-exit", EnvVars: []string{"LEADERRUN_CONFLICT_EXIT"}, Value: supervise.ExitNotHeld, Usage: "exit code when another holder leads (--no-wait, --acquire-timeout) or the slot already ran (--once-per)"},
 		&cli.StringFlag{Name: "http-addr", EnvVars: []string{"LEADERRUN_HTTP_ADDR"}, Usage: "serve /healthz, /status and /metrics on this host:port (default off)"},
 	}
 }
@@ -179,6 +181,13 @@ func runAction(c *cli.Context) error {
 		return usage(err)
 	}
 	defer lk.Close()
+	conflict, err := conflictExit(c)
+	if err != nil {
+		return usage(err)
+	}
+	if opts.NoWait {
+		lk = locker.OneAttempt(lk, opts.Key)
+	}
 
 	cfg.Locker = lk
 	cfg.Logger = log
@@ -200,6 +209,12 @@ func runAction(c *cli.Context) error {
 	}
 	defer obs.Close()
 	cfg.Events = ops.Chain(cfg.Events, obs.Events())
+	// A 124 that ends a campaign is "held elsewhere"; a child's own 124 is not.
+	var campaigning bool
+	cfg.Events = ops.Chain(cfg.Events, supervise.Events{
+		Campaigning: func() { campaigning = true },
+		Acquired:    func(uint64, time.Time) { campaigning = false },
+	})
 
 	sup, err := supervise.New(cfg)
 	if err != nil {
@@ -210,7 +225,11 @@ func runAction(c *cli.Context) error {
 	}
 	ctx, stop := stopOnSignal()
 	defer stop()
-	return exitCode(sup.Run(ctx))
+	code := sup.Run(ctx)
+	if code == supervise.ExitNotHeld && campaigning {
+		code = conflict
+	}
+	return exitCode(code)
 }
 
 // stopOnSignal returns a context cancelled, with the signal as its cause,
@@ -252,6 +271,10 @@ func newLogger(c *cli.Context) (hclog.Logger, error) {
 	level := hclog.LevelFromString(c.String("log-level"))
 	if level == hclog.NoLevel {
 		return nil, fmt.Errorf("--log-level must be trace, debug, info, warn or error, got %q", c.String("log-level"))
+	}
+	if c.Bool("quiet") && level < hclog.Warn {
+		// Quiet: state changes and skips are not news; trouble still is.
+		level = hclog.Warn
 	}
 	var json bool
 	switch c.String("log-format") {
@@ -359,6 +382,15 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// conflictExit is --conflict-exit, checked to be an exit status.
+func conflictExit(c *cli.Context) (int, error) {
+	n := c.Int("conflict-exit")
+	if n < 0 || n > 255 {
+		return 0, fmt.Errorf("--conflict-exit must be from 0 to 255, got %d", n)
+	}
+	return n, nil
 }
 
 // usage reports a bad input on one line and exits 125 (DESIGN §4).

@@ -104,7 +104,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			s.log.Info("stopped while waiting for leadership")
 			return nil, time.Time{}, interruptedCode(ctx), false
 		case errors.Is(err, locker.ErrHeld):
-			s.log.Info("not acquired: held by another holder", "detail", err)
+			s.log.Info("not acquired", "reason", err)
 			return nil, time.Time{}, ExitNotHeld, false
 		case errors.Is(err, locker.ErrRefused):
 			s.log.Error("backend refused", "error", err)

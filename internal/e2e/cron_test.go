@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Distributed cron: one attempt with --no-wait, quiet runs and skips, a
+// chosen exit code for "someone else has it" (issue: cron done right).
+
+func TestNoWaitUnreachableBackendExits125AtOnce(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		addr string
+		dial time.Duration
+	}{
+		{"etcd", etcdArgs([]string{"127.0.0.1:1"}, newKey("nowait"), "--etcd-dial-timeout", "2s"), "127.0.0.1:1", 2 * time.Second},
+		{"consul", consulArgs("127.0.0.1:1", newKey("nowait")), "127.0.0.1:1", 5 * time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			began := time.Now()
+			p := start(t, c.name, nil, append(c.args, "--no-wait", "-q", "--", "true")...)
+			code := p.Wait(30 * time.Second)
+			took := time.Since(began)
+			out := strings.TrimSpace(p.Output())
+			if code != 125 {
+				t.Fatalf("exit %d, want 125\n%s", code, out)
+			}
+			if took > c.dial+time.Second {
+				t.Fatalf("took %v, want under the dial timeout %v + 1s", took, c.dial)
+			}
+			if strings.Count(out, "\n") != 0 || !strings.Contains(out, c.addr) {
+				t.Fatalf("want one line naming %s, got:\n%s", c.addr, out)
+			}
+		})
+	}
+}
+
+func TestNoWaitHasItsEnvironmentVariable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start(t, "holder", nil, withCommand(localArgs(dir, "k"), "echo $$ > "+dir+"/holder.pid; exec sleep 1000")...)
+	readPID(t, dir+"/holder.pid")
+	p := start(t, "env no-wait", []string{"LEADERRUN_NO_WAIT=true"}, append(localArgs(dir, "k"), "--", "true")...)
+	if got := p.Wait(10 * time.Second); got != 124 {
+		t.Fatalf("LEADERRUN_NO_WAIT=true while held: exit %d, want 124\n%s", got, p.Output())
+	}
+}
+
+func TestQuietRunsPrintNothingOnSuccessAndSkip(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ok := start(t, "quiet success", nil, append(localArgs(dir, "q1", "-q"), "--", "true")...)
+	if code := ok.Wait(10 * time.Second); code != 0 || ok.Output() != "" {
+		t.Fatalf("-q success: exit %d, output %q; want 0 and nothing", code, ok.Output())
+	}
+	start(t, "holder", nil, withCommand(localArgs(dir, "q2"), "echo $$ > "+dir+"/holder.pid; exec sleep 1000")...)
+	readPID(t, dir+"/holder.pid")
+	skip := start(t, "quiet skip", []string{"LEADERRUN_QUIET=1"}, append(localArgs(dir, "q2", "--no-wait"), "--", "true")...)
+	if code := skip.Wait(10 * time.Second); code != 124 || skip.Output() != "" {
+		t.Fatalf("-q skip: exit %d, output %q; want 124 and nothing", code, skip.Output())
+	}
+	zero := start(t, "conflict-exit 0", nil, append(localArgs(dir, "q2", "--no-wait", "-q", "--conflict-exit", "0"), "--", "true")...)
+	if code := zero.Wait(10 * time.Second); code != 0 || zero.Output() != "" {
+		t.Fatalf("--conflict-exit 0: exit %d, output %q; want 0 and nothing", code, zero.Output())
+	}
+	env := start(t, "LEADERRUN_CONFLICT_EXIT", []string{"LEADERRUN_CONFLICT_EXIT=3"}, append(localArgs(dir, "q2", "--no-wait"), "--", "true")...)
+	if code := env.Wait(10 * time.Second); code != 3 {
+		t.Fatalf("LEADERRUN_CONFLICT_EXIT=3: exit %d, want 3", code)
+	}
+	// The skip line names the holder once: id, host, pid, since when.
+	out := env.Output()
+	host, _ := os.Hostname()
+	for _, want := range []string{"host " + host, "pid ", " since "} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("skip line does not name %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "held by") != 1 {
+		t.Fatalf("skip line says \"held by\" more than once:\n%s", out)
+	}
+	// A child's own 124 is not a conflict.
+	own := start(t, "child exits 124", nil, withCommand(localArgs(dir, "q3", "--conflict-exit", "0"), "exit 124")...)
+	if code := own.Wait(10 * time.Second); code != 124 {
+		t.Fatalf("child's own 124 with --conflict-exit 0: exit %d, want 124", code)
+	}
+}
+
+func TestConflictExitOutOfRangeIs125(t *testing.T) {
+	t.Parallel()
+	p := start(t, "bad conflict-exit", nil, append(localArgs(t.TempDir(), "k", "--conflict-exit", "300"), "--", "true")...)
+	if code := p.Wait(10 * time.Second); code != 125 || !strings.Contains(p.Output(), "--conflict-exit") {
+		t.Fatalf("exit %d, output %q; want 125 naming --conflict-exit", code, p.Output())
+	}
+}

@@ -1,0 +1,79 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// HeldError is the ErrHeld of a single attempt, naming who holds the key,
+// so that a skipped run says in one line whom it yielded to.
+type HeldError struct {
+	Key    string
+	Holder Holder // zero when the holder could not be read
+}
+
+// Error names the holder: id, host, pid, since when, epoch.
+func (e *HeldError) Error() string {
+	h := e.Holder
+	if h.ID == "" {
+		return fmt.Sprintf("key %q is held by another candidate", e.Key)
+	}
+	s := fmt.Sprintf("key %q is held by %s", e.Key, h.ID)
+	if h.Hostname != "" {
+		s += fmt.Sprintf(" (host %s, pid %d)", h.Hostname, h.PID)
+	}
+	if !h.AcquiredAt.IsZero() {
+		s += " since " + h.AcquiredAt.UTC().Format(time.RFC3339)
+	}
+	if h.Epoch != 0 {
+		s += fmt.Sprintf(", epoch %d", h.Epoch)
+	}
+	return s
+}
+
+// Unwrap makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// holderReadTimeout bounds the read that names the holder of a held key.
+const holderReadTimeout = 2 * time.Second
+
+// OneAttempt wraps a Locker whose Options.NoWait is set so that Acquire is
+// one attempt in every case, not only when the key is held: a backend that
+// cannot be reached or fails is reported as an error wrapping ErrRefused, so
+// the supervisor stops at once instead of retrying (exit 125). A held key is
+// reported as a *HeldError naming the holder.
+func OneAttempt(l Locker, key string) Locker { return oneAttempt{l, key} }
+
+type oneAttempt struct {
+	Locker
+	key string
+}
+
+// Acquire makes one attempt; see OneAttempt.
+func (o oneAttempt) Acquire(ctx context.Context) (Lease, error) {
+	lease, err := o.Locker.Acquire(ctx)
+	switch {
+	case err == nil, ctx.Err() != nil, errors.Is(err, ErrRefused):
+		return lease, err
+	case errors.Is(err, ErrHeld):
+		var he *HeldError
+		if errors.As(err, &he) {
+			return nil, err
+		}
+		rctx, cancel := context.WithTimeout(ctx, holderReadTimeout)
+		defer cancel()
+		h, lerr := o.Locker.Leader(rctx)
+		if lerr != nil {
+			h = Holder{}
+		}
+		return nil, &HeldError{Key: o.key, Holder: h}
+	default:
+		return nil, fmt.Errorf("one attempt only: %w: %w", ErrRefused, err)
+	}
+}
+
+// Unwrap returns the wrapped Locker, so callers can reach the optional
+// interfaces (RunLog) a backend implements.
+func (o oneAttempt) Unwrap() Locker { return o.Locker }
