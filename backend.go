@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -18,9 +20,12 @@ import (
 // environment. It is what the dead-man guard receives (as JSON, over its
 // private pipe) to build the same backend and release a lease.
 type backendSpec struct {
-	Backend string         `json:"backend"`
-	Options locker.Options `json:"options"`
-	LockDir string         `json:"lock_dir,omitempty"`
+	Backend  string         `json:"backend"`
+	Options  locker.Options `json:"options"`
+	LockDir  string         `json:"lock_dir,omitempty"`
+	StateDir string         `json:"state_dir,omitempty"`
+	// ReadOnly opens the backend for status and check: nothing is created.
+	ReadOnly bool `json:"read_only,omitempty"`
 
 	ConsulAddr          string        `json:"consul_addr,omitempty"`
 	ConsulToken         string        `json:"consul_token,omitempty"`
@@ -45,9 +50,10 @@ type backendSpec struct {
 // specFromCLI reads the backend flags.
 func specFromCLI(c *cli.Context, opts locker.Options) backendSpec {
 	return backendSpec{
-		Backend: c.String("backend"),
-		Options: opts,
-		LockDir: c.String("lock-dir"),
+		Backend:  c.String("backend"),
+		Options:  opts,
+		LockDir:  c.String("lock-dir"),
+		StateDir: c.String("state-dir"),
 
 		ConsulAddr:          c.String("consul-addr"),
 		ConsulToken:         c.String("consul-token"),
@@ -79,7 +85,11 @@ func newLocker(c *cli.Context, opts locker.Options, log hclog.Logger) (locker.Lo
 func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 	switch s.Backend {
 	case "local":
-		return local.New(local.Config{Options: s.Options, Dir: s.LockDir})
+		lk, err := local.New(local.Config{Options: s.Options, Dir: s.LockDir, StateDir: s.StateDir, ReadOnly: s.ReadOnly})
+		if err != nil {
+			return nil, flagError(err, map[string]string{"Dir": "--lock-dir", "StateDir": "--state-dir", "Key": "--key", "Prefix": "--prefix"})
+		}
+		return lk, nil
 	case "etcd":
 		return etcd.New(etcd.Config{
 			Options:     s.Options,
@@ -110,6 +120,17 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 	default:
 		return nil, fmt.Errorf("--backend must be consul, etcd or local, got %q", s.Backend)
 	}
+}
+
+// flagError names the flag behind a *locker.ConfigError's Field.
+func flagError(err error, flags map[string]string) error {
+	var ce *locker.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := flags[ce.Field]; ok {
+			return fmt.Errorf("%s: %s", flag, strings.TrimPrefix(err.Error(), ce.Field+": "))
+		}
+	}
+	return err
 }
 
 // encode is the spec as the guard's hello payload.

@@ -77,7 +77,9 @@ func queryLocker(c *cli.Context) (locker.Locker, locker.Options, error) {
 	if c.Duration("timeout") <= 0 {
 		return nil, opts, fmt.Errorf("--timeout must be greater than 0, got %v", c.Duration("timeout"))
 	}
-	lk, err := newLocker(c, opts, newQuietLogger())
+	spec := specFromCLI(c, opts)
+	spec.ReadOnly = true // status and check create nothing
+	lk, err := spec.newLocker(newQuietLogger())
 	return lk, opts, err
 }
 

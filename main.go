@@ -122,7 +122,8 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "backend", EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul", Usage: "consul, etcd or local"},
 		&cli.StringFlag{Name: "prefix", EnvVars: []string{"LEADERRUN_PREFIX"}, Value: "leaderrun", Usage: "namespace of leaderrun's keys on the backend"},
 		&cli.StringFlag{Name: "id", EnvVars: []string{"LEADERRUN_ID"}, Usage: "this candidate's name (default hostname:pid)"},
-		&cli.StringFlag{Name: "lock-dir", EnvVars: []string{"LEADERRUN_LOCK_DIR"}, Usage: "local backend: lock directory (default /run/leaderrun, else $XDG_RUNTIME_DIR/leaderrun, else /tmp/leaderrun-UID)"},
+		&cli.StringFlag{Name: "lock-dir", EnvVars: []string{"LEADERRUN_LOCK_DIR"}, Usage: "local backend: absolute lock directory (default /run/leaderrun for root, /tmp/leaderrun-UID for others, owner-checked)"},
+		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"LEADERRUN_STATE_DIR"}, Usage: "local backend: absolute directory keeping the epoch and run records across reboots (default --lock-dir unless tmpfs, else /var/lib/leaderrun for root, $XDG_STATE_HOME/leaderrun or ~/.local/state/leaderrun)"},
 
 		&cli.StringFlag{Name: "consul-addr", EnvVars: []string{"CONSUL_HTTP_ADDR"}, Usage: "Consul agent address (default 127.0.0.1:8500)"},
 		&cli.StringFlag{Name: "consul-token", EnvVars: []string{"CONSUL_HTTP_TOKEN"}, Usage: "Consul ACL token"},
@@ -351,6 +352,7 @@ func childEnv(c *cli.Context, opts locker.Options) []string {
 	switch c.String("backend") {
 	case "local":
 		set("LEADERRUN_LOCK_DIR", c.String("lock-dir"))
+		set("LEADERRUN_STATE_DIR", c.String("state-dir"))
 	case "etcd":
 		set("ETCDCTL_ENDPOINTS", c.String("etcd-endpoints"))
 		set("ETCDCTL_CACERT", c.String("etcd-cacert"))

@@ -1,9 +1,18 @@
 // Package local holds leadership of a key on one host: an flock on
-// <dir>/<prefix>/<key>.lock and an epoch counter persisted beside it.
+// <dir>/<prefix>/<key>.lock and an epoch counter on persistent storage.
 //
 // The kernel drops an flock the moment its holder dies, so a standby takes
 // over at once; there is no lease to expire and nothing to renew except the
 // check that the lock file we hold is still the one at the path.
+//
+// Where things live (DESIGN §1.13, §2), none of it read from the
+// environment except where the state lives for an ordinary user:
+//   - lock directory: /run/leaderrun for root, /tmp/leaderrun-UID for
+//     others (created 0700, refused unless owned by that user and writable
+//     by nobody else), or an absolute --lock-dir;
+//   - state directory (epoch counter, run records): the lock directory
+//     itself when it was given and is not tmpfs, else /var/lib/leaderrun for
+//     root, $XDG_STATE_HOME/leaderrun or ~/.local/state/leaderrun for others.
 package local
 
 import (
@@ -11,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,49 +40,173 @@ const pollInterval = 20 * time.Millisecond
 // Config configures the local backend.
 type Config struct {
 	locker.Options
-	// Dir is the lock directory; see DefaultDir.
+	// Dir is the lock directory, an absolute path; empty means DefaultDir.
 	Dir string
+	// StateDir is where the epoch counter and the run records persist, an
+	// absolute path; empty means Dir when Dir was given and is not on tmpfs
+	// or ramfs, else DefaultStateDir.
+	StateDir string
+	// ReadOnly is for status and check: New and Leader create nothing and
+	// a missing lock directory is an error, not "no leader".
+	ReadOnly bool
 }
 
-// DefaultDir is /run/leaderrun when writable, else
-// $XDG_RUNTIME_DIR/leaderrun, else /tmp/leaderrun-UID (DESIGN §2).
+// DefaultDir is the lock directory when none is given: /run/leaderrun for
+// root, /tmp/leaderrun-UID for anyone else. It never depends on the
+// environment, so a cron run and a login shell of the same user lock the
+// same file (DESIGN §1.13).
 func DefaultDir() string {
-	if unix.Access("/run", unix.W_OK) == nil {
+	if os.Geteuid() == 0 {
 		return "/run/leaderrun"
 	}
-	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
-		return filepath.Join(x, "leaderrun")
+	return "/tmp/leaderrun-" + strconv.Itoa(os.Geteuid())
+}
+
+// DefaultStateDir is where the epoch persists when the lock directory is
+// volatile: /var/lib/leaderrun for root, else $XDG_STATE_HOME/leaderrun or
+// ~/.local/state/leaderrun (home from $HOME, else the password database).
+func DefaultStateDir() (string, error) {
+	if os.Geteuid() == 0 {
+		return "/var/lib/leaderrun", nil
 	}
-	return filepath.Join(os.TempDir(), "leaderrun-"+strconv.Itoa(os.Getuid()))
+	if x := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
+		return filepath.Join(x, "leaderrun"), nil
+	}
+	home := os.Getenv("HOME")
+	if !filepath.IsAbs(home) {
+		u, err := user.LookupId(strconv.Itoa(os.Geteuid()))
+		if err != nil || !filepath.IsAbs(u.HomeDir) {
+			return "", &locker.ConfigError{Field: "StateDir", Rule: "no home directory to keep the epoch in; give one", Err: err}
+		}
+		home = u.HomeDir
+	}
+	return filepath.Join(home, ".local", "state", "leaderrun"), nil
 }
 
 // Locker campaigns for a key with flock.
 type Locker struct {
-	opts     locker.Options
-	lockPath string
-	epochDir string
+	opts      locker.Options
+	lockPath  string // <dir>/<prefix>/<key>.lock
+	lockDir   string // its directory
+	epochPath string // <state>/<prefix>/<key>.epoch, the durable counter
+	// shadowPath is a copy of the counter beside the lock file, so that
+	// the epoch also grows within one boot when the state directory moved
+	// (another $XDG_STATE_HOME): the next epoch exceeds both.
+	shadowPath string
+	runDir     string // <state>/<prefix>/<key>~run: once-per records
+	dir        string // the lock directory as configured
+	readOnly   bool
 }
 
-// New checks the configuration and creates the lock directory.
+// New checks the configuration and, unless ReadOnly, creates the lock and
+// state directories. A refused setting is a *locker.ConfigError.
 func New(cfg Config) (*Locker, error) {
 	if err := locker.ValidateKey(cfg.Key); err != nil {
-		return nil, fmt.Errorf("--key %w", err)
+		return nil, &locker.ConfigError{Field: "Key", Rule: err.Error()}
 	}
 	if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("--prefix %w", err)
+		return nil, &locker.ConfigError{Field: "Prefix", Rule: err.Error()}
 	}
-	if cfg.Dir == "" {
+	explicit := cfg.Dir != ""
+	if !explicit {
 		cfg.Dir = DefaultDir()
 	}
-	base := filepath.Join(cfg.Dir, cfg.Prefix, cfg.Key)
-	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
-		return nil, fmt.Errorf("--lock-dir: %w: %w", locker.ErrRefused, err)
+	if !filepath.IsAbs(cfg.Dir) {
+		return nil, &locker.ConfigError{Field: "Dir", Rule: fmt.Sprintf("must be an absolute path, got %q", cfg.Dir)}
 	}
-	return &Locker{opts: cfg.Options, lockPath: base + ".lock", epochDir: filepath.Dir(base)}, nil
+	if cfg.StateDir != "" && !filepath.IsAbs(cfg.StateDir) {
+		return nil, &locker.ConfigError{Field: "StateDir", Rule: fmt.Sprintf("must be an absolute path, got %q", cfg.StateDir)}
+	}
+	rel := filepath.Join(cfg.Prefix, cfg.Key)
+	l := &Locker{opts: cfg.Options, lockPath: filepath.Join(cfg.Dir, rel) + ".lock", dir: cfg.Dir, readOnly: cfg.ReadOnly}
+	l.lockDir = filepath.Dir(l.lockPath)
+
+	if cfg.ReadOnly {
+		if _, err := os.Stat(cfg.Dir); err != nil {
+			return nil, &locker.ConfigError{Field: "Dir", Rule: "lock directory " + cfg.Dir + " cannot be read", Err: err}
+		}
+	} else {
+		if !explicit {
+			if err := ownDir(cfg.Dir); err != nil {
+				return nil, err
+			}
+		}
+		if err := os.MkdirAll(l.lockDir, 0o755); err != nil {
+			return nil, &locker.ConfigError{Field: "Dir", Rule: "cannot create the lock directory", Err: err}
+		}
+	}
+
+	state := cfg.StateDir
+	if state == "" {
+		if explicit && !volatile(cfg.Dir) {
+			state = cfg.Dir
+		} else {
+			var err error
+			if state, err = DefaultStateDir(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	base := filepath.Join(state, rel)
+	l.epochPath, l.runDir = base+".epoch", base+"~run"
+	if shadow := strings.TrimSuffix(l.lockPath, ".lock") + ".epoch"; shadow != l.epochPath {
+		l.shadowPath = shadow
+	}
+	if !cfg.ReadOnly {
+		mode := os.FileMode(0o700)
+		if os.Geteuid() == 0 {
+			mode = 0o755 // status by a monitoring user reads run records
+		}
+		if err := os.MkdirAll(filepath.Dir(base), mode); err != nil {
+			return nil, &locker.ConfigError{Field: "StateDir", Rule: "cannot create the state directory", Err: err}
+		}
+	}
+	return l, nil
+}
+
+// ownDir creates a default lock directory or checks the existing one: a
+// real directory (not a symlink), owned by us, writable by nobody else.
+// Another user could otherwise squat the fixed path and steal or block
+// our locks.
+func ownDir(dir string) error {
+	mode := os.FileMode(0o700)
+	if os.Geteuid() == 0 {
+		mode = 0o755 // a monitoring user may read a root-held lock
+	}
+	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {
+		return &locker.ConfigError{Field: "Dir", Rule: "cannot create the lock directory " + dir, Err: err}
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return &locker.ConfigError{Field: "Dir", Rule: "cannot read the lock directory " + dir, Err: err}
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return &locker.ConfigError{Field: "Dir", Rule: dir + " is not a directory (a symlink or file is refused)"}
+	case !ok || int(st.Uid) != os.Geteuid():
+		return &locker.ConfigError{Field: "Dir", Rule: fmt.Sprintf("%s is owned by uid %d, not by uid %d; refusing a lock directory another user controls", dir, st.Uid, os.Geteuid())}
+	case fi.Mode().Perm()&0o022 != 0:
+		return &locker.ConfigError{Field: "Dir", Rule: fmt.Sprintf("%s has mode %v: writable by others; refusing it", dir, fi.Mode().Perm())}
+	}
+	return nil
+}
+
+// volatile reports whether dir is on a file system that a reboot empties
+// (tmpfs, ramfs), where an epoch counter would start over.
+func volatile(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return true // cannot tell: keep the epoch where it surely persists
+	}
+	return st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC
 }
 
 // Acquire takes the flock, waiting unless NoWait, then bumps the epoch.
 func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
+	if l.readOnly {
+		return nil, fmt.Errorf("local: %w: opened read-only", locker.ErrRefused)
+	}
 	for {
 		f, err := l.tryLock()
 		if err == nil {
@@ -136,36 +270,68 @@ func (l *Locker) lead(f *os.File) (*Lease, error) {
 	return &Lease{file: f, path: l.lockPath, epoch: epoch, ttl: l.opts.TTL, lost: make(chan struct{})}, nil
 }
 
-// nextEpoch reads, increments and durably rewrites the counter: write a
-// temporary file, fsync, rename, fsync the directory (DESIGN §1.1). The
-// caller holds the flock, so no other process races it.
+// nextEpoch reads the durable counter and its copy beside the lock file,
+// and durably writes one more than the larger to both: write a temporary
+// file, fsync, rename, fsync the directory (DESIGN §1.1, §1.13). The caller
+// holds the flock, so no other candidate of this lock races it.
 func (l *Locker) nextEpoch() (uint64, error) {
-	path := strings.TrimSuffix(l.lockPath, ".lock") + ".epoch"
-	var cur uint64
-	if b, err := os.ReadFile(path); err == nil {
-		cur, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	cur, err := readEpoch(l.epochPath)
+	if err != nil {
+		return 0, err
+	}
+	if l.shadowPath != "" {
+		shadow, err := readEpoch(l.shadowPath)
 		if err != nil {
-			return 0, fmt.Errorf("epoch file %s is corrupt: %w", path, err)
+			return 0, err
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("read epoch: %w", err)
+		cur = max(cur, shadow)
 	}
 	next := cur + 1
-	tmp := path + ".tmp"
-	if err := writeSynced(tmp, []byte(strconv.FormatUint(next, 10)+"\n")); err != nil {
+	data := []byte(strconv.FormatUint(next, 10) + "\n")
+	if err := replaceFile(l.epochPath, data); err != nil {
 		return 0, fmt.Errorf("write epoch: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return 0, fmt.Errorf("write epoch: %w", err)
-	}
-	if d, err := os.Open(l.epochDir); err == nil {
-		err = d.Sync()
-		_ = d.Close()
-		if err != nil {
-			return 0, fmt.Errorf("sync lock directory: %w", err)
+	if l.shadowPath != "" {
+		if err := replaceFile(l.shadowPath, data); err != nil {
+			return 0, fmt.Errorf("write epoch copy: %w", err)
 		}
 	}
 	return next, nil
+}
+
+// readEpoch reads a counter file; a missing one counts as 0.
+func readEpoch(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read epoch: %w", err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("epoch file %s is corrupt: %w", path, err)
+	}
+	return n, nil
+}
+
+// replaceFile durably replaces path with data: temporary file, fsync,
+// rename, fsync of the directory.
+func replaceFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := writeSynced(tmp, data); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	_ = d.Close()
+	return err
 }
 
 func writeSynced(path string, data []byte) error {
@@ -184,22 +350,35 @@ func writeSynced(path string, data []byte) error {
 	return f.Close()
 }
 
-// Leader reads the holder record of a key whose flock is held.
+// Leader reads the holder record of a key whose flock is held. It opens the
+// lock file read-only and takes no lock: whether the file is locked comes
+// from /proc/locks, so it needs only read access, creates nothing, and never
+// makes a candidate's attempt fail for the moment of the read.
 func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
-	f, err := l.tryLock()
-	if err == nil {
-		// We got the lock: nobody holds it.
-		_ = f.Close()
+	f, err := os.Open(l.lockPath)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, derr := os.Stat(l.dir); derr != nil {
+			return locker.Holder{}, &locker.ConfigError{Field: "Dir", Rule: "lock directory " + l.dir + " cannot be read", Err: derr}
+		}
 		return locker.Holder{}, fmt.Errorf("%s: %w", l.lockPath, locker.ErrNoLeader)
 	}
-	if !errors.Is(err, unix.EWOULDBLOCK) {
-		return locker.Holder{}, err
+	if err != nil {
+		return locker.Holder{}, fmt.Errorf("open lock file: %w: %w", locker.ErrRefused, err)
 	}
+	defer f.Close()
 	b, err := os.ReadFile(l.lockPath)
 	if err != nil {
 		return locker.Holder{}, fmt.Errorf("read holder record: %w", err)
 	}
-	return locker.ParseHolder(b), nil
+	h := locker.ParseHolder(b)
+	held, err := flocked(f, h.PID)
+	if err != nil {
+		return locker.Holder{}, err
+	}
+	if !held {
+		return locker.Holder{}, fmt.Errorf("%s: %w", l.lockPath, locker.ErrNoLeader)
+	}
+	return h, nil
 }
 
 // ReleaseHandle has nothing to do: the kernel released the flock when its

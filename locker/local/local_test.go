@@ -90,3 +90,118 @@ func TestReplacedLockFileIsLost(t *testing.T) {
 		t.Fatal("Lost not closed")
 	}
 }
+
+func TestDefaultDirIgnoresEnvironment(t *testing.T) {
+	want := DefaultDir()
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	t.Setenv("TMPDIR", t.TempDir())
+	if got := DefaultDir(); got != want {
+		t.Fatalf("DefaultDir = %q with XDG_RUNTIME_DIR and TMPDIR set, %q without", got, want)
+	}
+}
+
+func TestOwnDirRefusesOthersDirectories(t *testing.T) {
+	base := t.TempDir()
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(open, 0o777)
+	link := filepath.Join(base, "link")
+	_ = os.Symlink(base, link)
+	cases := map[string]string{"world-writable": open, "symlink": link}
+	if os.Geteuid() == 0 {
+		theirs := filepath.Join(base, "theirs")
+		_ = os.Mkdir(theirs, 0o700)
+		_ = os.Chown(theirs, 12345, 12345)
+		cases["owned by another uid"] = theirs
+	}
+	for name, dir := range cases {
+		var ce *locker.ConfigError
+		if err := ownDir(dir); !errors.As(err, &ce) || ce.Field != "Dir" || !errors.Is(err, locker.ErrRefused) {
+			t.Errorf("%s: ownDir = %v, want a ConfigError for Dir", name, err)
+		}
+	}
+	mine := filepath.Join(base, "mine")
+	if err := ownDir(mine); err != nil {
+		t.Fatalf("a fresh directory: %v", err)
+	}
+}
+
+func TestRelativeDirsAreRefused(t *testing.T) {
+	for _, cfg := range []Config{{Dir: "locks"}, {Dir: t.TempDir(), StateDir: "state"}} {
+		cfg.Options = locker.Options{Key: "job", Prefix: "leaderrun"}
+		var ce *locker.ConfigError
+		if _, err := New(cfg); !errors.As(err, &ce) {
+			t.Errorf("New(%+v) = %v, want a ConfigError", cfg, err)
+		}
+	}
+}
+
+func TestReadOnlyCreatesNothing(t *testing.T) {
+	base := t.TempDir()
+	missing := filepath.Join(base, "missing")
+	opts := locker.Options{Key: "job", Prefix: "leaderrun"}
+	if _, err := New(Config{Options: opts, Dir: missing, ReadOnly: true}); !errors.Is(err, locker.ErrRefused) {
+		t.Fatalf("read-only on a missing dir: %v, want a refusal", err)
+	}
+	l, err := New(Config{Options: opts, Dir: base, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Leader(context.Background()); !errors.Is(err, locker.ErrNoLeader) {
+		t.Fatalf("Leader of a never-used key: %v, want ErrNoLeader", err)
+	}
+	if entries, _ := os.ReadDir(base); len(entries) != 0 {
+		t.Fatalf("read-only use created %v", entries)
+	}
+}
+
+func TestEpochSurvivesWipedLockDirAndMovedState(t *testing.T) {
+	locks, stateA, stateB := t.TempDir(), t.TempDir(), t.TempDir()
+	opts := locker.Options{Key: "job", Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}
+	var last uint64
+	step := func(state string) {
+		t.Helper()
+		l, err := New(Config{Options: opts, Dir: locks, StateDir: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(context.Background())
+		if lease.Epoch() <= last {
+			t.Fatalf("epoch %d after %d", lease.Epoch(), last)
+		}
+		last = lease.Epoch()
+	}
+	step(stateA)
+	step(stateA)
+	// The lock directory wiped (a reboot empties /run): the state keeps it.
+	if err := os.RemoveAll(locks); err != nil {
+		t.Fatal(err)
+	}
+	step(stateA)
+	// The state directory moved (another $XDG_STATE_HOME) within one boot:
+	// the copy beside the lock file keeps it.
+	step(stateB)
+}
+
+func TestLeaderSeesHolderWithoutLocking(t *testing.T) {
+	dir := t.TempDir()
+	lease, err := newLocker(t, dir, false).Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	ro, err := New(Config{Options: locker.Options{Key: "job", Prefix: "leaderrun"}, Dir: dir, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ro.Leader(context.Background())
+	if err != nil || h.Epoch != lease.Epoch() {
+		t.Fatalf("read-only Leader = %+v, %v", h, err)
+	}
+}

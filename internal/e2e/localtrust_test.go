@@ -1,0 +1,219 @@
+package e2e
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The local backend's lock path and epoch must not depend on the
+// environment, on a wiped lock directory or on a reboot (DESIGN §1.13).
+
+// otherUser is an unused uid to run leaderrun as, with a home it owns and a
+// copy of the binary it may execute. Root only: tests that need it say so.
+type otherUser struct {
+	uid    int
+	home   string
+	binary string
+}
+
+func newOtherUser(t *testing.T) otherUser {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run leaderrun as another user")
+	}
+	uid := 40000 + os.Getpid()%20000
+	dir, err := os.MkdirTemp("/tmp", "leaderrun-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll("/tmp/leaderrun-" + strconv.Itoa(uid))
+	})
+	u := otherUser{uid: uid, home: filepath.Join(dir, "home"), binary: filepath.Join(dir, "leaderrun")}
+	if err := os.Mkdir(u.home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Open(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(u.binary, os.O_WRONLY|os.O_CREATE, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	_ = dst.Close()
+	for _, p := range []string{dir, u.home} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return u
+}
+
+// start runs leaderrun as this user with a clean environment plus env.
+func (u otherUser) start(t *testing.T, name string, env []string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{t: t, name: name, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(u.binary, args...)
+	p.cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + u.home}, env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true,
+		Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.uid)}}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start leaderrun %s: %v", name, err)
+	}
+	go func() {
+		p.code = exitStatus(p.cmd.Wait())
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if !p.Exited() {
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- leaderrun %s output:\n%s", name, p.stderr.String())
+		}
+	})
+	return p
+}
+
+func TestLocalLockPathIgnoresXDGRuntimeDir(t *testing.T) {
+	u := newOtherUser(t)
+	key := newKey("xdg")
+	xdg := filepath.Join(u.home, "runtime")
+	if err := os.Mkdir(xdg, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chown(xdg, u.uid, u.uid)
+	pidFile := filepath.Join(u.home, "holder.pid")
+	u.start(t, "login shell", []string{"XDG_RUNTIME_DIR=" + xdg},
+		"--backend", "local", "--key", key, "--", "sh", "-c", "echo $$ > "+pidFile+"; exec sleep 1000")
+	readPID(t, pidFile)
+	cron := u.start(t, "cron", nil, "--backend", "local", "--key", key, "--no-wait", "--", "true")
+	if code := cron.Wait(10 * time.Second); code != 124 {
+		t.Fatalf("same user and key without XDG_RUNTIME_DIR: exit %d, want 124 (held)\n%s", code, cron.Output())
+	}
+}
+
+func TestLocalSquattedLockDirIsRefused(t *testing.T) {
+	u := newOtherUser(t)
+	// Another user (root here) made the fixed per-user path first.
+	squat := "/tmp/leaderrun-" + strconv.Itoa(u.uid)
+	if err := os.Mkdir(squat, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(squat, 0o777)
+	p := u.start(t, "victim", nil, "--backend", "local", "--key", "k", "--", "true")
+	code := p.Wait(10 * time.Second)
+	out := strings.TrimSpace(p.Output())
+	if code != 125 || strings.Count(out, "\n") != 0 || !strings.Contains(out, "--lock-dir") {
+		t.Fatalf("squatted %s: exit %d, want 125 and one line naming --lock-dir:\n%s", squat, code, out)
+	}
+	if entries, _ := os.ReadDir(squat); len(entries) != 0 {
+		t.Fatalf("leaderrun wrote into the squatted directory: %v", entries)
+	}
+}
+
+func TestLocalStatusOnMissingDirIs125AndCreatesNothing(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "typo")
+	for _, cmd := range [][]string{
+		{"status", "--backend", "local", "--lock-dir", missing, "--key", "k"},
+		{"check", "--backend", "local", "--lock-dir", missing, "--key", "k", "--epoch", "1"},
+	} {
+		p := start(t, cmd[0], nil, cmd...)
+		if code := p.Wait(10 * time.Second); code != 125 || !strings.Contains(p.Output(), missing) {
+			t.Fatalf("%s on a missing lock dir: exit %d, want 125 naming it:\n%s", cmd[0], code, p.Output())
+		}
+		if _, err := os.Stat(missing); !os.IsNotExist(err) {
+			t.Fatalf("%s created %s", cmd[0], missing)
+		}
+	}
+}
+
+// epochOf runs one short leadership and returns the LEADER_EPOCH its child
+// saw. wrap, when set, is a shell prefix around leaderrun (a private mount
+// namespace).
+func epochOf(t *testing.T, wrap string, args ...string) uint64 {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "epoch")
+	line := binary
+	for _, a := range append(args, "--", "sh", "-c", "echo $LEADER_EPOCH > "+out) {
+		line += " '" + a + "'"
+	}
+	cmd := exec.Command("sh", "-c", wrap+line)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", line, err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestLocalEpochSurvivesWipedLockDirAndReboot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a private mount namespace (unshare -m) and /var/lib/leaderrun")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Fatal("unshare (util-linux) is needed: apt-get install util-linux")
+	}
+	// A prefix of its own keeps this test's state in /var/lib/leaderrun
+	// apart from anything else there; it is removed afterwards.
+	prefix := "e2e-" + strconv.Itoa(os.Getpid())
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join("/var/lib/leaderrun", prefix)) })
+	run := filepath.Join(t.TempDir(), "run")
+	if err := os.Mkdir(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--backend", "local", "--lock-dir", run, "--prefix", prefix, "--key", "k", "-q"}
+	// Each "boot" mounts a fresh, empty tmpfs as the runtime directory, as
+	// /run is after a reboot.
+	boot := "unshare -m sh -c 'mount --make-rprivate / && mount -t tmpfs tmpfs " + run + " && exec \"$0\" \"$@\"' "
+	var last uint64
+	for i := range 3 {
+		e := epochOf(t, boot, args...)
+		if e <= last {
+			t.Fatalf("boot %d: epoch %d after %d: the counter started over with the runtime directory", i, e, last)
+		}
+		last = e
+	}
+	if entries, _ := os.ReadDir(run); len(entries) != 0 {
+		t.Fatalf("the tmpfs mounts leaked into the test's namespace: %v", entries)
+	}
+	// An on-disk lock directory wiped between runs, state kept elsewhere.
+	disk := filepath.Join(t.TempDir(), "locks")
+	state := filepath.Join(t.TempDir(), "state")
+	dargs := []string{"--backend", "local", "--lock-dir", disk, "--state-dir", state, "--key", "k", "-q"}
+	for i := range 3 {
+		e := epochOf(t, "", dargs...)
+		if e <= last && i > 0 {
+			t.Fatalf("after the lock dir was removed: epoch %d after %d", e, last)
+		}
+		last = e
+		if err := os.RemoveAll(disk); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
