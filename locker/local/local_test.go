@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 func newLocker(t *testing.T, dir string, noWait bool) *Locker {
@@ -204,4 +205,20 @@ func TestLeaderSeesHolderWithoutLocking(t *testing.T) {
 	if err != nil || h.Epoch != lease.Epoch() {
 		t.Fatalf("read-only Leader = %+v, %v", h, err)
 	}
+}
+
+func TestRunLogContract(t *testing.T) {
+	dir := t.TempDir()
+	lockertest.RunLogContract(t, func(t *testing.T, key string) locker.Locker {
+		return newLockerKey(t, dir, key)
+	})
+}
+
+func newLockerKey(t *testing.T, dir, key string) *Locker {
+	t.Helper()
+	l, err := New(Config{Options: locker.Options{Key: key, Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

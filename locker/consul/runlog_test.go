@@ -1,0 +1,16 @@
+package consul
+
+import (
+	"testing"
+
+	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
+)
+
+func TestRunLogContract(t *testing.T) {
+	c := startCluster(t, testcluster.ConsulOptions{})
+	lockertest.RunLogContract(t, func(t *testing.T, key string) locker.Locker {
+		return c.locker(t, key, c.HTTPAddr(0))
+	})
+}

@@ -1,0 +1,16 @@
+package etcd
+
+import (
+	"testing"
+
+	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
+)
+
+func TestRunLogContract(t *testing.T) {
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	lockertest.RunLogContract(t, func(t *testing.T, key string) locker.Locker {
+		return newLocker(t, eps, key)
+	})
+}

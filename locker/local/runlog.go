@@ -1,0 +1,97 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// Run records live in the state directory, one file per slot under
+// <state>/<prefix>/<key>~run/ ('~' is never part of a key, so no key's
+// files collide with them), on persistent storage like the epoch.
+
+var _ locker.RunLog = (*Locker)(nil)
+
+// RecordRun writes the slot's record while lease still holds the flock on
+// the lock file at its path, durably (temporary file, fsync, rename), and
+// removes expired records of the key.
+func (l *Locker) RecordRun(ctx context.Context, lease locker.Lease, run locker.Run) error {
+	if err := locker.ValidateSlot(run.Slot); err != nil {
+		return fmt.Errorf("record run: slot %w", err)
+	}
+	ll, ok := lease.(*Lease)
+	if !ok || ll.path != l.lockPath {
+		return fmt.Errorf("record run: not a lease of %s", l.lockPath)
+	}
+	if _, err := ll.Renew(ctx); err != nil {
+		return fmt.Errorf("record run of slot %s: %w", run.Slot, err)
+	}
+	if err := os.MkdirAll(l.runDir, 0o755); err != nil {
+		return fmt.Errorf("record run: %w", err)
+	}
+	if err := replaceFile(filepath.Join(l.runDir, run.Slot), run.Record()); err != nil {
+		return fmt.Errorf("record run of slot %s: %w", run.Slot, err)
+	}
+	l.prune(time.Now())
+	return nil
+}
+
+// prune removes expired records; a failure only leaves a file behind.
+func (l *Locker) prune(now time.Time) {
+	for _, r := range l.runs() {
+		if !r.Live(now) {
+			_ = os.Remove(filepath.Join(l.runDir, r.Slot))
+		}
+	}
+}
+
+// runs reads every record file of the key.
+func (l *Locker) runs() []locker.Run {
+	entries, _ := os.ReadDir(l.runDir)
+	var out []locker.Run
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) == ".tmp" || locker.ValidateSlot(e.Name()) != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(l.runDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if r, err := locker.ParseRun(b); err == nil && r.Slot == e.Name() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// LookupRun reads the record of slot; creates nothing.
+func (l *Locker) LookupRun(ctx context.Context, slot string) (locker.Run, error) {
+	if err := locker.ValidateSlot(slot); err != nil {
+		return locker.Run{}, fmt.Errorf("look up run: slot %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(l.runDir, slot))
+	if errors.Is(err, os.ErrNotExist) {
+		return locker.Run{}, fmt.Errorf("slot %s: %w", slot, locker.ErrNoRun)
+	}
+	if err != nil {
+		return locker.Run{}, fmt.Errorf("look up run of slot %s: %w", slot, err)
+	}
+	r, err := locker.ParseRun(b)
+	if err != nil {
+		return locker.Run{}, fmt.Errorf("look up run of slot %s: %w", slot, err)
+	}
+	if !r.Live(time.Now()) {
+		return locker.Run{}, fmt.Errorf("slot %s: record expired: %w", slot, locker.ErrNoRun)
+	}
+	return r, nil
+}
+
+// LatestRun returns the newest live record of the key.
+func (l *Locker) LatestRun(ctx context.Context) (locker.Run, error) {
+	return locker.LatestOf(l.runs(), time.Now())
+}
