@@ -73,6 +73,8 @@ type Config struct {
 	Clock Clock
 	// Guard, when set, starts a dead-man guard with each leadership term.
 	Guard *GuardConfig
+	// Term, when set, frames each leadership term (once-per mode).
+	Term TermHooks
 	// Freeze, when set, is called at every turn of the leader's event loop.
 	// Tests use it to simulate a supervisor that hangs.
 	Freeze func()

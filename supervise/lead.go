@@ -45,6 +45,9 @@ type leadership struct {
 	killAt    Timer // armed while stopping, until SIGKILL is sent
 
 	guard *guardProc // nil without a guard
+
+	started   bool // a child was started this term
+	succeeded bool // a child exited 0 on its own this term
 }
 
 // lead runs the child while the lease lasts and returns the exit code and
@@ -73,7 +76,9 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	defer poll.Stop()
 	polling := false
 
-	if err := s.startChild(l); err != nil {
+	if s.skipTerm(ctx, l) {
+		// Ended before any child: the loop below releases.
+	} else if err := s.startChild(l); err != nil {
 		var se *StartError
 		code := ExitInternal
 		if errors.As(err, &se) {
@@ -103,6 +108,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			}
 			stopRenewing()
 			<-renewDone
+			s.afterRun(l)
 			s.release(lease)
 			if l.guard != nil {
 				// After the release: a leaderrun dying in between still has its
@@ -236,6 +242,9 @@ func (s *Supervisor) onChildExit(l *leadership) {
 	c := l.child
 	l.lastCode = c.ExitCode()
 	l.child = nil
+	if !l.stopping && l.lastCode == 0 {
+		l.succeeded = true
+	}
 	s.log.Info("child exited", "pid", c.Pid(), "status", c.Describe())
 	if f := s.cfg.Events.ChildExited; f != nil {
 		f(l.lastCode)
@@ -300,6 +309,7 @@ func (s *Supervisor) startChild(l *leadership) error {
 		return err
 	}
 	l.child, l.group, l.startedAt = c, c, s.clock.Now()
+	l.started = true
 	if l.guard != nil {
 		l.guard.watch(c.Pid(), l.timeline.KillAt(), s.clock.Now())
 	}
