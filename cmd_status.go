@@ -44,6 +44,11 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return usage(fmt.Errorf("status of key %q: %w", opts.Key, err))
 	}
+	if rl, ok := locker.RunLogOf(lk); ok {
+		if run, err := rl.LatestRun(ctx); err == nil {
+			report.LastRun = &run
+		}
+	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")

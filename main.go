@@ -61,7 +61,7 @@ func newApp() *cli.App {
 		Usage:     "run a command only while this host leads a key in Consul, etcd or a local lock",
 		UsageText: "leaderrun [options] --key KEY -- COMMAND [ARG...]",
 		Version:   buildVersion(),
-		Flags:     append(runFlags(), backendFlags()...),
+		Flags:     append(append(runFlags(), onceFlags()...), backendFlags()...),
 		Action:    runAction,
 		Commands: []*cli.Command{
 			guardCommand(),
@@ -109,7 +109,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "log-level", EnvVars: []string{"LEADERRUN_LOG_LEVEL"}, Value: "info", Usage: "trace, debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", EnvVars: []string{"LEADERRUN_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, EnvVars: []string{"LEADERRUN_QUIET"}, Usage: "print nothing on stderr unless something went wrong (a skip is not wrong): log level warn"},
-		&cli.IntFlag{Name: "conflict-exit", EnvVars: []string{"LEADERRUN_CONFLICT_EXIT"}, Value: supervise.ExitNotHeld, Usage: "exit code when another holder leads (--no-wait, --acquire-timeout) or the slot already ran (--once-per)"},
+		&cli.IntFlag{Name: "conflict-exit", EnvVars: []string{"LEADERRUN_CONFLICT_EXIT"}, Value: supervise.ExitNotHeld, Usage: "exit code when another holder leads (--no-wait, --acquire-timeout; default 124) or the slot already ran (--once-per, --run-id; default 0)"},
 		&cli.StringFlag{Name: "http-addr", EnvVars: []string{"LEADERRUN_HTTP_ADDR"}, Usage: "serve /healthz, /status and /metrics on this host:port (default off)"},
 	}
 }
@@ -188,6 +188,19 @@ func runAction(c *cli.Context) error {
 	}
 	if opts.NoWait {
 		lk = locker.OneAttempt(lk, opts.Key)
+	}
+	// A slot that already ran is done, not a conflict: exit 0 unless
+	// --conflict-exit says otherwise.
+	skipCode := 0
+	if c.IsSet("conflict-exit") {
+		skipCode = conflict
+	}
+	gate, err := onceGate(c, opts, lk, skipCode, log)
+	if err != nil {
+		return usage(err)
+	}
+	if gate != nil {
+		cfg.Term = gate.Hooks()
 	}
 
 	cfg.Locker = lk

@@ -20,6 +20,9 @@ type Report struct {
 	Backend string `json:"backend"`
 	// Leader is the current holder, or null when nobody leads the key.
 	Leader *LeaderReport `json:"leader"`
+	// LastRun is the newest live once-per record of the key (--once-per,
+	// --run-id): slot, outcome, who ran it and when; absent when none.
+	LastRun *locker.Run `json:"last_run,omitempty"`
 }
 
 // LeaderReport describes the holder, from the record it stored on the
@@ -78,6 +81,7 @@ func (r Report) WriteText(w io.Writer, now time.Time) error {
 	l := r.Leader
 	if l == nil {
 		row("leader", "no leader")
+		r.lastRunRow(row)
 		return tw.Flush()
 	}
 	row("leader", l.ID)
@@ -98,7 +102,15 @@ func (r Report) WriteText(w io.Writer, now time.Time) error {
 	if l.Version != "" {
 		row("version", l.Version)
 	}
+	r.lastRunRow(row)
 	return tw.Flush()
+}
+
+// lastRunRow adds the once-per record, if any.
+func (r Report) lastRunRow(row func(k, v string)) {
+	if r.LastRun != nil {
+		row("last run", r.LastRun.Describe()+" ("+r.LastRun.Outcome+")")
+	}
 }
 
 // leaseText says how long the lease lasts, in each backend's own terms.

@@ -1,0 +1,119 @@
+// Package once runs a command once per slot across hosts: a slot is a
+// period aligned to the Unix epoch (--once-per) or a name (--run-id). The
+// leader looks up the slot's record before starting the child and writes it,
+// while still leader, after a successful run (at-least-once) or before the
+// start (at-most-once). The records live in the backend, behind the
+// locker.RunLog seam.
+package once
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/supervise"
+)
+
+// When a slot is recorded.
+const (
+	// RecordSuccess records after a child exited 0 on its own: a failed
+	// or interrupted run leaves the slot to the next candidate
+	// (at-least-once).
+	RecordSuccess = "success"
+	// RecordStart records before the child starts: the slot is taken
+	// even if the run then fails (at-most-once).
+	RecordStart = "start"
+)
+
+// KeepPeriods is how many periods a record lives; RunIDKeep is its life
+// when only --run-id names the slot.
+const (
+	KeepPeriods = 3
+	RunIDKeep   = 7 * 24 * time.Hour
+)
+
+// SlotOf names the slot of period that contains now: the start of the
+// period counted in whole periods from the Unix epoch, in UTC, RFC 3339
+// ("2026-11-30T03:00:00Z"). Every host computes the same name from its own
+// clock, so hosts agree unless their clocks straddle a boundary.
+func SlotOf(period time.Duration, now time.Time) string {
+	p := int64(period / time.Second)
+	s := now.Unix()
+	start := s - ((s%p)+p)%p
+	return time.Unix(start, 0).UTC().Format(time.RFC3339)
+}
+
+// ValidatePeriod checks a --once-per value: at least 1s, whole seconds.
+func ValidatePeriod(period time.Duration) error {
+	if period < time.Second || period%time.Second != 0 {
+		return fmt.Errorf("must be a whole number of seconds, at least 1s, got %v", period)
+	}
+	return nil
+}
+
+// Gate decides, per leadership term, whether the slot's run happens, and
+// records it.
+type Gate struct {
+	// Log is the backend's record store.
+	Log locker.RunLog
+	// Options name this candidate in the record.
+	Options locker.Options
+	// Slot is this invocation's slot, fixed when leaderrun started.
+	Slot string
+	// Keep is how long a record lives.
+	Keep time.Duration
+	// Record is RecordSuccess or RecordStart.
+	Record string
+	// SkipCode is the exit code when the slot already ran.
+	SkipCode int
+	// Logger receives the skip line (info) and failures (error).
+	Logger hclog.Logger
+}
+
+// Hooks are the gate as supervisor term hooks.
+func (g *Gate) Hooks() supervise.TermHooks {
+	return supervise.TermHooks{BeforeStart: g.beforeStart, AfterRun: g.afterRun}
+}
+
+func (g *Gate) beforeStart(ctx context.Context, lease locker.Lease) (bool, string, int) {
+	run, err := g.Log.LookupRun(ctx, g.Slot)
+	switch {
+	case err == nil:
+		g.Logger.Info("not starting the command: " + run.Describe())
+		return true, "slot " + g.Slot + " already ran", g.SkipCode
+	case !errors.Is(err, locker.ErrNoRun):
+		g.Logger.Error("cannot read the slot's run record; not starting the command", "slot", g.Slot, "error", err)
+		return true, "slot record unreadable", supervise.ExitInternal
+	}
+	if g.Record == RecordStart {
+		r := locker.NewRun(g.Options, g.Slot, locker.RunStarted, lease.Epoch(), g.Keep)
+		if err := g.Log.RecordRun(ctx, lease, r); err != nil {
+			// At-most-once: without a record, do not run.
+			g.Logger.Error("cannot record the slot's start; not starting the command", "slot", g.Slot, "error", err)
+			return true, "slot start not recorded", supervise.ExitInternal
+		}
+		g.Logger.Info("recorded the slot's start", "slot", g.Slot)
+	}
+	return false, "", 0
+}
+
+func (g *Gate) afterRun(ctx context.Context, lease locker.Lease, succeeded bool) {
+	if !succeeded {
+		if g.Record == RecordSuccess {
+			g.Logger.Info("run did not succeed; the slot is left to the next candidate", "slot", g.Slot)
+		}
+		return
+	}
+	r := locker.NewRun(g.Options, g.Slot, locker.RunSucceeded, lease.Epoch(), g.Keep)
+	if err := g.Log.RecordRun(ctx, lease, r); err != nil {
+		if g.Record == RecordSuccess {
+			g.Logger.Error("cannot record the slot's run; another candidate may run it again", "slot", g.Slot, "error", err)
+		}
+		return
+	}
+	g.Logger.Info("recorded the slot's run", "slot", g.Slot)
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/internal/once"
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// onceFlags are the options of once-per mode (distributed cron).
+func onceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "once-per", EnvVars: []string{"LEADERRUN_ONCE_PER"}, Usage: "run at most one successful child per period across hosts; periods are aligned to the Unix epoch in UTC (e.g. 24h = each UTC day)"},
+		&cli.StringFlag{Name: "run-id", EnvVars: []string{"LEADERRUN_RUN_ID"}, Usage: "name the slot explicitly, e.g. \"$(date +%F)\" (instead of, or with, --once-per)"},
+		&cli.StringFlag{Name: "once-record", EnvVars: []string{"LEADERRUN_ONCE_RECORD"}, Value: once.RecordSuccess, Usage: "record the slot on success (at-least-once: a failed run is retried by the next candidate) or at start (at-most-once)"},
+	}
+}
+
+// onceGate builds the once-per gate from the flags, or nil when once-per
+// mode is off. The slot is fixed now, when this invocation starts, not
+// when it wins leadership.
+func onceGate(c *cli.Context, opts locker.Options, lk locker.Locker, skipCode int, log hclog.Logger) (*once.Gate, error) {
+	period, runID, record := c.Duration("once-per"), c.String("run-id"), c.String("once-record")
+	if record != once.RecordSuccess && record != once.RecordStart {
+		return nil, fmt.Errorf("--once-record must be success or start, got %q", record)
+	}
+	if !c.IsSet("once-per") && !c.IsSet("run-id") {
+		if c.IsSet("once-record") {
+			return nil, errors.New("--once-record needs --once-per or --run-id")
+		}
+		return nil, nil
+	}
+	g := &once.Gate{Options: opts, Record: record, SkipCode: skipCode, Logger: log.Named("once"), Keep: once.RunIDKeep}
+	if c.IsSet("once-per") {
+		if err := once.ValidatePeriod(period); err != nil {
+			return nil, fmt.Errorf("--once-per %w", err)
+		}
+		g.Slot, g.Keep = once.SlotOf(period, time.Now()), once.KeepPeriods*period
+	}
+	if c.IsSet("run-id") {
+		if err := locker.ValidateSlot(runID); err != nil {
+			return nil, fmt.Errorf("--run-id %w", err)
+		}
+		g.Slot = runID
+	}
+	rl, ok := locker.RunLogOf(lk)
+	if !ok {
+		return nil, fmt.Errorf("--once-per/--run-id: backend %q keeps no run records", c.String("backend"))
+	}
+	g.Log = rl
+	return g, nil
+}
