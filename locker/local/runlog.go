@@ -28,8 +28,10 @@ func (l *Locker) RecordRun(ctx context.Context, lease locker.Lease, run locker.R
 	if !ok || ll.path != l.lockPath {
 		return fmt.Errorf("record run: not a lease of %s", l.lockPath)
 	}
-	if _, err := ll.Renew(ctx); err != nil {
-		return fmt.Errorf("record run of slot %s: %w", run.Slot, err)
+	// Our flock is on the file at the path: we still lead (a released
+	// lease's file is closed and fails this too).
+	if !samePath(ll.file, ll.path) {
+		return fmt.Errorf("record run of slot %s: lock file %s is no longer ours: %w", run.Slot, ll.path, locker.ErrLost)
 	}
 	if err := os.MkdirAll(l.runDir, 0o755); err != nil {
 		return fmt.Errorf("record run: %w", err)
