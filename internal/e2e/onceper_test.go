@@ -48,11 +48,14 @@ func count(lines []string, prefix string) int {
 
 // oncePerScenarios runs the once-per cases on one backend; args builds a
 // candidate's arguments for a fresh key.
-func oncePerScenarios(t *testing.T, args func(key string) []string) {
+// status builds `leaderrun status` arguments for key on the same backend.
+func oncePerScenarios(t *testing.T, args, status func(key string) []string) {
 	t.Run("one run per slot", func(t *testing.T) {
 		t.Parallel()
 		log := filepath.Join(t.TempDir(), "runs")
-		ps := onceCandidates(t, args(newKey("once")), "echo start >> "+log+"; sleep 2; echo done >> "+log)
+		key := newKey("once")
+		slot := time.Now().UTC().Format("2006-01-02") + "T00:00:00Z"
+		ps := onceCandidates(t, args(key), "echo start >> "+log+"; sleep 2; echo done >> "+log)
 		for _, p := range ps {
 			if code := p.Wait(60 * time.Second); code != 0 {
 				t.Fatalf("%s: exit %d, want 0 (ran, or skipped a slot that ran)\n%s", p.name, code, p.Output())
@@ -63,6 +66,10 @@ func oncePerScenarios(t *testing.T, args func(key string) []string) {
 		}
 		if lines := runLines(log); count(lines, "start") != 1 || count(lines, "done") != 1 {
 			t.Fatalf("children ran %v, want exactly one run", lines)
+		}
+		st := start(t, "status", nil, append([]string{"status"}, status(key)...)...)
+		if code := st.Wait(20 * time.Second); code != 0 || !strings.Contains(st.Output(), "last run  slot "+slot+" ran on host") {
+			t.Fatalf("status: exit %d, want 0 and the last run of slot %s:\n%s", code, slot, st.Output())
 		}
 	})
 	t.Run("a failed first run is retried exactly once", func(t *testing.T) {
@@ -137,17 +144,22 @@ func oncePerScenarios(t *testing.T, args func(key string) []string) {
 func TestOncePerLocal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	oncePerScenarios(t, func(key string) []string { return localArgs(dir, key) })
+	oncePerScenarios(t, func(key string) []string { return localArgs(dir, key) },
+		func(key string) []string { return []string{"--backend", "local", "--lock-dir", dir, "--key", key} })
 }
 
 func TestOncePerEtcd(t *testing.T) {
 	t.Parallel()
 	eps := testcluster.StartEtcd(t, 1).Endpoints()
-	oncePerScenarios(t, func(key string) []string { return etcdArgs(eps, key) })
+	oncePerScenarios(t, func(key string) []string { return etcdArgs(eps, key) },
+		func(key string) []string {
+			return []string{"--backend", "etcd", "--etcd-endpoints", strings.Join(eps, ","), "--key", key}
+		})
 }
 
 func TestOncePerConsul(t *testing.T) {
 	t.Parallel()
 	addr := testcluster.StartConsul(t, testcluster.ConsulOptions{}).HTTPAddr(0)
-	oncePerScenarios(t, func(key string) []string { return consulArgs(addr, key) })
+	oncePerScenarios(t, func(key string) []string { return consulArgs(addr, key) },
+		func(key string) []string { return []string{"--backend", "consul", "--consul-addr", addr, "--key", key} })
 }
