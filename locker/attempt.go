@@ -70,9 +70,16 @@ func (o oneAttempt) Acquire(ctx context.Context) (Lease, error) {
 		}
 		return nil, &HeldError{Key: o.key, Holder: h}
 	default:
-		return nil, fmt.Errorf("one attempt only: %w: %w", ErrRefused, err)
+		return nil, attemptError{err}
 	}
 }
+
+// attemptError is a failed single attempt: it counts as ErrRefused (no
+// retry, exit 125) without saying "refused" of a backend that never answered.
+type attemptError struct{ err error }
+
+func (e attemptError) Error() string   { return "one attempt, not retried: " + e.err.Error() }
+func (e attemptError) Unwrap() []error { return []error{ErrRefused, e.err} }
 
 // Unwrap returns the wrapped Locker, so callers can reach the optional
 // interfaces (RunLog) a backend implements.
