@@ -187,7 +187,8 @@ func runAction(c *cli.Context) error {
 		return usage(err)
 	}
 	if opts.NoWait {
-		lk = locker.OneAttempt(lk, opts.Key)
+		addr, timeout := attemptTarget(c)
+		lk = locker.OneAttempt(lk, opts.Key, addr, timeout)
 	}
 	// A slot that already ran is done, not a conflict: exit 0 unless
 	// --conflict-exit says otherwise.

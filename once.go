@@ -10,6 +10,8 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/once"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/consul"
+	"github.com/leaderrun/leaderrun/locker/local"
 )
 
 // onceFlags are the options of once-per mode (distributed cron).
@@ -54,4 +56,25 @@ func onceGate(c *cli.Context, opts locker.Options, lk locker.Locker, skipCode in
 	}
 	g.Log = rl
 	return g, nil
+}
+
+// attemptTarget is what a --no-wait attempt talks to, for its error line,
+// and how long it may take: the backend's dial timeout.
+func attemptTarget(c *cli.Context) (string, time.Duration) {
+	switch c.String("backend") {
+	case "etcd":
+		return c.String("etcd-endpoints"), c.Duration("etcd-dial-timeout")
+	case "consul":
+		addr := c.String("consul-addr")
+		if addr == "" {
+			addr = "127.0.0.1:8500"
+		}
+		return addr, consul.DialTimeout
+	default:
+		dir := c.String("lock-dir")
+		if dir == "" {
+			dir = local.DefaultDir()
+		}
+		return dir, 0
+	}
 }

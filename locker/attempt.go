@@ -40,22 +40,31 @@ func (e *HeldError) Unwrap() error { return ErrHeld }
 const holderReadTimeout = 2 * time.Second
 
 // OneAttempt wraps a Locker whose Options.NoWait is set so that Acquire is
-// one attempt in every case, not only when the key is held: a backend that
-// cannot be reached or fails is reported as an error wrapping ErrRefused, so
-// the supervisor stops at once instead of retrying (exit 125). A held key is
-// reported as a *HeldError naming the holder.
-func OneAttempt(l Locker, key string) Locker { return oneAttempt{l, key} }
+// one attempt in every case, not only when the key is held: it is bounded
+// by timeout (the backend's dial timeout), and a backend that cannot be
+// reached or fails is reported as an error wrapping ErrRefused that names
+// addr, so the supervisor stops at once instead of retrying (exit 125). A
+// held key is reported as a *HeldError naming the holder.
+func OneAttempt(l Locker, key, addr string, timeout time.Duration) Locker {
+	return oneAttempt{Locker: l, key: key, addr: addr, timeout: timeout}
+}
 
 type oneAttempt struct {
 	Locker
-	key string
+	key, addr string
+	timeout   time.Duration
 }
 
 // Acquire makes one attempt; see OneAttempt.
 func (o oneAttempt) Acquire(ctx context.Context) (Lease, error) {
-	lease, err := o.Locker.Acquire(ctx)
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if o.timeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, o.timeout)
+	}
+	defer cancel()
+	lease, err := o.Locker.Acquire(actx)
 	switch {
-	case err == nil, ctx.Err() != nil, errors.Is(err, ErrRefused):
+	case err == nil, ctx.Err() != nil:
 		return lease, err
 	case errors.Is(err, ErrHeld):
 		var he *HeldError
@@ -69,18 +78,24 @@ func (o oneAttempt) Acquire(ctx context.Context) (Lease, error) {
 			h = Holder{}
 		}
 		return nil, &HeldError{Key: o.key, Holder: h}
-	default:
-		return nil, attemptError{err}
+	case actx.Err() != nil:
+		err = fmt.Errorf("no answer within %v: %w", o.timeout, err)
 	}
+	return nil, attemptError{addr: o.addr, err: err}
 }
-
-// attemptError is a failed single attempt: it counts as ErrRefused (no
-// retry, exit 125) without saying "refused" of a backend that never answered.
-type attemptError struct{ err error }
-
-func (e attemptError) Error() string   { return "one attempt, not retried: " + e.err.Error() }
-func (e attemptError) Unwrap() []error { return []error{ErrRefused, e.err} }
 
 // Unwrap returns the wrapped Locker, so callers can reach the optional
 // interfaces (RunLog) a backend implements.
 func (o oneAttempt) Unwrap() Locker { return o.Locker }
+
+// attemptError is a failed single attempt: it counts as ErrRefused (no
+// retry, exit 125) without saying "refused" of a backend that never answered.
+type attemptError struct {
+	addr string
+	err  error
+}
+
+func (e attemptError) Error() string {
+	return "one attempt at " + e.addr + " failed, not retried: " + e.err.Error()
+}
+func (e attemptError) Unwrap() []error { return []error{ErrRefused, e.err} }

@@ -34,7 +34,7 @@ func TestOneAttempt(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := OneAttempt(fakeLocker{err: c.err, holder: holder}, "billing").Acquire(context.Background())
+			_, err := OneAttempt(fakeLocker{err: c.err, holder: holder}, "billing", "127.0.0.1:1", time.Second).Acquire(context.Background())
 			if !errors.Is(err, c.is) {
 				t.Fatalf("Acquire = %v, want it to wrap %v", err, c.is)
 			}
@@ -51,11 +51,11 @@ func TestOneAttempt(t *testing.T) {
 }
 
 func TestRunLogOfLooksThroughOneAttempt(t *testing.T) {
-	if _, ok := RunLogOf(OneAttempt(fakeLocker{}, "k")); ok {
+	if _, ok := RunLogOf(OneAttempt(fakeLocker{}, "k", "a", 0)); ok {
 		t.Fatal("a locker without records has a RunLog")
 	}
 	rl := runLogLocker{}
-	if got, ok := RunLogOf(OneAttempt(rl, "k")); !ok || got == nil {
+	if got, ok := RunLogOf(OneAttempt(rl, "k", "a", 0)); !ok || got == nil {
 		t.Fatal("RunLogOf did not find the RunLog behind OneAttempt")
 	}
 }

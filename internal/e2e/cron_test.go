@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -10,16 +12,51 @@ import (
 // Distributed cron: one attempt with --no-wait, quiet runs and skips, a
 // chosen exit code for "someone else has it" (issue: cron done right).
 
+// silentListener accepts connections on loopback and never answers: a
+// backend that hangs rather than refuses.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
 func TestNoWaitUnreachableBackendExits125AtOnce(t *testing.T) {
 	t.Parallel()
+	silent := silentListener(t)
 	cases := []struct {
 		name string
 		args []string
 		addr string
 		dial time.Duration
 	}{
-		{"etcd", etcdArgs([]string{"127.0.0.1:1"}, newKey("nowait"), "--etcd-dial-timeout", "2s"), "127.0.0.1:1", 2 * time.Second},
-		{"consul", consulArgs("127.0.0.1:1", newKey("nowait")), "127.0.0.1:1", 5 * time.Second},
+		{"etcd refuses", etcdArgs([]string{"127.0.0.1:1"}, newKey("nowait"), "--etcd-dial-timeout", "2s"), "127.0.0.1:1", 2 * time.Second},
+		{"consul refuses", consulArgs("127.0.0.1:1", newKey("nowait")), "127.0.0.1:1", 5 * time.Second},
+		{"etcd silent", etcdArgs([]string{silent}, newKey("nowait"), "--etcd-dial-timeout", "2s"), silent, 2 * time.Second},
+		{"consul silent", consulArgs(silent, newKey("nowait")), silent, 5 * time.Second},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

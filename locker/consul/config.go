@@ -55,6 +55,10 @@ const (
 	dialTimeout = 5 * time.Second
 )
 
+// DialTimeout bounds connecting to the agent; a single attempt
+// (--no-wait) gives up after it.
+const DialTimeout = dialTimeout
+
 // blockTimeout bounds one blocking query: Consul adds up to wait/16 of
 // jitter to the wait it was asked for.
 const blockTimeout = blockWait + blockWait/16 + callTimeout
