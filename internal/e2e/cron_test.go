@@ -129,10 +129,29 @@ func TestQuietRunsPrintNothingOnSuccessAndSkip(t *testing.T) {
 	}
 }
 
-func TestConflictExitOutOfRangeIs125(t *testing.T) {
+func TestCronBadInputIsOneLineAnd125(t *testing.T) {
 	t.Parallel()
-	p := start(t, "bad conflict-exit", nil, append(localArgs(t.TempDir(), "k", "--conflict-exit", "300"), "--", "true")...)
-	if code := p.Wait(10 * time.Second); code != 125 || !strings.Contains(p.Output(), "--conflict-exit") {
-		t.Fatalf("exit %d, output %q; want 125 naming --conflict-exit", code, p.Output())
+	dir := t.TempDir()
+	cases := []struct {
+		name string
+		args []string
+		flag string
+	}{
+		{"conflict-exit out of range", localArgs(dir, "k", "--conflict-exit", "300"), "--conflict-exit"},
+		{"period below 1s", localArgs(dir, "k", "--once-per", "500ms"), "--once-per"},
+		{"period not whole seconds", localArgs(dir, "k", "--once-per", "1500ms"), "--once-per"},
+		{"run-id with a slash", localArgs(dir, "k", "--run-id", "a/b"), "--run-id"},
+		{"unknown once-record", localArgs(dir, "k", "--once-per", "1h", "--once-record", "end"), "--once-record"},
+		{"once-record alone", localArgs(dir, "k", "--once-record", "start"), "--once-record"},
+		{"relative lock dir", []string{"--backend", "local", "--lock-dir", "locks", "--key", "k"}, "--lock-dir"},
+		{"relative state dir", localArgs(dir, "k", "--state-dir", "state"), "--state-dir"},
+	}
+	for _, c := range cases {
+		p := start(t, c.name, nil, append(c.args, "--", "true")...)
+		code := p.Wait(10 * time.Second)
+		out := strings.TrimSpace(p.Output())
+		if code != 125 || strings.Count(out, "\n") != 0 || !strings.Contains(out, c.flag) {
+			t.Errorf("%s: exit %d, want 125 and one line naming %s:\n%s", c.name, code, c.flag, out)
+		}
 	}
 }
