@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
@@ -17,19 +18,25 @@ func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "check",
 		Usage:     "exit 0 if epoch N still leads the key, 1 if not, 125 on error",
-		UsageText: "leaderrun check [--key KEY] [--epoch N] [backend options]",
+		UsageText: synopsisCheck,
 		Description: "Reads the current holder of KEY with a linearizable read (one round trip) and " +
 			"exits 0 if its epoch is N, 1 if not (stderr names the current holder and epoch, " +
 			"or says \"no leader\"), 125 if the backend cannot be read. Run from leaderrun's " +
 			"child it takes KEY, N and the backend settings from LEADER_KEY, LEADER_EPOCH, " +
 			"LEADERRUN_BACKEND, LEADERRUN_PREFIX and the backend's address variables: " +
 			"`leaderrun check || exit 1` before each critical step.",
-		Flags: append(queryBackendFlags(),
-			&cli.Uint64Flag{Name: "epoch", EnvVars: []string{"LEADER_EPOCH"}, Usage: "the epoch that should lead (default $LEADER_EPOCH)"}),
+		Flags: slices.Concat(queryFlags(),
+			[]cli.Flag{epochFlag()},
+			commonFlags()),
 		Before:       divertDoubleDash,
 		OnUsageError: divertUsageError,
 		Action:       checkAction,
 	}
+}
+
+// epochFlag is check's --epoch.
+func epochFlag() cli.Flag {
+	return &cli.Uint64Flag{Name: "epoch", Category: catQuery, EnvVars: []string{"LEADER_EPOCH"}, Usage: "the epoch `N` that should lead"}
 }
 
 func checkAction(c *cli.Context) error {

@@ -41,7 +41,10 @@ type Command struct {
 func ResolveCommand(name string) (string, error) {
 	path, err := exec.LookPath(name)
 	if err == nil {
-		return path, nil
+		return path, checkInterpreter(name, path)
+	}
+	if errors.Is(err, syscall.EISDIR) {
+		return "", &StartError{Code: ExitNotExecutable, Err: fmt.Errorf("%s: is a directory", name)}
 	}
 	if errors.Is(err, fs.ErrPermission) {
 		return "", &StartError{Code: ExitNotExecutable, Err: fmt.Errorf("%s: permission denied", name)}
