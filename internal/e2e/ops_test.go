@@ -589,10 +589,10 @@ func TestGeneratedManPageAndCompletions(t *testing.T) {
 	dir := t.TempDir()
 
 	code, man, errOut, _ := runOnce(t, nil, "gen", "man")
-	if code != 0 || !strings.Contains(man, ".TH leaderrun 1") {
+	if code != 0 || !strings.Contains(man, ".TH LEADERRUN 1") {
 		t.Fatalf("gen man: exit %d %s\n%.300s", code, errOut, man)
 	}
-	for _, want := range []string{"status", "check", "--http-addr", "--epoch", "Exit status", "123"} {
+	for _, want := range []string{"status", "check", `\-\-http\-addr`, `\-\-epoch`, "EXIT STATUS", "123"} {
 		if !strings.Contains(man, want) {
 			t.Errorf("man page lacks %q", want)
 		}
