@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command leaderrun runs a command only while this host leads a key in
 // Consul, etcd or a local lock file, and stops it before the lease could
 // pass to anyone else. This file wires flags to packages; the logic lives in

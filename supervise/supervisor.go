@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package supervise is leaderrun's state machine: campaign, keep the lease,
 // run the child, and stop it on a local deadline. It is the only place that
 // keeps time for leadership (DESIGN §1.2-1.4, §6).

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package ops is leaderrun's operator surface: an Observer that follows the
 // supervisor through its Events and serves /healthz, /status and /metrics
 // and speaks to systemd (READY, STATUS, STOPPING, WATCHDOG), plus the
