@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/leaderrun/leaderrun/internal/exitcode"
 	"github.com/leaderrun/leaderrun/internal/ops"
 )
 
@@ -58,7 +59,7 @@ func checkAction(c *cli.Context) error {
 	switch {
 	case errors.Is(err, ops.ErrNotLeader):
 		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
-		return exitCode(1)
+		return exitCode(exitcode.CheckNotLeader)
 	case err != nil:
 		return usage(fmt.Errorf("check key %q: %w", opts.Key, err))
 	}

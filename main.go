@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/leaderrun/leaderrun/internal/exitcode"
 	"github.com/leaderrun/leaderrun/internal/ops"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
@@ -44,7 +45,7 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 func runApp(args []string) int {
 	if err := loadEnvFiles(args); err != nil {
 		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
-		return supervise.ExitInternal
+		return exitcode.Internal
 	}
 	app := newApp(args)
 	err := app.Run(args)
@@ -56,7 +57,7 @@ func runApp(args []string) int {
 		return int(code)
 	default:
 		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(flagError(err)))
-		return supervise.ExitInternal
+		return exitcode.Internal
 	}
 }
 
@@ -92,7 +93,7 @@ func runAction(c *cli.Context) error {
 		return nil
 	case c.NArg() == 0 && !c.IsSet("key"):
 		writeShortUsage(os.Stderr, "no --key KEY and no -- COMMAND to run")
-		return exitCode(supervise.ExitInternal)
+		return exitCode(exitcode.Internal)
 	}
 	log, err := newLogger(c)
 	if err != nil {
@@ -344,7 +345,7 @@ func splitList(s string) []string {
 // usage reports a bad input on one line and exits 125 (DESIGN §4).
 func usage(err error) error {
 	fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
-	return exitCode(supervise.ExitInternal)
+	return exitCode(exitcode.Internal)
 }
 
 func oneLine(err error) string {

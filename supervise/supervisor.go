@@ -15,14 +15,15 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leaderrun/leaderrun/internal/exitcode"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
-// Exit codes of leaderrun itself (DESIGN §4).
+// Exit codes of leaderrun itself, from the one table in internal/exitcode.
 const (
-	ExitLost     = 123
-	ExitNotHeld  = 124
-	ExitInternal = 125
+	ExitLost     = exitcode.Lost
+	ExitNotHeld  = exitcode.NotHeld
+	ExitInternal = exitcode.Internal
 )
 
 // releaseTimeout bounds giving leadership back; after it, the lease simply
@@ -156,7 +157,7 @@ func (s *Supervisor) release(lease locker.Lease) {
 func interruptedCode(ctx context.Context) int {
 	var sc SignalCause
 	if errors.As(context.Cause(ctx), &sc) {
-		return 128 + int(sc.Signal)
+		return exitcode.SignalBase + int(sc.Signal)
 	}
 	return ExitInternal
 }
