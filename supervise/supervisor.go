@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -86,7 +87,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 	}
 	defer cancel()
 
-	retry := locker.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+	retry := retry.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
 	for {
 		s.log.Info("campaigning")
 		call(s.cfg.Events.Campaigning)
