@@ -12,7 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/internal/exitcode"
-	"github.com/leaderrun/leaderrun/internal/ops"
+	"github.com/leaderrun/leaderrun/locker"
 )
 
 // checkCommand is `leaderrun check`: does this epoch still lead the key?
@@ -55,13 +55,36 @@ func checkAction(c *cli.Context) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
 	defer cancel()
 	h, err := lk.Leader(ctx)
-	err = ops.CheckEpoch(opts.Key, epoch, h, err)
+	err = checkEpoch(opts.Key, epoch, h, err)
 	switch {
-	case errors.Is(err, ops.ErrNotLeader):
+	case errors.Is(err, errNotLeader):
 		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
 		return exitCode(exitcode.CheckNotLeader)
 	case err != nil:
 		return usage(fmt.Errorf("check key %q: %w", opts.Key, err))
+	}
+	return nil
+}
+
+// errNotLeader is returned by checkEpoch when the epoch no longer holds the
+// key; its message names the current holder and epoch, or "no leader".
+var errNotLeader = errors.New("not leader")
+
+// checkEpoch decides `leaderrun check` from the result of Locker.Leader:
+// nil when epoch still holds key, an error wrapping errNotLeader when it
+// does not, and the backend's error as is when it could not be read.
+func checkEpoch(key string, epoch uint64, h locker.Holder, err error) error {
+	switch {
+	case errors.Is(err, locker.ErrNoLeader):
+		return fmt.Errorf("%w: epoch %d does not hold key %q: no leader", errNotLeader, epoch, key)
+	case err != nil:
+		return err
+	case h.Epoch != epoch:
+		who := h.ID
+		if h.Hostname != "" && h.PID != 0 {
+			who = fmt.Sprintf("%s (host %s, pid %d)", h.ID, h.Hostname, h.PID)
+		}
+		return fmt.Errorf("%w: epoch %d does not hold key %q: held by %s with epoch %d", errNotLeader, epoch, key, who, h.Epoch)
 	}
 	return nil
 }

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/leaderrun/leaderrun/internal/ops"
 )
 
 // statusCommand is `leaderrun status`: who leads a key, read from the
@@ -44,7 +42,7 @@ func statusAction(c *cli.Context) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
 	defer cancel()
 	h, err := lk.Leader(ctx)
-	report, err := ops.NewReport(opts.Key, c.String("backend"), h, err)
+	report, err := newStatusReport(opts.Key, c.String("backend"), h, err)
 	if err != nil {
 		return usage(fmt.Errorf("status of key %q: %w", opts.Key, err))
 	}
@@ -53,5 +51,5 @@ func statusAction(c *cli.Context) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(report)
 	}
-	return report.WriteText(os.Stdout, time.Now())
+	return report.writeText(os.Stdout, time.Now())
 }
