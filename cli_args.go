@@ -254,7 +254,17 @@ func configError(backend string, err error) error {
 		if !ok {
 			flag = ce.Field
 		}
-		msg := flag + " " + ce.Rule
+		// A rule may name other fields too ("RenewInterval + ... < TTL").
+		rule := ce.Rule
+		for field, f := range fieldFlags {
+			if !strings.Contains(field, ".") {
+				rule = regexp.MustCompile(`\b`+field+`\b`).ReplaceAllString(rule, f)
+			}
+		}
+		msg := rule
+		if !strings.Contains(rule, flag) {
+			msg = flag + " " + rule
+		}
 		if ce.Err != nil {
 			msg += ": " + ce.Err.Error()
 		}

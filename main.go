@@ -112,7 +112,7 @@ func runAction(c *cli.Context) error {
 	}
 	// Bad options are reported as such before the command is looked up.
 	if err := cfg.ValidateOptions(); err != nil {
-		return usage(err)
+		return usage(configError(c.String("backend"), err))
 	}
 	path, err := supervise.ResolveCommand(c.Args().First())
 	if err != nil {
@@ -143,14 +143,14 @@ func runAction(c *cli.Context) error {
 		Rejoin: cfg.OnLost == supervise.LostRejoin, Backend: lk, Logger: log,
 	})
 	if err != nil {
-		return usage(err)
+		return usage(configError(c.String("backend"), err))
 	}
 	defer obs.Close()
 	cfg.Events = ops.Chain(cfg.Events, obs.Events())
 
 	sup, err := supervise.New(cfg)
 	if err != nil {
-		return usage(err)
+		return usage(configError(c.String("backend"), err))
 	}
 	if err := supervise.BecomeSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)

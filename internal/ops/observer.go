@@ -12,7 +12,6 @@ package ops
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -111,7 +110,7 @@ func start(cfg Config, n notifier) (*Observer, error) {
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
-			return nil, fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
+			return nil, &locker.ConfigError{Field: "HTTPAddr", Rule: cfg.HTTPAddr + ": cannot listen", Err: err}
 		}
 		o.ln = ln
 		o.srv = &http.Server{

@@ -211,14 +211,15 @@ func TestEndpointsFollowTheEvents(t *testing.T) {
 	}
 }
 
-func TestBindFailureNamesTheFlag(t *testing.T) {
+func TestBindFailureNamesTheField(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	_, err = start(Config{Key: "k", HTTPAddr: ln.Addr().String()}, notifier{})
-	if err == nil || !strings.Contains(err.Error(), "--http-addr "+ln.Addr().String()) || !errors.Is(err, syscall.EADDRINUSE) {
+	var ce *locker.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "HTTPAddr" || !strings.Contains(err.Error(), ln.Addr().String()) || !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("bind on a used port: %v", err)
 	}
 }
