@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
 var opsKeySeq atomic.Int64
@@ -380,49 +381,10 @@ func TestMetricsAndHealthzThroughLossAndFreeze(t *testing.T) {
 }
 
 // notifyListener plays systemd's side of NOTIFY_SOCKET.
-func notifyListener(t *testing.T) (path string, msgs <-chan string) {
-	t.Helper()
-	// Unix socket paths are short; t.TempDir() can be too long.
-	dir, err := os.MkdirTemp("", "lr-notify-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path = filepath.Join(dir, "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan string, 4096)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			ch <- string(buf[:n])
-		}
-	}()
-	t.Cleanup(func() { conn.Close(); <-done; os.RemoveAll(dir) })
-	return path, ch
-}
+var notifyListener = testsupport.NotifySocket
 
-func expectNotify(t *testing.T, msgs <-chan string, want string, within time.Duration) {
-	t.Helper()
-	timeout := time.After(within)
-	for {
-		select {
-		case m := <-msgs:
-			if strings.Contains(m, want) {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no notification with %q within %v", want, within)
-		}
-	}
-}
+// expectNotify waits for a notification containing want.
+var expectNotify = testsupport.ExpectNotify
 
 // drainNotify discards notifications for d.
 func drainNotify(msgs <-chan string, d time.Duration) {
