@@ -265,7 +265,7 @@ _leaderrun() {
 		return 0
 		;;
 	--consul-token-file | --consul-ca-file | --consul-client-cert | --consul-client-key | \
-		--etcd-cacert | --etcd-cert | --etcd-key)
+		--etcd-cacert | --etcd-cert | --etcd-key | --env-file)
 		mapfile -t COMPREPLY < <(compgen -f -- "$cur")
 		return 0
 		;;
@@ -286,7 +286,7 @@ _leaderrun() {
 		return 0
 		;;
 	--log-level)
-		mapfile -t COMPREPLY < <(compgen -W "trace debug info warn error" -- "$cur")
+		mapfile -t COMPREPLY < <(compgen -W "trace debug info warn error off" -- "$cur")
 		return 0
 		;;
 	esac
@@ -325,13 +325,13 @@ _leaderrun() {
 
 	case ${words[CURRENT-1]} in
 	--lock-dir) _directories; return ;;
-	--consul-token-file|--consul-ca-file|--consul-client-cert|--consul-client-key|--etcd-cacert|--etcd-cert|--etcd-key)
+	--consul-token-file|--consul-ca-file|--consul-client-cert|--consul-client-key|--etcd-cacert|--etcd-cert|--etcd-key|--env-file)
 		_files; return ;;
 	--backend) compadd consul etcd local; return ;;
 	--restart) compadd never on-failure always; return ;;
 	--on-lost) compadd exit rejoin; return ;;
 	--log-format) compadd text json; return ;;
-	--log-level) compadd trace debug info warn error; return ;;
+	--log-level) compadd trace debug info warn error off; return ;;
 	esac
 
 	ask=("${(@)words[2,CURRENT-1]}")
