@@ -62,6 +62,7 @@ func flagEntries(help string) map[string]string {
 }
 
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	code, help, errOut := leaderrun(t, nil, "--help")
 	if code != 0 || errOut != "" {
 		t.Fatalf("--help: exit %d, stderr %q", code, errOut)
@@ -157,6 +158,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestBareLeaderrunIsShortUsageOnStderr(t *testing.T) {
+	t.Parallel()
 	code, out, errOut := leaderrun(t, nil)
 	if code != 125 || out != "" {
 		t.Fatalf("exit %d, stdout %q; want 125 and nothing on stdout", code, out)
@@ -168,6 +170,7 @@ func TestBareLeaderrunIsShortUsageOnStderr(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	_, byCmd, _ := leaderrun(t, nil, "version")
 	_, byFlag, _ := leaderrun(t, nil, "--version")
 	re := regexp.MustCompile(`^leaderrun \S+ \(commit \S+, go1\.[0-9.]+\S*, [a-z0-9]+/[a-z0-9]+\)\n$`)
@@ -177,6 +180,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestErrorLines(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	noInterp := filepath.Join(dir, "job.py")
 	if err := os.WriteFile(noInterp, []byte("#!/usr/bin/no-such-python3\nprint(1)\n"), 0o755); err != nil {
@@ -218,6 +222,7 @@ func TestErrorLines(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			code, out, errOut := leaderrun(t, c.env, c.args...)
 			if code != c.code || errOut != "leaderrun: "+c.line+"\n" {
 				t.Errorf("exit %d, stderr:\n%s\nwant exit %d, stderr:\nleaderrun: %s\n(stdout %q)", code, errOut, c.code, c.line, out)
@@ -242,6 +247,7 @@ func TestStopSignalsThatDoNotEndTheJob(t *testing.T) {
 }
 
 func TestKeyAsArgument(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	code, out, errOut := leaderrun(t, nil, "status", "--backend", "local", "--lock-dir", dir, "billing")
 	if code != 0 || !regexp.MustCompile(`(?m)^key\s+billing$`).MatchString(out) {
@@ -254,6 +260,7 @@ func TestKeyAsArgument(t *testing.T) {
 }
 
 func TestEnvFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "billing.env")
 	text := "# settings\n\nLEADERRUN_BACKEND=local\n; also a comment\nLEADERRUN_LOCK_DIR=\"" + dir + "\"\nLEADERRUN_PREFIX='jobs'\n"

@@ -14,6 +14,7 @@ import (
 // the sections a reader looks for, a synopsis that shows "-- COMMAND",
 // every option, and a page man renders without warnings in 80 columns.
 func TestManPage(t *testing.T) {
+	t.Parallel()
 	page, err := manPage(newApp(nil))
 	if err != nil {
 		t.Fatal(err)
