@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -48,6 +49,28 @@ func queryKey(c *cli.Context) (string, error) {
 		return unit, nil
 	}
 	return c.String("key"), nil
+}
+
+// leaderRead is one read of a key's holder: Err is the backend's answer
+// (locker.ErrNoLeader, a failure) for the command to judge.
+type leaderRead struct {
+	Key    string
+	Holder locker.Holder
+	Err    error
+}
+
+// readLeader reads the key's holder once, within --timeout. Its own error
+// is a usage error (bad flags, a backend refused at construction).
+func readLeader(c *cli.Context) (leaderRead, error) {
+	lk, opts, err := queryLocker(c)
+	if err != nil {
+		return leaderRead{}, err
+	}
+	defer lk.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
+	defer cancel()
+	h, err := lk.Leader(ctx)
+	return leaderRead{Key: opts.Key, Holder: h, Err: err}, nil
 }
 
 // queryLocker builds the backend from the command's flags, logging only

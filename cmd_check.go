@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -47,21 +46,17 @@ func checkAction(c *cli.Context) error {
 		return usage(errors.New("--epoch is required (leaderrun sets LEADER_EPOCH in its child)"))
 	}
 	epoch := c.Uint64("epoch")
-	lk, opts, err := queryLocker(c)
+	read, err := readLeader(c)
 	if err != nil {
 		return usage(err)
 	}
-	defer lk.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
-	defer cancel()
-	h, err := lk.Leader(ctx)
-	err = checkEpoch(opts.Key, epoch, h, err)
+	err = checkEpoch(read.Key, epoch, read.Holder, read.Err)
 	switch {
 	case errors.Is(err, errNotLeader):
 		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
 		return exitCode(exitcode.CheckNotLeader)
 	case err != nil:
-		return usage(fmt.Errorf("check key %q: %w", opts.Key, err))
+		return usage(fmt.Errorf("check key %q: %w", read.Key, err))
 	}
 	return nil
 }

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -34,17 +33,13 @@ func statusCommand() *cli.Command {
 }
 
 func statusAction(c *cli.Context) error {
-	lk, opts, err := queryLocker(c)
+	read, err := readLeader(c)
 	if err != nil {
 		return usage(err)
 	}
-	defer lk.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
-	defer cancel()
-	h, err := lk.Leader(ctx)
-	report, err := newStatusReport(opts.Key, c.String("backend"), h, err)
+	report, err := newStatusReport(read.Key, c.String("backend"), read.Holder, read.Err)
 	if err != nil {
-		return usage(fmt.Errorf("status of key %q: %w", opts.Key, err))
+		return usage(fmt.Errorf("status of key %q: %w", read.Key, err))
 	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(os.Stdout)
