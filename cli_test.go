@@ -317,3 +317,17 @@ func TestUnitSettings(t *testing.T) {
 		t.Errorf("--unit after --: %v", err)
 	}
 }
+
+// runApp takes its command line from its argument, never from os.Args:
+// "--" before a word that names a subcommand still makes it the command
+// to run, judged from the arguments given (here: a program named status
+// that does not exist, 127), whatever this test binary's own os.Args are.
+func TestRunAppUsesItsArguments(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"leaderrun", "--backend", "local", "--lock-dir", dir, "--key", "k", "--log-level", "off",
+		"--", "status", "--json"}
+	t.Setenv("PATH", dir) // no program named status anywhere
+	if code := runApp(args); code != 127 {
+		t.Errorf("runApp(%q) = %d, want 127 (the command status not found)", args, code)
+	}
+}
