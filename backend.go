@@ -1,10 +1,10 @@
+//go:build linux
+
 package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -87,7 +87,7 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 	case "local":
 		lk, err := local.New(local.Config{Options: s.Options, Dir: s.LockDir, StateDir: s.StateDir, ReadOnly: s.ReadOnly})
 		if err != nil {
-			return nil, flagError(err, map[string]string{"Dir": "--lock-dir", "StateDir": "--state-dir", "Key": "--key", "Prefix": "--prefix"})
+			return nil, err
 		}
 		return lk, nil
 	case "etcd":
@@ -120,17 +120,6 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 	default:
 		return nil, fmt.Errorf("--backend must be consul, etcd or local, got %q", s.Backend)
 	}
-}
-
-// flagError names the flag behind a *locker.ConfigError's Field.
-func flagError(err error, flags map[string]string) error {
-	var ce *locker.ConfigError
-	if errors.As(err, &ce) {
-		if flag, ok := flags[ce.Field]; ok {
-			return fmt.Errorf("%s: %s", flag, strings.TrimPrefix(err.Error(), ce.Field+": "))
-		}
-	}
-	return err
 }
 
 // encode is the spec as the guard's hello payload.

@@ -1,14 +1,17 @@
+//go:build linux
+
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/leaderrun/leaderrun/internal/ops"
+	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/locker"
 )
 
 // checkCommand is `leaderrun check`: does this epoch still lead the key?
@@ -17,19 +20,25 @@ func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "check",
 		Usage:     "exit 0 if epoch N still leads the key, 1 if not, 125 on error",
-		UsageText: "leaderrun check [--key KEY] [--epoch N] [backend options]",
+		UsageText: synopsisCheck,
 		Description: "Reads the current holder of KEY with a linearizable read (one round trip) and " +
 			"exits 0 if its epoch is N, 1 if not (stderr names the current holder and epoch, " +
 			"or says \"no leader\"), 125 if the backend cannot be read. Run from leaderrun's " +
 			"child it takes KEY, N and the backend settings from LEADER_KEY, LEADER_EPOCH, " +
 			"LEADERRUN_BACKEND, LEADERRUN_PREFIX and the backend's address variables: " +
 			"`leaderrun check || exit 1` before each critical step.",
-		Flags: append(queryBackendFlags(),
-			&cli.Uint64Flag{Name: "epoch", EnvVars: []string{"LEADER_EPOCH"}, Usage: "the epoch that should lead (default $LEADER_EPOCH)"}),
+		Flags: slices.Concat(queryFlags(),
+			[]cli.Flag{epochFlag()},
+			commonFlags()),
 		Before:       divertDoubleDash,
 		OnUsageError: divertUsageError,
 		Action:       checkAction,
 	}
+}
+
+// epochFlag is check's --epoch.
+func epochFlag() cli.Flag {
+	return &cli.Uint64Flag{Name: "epoch", Category: catQuery, EnvVars: []string{"LEADER_EPOCH"}, Usage: "the epoch `N` that should lead"}
 }
 
 func checkAction(c *cli.Context) error {
@@ -37,21 +46,40 @@ func checkAction(c *cli.Context) error {
 		return usage(errors.New("--epoch is required (leaderrun sets LEADER_EPOCH in its child)"))
 	}
 	epoch := c.Uint64("epoch")
-	lk, opts, err := queryLocker(c)
+	read, err := readLeader(c, false)
 	if err != nil {
 		return usage(err)
 	}
-	defer lk.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
-	defer cancel()
-	h, err := lk.Leader(ctx)
-	err = ops.CheckEpoch(opts.Key, epoch, h, err)
+	err = checkEpoch(read.Key, epoch, read.Holder, read.Err)
 	switch {
-	case errors.Is(err, ops.ErrNotLeader):
+	case errors.Is(err, errNotLeader):
 		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
-		return exitCode(1)
+		return exitCode(exitcode.CheckNotLeader)
 	case err != nil:
-		return usage(fmt.Errorf("check key %q: %w", opts.Key, err))
+		return usage(fmt.Errorf("check key %q: %w", read.Key, err))
+	}
+	return nil
+}
+
+// errNotLeader is returned by checkEpoch when the epoch no longer holds the
+// key; its message names the current holder and epoch, or "no leader".
+var errNotLeader = errors.New("not leader")
+
+// checkEpoch decides `leaderrun check` from the result of Locker.Leader:
+// nil when epoch still holds key, an error wrapping errNotLeader when it
+// does not, and the backend's error as is when it could not be read.
+func checkEpoch(key string, epoch uint64, h locker.Holder, err error) error {
+	switch {
+	case errors.Is(err, locker.ErrNoLeader):
+		return fmt.Errorf("%w: epoch %d does not hold key %q: no leader", errNotLeader, epoch, key)
+	case err != nil:
+		return err
+	case h.Epoch != epoch:
+		who := h.ID
+		if h.Hostname != "" && h.PID != 0 {
+			who = fmt.Sprintf("%s (host %s, pid %d)", h.ID, h.Hostname, h.PID)
+		}
+		return fmt.Errorf("%w: epoch %d does not hold key %q: held by %s with epoch %d", errNotLeader, epoch, key, who, h.Epoch)
 	}
 	return nil
 }

@@ -1,9 +1,13 @@
+//go:build linux
+
 package main
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -40,24 +44,197 @@ func genCommand() *cli.Command {
 	}
 }
 
-// manPage renders leaderrun(1) from the app: synopsis, options and commands
-// come from the flag definitions; the description adds what an operator
-// needs beyond them.
+// manPage renders leaderrun(1) from the app: the options, their groups,
+// defaults and variables come from the same flag definitions as --help;
+// the prose sections say what an operator needs beyond them.
 func manPage(app *cli.App) (string, error) {
-	page := *app
-	page.Description = manDescription
-	return page.ToManWithSection(1)
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w(".TH LEADERRUN 1 \"\" \"leaderrun %s\" \"User Commands\"\n", roffText(buildVersion()))
+	w(".SH NAME\nleaderrun \\- run a command only while this host leads a key\n")
+
+	w(".SH SYNOPSIS\n")
+	for i, syn := range []string{
+		`\fBleaderrun\fR [\fIoptions\fR] \fB\-\-key\fR \fIKEY\fR \fB\-\-\fR \fICOMMAND\fR [\fIARG\fR...]`,
+		`\fBleaderrun status\fR [\fIKEY\fR] [\fB\-\-json\fR] [\fIoptions\fR]`,
+		`\fBleaderrun check\fR [\fIKEY\fR] [\fB\-\-epoch\fR \fIN\fR] [\fIoptions\fR]`,
+		`\fBleaderrun help\fR [\fBstatus\fR|\fBcheck\fR]`,
+		`\fBleaderrun version\fR`,
+	} {
+		if i > 0 {
+			w(".br\n")
+		}
+		w("%s\n", syn)
+	}
+
+	w(".SH DESCRIPTION\n")
+	for i, p := range manDescription {
+		if i > 0 {
+			w(".PP\n")
+		}
+		w("%s\n", roffText(p))
+	}
+
+	w(".SH OPTIONS\n")
+	writeManOptions(&b, app.Flags)
+
+	w(".SH COMMANDS\n")
+	for _, cmd := range app.Commands {
+		if cmd.Hidden {
+			continue
+		}
+		w(".SS %s\n%s\n", roffText(cmd.UsageText), roffText(cmd.Description))
+		var own []cli.Flag
+		for _, f := range cmd.Flags {
+			if !slices.ContainsFunc(app.Flags, func(g cli.Flag) bool { return g.Names()[0] == f.Names()[0] }) {
+				own = append(own, f)
+			}
+		}
+		if len(own) > 0 {
+			w(".PP\nIts own options (the backend options above apply too):\n")
+			for _, d := range visibleFlags(own) {
+				writeManFlag(&b, d)
+			}
+		}
+	}
+
+	for _, sec := range manSections {
+		w(".SH %s\n", sec.title)
+		for i, p := range sec.paras {
+			switch {
+			case strings.HasPrefix(p, "  "):
+				w(".PP\n.nf\n.RS 4\n%s\n.RE\n.fi\n", roffText(strings.TrimPrefix(p, "  ")))
+			case strings.HasPrefix(p, "* "):
+				tag, text, _ := strings.Cut(strings.TrimPrefix(p, "* "), "\t")
+				w(".TP\n.B %s\n%s\n", roffText(tag), roffText(text))
+			default:
+				if i > 0 {
+					w(".PP\n")
+				}
+				w("%s\n", roffText(p))
+			}
+		}
+	}
+	return b.String(), nil
 }
 
-const manDescription = `leaderrun campaigns for KEY on Consul, etcd or a local lock file. Once it leads, it starts COMMAND in its own process group with LEADER_EPOCH, LEADER_KEY and LEADER_ID in its environment, renews the lease, and stops the whole group (stop signal, then SIGKILL after the kill grace) before its local deadline: the moment each renewal was sent plus the TTL, on the monotonic clock. Leadership is released only once the group is gone.
+// writeManOptions prints the grouped options as .SS sections.
+func writeManOptions(b *strings.Builder, flags []cli.Flag) {
+	titles, groups := groupFlags(visibleFlags(flags))
+	for _, title := range titles {
+		fmt.Fprintf(b, ".SS %s\n", roffText(title))
+		if note := categoryNote[title]; note != "" {
+			fmt.Fprintf(b, "Rule: %s.\n", roffText(note))
+		}
+		for _, d := range groups[title] {
+			writeManFlag(b, d)
+		}
+	}
+}
 
-Every option also reads an environment variable (leaderrun --help names each); backend options honour CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, ETCDCTL_ENDPOINTS and friends.
+// writeManFlag is one option as a tagged paragraph.
+func writeManFlag(b *strings.Builder, d flagDoc) {
+	names := []string{`\fB` + roffText(d.Name) + `\fR`}
+	for _, a := range d.Aliases {
+		names = append(names, `\fB`+roffText(a)+`\fR`)
+	}
+	head := strings.Join(names, ", ")
+	if d.Arg != "" {
+		head += ` \fI` + roffText(d.Arg) + `\fR`
+	}
+	fmt.Fprintf(b, ".TP\n%s\n%s\n", head, roffText(d.describe()))
+}
 
-**Exit status**: the child's own code when it exits on its own; 123 leadership was lost and the child stopped; 124 not acquired within --acquire-timeout, or --no-wait while another holder leads; 125 leaderrun's own failure (usage, configuration, backend refused); 126 command not executable; 127 command not found; 128+N the child was ended by signal N. **leaderrun check** exits 0 while the epoch still leads, 1 when it does not, 125 on error.
+// roffText escapes text for roff: backslashes, dashes (so options can be
+// searched for and copied), and a leading dot or quote.
+func roffText(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\e`)
+	s = strings.ReplaceAll(s, "-", `\-`)
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.HasPrefix(line, ".") || strings.HasPrefix(line, "'") {
+			line = `\&` + line
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
+}
 
-**Fencing**: a lease alone cannot give mutual exclusion; a host frozen past its TTL wakes believing it leads. Pass LEADER_EPOCH to what the child writes to, or run **leaderrun check || exit 1** before each critical step.
+// manDescription is the DESCRIPTION of leaderrun(1), one paragraph each.
+var manDescription = []string{
+	"leaderrun campaigns for KEY on Consul, etcd or a local lock file. Once this host leads, " +
+		"it starts COMMAND with LEADER_EPOCH, LEADER_KEY and LEADER_ID in its environment, renews " +
+		"the lease, and stops all of the command (its process group and everything it started) " +
+		"before its local deadline: the moment each successful renewal was sent plus the TTL, on " +
+		"the monotonic clock. Leadership is released only once the command is gone, so a standby " +
+		"never starts while any process of the old one runs.",
+	"LEADER_EPOCH is a fencing token: it is greater than every epoch granted before for KEY. " +
+		"A lease alone cannot give mutual exclusion (a host frozen past its TTL wakes believing " +
+		"it leads), so pass the epoch to what the command writes to, or run " +
+		"\"leaderrun check || exit 1\" before each step that must not run twice.",
+	keyRule,
+	"A dead-man guard process kills the command at its kill point if leaderrun itself is frozen, " +
+		"and at once if leaderrun dies, then releases the lease.",
+	"The design, and which promise each part keeps, is described in " +
+		"/usr/share/doc/leaderrun/DESIGN.md.",
+}
 
-**Operating**: --http-addr serves /healthz, /status and /metrics. Under systemd (Type=notify) leaderrun sends READY=1 once the backend answered, STATUS= with its role and epoch, STOPPING=1, and WATCHDOG=1 only while its control loop is healthy. See /usr/share/doc/leaderrun and the leaderrun@.service unit.`
+// manSections follow OPTIONS and COMMANDS. A paragraph starting with two
+// spaces is a literal example; "* TAG\tTEXT" is a tagged paragraph.
+var manSections = []struct {
+	title string
+	paras []string
+}{
+	{"EXIT STATUS", []string{
+		"* the command's code\tThe command exited on its own (with --restart never), or after a graceful stop.",
+		"* 123\tLeadership was lost; the command was stopped.",
+		"* 124\tNot leader within --acquire-timeout, or --no-wait while another holder leads.",
+		"* 125\tleaderrun's own failure: usage, configuration, or the backend refused (ACL, authentication, TLS).",
+		"* 126\tThe command was found but cannot be executed (a directory, no permission).",
+		"* 127\tThe command, or the interpreter on its #! line, was not found.",
+		"* 128+N\tThe command was ended by signal N.",
+		"leaderrun check exits 0 while epoch N leads KEY, 1 when it does not (stderr names the " +
+			"current holder and epoch), and 125 on error. leaderrun status exits 0, also when nobody leads.",
+	}},
+	{"ENVIRONMENT", []string{
+		"Every option can also be set in the environment: as LEADERRUN_ followed by the option's " +
+			"name in capitals with dashes as underscores (LEADERRUN_KILL_GRACE for --kill-grace), " +
+			"or as the variable named in brackets under OPTIONS, which for backend options are the " +
+			"backend's own (CONSUL_HTTP_ADDR, ETCDCTL_ENDPOINTS, ...). An option given on the command " +
+			"line wins; files named by --env-file or --unit override the inherited environment.",
+		"The command gets leaderrun's environment plus:",
+		"* LEADER_EPOCH\tthe epoch of this leadership, the fencing token;",
+		"* LEADER_KEY, LEADER_ID\tthe key and this candidate's name;",
+		"* LEADERRUN_BACKEND, LEADERRUN_PREFIX\tso that leaderrun check needs no options;",
+		"* backend addresses\tCONSUL_HTTP_ADDR, CONSUL_CACERT, CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY, " +
+			"CONSUL_TLS_SERVER_NAME, CONSUL_DATACENTER; ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, " +
+			"ETCDCTL_KEY; LEADERRUN_LOCK_DIR when --lock-dir was given. Tokens and passwords given " +
+			"by option are never added.",
+		"NOTIFY_SOCKET and WATCHDOG_* are removed from the command's environment.",
+	}},
+	{"FILES", []string{
+		"* /etc/leaderrun/leaderrun.env\tsettings shared by every instance of leaderrun@.service, read first;",
+		"* /etc/leaderrun/KEY.env\tthe settings of leaderrun@KEY.service, LEADERRUN_COMMAND among them. " +
+			"Both may hold tokens: keep them mode 0600.",
+		"* /usr/share/doc/leaderrun/example.env\ta commented example to copy.",
+	}},
+	{"EXAMPLES", []string{
+		"Run a nightly job on one host of several, from cron on each (exit 124 when another host has it):",
+		"  0 2 * * * leaderrun --backend etcd --key nightly --no-wait -- job.sh",
+		"Run a daemon under systemd on whichever host leads \"billing\":",
+		"  cp /usr/share/doc/leaderrun/example.env /etc/leaderrun/billing.env\n" +
+			"chmod 600 /etc/leaderrun/billing.env\n" +
+			"$EDITOR /etc/leaderrun/billing.env\n" +
+			"systemctl enable --now leaderrun@billing\n" +
+			"leaderrun status --unit billing",
+		"Stop a step of a script when this host no longer leads:",
+		"  #!/bin/sh\nset -e\nleaderrun check || exit 1\nexport-invoices\nleaderrun check || exit 1\ncharge-cards",
+	}},
+	{"SEE ALSO", []string{
+		"systemctl(1), systemd.service(5), systemd.exec(5), flock(1), timeout(1), consul(1), etcdctl(1); " +
+			"/usr/share/doc/leaderrun/README.md and DESIGN.md.",
+	}},
+}
 
 // bashCompletion asks leaderrun itself (urfave/cli's
 // --generate-bash-completion) for subcommands and flags. After "--" the
@@ -88,7 +265,7 @@ _leaderrun() {
 		return 0
 		;;
 	--consul-token-file | --consul-ca-file | --consul-client-cert | --consul-client-key | \
-		--etcd-cacert | --etcd-cert | --etcd-key)
+		--etcd-cacert | --etcd-cert | --etcd-key | --env-file)
 		mapfile -t COMPREPLY < <(compgen -f -- "$cur")
 		return 0
 		;;
@@ -109,7 +286,7 @@ _leaderrun() {
 		return 0
 		;;
 	--log-level)
-		mapfile -t COMPREPLY < <(compgen -W "trace debug info warn error" -- "$cur")
+		mapfile -t COMPREPLY < <(compgen -W "trace debug info warn error off" -- "$cur")
 		return 0
 		;;
 	esac
@@ -148,13 +325,13 @@ _leaderrun() {
 
 	case ${words[CURRENT-1]} in
 	--lock-dir) _directories; return ;;
-	--consul-token-file|--consul-ca-file|--consul-client-cert|--consul-client-key|--etcd-cacert|--etcd-cert|--etcd-key)
+	--consul-token-file|--consul-ca-file|--consul-client-cert|--consul-client-key|--etcd-cacert|--etcd-cert|--etcd-key|--env-file)
 		_files; return ;;
 	--backend) compadd consul etcd local; return ;;
 	--restart) compadd never on-failure always; return ;;
 	--on-lost) compadd exit rejoin; return ;;
 	--log-format) compadd text json; return ;;
-	--log-level) compadd trace debug info warn error; return ;;
+	--log-level) compadd trace debug info warn error off; return ;;
 	esac
 
 	ask=("${(@)words[2,CURRENT-1]}")

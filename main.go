@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command leaderrun runs a command only while this host leads a key in
 // Consul, etcd or a local lock file, and stops it before the lease could
 // pass to anyone else. This file wires flags to packages; the logic lives in
@@ -10,7 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -18,14 +20,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/leaderrun/leaderrun/internal/exitcode"
 	"github.com/leaderrun/leaderrun/internal/ops"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
 	"github.com/leaderrun/leaderrun/supervise"
 )
-
-// version is set with -ldflags "-X main.version=..." by release builds.
-var version = ""
 
 func main() {
 	// A closed stderr (a restarted log collector) must not kill leaderrun
@@ -40,8 +40,14 @@ type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 
+// runApp runs the command line args (args[0] is the program name) and
+// returns the exit code. It reads the process environment, never os.Args.
 func runApp(args []string) int {
-	app := newApp()
+	if err := loadEnvFiles(args); err != nil {
+		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
+		return exitcode.Internal
+	}
+	app := newApp(args)
 	err := app.Run(args)
 	var code exitCode
 	switch {
@@ -50,112 +56,50 @@ func runApp(args []string) int {
 	case errors.As(err, &code):
 		return int(code)
 	default:
-		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
-		return supervise.ExitInternal
+		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(flagError(err)))
+		return exitcode.Internal
 	}
 }
 
-func newApp() *cli.App {
+func newApp(args []string) *cli.App {
 	return &cli.App{
 		Name:      "leaderrun",
-		Usage:     "run a command only while this host leads a key in Consul, etcd or a local lock",
-		UsageText: "leaderrun [options] --key KEY -- COMMAND [ARG...]",
-		Version:   buildVersion(),
-		Flags:     append(append(runFlags(), onceFlags()...), backendFlags()...),
-		Action:    runAction,
+		Usage:     "run a command only while this host leads a key",
+		UsageText: synopsisRun,
+		// The "help" command below keeps urfave/cli from adding --help here.
+		Flags:  slices.Concat(backendFlags(), runFlags(), onceFlags(), commonFlags(), []cli.Flag{cli.HelpFlag, versionFlag()}),
+		Action: runAction,
 		Commands: []*cli.Command{
 			guardCommand(),
 			statusCommand(),
 			checkCommand(),
 			genCommand(),
-			{
-				Name:   "version",
-				Before: divertDoubleDash,
-				Usage:  "print the version",
-				Action: func(*cli.Context) error { fmt.Println("leaderrun " + buildVersion()); return nil },
-			},
+			versionCommand(),
+			helpCommand(),
 		},
-		HideHelpCommand:       true,
-		EnableBashCompletion:  true,
-		OnUsageError:          func(_ *cli.Context, err error, _ bool) error { return err },
-		ExitErrHandler:        func(*cli.Context, error) {},
-		CustomAppHelpTemplate: "",
-	}
-}
-
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
-
-// runFlags are the options of the run path (DESIGN §2).
-func runFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.DurationFlag{Name: "ttl", EnvVars: []string{"LEADERRUN_TTL"}, Value: 15 * time.Second, Usage: "lease time requested from the backend"},
-		&cli.DurationFlag{Name: "renew-interval", EnvVars: []string{"LEADERRUN_RENEW_INTERVAL"}, Usage: "time between renewals (default ttl/3)"},
-		&cli.DurationFlag{Name: "kill-grace", EnvVars: []string{"LEADERRUN_KILL_GRACE"}, Value: 5 * time.Second, Usage: "time between the stop signal and SIGKILL"},
-		&cli.DurationFlag{Name: "safety-margin", EnvVars: []string{"LEADERRUN_SAFETY_MARGIN"}, Value: time.Second, Usage: "the child is dead this long before the lease could expire"},
-		&cli.StringFlag{Name: "stop-signal", EnvVars: []string{"LEADERRUN_STOP_SIGNAL"}, Value: "SIGTERM", Usage: "first signal sent to the child's process group"},
-		&cli.DurationFlag{Name: "acquire-timeout", EnvVars: []string{"LEADERRUN_ACQUIRE_TIMEOUT"}, Usage: "give up (exit 124) if not leader within this time; 0 waits forever"},
-		&cli.BoolFlag{Name: "no-wait", EnvVars: []string{"LEADERRUN_NO_WAIT"}, Usage: "one attempt: exit 124 (or --conflict-exit) if another holder leads, 125 if the backend cannot be reached"},
-		&cli.StringFlag{Name: "restart", EnvVars: []string{"LEADERRUN_RESTART"}, Value: "never", Usage: "restart the child while leader: never, on-failure or always"},
-		&cli.DurationFlag{Name: "restart-delay", EnvVars: []string{"LEADERRUN_RESTART_DELAY"}, Value: time.Second, Usage: "first restart delay, doubling to 30s"},
-		&cli.StringFlag{Name: "on-lost", EnvVars: []string{"LEADERRUN_ON_LOST"}, Value: "exit", Usage: "after losing leadership: exit (123) or rejoin the campaign"},
-		&cli.StringFlag{Name: "log-level", EnvVars: []string{"LEADERRUN_LOG_LEVEL"}, Value: "info", Usage: "trace, debug, info, warn or error"},
-		&cli.StringFlag{Name: "log-format", EnvVars: []string{"LEADERRUN_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
-		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, EnvVars: []string{"LEADERRUN_QUIET"}, Usage: "print nothing on stderr unless something went wrong (a skip is not wrong): log level warn"},
-		&cli.IntFlag{Name: "conflict-exit", EnvVars: []string{"LEADERRUN_CONFLICT_EXIT"}, Value: supervise.ExitNotHeld, Usage: "exit code when another holder leads (--no-wait, --acquire-timeout; default 124) or the slot already ran (--once-per, --run-id; default 0)"},
-		&cli.StringFlag{Name: "http-addr", EnvVars: []string{"LEADERRUN_HTTP_ADDR"}, Usage: "serve /healthz, /status and /metrics on this host:port (default off)"},
-	}
-}
-
-// backendFlags select and configure the backend; status and check use them
-// too.
-func backendFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "key", EnvVars: []string{"LEADERRUN_KEY"}, Usage: "the leadership key"},
-		&cli.StringFlag{Name: "backend", EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul", Usage: "consul, etcd or local"},
-		&cli.StringFlag{Name: "prefix", EnvVars: []string{"LEADERRUN_PREFIX"}, Value: "leaderrun", Usage: "namespace of leaderrun's keys on the backend"},
-		&cli.StringFlag{Name: "id", EnvVars: []string{"LEADERRUN_ID"}, Usage: "this candidate's name (default hostname:pid)"},
-		&cli.StringFlag{Name: "lock-dir", EnvVars: []string{"LEADERRUN_LOCK_DIR"}, Usage: "local backend: absolute lock directory (default /run/leaderrun for root, /tmp/leaderrun-UID for others, owner-checked)"},
-		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"LEADERRUN_STATE_DIR"}, Usage: "local backend: absolute directory keeping the epoch and run records across reboots (default --lock-dir unless tmpfs, else /var/lib/leaderrun for root, $XDG_STATE_HOME/leaderrun or ~/.local/state/leaderrun)"},
-
-		&cli.StringFlag{Name: "consul-addr", EnvVars: []string{"CONSUL_HTTP_ADDR"}, Usage: "Consul agent address (default 127.0.0.1:8500)"},
-		&cli.StringFlag{Name: "consul-token", EnvVars: []string{"CONSUL_HTTP_TOKEN"}, Usage: "Consul ACL token"},
-		&cli.StringFlag{Name: "consul-token-file", EnvVars: []string{"CONSUL_HTTP_TOKEN_FILE"}, Usage: "file holding the Consul ACL token"},
-		&cli.StringFlag{Name: "consul-ca-file", EnvVars: []string{"CONSUL_CACERT"}, Usage: "CA certificate for Consul TLS"},
-		&cli.StringFlag{Name: "consul-client-cert", EnvVars: []string{"CONSUL_CLIENT_CERT"}, Usage: "client certificate for Consul TLS"},
-		&cli.StringFlag{Name: "consul-client-key", EnvVars: []string{"CONSUL_CLIENT_KEY"}, Usage: "client key for Consul TLS"},
-		&cli.StringFlag{Name: "consul-tls-server-name", EnvVars: []string{"CONSUL_TLS_SERVER_NAME"}, Usage: "server name to verify in Consul's certificate"},
-		&cli.StringFlag{Name: "consul-datacenter", EnvVars: []string{"CONSUL_DATACENTER"}, Usage: "Consul datacenter"},
-		&cli.DurationFlag{Name: "consul-lock-delay", EnvVars: []string{"LEADERRUN_CONSUL_LOCK_DELAY"}, Usage: "Consul session lock-delay (default: the TTL, at most 60s)"},
-		&cli.StringSliceFlag{Name: "consul-session-checks", EnvVars: []string{"LEADERRUN_CONSUL_SESSION_CHECKS"}, Usage: "opt-in session health checks (needs --consul-lock-delay >= --ttl)"},
-
-		&cli.StringFlag{Name: "etcd-endpoints", EnvVars: []string{"ETCDCTL_ENDPOINTS"}, Value: "127.0.0.1:2379", Usage: "comma-separated etcd endpoints"},
-		&cli.StringFlag{Name: "etcd-user", EnvVars: []string{"ETCDCTL_USER"}, Usage: "etcd user (user or user:password)"},
-		&cli.StringFlag{Name: "etcd-password", EnvVars: []string{"ETCDCTL_PASSWORD"}, Usage: "etcd password"},
-		&cli.StringFlag{Name: "etcd-cacert", EnvVars: []string{"ETCDCTL_CACERT"}, Usage: "CA certificate for etcd TLS"},
-		&cli.StringFlag{Name: "etcd-cert", EnvVars: []string{"ETCDCTL_CERT"}, Usage: "client certificate for etcd TLS"},
-		&cli.StringFlag{Name: "etcd-key", EnvVars: []string{"ETCDCTL_KEY"}, Usage: "client key for etcd TLS"},
-		&cli.DurationFlag{Name: "etcd-dial-timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}, Value: 5 * time.Second, Usage: "etcd dial timeout"},
+		HideHelpCommand:      true,
+		HideVersion:          true,
+		EnableBashCompletion: true,
+		OnUsageError:         func(_ *cli.Context, err error, _ bool) error { return usage(flagError(err)) },
+		ExitErrHandler:       func(*cli.Context, error) {},
+		Metadata:             map[string]any{argsKey: args},
 	}
 }
 
 func runAction(c *cli.Context) error {
-	if c.NArg() == 0 && !c.IsSet("key") {
-		_ = cli.ShowAppHelp(c)
-		return exitCode(supervise.ExitInternal)
+	switch {
+	case c.Bool("version"):
+		fmt.Print(versionLine())
+		return nil
+	case c.NArg() == 0 && !c.IsSet("key"):
+		writeShortUsage(os.Stderr, "no --key KEY and no -- COMMAND to run")
+		return exitCode(exitcode.Internal)
 	}
 	log, err := newLogger(c)
 	if err != nil {
 		return usage(err)
 	}
-	opts, err := lockerOptions(c)
+	opts, err := lockerOptions(c, c.String("key"))
 	if err != nil {
 		return usage(err)
 	}
@@ -168,7 +112,7 @@ func runAction(c *cli.Context) error {
 	}
 	// Bad options are reported as such before the command is looked up.
 	if err := cfg.ValidateOptions(); err != nil {
-		return usage(err)
+		return usage(configError(c.String("backend"), err))
 	}
 	path, err := supervise.ResolveCommand(c.Args().First())
 	if err != nil {
@@ -179,7 +123,7 @@ func runAction(c *cli.Context) error {
 	}
 	lk, err := newLocker(c, opts, log)
 	if err != nil {
-		return usage(err)
+		return usage(configError(c.String("backend"), err))
 	}
 	defer lk.Close()
 	conflict, err := conflictExit(c)
@@ -220,7 +164,7 @@ func runAction(c *cli.Context) error {
 		Rejoin: cfg.OnLost == supervise.LostRejoin, Backend: lk, Logger: log,
 	})
 	if err != nil {
-		return usage(err)
+		return usage(configError(c.String("backend"), err))
 	}
 	defer obs.Close()
 	cfg.Events = ops.Chain(cfg.Events, obs.Events())
@@ -233,7 +177,7 @@ func runAction(c *cli.Context) error {
 
 	sup, err := supervise.New(cfg)
 	if err != nil {
-		return usage(err)
+		return usage(configError(c.String("backend"), err))
 	}
 	if err := supervise.BecomeSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)
@@ -285,7 +229,7 @@ func newQuietLogger() hclog.Logger {
 func newLogger(c *cli.Context) (hclog.Logger, error) {
 	level := hclog.LevelFromString(c.String("log-level"))
 	if level == hclog.NoLevel {
-		return nil, fmt.Errorf("--log-level must be trace, debug, info, warn or error, got %q", c.String("log-level"))
+		return nil, fmt.Errorf("--log-level must be trace, debug, info, warn, error or off, got %q", c.String("log-level"))
 	}
 	if c.Bool("quiet") && level < hclog.Warn {
 		// Quiet: state changes and skips are not news; trouble still is.
@@ -302,9 +246,10 @@ func newLogger(c *cli.Context) (hclog.Logger, error) {
 	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: os.Stderr}), nil
 }
 
-func lockerOptions(c *cli.Context) (locker.Options, error) {
-	key := c.String("key")
-	if !c.IsSet("key") || key == "" {
+// lockerOptions are the settings every backend shares; key is the one the
+// command line named (--key, or status's and check's argument).
+func lockerOptions(c *cli.Context, key string) (locker.Options, error) {
+	if key == "" {
 		return locker.Options{}, errors.New("--key is required")
 	}
 	if err := locker.ValidateKey(key); err != nil {
@@ -319,6 +264,9 @@ func lockerOptions(c *cli.Context) (locker.Options, error) {
 		id = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
 	ttl := c.Duration("ttl")
+	if ttl > maxTTL {
+		return locker.Options{}, fmt.Errorf("--ttl must be at most %s, got %s", roundDuration(maxTTL), roundDuration(ttl))
+	}
 	return locker.Options{
 		Key: key, Prefix: c.String("prefix"), ID: id, TTL: ttl,
 		NoWait: c.Bool("no-wait"), Version: buildVersion(),
@@ -326,13 +274,13 @@ func lockerOptions(c *cli.Context) (locker.Options, error) {
 }
 
 func supervisorConfig(c *cli.Context, ttl time.Duration) (supervise.Config, error) {
-	stopSig, err := signals.Parse(c.String("stop-signal"))
+	stopSig, err := stopSignal(c.String("stop-signal"))
 	if err != nil {
-		return supervise.Config{}, fmt.Errorf("--stop-signal %w", err)
+		return supervise.Config{}, err
 	}
 	renew := c.Duration("renew-interval")
 	if !c.IsSet("renew-interval") {
-		renew = ttl / 3
+		renew = (ttl / 3).Round(time.Millisecond)
 	}
 	return supervise.Config{
 		TTL:            ttl,
@@ -345,6 +293,36 @@ func supervisorConfig(c *cli.Context, ttl time.Duration) (supervise.Config, erro
 		RestartDelay:   c.Duration("restart-delay"),
 		OnLost:         supervise.LostPolicy(c.String("on-lost")),
 	}, nil
+}
+
+// stopSignal parses --stop-signal and refuses signals that would not end
+// the job: the stop signal is the polite request, SIGKILL follows on its
+// own after --kill-grace.
+func stopSignal(s string) (syscall.Signal, error) {
+	sig, err := signals.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("--stop-signal %w", err)
+	}
+	switch sig {
+	case syscall.SIGKILL:
+		return 0, errors.New("--stop-signal must not be KILL: SIGKILL follows the stop signal after --kill-grace; shorten that instead")
+	case syscall.SIGSTOP, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGCONT:
+		return 0, fmt.Errorf("--stop-signal must end the job, and %s only stops or continues it", signals.Name(sig))
+	}
+	return sig, nil
+}
+
+// roundDuration prints d to the millisecond and without zero units:
+// 1.667s rather than 1.666666666s, 24h rather than 24h0m0s.
+func roundDuration(d time.Duration) string {
+	s := d.Round(time.Millisecond).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // childEnv is leaderrun's environment without the systemd notification
@@ -402,6 +380,9 @@ func splitList(s string) []string {
 
 // conflictExit is --conflict-exit, checked to be an exit status.
 func conflictExit(c *cli.Context) (int, error) {
+	if !c.IsSet("conflict-exit") {
+		return exitcode.NotHeld, nil
+	}
 	n := c.Int("conflict-exit")
 	if n < 0 || n > 255 {
 		return 0, fmt.Errorf("--conflict-exit must be from 0 to 255, got %d", n)
@@ -412,7 +393,7 @@ func conflictExit(c *cli.Context) (int, error) {
 // usage reports a bad input on one line and exits 125 (DESIGN §4).
 func usage(err error) error {
 	fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
-	return exitCode(supervise.ExitInternal)
+	return exitCode(exitcode.Internal)
 }
 
 func oneLine(err error) string {

@@ -17,9 +17,12 @@ import (
 // onceFlags are the options of once-per mode (distributed cron).
 func onceFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: "once-per", EnvVars: []string{"LEADERRUN_ONCE_PER"}, Usage: "run at most one successful child per period across hosts; periods are aligned to the Unix epoch in UTC (e.g. 24h = each UTC day)"},
-		&cli.StringFlag{Name: "run-id", EnvVars: []string{"LEADERRUN_RUN_ID"}, Usage: "name the slot explicitly, e.g. \"$(date +%F)\" (instead of, or with, --once-per)"},
-		&cli.StringFlag{Name: "once-record", EnvVars: []string{"LEADERRUN_ONCE_RECORD"}, Value: once.RecordSuccess, Usage: "record the slot on success (at-least-once: a failed run is retried by the next candidate) or at start (at-most-once)"},
+		&cli.DurationFlag{Name: "once-per", Category: catLeadership, EnvVars: []string{"LEADERRUN_ONCE_PER"},
+			Usage: "run the job once per `PERIOD` across hosts; periods are aligned to the Unix epoch in UTC (24h = each UTC day)"},
+		&cli.StringFlag{Name: "run-id", Category: catLeadership, EnvVars: []string{"LEADERRUN_RUN_ID"},
+			Usage: "name the slot explicitly, as in \"$(date +%F)\" (instead of, or with, --once-per)"},
+		&cli.StringFlag{Name: "once-record", Category: catLeadership, EnvVars: []string{"LEADERRUN_ONCE_RECORD"}, Value: once.RecordSuccess,
+			Usage: "record the slot on success (at-least-once: a failed run is retried) or at start (at-most-once)"},
 	}
 }
 

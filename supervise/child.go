@@ -1,3 +1,5 @@
+//go:build linux
+
 package supervise
 
 import (
@@ -8,13 +10,15 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/leaderrun/leaderrun/internal/exitcode"
 	"github.com/leaderrun/leaderrun/signals"
 )
 
-// Exit codes for a command that cannot be run (DESIGN §4), as in a shell.
+// Exit codes for a command that cannot be run, as in a shell; the table is
+// internal/exitcode.
 const (
-	ExitNotExecutable = 126
-	ExitNotFound      = 127
+	ExitNotExecutable = exitcode.NotExecutable
+	ExitNotFound      = exitcode.NotFound
 )
 
 // StartError is a command that could not be started; Code is 126 or 127.
@@ -41,7 +45,10 @@ type Command struct {
 func ResolveCommand(name string) (string, error) {
 	path, err := exec.LookPath(name)
 	if err == nil {
-		return path, nil
+		return path, checkInterpreter(name, path)
+	}
+	if errors.Is(err, syscall.EISDIR) {
+		return "", &StartError{Code: ExitNotExecutable, Err: fmt.Errorf("%s: is a directory", name)}
 	}
 	if errors.Is(err, fs.ErrPermission) {
 		return "", &StartError{Code: ExitNotExecutable, Err: fmt.Errorf("%s: permission denied", name)}
@@ -131,7 +138,7 @@ func (c *Child) GroupAlive() bool {
 // 128+N for a death by signal N. Valid after Done.
 func (c *Child) ExitCode() int {
 	if c.status.Signaled() {
-		return 128 + int(c.status.Signal())
+		return exitcode.SignalBase + int(c.status.Signal())
 	}
 	return c.status.ExitStatus()
 }

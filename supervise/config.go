@@ -1,3 +1,5 @@
+//go:build linux
+
 package supervise
 
 import (
@@ -124,44 +126,56 @@ func (c *Config) Validate() error {
 
 // ValidateOptions checks the operator's options, among them the timing rule
 // of DESIGN §1.10, and says which flag breaks which rule. Backend-specific
-// limits are the backend's to check.
+// limits are the backend's to check. Errors are *locker.ConfigError naming
+// Config fields; the command line maps them to its flags.
 func (c *Config) ValidateOptions() error {
 	positive := []struct {
 		flag string
 		d    time.Duration
 	}{
-		{"--ttl", c.TTL}, {"--renew-interval", c.RenewInterval}, {"--kill-grace", c.KillGrace},
+		{"TTL", c.TTL}, {"RenewInterval", c.RenewInterval}, {"KillGrace", c.KillGrace},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {
-			return fmt.Errorf("%s must be greater than 0, got %v", p.flag, p.d)
+			return optionError(p.flag, "must be greater than 0, got %v", p.d)
 		}
 	}
 	if c.SafetyMargin < 0 {
-		return fmt.Errorf("--safety-margin must not be negative, got %v", c.SafetyMargin)
+		return optionError("SafetyMargin", "must not be negative, got %v", c.SafetyMargin)
 	}
 	if c.AcquireTimeout < 0 {
-		return fmt.Errorf("--acquire-timeout must not be negative, got %v", c.AcquireTimeout)
+		return optionError("AcquireTimeout", "must not be negative, got %v", c.AcquireTimeout)
 	}
 	if c.RestartDelay <= 0 {
-		return fmt.Errorf("--restart-delay must be greater than 0, got %v", c.RestartDelay)
+		return optionError("RestartDelay", "must be greater than 0, got %v", c.RestartDelay)
 	}
 	if sum := c.RenewInterval + c.KillGrace + c.SafetyMargin; sum >= c.TTL {
-		return fmt.Errorf("--renew-interval (%v) + --kill-grace (%v) + --safety-margin (%v) = %v must be less than --ttl (%v)",
+		return optionError("TTL", "RenewInterval (%v) + KillGrace (%v) + SafetyMargin (%v) = %v must be less than TTL (%v)",
 			c.RenewInterval, c.KillGrace, c.SafetyMargin, sum, c.TTL)
 	}
 	switch c.Restart {
 	case RestartNever, RestartOnFailure, RestartAlways:
 	default:
-		return fmt.Errorf("--restart must be never, on-failure or always, got %q", c.Restart)
+		return optionError("Restart", "must be never, on-failure or always, got %q", c.Restart)
 	}
 	switch c.OnLost {
 	case LostExit, LostRejoin:
 	default:
-		return fmt.Errorf("--on-lost must be exit or rejoin, got %q", c.OnLost)
+		return optionError("OnLost", "must be exit or rejoin, got %q", c.OnLost)
 	}
 	if c.StopSignal <= 0 {
-		return errors.New("--stop-signal must name a signal")
+		return optionError("StopSignal", "must name a signal")
 	}
 	return nil
+}
+
+// optionError is a refused option as a *locker.ConfigError. Durations in
+// the rule are rounded to the millisecond (1.667s, not 1.666666666s).
+func optionError(field, rule string, args ...any) error {
+	for i, a := range args {
+		if d, ok := a.(time.Duration); ok {
+			args[i] = d.Round(time.Millisecond)
+		}
+	}
+	return &locker.ConfigError{Field: field, Rule: fmt.Sprintf(rule, args...)}
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package supervise
 
 import (
@@ -6,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
 )
@@ -35,7 +38,7 @@ type leadership struct {
 	group     *Child // the last child started: its group may outlive it
 	startedAt time.Time
 	lastCode  int
-	restarts  locker.Backoff
+	restarts  retry.Backoff
 	restartAt Timer // armed while waiting to start the child again
 
 	stopping  bool // the stop sequence began; nothing un-stops it (§1.3)
@@ -56,7 +59,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	l := &leadership{
 		lease:    lease,
 		timeline: StopTimeline{Deadline: deadline, SafetyMargin: s.cfg.SafetyMargin, KillGrace: s.cfg.KillGrace},
-		restarts: locker.Backoff{Min: s.cfg.RestartDelay, Max: MaxRestartDelay},
+		restarts: retry.Backoff{Min: s.cfg.RestartDelay, Max: MaxRestartDelay},
 	}
 	renewCtx, stopRenewing := context.WithCancel(context.Background())
 	renewals := make(chan renewal)

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package supervise is leaderrun's state machine: campaign, keep the lease,
 // run the child, and stop it on a local deadline. It is the only place that
 // keeps time for leadership (DESIGN §1.2-1.4, §6).
@@ -13,14 +15,16 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
-// Exit codes of leaderrun itself (DESIGN §4).
+// Exit codes of leaderrun itself, from the one table in internal/exitcode.
 const (
-	ExitLost     = 123
-	ExitNotHeld  = 124
-	ExitInternal = 125
+	ExitLost     = exitcode.Lost
+	ExitNotHeld  = exitcode.NotHeld
+	ExitInternal = exitcode.Internal
 )
 
 // releaseTimeout bounds giving leadership back; after it, the lease simply
@@ -83,7 +87,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 	}
 	defer cancel()
 
-	retry := locker.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+	retry := retry.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
 	for {
 		s.log.Info("campaigning")
 		call(s.cfg.Events.Campaigning)
@@ -154,7 +158,7 @@ func (s *Supervisor) release(lease locker.Lease) {
 func interruptedCode(ctx context.Context) int {
 	var sc SignalCause
 	if errors.As(context.Cause(ctx), &sc) {
-		return 128 + int(sc.Signal)
+		return exitcode.SignalBase + int(sc.Signal)
 	}
 	return ExitInternal
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package bench measures leaderrun against `etcdctl lock` and `consul
 // lock` on the same real etcd and Consul clusters: crash failover,
 // graceful handoff, the safety gap between the old child's death and the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package chaos is the fault-injection harness behind leaderrun's chaos
 // suite (this package's tests, `make chaos`) and benchmark
 // (internal/bench, `make bench`).

@@ -4,19 +4,17 @@
 package e2e
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/signals"
 )
 
@@ -117,19 +115,8 @@ func start(t testing.TB, name string, env []string, args ...string) *Proc {
 	return p
 }
 
-func exitStatus(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	return -1
-}
+// exitStatus is the status as a shell reports it.
+var exitStatus = testsupport.ExitStatus
 
 // Wait waits for leaderrun to exit and returns its exit code.
 func (p *Proc) Wait(timeout time.Duration) int {
@@ -165,16 +152,7 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 func (p *Proc) Output() string { return p.stderr.String() }
 
 // waitFor polls cond until it holds or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var waitFor = testsupport.WaitFor
 
 // alive reports whether pid is a live process (zombies count as dead).
 func alive(pid int) bool { return signals.ProcessAlive(pid) }
@@ -194,20 +172,5 @@ func readPID(t testing.TB, path string) int {
 	return pid
 }
 
-// syncBuffer is a bytes.Buffer safe for the writer and a reading test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer safe for the writer and a reading test.
+type syncBuffer = testsupport.SyncBuffer

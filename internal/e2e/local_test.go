@@ -45,10 +45,12 @@ func TestExitCodes(t *testing.T) {
 		{"usage error", append(localArgs(dir, "c125"), "--ttl", "x", "--", "true"), 125},
 	}
 	for _, c := range cases {
-		p := start(t, c.name, nil, c.args...)
-		if got := p.Wait(20 * time.Second); got != c.want {
-			t.Errorf("%s: exit %d, want %d\n%s", c.name, got, c.want, p.Output())
-		}
+		t.Run(c.name, func(t *testing.T) {
+			p := start(t, c.name, nil, c.args...)
+			if got := p.Wait(20 * time.Second); got != c.want {
+				t.Errorf("exit %d, want %d\n%s", got, c.want, p.Output())
+			}
+		})
 	}
 }
 
@@ -91,15 +93,17 @@ func TestBadInputIsOneLineAnd125(t *testing.T) {
 		{"unknown on-lost", append(base, "--key", "k", "--on-lost", "panic", "--", "true"), "--on-lost"},
 	}
 	for _, c := range cases {
-		p := start(t, c.name, nil, c.args...)
-		code := p.Wait(10 * time.Second)
-		out := strings.TrimSpace(p.Output())
-		if code != 125 {
-			t.Errorf("%s: exit %d, want 125\n%s", c.name, code, out)
-		}
-		if strings.Count(out, "\n") != 0 || !strings.Contains(out, c.flag) {
-			t.Errorf("%s: want one line naming %q, got:\n%s", c.name, c.flag, out)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			p := start(t, c.name, nil, c.args...)
+			code := p.Wait(10 * time.Second)
+			out := strings.TrimSpace(p.Output())
+			if code != 125 {
+				t.Errorf("exit %d, want 125\n%s", code, out)
+			}
+			if strings.Count(out, "\n") != 0 || !strings.Contains(out, c.flag) {
+				t.Errorf("want one line naming %q, got:\n%s", c.flag, out)
+			}
+		})
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
 var opsKeySeq atomic.Int64
@@ -380,49 +381,10 @@ func TestMetricsAndHealthzThroughLossAndFreeze(t *testing.T) {
 }
 
 // notifyListener plays systemd's side of NOTIFY_SOCKET.
-func notifyListener(t *testing.T) (path string, msgs <-chan string) {
-	t.Helper()
-	// Unix socket paths are short; t.TempDir() can be too long.
-	dir, err := os.MkdirTemp("", "lr-notify-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path = filepath.Join(dir, "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan string, 4096)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			ch <- string(buf[:n])
-		}
-	}()
-	t.Cleanup(func() { conn.Close(); <-done; os.RemoveAll(dir) })
-	return path, ch
-}
+var notifyListener = testsupport.NotifySocket
 
-func expectNotify(t *testing.T, msgs <-chan string, want string, within time.Duration) {
-	t.Helper()
-	timeout := time.After(within)
-	for {
-		select {
-		case m := <-msgs:
-			if strings.Contains(m, want) {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no notification with %q within %v", want, within)
-		}
-	}
-}
+// expectNotify waits for a notification containing want.
+var expectNotify = testsupport.ExpectNotify
 
 // drainNotify discards notifications for d.
 func drainNotify(msgs <-chan string, d time.Duration) {
@@ -589,10 +551,10 @@ func TestGeneratedManPageAndCompletions(t *testing.T) {
 	dir := t.TempDir()
 
 	code, man, errOut, _ := runOnce(t, nil, "gen", "man")
-	if code != 0 || !strings.Contains(man, ".TH leaderrun 1") {
+	if code != 0 || !strings.Contains(man, ".TH LEADERRUN 1") {
 		t.Fatalf("gen man: exit %d %s\n%.300s", code, errOut, man)
 	}
-	for _, want := range []string{"status", "check", "--http-addr", "--epoch", "Exit status", "123"} {
+	for _, want := range []string{"status", "check", `\-\-http\-addr`, `\-\-epoch`, "EXIT STATUS", "123"} {
 		if !strings.Contains(man, want) {
 			t.Errorf("man page lacks %q", want)
 		}
@@ -692,14 +654,30 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	}
 	text := string(unit)
 	for _, want := range []string{"Type=notify", "NotifyAccess=main", "WatchdogSec=", "KillMode=mixed",
-		"EnvironmentFile=/etc/leaderrun/%i.env", "ExecStart=/usr/bin/leaderrun --key %i -- $LEADERRUN_COMMAND",
+		"EnvironmentFile=-/etc/leaderrun/leaderrun.env\nEnvironmentFile=/etc/leaderrun/%i.env",
+		"ExecStart=/usr/bin/leaderrun --key %i -- $LEADERRUN_COMMAND",
 		"RestartPreventExitStatus=125", "SuccessExitStatus=143"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("unit lacks %q", want)
 		}
 	}
-	text = strings.ReplaceAll(text, "/usr/bin/leaderrun", binary)
+	// The settings files the package installs, where the unit reads them.
 	dir := t.TempDir()
+	etc := filepath.Join(dir, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{"packaging/systemd/leaderrun.env": "leaderrun.env", "packaging/systemd/example.env": "billing.env"} {
+		b, err := os.ReadFile(repoFile(t, src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(etc, dst), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text = strings.ReplaceAll(text, "/etc/leaderrun/", etc+"/")
+	text = strings.ReplaceAll(text, "/usr/bin/leaderrun", binary)
 	for _, name := range []string{"leaderrun@.service", "leaderrun@billing.service"} {
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -740,7 +718,9 @@ func TestPackages(t *testing.T) {
 
 	want := []string{
 		"/usr/bin/leaderrun",
-		"/etc/leaderrun/example.env",
+		"/etc/leaderrun/leaderrun.env",
+		"/usr/share/doc/leaderrun/example.env",
+		"/usr/share/doc/leaderrun/DESIGN.md",
 		"/usr/share/man/man1/leaderrun.1.gz",
 		"/usr/share/bash-completion/completions/leaderrun",
 	}
@@ -748,17 +728,24 @@ func TestPackages(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dpkg-deb -c: %v", err)
 	}
-	for _, f := range append(want, "/lib/systemd/system/leaderrun@.service", "/usr/share/zsh/vendor-completions/_leaderrun") {
+	for _, f := range append(want, "/lib/systemd/system/leaderrun@.service", "/usr/share/zsh/vendor-completions/_leaderrun",
+		"/usr/share/doc/leaderrun/copyright", "/usr/share/doc/leaderrun/LICENSE") {
 		if !strings.Contains(string(out), "."+f+"\n") {
 			t.Errorf(".deb lacks %s:\n%s", f, out)
 		}
+	}
+	if strings.Contains(string(out), "./etc/leaderrun/example.env") {
+		t.Errorf(".deb installs example.env into /etc/leaderrun, where it is a startable instance")
+	}
+	if !regexp.MustCompile(`(?m)^-rw------- root/root .* \./etc/leaderrun/leaderrun\.env$`).Match(out) {
+		t.Errorf(".deb leaderrun.env is not root-owned 0600:\n%s", out)
 	}
 	if !regexp.MustCompile(`(?m)^-rwxr-xr-x root/root .* \./usr/bin/leaderrun$`).Match(out) {
 		t.Errorf(".deb binary is not root-owned 0755:\n%s", out)
 	}
 	conf, err := exec.Command("dpkg-deb", "-I", deb, "conffiles").Output()
-	if err != nil || !strings.Contains(string(conf), "/etc/leaderrun/example.env") {
-		t.Errorf(".deb conffiles %q (%v): example.env must be a conffile", conf, err)
+	if err != nil || !strings.Contains(string(conf), "/etc/leaderrun/leaderrun.env") {
+		t.Errorf(".deb conffiles %q (%v): leaderrun.env must be a conffile", conf, err)
 	}
 
 	if rpmCmd, err := exec.LookPath("rpm"); err == nil {
@@ -766,14 +753,18 @@ func TestPackages(t *testing.T) {
 		if err != nil {
 			t.Fatalf("rpm -qlp: %v", err)
 		}
-		for _, f := range append(want, "/usr/lib/systemd/system/leaderrun@.service", "/usr/share/zsh/site-functions/_leaderrun") {
+		for _, f := range append(want, "/usr/lib/systemd/system/leaderrun@.service", "/usr/share/zsh/site-functions/_leaderrun",
+			"/usr/share/licenses/leaderrun/LICENSE") {
 			if !strings.Contains(string(out), f+"\n") {
 				t.Errorf(".rpm lacks %s:\n%s", f, out)
 			}
 		}
 		cfg, _ := exec.Command(rpmCmd, "-qcp", rpm).Output()
-		if !strings.Contains(string(cfg), "/etc/leaderrun/example.env") {
-			t.Errorf(".rpm config files %q: example.env must be %%config(noreplace)", cfg)
+		if !strings.Contains(string(cfg), "/etc/leaderrun/leaderrun.env") {
+			t.Errorf(".rpm config files %q: leaderrun.env must be %%config(noreplace)", cfg)
+		}
+		if lic, err := exec.Command(rpmCmd, "-qp", "--queryformat", "%{LICENSE}", rpm).Output(); err != nil || string(lic) != "Apache-2.0" {
+			t.Errorf(".rpm License: %q %v, want Apache-2.0", lic, err)
 		}
 	} else {
 		b, err := os.ReadFile(rpm)
@@ -807,8 +798,10 @@ func TestPackages(t *testing.T) {
 		if out, err := exec.Command("dpkg", "--purge", "leaderrun").CombinedOutput(); err != nil {
 			t.Errorf("dpkg --purge: %v\n%s", err, out)
 		}
-		if _, err := os.Stat("/usr/bin/leaderrun"); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("/usr/bin/leaderrun still there after purge: %v", err)
+		for _, f := range []string{"/usr/bin/leaderrun", "/etc/leaderrun/leaderrun.env"} {
+			if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s still there after purge: %v", f, err)
+			}
 		}
 	}()
 	ver, err := exec.Command("/usr/bin/leaderrun", "version").Output()
@@ -821,4 +814,41 @@ func TestPackages(t *testing.T) {
 			t.Errorf("after dpkg -i: %v", err)
 		}
 	}
+	if info, err := os.Stat("/etc/leaderrun/leaderrun.env"); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("installed leaderrun.env: %v %v, want mode 0600", info, err)
+	}
+
+	// An instance configured as the README says: the shared file names the
+	// backend, KEY.env the command. Without systemd as PID 1 here, the
+	// instance is started as its unit would start it; `status --unit` reads
+	// the same two files.
+	key := fmt.Sprintf("pkgtest-%d", os.Getpid())
+	lockDir := t.TempDir()
+	shared, err := os.ReadFile("/etc/leaderrun/leaderrun.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared = append(shared, []byte("LEADERRUN_BACKEND=local\nLEADERRUN_LOCK_DIR="+lockDir+"\n")...)
+	if err := os.WriteFile("/etc/leaderrun/leaderrun.env", shared, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	instance := "/etc/leaderrun/" + key + ".env"
+	if err := os.WriteFile(instance, []byte("LEADERRUN_COMMAND=/bin/sleep 1000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(instance)
+	run := exec.Command("/usr/bin/leaderrun", "--env-file", "/etc/leaderrun/leaderrun.env", "--env-file", instance,
+		"--key", key, "--", "/bin/sleep", "1000")
+	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = run.Process.Signal(syscall.SIGTERM); _ = run.Wait() }()
+	leads := regexp.MustCompile(`(?m)^pid\s+` + strconv.Itoa(run.Process.Pid) + `$`)
+	var st []byte
+	waitFor(t, 10*time.Second, "status --unit to show the instance leading", func() bool {
+		st, err = exec.Command("/usr/bin/leaderrun", "status", "--unit", key).CombinedOutput()
+		return err == nil && leads.Match(st) && regexp.MustCompile(`(?m)^backend\s+local$`).Match(st)
+	})
+
 }

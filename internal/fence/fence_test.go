@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -64,13 +66,7 @@ func listen(t *testing.T) *Server {
 // waitFor polls cond until it holds or 5s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsupport.WaitFor(t, 5*time.Second, what, cond)
 }
 
 func TestServerRejectsLowerEpochs(t *testing.T) {

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package ops is leaderrun's operator surface: an Observer that follows the
 // supervisor through its Events and serves /healthz, /status and /metrics
 // and speaks to systemd (READY, STATUS, STOPPING, WATCHDOG), plus the
@@ -10,7 +12,6 @@ package ops
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -109,7 +110,7 @@ func start(cfg Config, n notifier) (*Observer, error) {
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
-			return nil, fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
+			return nil, &locker.ConfigError{Field: "HTTPAddr", Rule: cfg.HTTPAddr + ": cannot listen", Err: err}
 		}
 		o.ln = ln
 		o.srv = &http.Server{

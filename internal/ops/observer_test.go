@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/supervise"
 )
@@ -211,14 +211,15 @@ func TestEndpointsFollowTheEvents(t *testing.T) {
 	}
 }
 
-func TestBindFailureNamesTheFlag(t *testing.T) {
+func TestBindFailureNamesTheField(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	_, err = start(Config{Key: "k", HTTPAddr: ln.Addr().String()}, notifier{})
-	if err == nil || !strings.Contains(err.Error(), "--http-addr "+ln.Addr().String()) || !errors.Is(err, syscall.EADDRINUSE) {
+	var ce *locker.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "HTTPAddr" || !strings.Contains(err.Error(), ln.Addr().String()) || !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("bind on a used port: %v", err)
 	}
 }
@@ -227,50 +228,18 @@ func TestBindFailureNamesTheFlag(t *testing.T) {
 // NOTIFY_SOCKET (and WATCHDOG_USEC) at it for this test.
 func notifySocket(t *testing.T, watchdog time.Duration) <-chan string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, msgs := testsupport.NotifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", path)
 	if watchdog > 0 {
 		t.Setenv("WATCHDOG_USEC", strconv.FormatInt(watchdog.Microseconds(), 10))
 		t.Setenv("WATCHDOG_PID", "")
 	}
-	msgs := make(chan string, 1024)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			msgs <- string(buf[:n])
-		}
-	}()
-	t.Cleanup(func() { conn.Close(); <-done })
 	return msgs
 }
 
-// expect waits for a message containing want, skipping others, and returns
-// it.
-func expect(t *testing.T, msgs <-chan string, want string, within time.Duration) string {
-	t.Helper()
-	timeout := time.After(within)
-	for {
-		select {
-		case m := <-msgs:
-			if strings.Contains(m, want) {
-				return m
-			}
-		case <-timeout:
-			t.Fatalf("no notification with %q within %v", want, within)
-			return ""
-		}
-	}
-}
+// expect waits for a message containing want, skipping others, and
+// returns it.
+var expect = testsupport.ExpectNotify
 
 func TestSystemdNotifications(t *testing.T) {
 	msgs := notifySocket(t, 200*time.Millisecond) // pings every 100ms

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package testcluster runs real etcd and Consul servers for leaderrun's
 // integration tests.
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -57,7 +58,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 // Waiting uses blocking queries on the key, never polling; only while
 // Consul holds the key back for a lock-delay do we retry on a timer.
 func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
-	retry := locker.Backoff{Min: 50 * time.Millisecond, Max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
+	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
 	var index uint64
 	tried := false
 	for {
@@ -72,7 +73,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			if ls, err := l.confirm(ctx, id); ls != nil || err != nil {
 				return ls, err
 			}
-			if !locker.Sleep(ctx, retry.Next()) {
+			if !retry.Sleep(ctx, backoff.Next()) {
 				return nil, ctx.Err()
 			}
 			index = 0
@@ -84,7 +85,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			}
 			l.log.Debug("key held; waiting", "key", l.path, "holder_session", pair.Session)
 			index = nextIndex(index, meta.LastIndex)
-			retry.Reset()
+			backoff.Reset()
 			continue
 		}
 
@@ -105,7 +106,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 		}
 		// Lost a race, or the key is in its lock-delay: Consul wakes no
 		// blocking query when that ends, so look again after a pause.
-		if !l.opts.NoWait && !locker.Sleep(ctx, retry.Next()) {
+		if !l.opts.NoWait && !retry.Sleep(ctx, backoff.Next()) {
 			return nil, ctx.Err()
 		}
 		index = 0

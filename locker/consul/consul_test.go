@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -115,16 +116,7 @@ func waitLost(t *testing.T, ls *lease, start time.Time, limit time.Duration) tim
 }
 
 // waitFor polls cond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+var waitFor = testsupport.WaitFor
 
 func TestSingleServer(t *testing.T) {
 	c := startCluster(t, testcluster.ConsulOptions{Servers: 1})

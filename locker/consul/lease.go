@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -121,7 +122,7 @@ func (ls *lease) markLost(reason string) {
 // a loss (the supervisor's deadline covers that case, DESIGN §1.3).
 func (ls *lease) watch(ctx context.Context, index uint64) {
 	defer close(ls.watching)
-	retry := locker.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		pair, meta, err := ls.l.readKey(ctx, index)
 		switch {
@@ -131,7 +132,7 @@ func (ls *lease) watch(ctx context.Context, index uint64) {
 			ls.l.log.Debug("watch of lock key failed; retrying", "key", ls.l.path, "error", err)
 		case pair != nil && pair.Session == ls.session && meta.LastIndex >= index:
 			index = meta.LastIndex
-			retry.Reset()
+			backoff.Reset()
 			continue
 		default:
 			// Not ours, or an answer older than our own acquire: only a
@@ -143,12 +144,12 @@ func (ls *lease) watch(ctx context.Context, index uint64) {
 			}
 			if err == nil {
 				index = nextIndex(index, meta.LastIndex)
-				retry.Reset()
+				backoff.Reset()
 				continue
 			}
 			ls.l.log.Debug("watch of lock key failed; retrying", "key", ls.l.path, "error", err)
 		}
-		if !locker.Sleep(ctx, retry.Next()) {
+		if !retry.Sleep(ctx, backoff.Next()) {
 			return
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/internal/retry"
 )
 
 // Bounds of the pause between failed re-reads of our key.
@@ -48,7 +48,7 @@ func (s *lease) watchKey(ctx context.Context, rev int64) {
 			pause = minReread
 			continue
 		}
-		if !locker.Sleep(ctx, pause) {
+		if !retry.Sleep(ctx, pause) {
 			return
 		}
 		pause = min(2*pause, maxReread)
@@ -103,7 +103,7 @@ func (s *lease) reread(ctx context.Context) (next int64, reason string, ok bool)
 		default:
 			return resp.Header.Revision + 1, "", true
 		}
-		if !locker.Sleep(ctx, pause) {
+		if !retry.Sleep(ctx, pause) {
 			return 0, "", false
 		}
 		pause = min(2*pause, maxReread)

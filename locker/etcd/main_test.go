@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -135,17 +136,8 @@ func acquireAsync(t testing.TB, ctx context.Context, l *Locker) <-chan acquired 
 	return ch
 }
 
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// eventually polls cond until it holds or d passes.
+var eventually = testsupport.WaitFor
 
 // candidateKeys lists the election keys of key in CreateRevision order.
 func candidateKeys(t testing.TB, cli *clientv3.Client, l *Locker) []string {

@@ -1,4 +1,4 @@
-package ops
+package main
 
 import (
 	"encoding/json"
@@ -54,32 +54,33 @@ func TestReport(t *testing.T) {
 		},
 	}
 	for _, c := range cases {
-		r, err := NewReport("k", c.backend, c.h, c.err)
-		if c.failWith != "" {
-			if err == nil || !strings.Contains(err.Error(), c.failWith) {
-				t.Errorf("%s: error %v, want %q", c.name, err, c.failWith)
+		t.Run(c.name, func(t *testing.T) {
+			r, err := newStatusReport("k", c.backend, c.h, c.err)
+			if c.failWith != "" {
+				if err == nil || !strings.Contains(err.Error(), c.failWith) {
+					t.Errorf("error %v, want %q", err, c.failWith)
+				}
+				return
 			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%s: %v", c.name, err)
-			continue
-		}
-		var out strings.Builder
-		if err := r.WriteText(&out, now); err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range c.text {
-			if !strings.Contains(out.String(), want+"\n") {
-				t.Errorf("%s: table lacks %q:\n%s", c.name, want, out.String())
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if c.json != "" {
-			b, _ := json.Marshal(r)
-			if string(b) != c.json {
-				t.Errorf("%s: json\n got %s\nwant %s", c.name, b, c.json)
+			var out strings.Builder
+			if err := r.writeText(&out, now); err != nil {
+				t.Fatal(err)
 			}
-		}
+			for _, want := range c.text {
+				if !strings.Contains(out.String(), want+"\n") {
+					t.Errorf("table lacks %q:\n%s", want, out.String())
+				}
+			}
+			if c.json != "" {
+				b, _ := json.Marshal(r)
+				if string(b) != c.json {
+					t.Errorf("json\n got %s\nwant %s", b, c.json)
+				}
+			}
+		})
 	}
 }
 
@@ -99,9 +100,11 @@ func TestCheckEpoch(t *testing.T) {
 		{"backend down", 42, locker.Holder{}, errors.New("connection refused"), false, "connection refused"},
 	}
 	for _, c := range cases {
-		err := CheckEpoch("k", c.epoch, c.h, c.err)
-		if errors.Is(err, ErrNotLeader) != c.notHeld || (c.msg == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.msg)) {
-			t.Errorf("%s: %v, want not-held=%v with %q", c.name, err, c.notHeld, c.msg)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			err := checkEpoch("k", c.epoch, c.h, c.err)
+			if errors.Is(err, errNotLeader) != c.notHeld || (c.msg == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.msg)) {
+				t.Errorf("%v, want not-held=%v with %q", err, c.notHeld, c.msg)
+			}
+		})
 	}
 }

@@ -1,4 +1,6 @@
-package ops
+//go:build linux
+
+package main
 
 import (
 	"errors"
@@ -11,23 +13,23 @@ import (
 	"github.com/leaderrun/leaderrun/locker"
 )
 
-// Report is what `leaderrun status` says about a key; with --json it is
+// statusReport is what `leaderrun status` says about a key; with --json it is
 // printed as this JSON document, whose fields are stable: new ones may be
 // added, none renamed or removed.
-type Report struct {
+type statusReport struct {
 	// Key and Backend are what was asked about.
 	Key     string `json:"key"`
 	Backend string `json:"backend"`
 	// Leader is the current holder, or null when nobody leads the key.
-	Leader *LeaderReport `json:"leader"`
+	Leader *leaderReport `json:"leader"`
 	// LastRun is the newest live once-per record of the key (--once-per,
 	// --run-id): slot, outcome, who ran it and when; absent when none.
 	LastRun *locker.Run `json:"last_run,omitempty"`
 }
 
-// LeaderReport describes the holder, from the record it stored on the
+// leaderReport describes the holder, from the record it stored on the
 // backend and the backend's own metadata.
-type LeaderReport struct {
+type leaderReport struct {
 	// ID is the holder's --id (default hostname:pid).
 	ID string `json:"id"`
 	// Hostname and PID locate the holder's leaderrun process.
@@ -49,17 +51,17 @@ type LeaderReport struct {
 	LeaseRemainingSeconds *float64 `json:"lease_remaining_seconds"`
 }
 
-// NewReport turns the result of Locker.Leader into a report. An error
+// newStatusReport turns the result of Locker.Leader into a report. An error
 // other than locker.ErrNoLeader is returned as is.
-func NewReport(key, backend string, h locker.Holder, err error) (Report, error) {
-	r := Report{Key: key, Backend: backend}
+func newStatusReport(key, backend string, h locker.Holder, err error) (statusReport, error) {
+	r := statusReport{Key: key, Backend: backend}
 	if errors.Is(err, locker.ErrNoLeader) {
 		return r, nil
 	}
 	if err != nil {
 		return r, err
 	}
-	l := &LeaderReport{ID: h.ID, Hostname: h.Hostname, PID: h.PID, Epoch: h.Epoch, Version: h.Version}
+	l := &leaderReport{ID: h.ID, Hostname: h.Hostname, PID: h.PID, Epoch: h.Epoch, Version: h.Version}
 	if !h.AcquiredAt.IsZero() {
 		at := h.AcquiredAt.UTC()
 		l.AcquiredAt = &at
@@ -72,8 +74,8 @@ func NewReport(key, backend string, h locker.Holder, err error) (Report, error) 
 	return r, nil
 }
 
-// WriteText prints the report as a two-column table for people.
-func (r Report) WriteText(w io.Writer, now time.Time) error {
+// writeText prints the report as a two-column table for people.
+func (r statusReport) writeText(w io.Writer, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("key", r.Key)
@@ -107,14 +109,14 @@ func (r Report) WriteText(w io.Writer, now time.Time) error {
 }
 
 // lastRunRow adds the once-per record, if any.
-func (r Report) lastRunRow(row func(k, v string)) {
+func (r statusReport) lastRunRow(row func(k, v string)) {
 	if r.LastRun != nil {
 		row("last run", r.LastRun.Describe()+" ("+r.LastRun.Outcome+")")
 	}
 }
 
 // leaseText says how long the lease lasts, in each backend's own terms.
-func (r Report) leaseText() string {
+func (r statusReport) leaseText() string {
 	l := r.Leader
 	switch {
 	case r.Backend == "local":
@@ -140,27 +142,4 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
-}
-
-// ErrNotLeader is returned by CheckEpoch when the epoch no longer holds the
-// key; its message names the current holder and epoch, or "no leader".
-var ErrNotLeader = errors.New("not leader")
-
-// CheckEpoch decides `leaderrun check` from the result of Locker.Leader:
-// nil when epoch still holds key, an error wrapping ErrNotLeader when it
-// does not, and the backend's error as is when it could not be read.
-func CheckEpoch(key string, epoch uint64, h locker.Holder, err error) error {
-	switch {
-	case errors.Is(err, locker.ErrNoLeader):
-		return fmt.Errorf("%w: epoch %d does not hold key %q: no leader", ErrNotLeader, epoch, key)
-	case err != nil:
-		return err
-	case h.Epoch != epoch:
-		who := h.ID
-		if h.Hostname != "" && h.PID != 0 {
-			who = fmt.Sprintf("%s (host %s, pid %d)", h.ID, h.Hostname, h.PID)
-		}
-		return fmt.Errorf("%w: epoch %d does not hold key %q: held by %s with epoch %d", ErrNotLeader, epoch, key, who, h.Epoch)
-	}
-	return nil
 }

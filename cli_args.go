@@ -1,0 +1,278 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// argsKey is where the app keeps the raw command line it was run with.
+const argsKey = "args"
+
+// rawArgs is the command line runApp was given, program name first.
+func rawArgs(c *cli.Context) []string {
+	args, _ := c.App.Metadata[argsKey].([]string)
+	return args
+}
+
+// divertDoubleDash makes `leaderrun [options] -- status ...` run a program
+// named status, as `--` promises, instead of this subcommand: urfave/cli
+// picks a subcommand by the first argument even after `--`.
+func divertDoubleDash(c *cli.Context) error {
+	root := rootContext(c)
+	if !afterDoubleDash(root) {
+		return nil
+	}
+	if err := runAction(root); err != nil {
+		return err
+	}
+	return exitCode(0)
+}
+
+// divertUsageError is divertDoubleDash for arguments this subcommand could
+// not parse as its own flags; a real usage error is one line and 125.
+func divertUsageError(c *cli.Context, err error, _ bool) error {
+	if root := rootContext(c); afterDoubleDash(root) {
+		if err := runAction(root); err != nil {
+			return err
+		}
+		return exitCode(0)
+	}
+	return usage(flagError(err))
+}
+
+// rootContext is the context of the top-level command line.
+func rootContext(c *cli.Context) *cli.Context {
+	lineage := c.Lineage()
+	for i := len(lineage) - 1; i >= 0; i-- {
+		if lineage[i].Command != nil {
+			return lineage[i]
+		}
+	}
+	return c
+}
+
+// afterDoubleDash reports whether the top-level flags ended with "--", so
+// that the first remaining argument is a command to run. The flag parser
+// drops the "--"; the raw command line still shows it.
+func afterDoubleDash(root *cli.Context) bool {
+	args := rawArgs(root)
+	if len(args) < 1 {
+		return false
+	}
+	raw := args[1:]
+	n := len(raw) - root.NArg()
+	return n >= 1 && n <= len(raw) && raw[n-1] == "--"
+}
+
+// givenOnCommandLine reports whether flag was typed on this command's
+// line (not only set by the environment).
+func givenOnCommandLine(c *cli.Context, flag string) bool {
+	for _, name := range c.LocalFlagNames() {
+		if name == flag {
+			return true
+		}
+	}
+	return false
+}
+
+// Errors of Go's flag package and urfave/cli, reworded below.
+var (
+	reBadValue  = regexp.MustCompile(`^invalid value "(.*)" for flag -([\w-]+): (.*)$`)
+	reBadBool   = regexp.MustCompile(`^invalid boolean value "(.*)" for -([\w-]+): (.*)$`)
+	reBadEnv    = regexp.MustCompile(`^could not parse "(.*)" as (\w+) value from environment variable "(\w+)" for flag ([\w-]+): (.*)$`)
+	reUndefined = regexp.MustCompile(`^flag provided but not defined: -+([\w-]+)$`)
+	reNeedsArg  = regexp.MustCompile(`^flag needs an argument: -+([\w-]+)$`)
+	reNumber    = regexp.MustCompile(`^[0-9.]+$`)
+)
+
+// flagError rewords the parser's errors the way an operator reads them:
+// flags with their double dash, and what a valid value looks like.
+func flagError(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	switch m := matchAny(msg); {
+	case m.re == reBadValue:
+		return errors.New(badValue("--"+m.sub[2], m.sub[1], m.sub[3]))
+	case m.re == reBadBool:
+		return fmt.Errorf("--%s takes no value (or true/false), got %q", m.sub[2], m.sub[1])
+	case m.re == reBadEnv:
+		return errors.New(badValue(m.sub[3]+"="+m.sub[1]+" (--"+m.sub[4]+")", m.sub[1], m.sub[2]+" "+m.sub[5]))
+	case m.re == reUndefined:
+		return fmt.Errorf("unknown option --%s (leaderrun --help lists them)", m.sub[1])
+	case m.re == reNeedsArg:
+		return fmt.Errorf("--%s needs a value", m.sub[1])
+	}
+	return err
+}
+
+type match struct {
+	re  *regexp.Regexp
+	sub []string
+}
+
+func matchAny(msg string) match {
+	for _, re := range []*regexp.Regexp{reBadValue, reBadBool, reBadEnv, reUndefined, reNeedsArg} {
+		if sub := re.FindStringSubmatch(msg); sub != nil {
+			return match{re, sub}
+		}
+	}
+	return match{}
+}
+
+// badValue says why value is not valid for flag; kind is the parser's
+// word for the type or its error. subject is "--ttl" on the command line,
+// "LEADERRUN_TTL=5 (--ttl)" from the environment.
+func badValue(subject, value, kind string) string {
+	if !strings.Contains(subject, "=") {
+		subject += " " + strconv.Quote(value)
+		if reNumber.MatchString(value) {
+			subject = strings.Trim(subject, `"`)
+		}
+	}
+	f := flagOf(subject)
+	if _, ok := f.(*cli.DurationFlag); ok || strings.Contains(kind, "duration") {
+		if reNumber.MatchString(value) {
+			return fmt.Sprintf("%s: a duration needs a unit, as in %ss or %sm", strings.ReplaceAll(subject, `"`, ""), value, value)
+		}
+		return fmt.Sprintf("%s: not a duration; write it as 5s, 2m or 1h30m", subject)
+	}
+	switch f.(type) {
+	case *cli.Uint64Flag, *cli.IntFlag, *cli.Int64Flag, *cli.UintFlag:
+		return fmt.Sprintf("%s: not a whole number", subject)
+	}
+	return fmt.Sprintf("%s: not a valid value", subject)
+}
+
+// flagOf is the flag a subject ("--ttl 5", "VAR=5 (--ttl)") names, or nil.
+func flagOf(subject string) cli.Flag {
+	_, name, ok := strings.Cut(subject, "--")
+	if !ok {
+		return nil
+	}
+	name = strings.TrimRight(strings.Fields(name)[0], ")")
+	for _, f := range allFlags() {
+		if f.Names()[0] == name {
+			return f
+		}
+	}
+	return nil
+}
+
+// allFlags are every flag of every command, for looking up a flag's type.
+func allFlags() []cli.Flag {
+	return slices.Concat(backendFlags(), runFlags(), queryFlags(), commonFlags(), []cli.Flag{epochFlag()})
+}
+
+// helpCommand is `leaderrun help [COMMAND]`. It is hidden from the command
+// list (and completion) because --help shows it in the synopsis.
+func helpCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "help",
+		Hidden:    true,
+		Usage:     "show help for leaderrun or one command",
+		ArgsUsage: "[status|check]",
+		Before:    divertDoubleDash,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 1 {
+				return usage(fmt.Errorf("help takes one command name, got %q", c.Args().Slice()))
+			}
+			name := c.Args().First()
+			if name == "" {
+				writeAppHelp(os.Stdout, c.App)
+				return nil
+			}
+			for _, cmd := range c.App.Commands {
+				if cmd.Name == name && !cmd.Hidden {
+					writeCommandHelp(os.Stdout, cmd)
+					return nil
+				}
+			}
+			return usage(fmt.Errorf("help: no command %q; the commands are status, check and version", name))
+		},
+	}
+}
+
+// versionCommand is `leaderrun version`, the same line as --version.
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "version",
+		Usage:       "print the version",
+		UsageText:   "leaderrun version",
+		Description: "Prints leaderrun's version, the commit it was built from, the Go version and the platform.",
+		Before:      divertDoubleDash,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usage(fmt.Errorf("version takes no arguments, got %q", c.Args().First()))
+			}
+			fmt.Print(versionLine())
+			return nil
+		},
+	}
+}
+
+// fieldFlags maps the fields a library names in a *locker.ConfigError to
+// the flags an operator types; "backend.Field" entries win over "Field".
+var fieldFlags = map[string]string{
+	"Key": "--key", "Prefix": "--prefix", "ID": "--id", "TTL": "--ttl",
+	"RenewInterval": "--renew-interval", "KillGrace": "--kill-grace", "SafetyMargin": "--safety-margin",
+	"StopSignal": "--stop-signal", "AcquireTimeout": "--acquire-timeout", "Restart": "--restart",
+	"RestartDelay": "--restart-delay", "OnLost": "--on-lost", "HTTPAddr": "--http-addr",
+	"Dir": "--lock-dir", "LockDir": "--lock-dir", "local.StateDir": "--state-dir",
+	"consul.Address": "--consul-addr", "consul.Token": "--consul-token", "consul.TokenFile": "--consul-token-file",
+	"consul.CACert": "--consul-ca-file", "consul.ClientCert": "--consul-client-cert", "consul.ClientKey": "--consul-client-key",
+	"consul.TLSServerName": "--consul-tls-server-name", "consul.Datacenter": "--consul-datacenter",
+	"consul.LockDelay": "--consul-lock-delay", "consul.SessionChecks": "--consul-session-checks",
+	"etcd.Endpoints": "--etcd-endpoints", "etcd.Username": "--etcd-user", "etcd.Password": "--etcd-password",
+	"etcd.CACert": "--etcd-cacert", "etcd.Cert": "--etcd-cert", "etcd.Key": "--etcd-key", "etcd.DialTimeout": "--etcd-dial-timeout",
+}
+
+// configError words a setting a library refused with the flag the operator
+// typed: "--ttl must be at least 10s on Consul, got 5s". A local file
+// error (the lock directory) is said as what it is, not as a refusal by a
+// remote backend.
+func configError(backend string, err error) error {
+	var ce *locker.ConfigError
+	if errors.As(err, &ce) {
+		flag, ok := fieldFlags[backend+"."+ce.Field]
+		if !ok {
+			flag, ok = fieldFlags[ce.Field]
+		}
+		if !ok {
+			flag = ce.Field
+		}
+		// A rule may name other fields too ("RenewInterval + ... < TTL").
+		rule := ce.Rule
+		for field, f := range fieldFlags {
+			if !strings.Contains(field, ".") {
+				rule = regexp.MustCompile(`\b`+field+`\b`).ReplaceAllString(rule, f)
+			}
+		}
+		msg := rule
+		if !strings.Contains(rule, flag) {
+			msg = flag + " " + rule
+		}
+		if ce.Err != nil {
+			msg += ": " + ce.Err.Error()
+		}
+		return errors.New(msg)
+	}
+	var pe *fs.PathError
+	if backend == "local" && errors.As(err, &pe) {
+		return fmt.Errorf("--lock-dir: cannot %s %s: %w", pe.Op, pe.Path, pe.Err)
+	}
+	return err
+}

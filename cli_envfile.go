@@ -1,0 +1,160 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+const (
+	envFileFlag = "env-file"
+	unitFlag    = "unit"
+)
+
+// configDir holds the settings files of the packaged systemd unit
+// leaderrun@NAME.service: leaderrun.env for every instance, then NAME.env.
+var configDir = "/etc/leaderrun"
+
+// sharedEnvFile is the file every instance reads first.
+const sharedEnvFile = "leaderrun.env"
+
+// loadEnvFiles applies the settings files a command line names, before its
+// flags are parsed (flags read their variables while being parsed):
+// --unit NAME's two files, then each --env-file in order. A later file
+// overrides an earlier one and the inherited environment, as systemd's
+// EnvironmentFile= does; flags still win over all of them. Settings loaded
+// for a run are also in the command's environment, as under systemd.
+func loadEnvFiles(args []string) error {
+	var files []string
+	var unitFiles []string
+	for i := 1; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			break
+		}
+		for _, name := range []string{envFileFlag, unitFlag} {
+			value, ok := flagValue(args, &i, name)
+			if !ok {
+				continue
+			}
+			if value == "" {
+				return fmt.Errorf("--%s needs a value", name)
+			}
+			if name == envFileFlag {
+				files = append(files, value)
+				continue
+			}
+			if err := locker.ValidateKey(value); err != nil {
+				return fmt.Errorf("--unit %w", err)
+			}
+			shared := filepath.Join(configDir, sharedEnvFile)
+			if _, err := os.Stat(shared); err == nil {
+				unitFiles = append(unitFiles, shared)
+			}
+			unitFiles = append(unitFiles, filepath.Join(configDir, value+".env"))
+		}
+	}
+	for _, f := range append(unitFiles, files...) {
+		vars, err := readEnvFile(f)
+		if err != nil {
+			return err
+		}
+		for _, kv := range vars {
+			name, value, _ := strings.Cut(kv, "=")
+			if err := os.Setenv(name, value); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+		}
+	}
+	return nil
+}
+
+// flagValue reads "--name VALUE" or "--name=VALUE" at args[*i], moving *i
+// past the value.
+func flagValue(args []string, i *int, name string) (string, bool) {
+	arg := args[*i]
+	for _, dash := range []string{"--", "-"} {
+		if arg == dash+name {
+			if *i+1 >= len(args) {
+				return "", true
+			}
+			*i++
+			return args[*i], true
+		}
+		if v, ok := strings.CutPrefix(arg, dash+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// readEnvFile reads VAR=value lines as systemd's EnvironmentFile= does:
+// blank lines and lines starting with # or ; are skipped, a value may be
+// quoted with ' or " (backslash escapes inside "…"), and a line ending in
+// a backslash continues on the next.
+func readEnvFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("settings file %s does not exist", path)
+		}
+		return nil, fmt.Errorf("read settings: %w", err)
+	}
+	defer f.Close()
+	var vars []string
+	sc := bufio.NewScanner(f)
+	n, pending := 0, ""
+	for sc.Scan() {
+		n++
+		line := pending + sc.Text()
+		if strings.HasSuffix(line, `\`) {
+			pending = strings.TrimSuffix(line, `\`)
+			continue
+		}
+		pending = ""
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' || line[0] == ';' {
+			continue
+		}
+		name, value, ok := strings.Cut(line, "=")
+		name = strings.TrimSpace(name)
+		if !ok || !envName.MatchString(name) {
+			return nil, fmt.Errorf("%s:%d: not a VAR=value line", path, n)
+		}
+		vars = append(vars, name+"="+unquoteEnv(strings.TrimSpace(value)))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read settings %s: %w", path, err)
+	}
+	return vars, nil
+}
+
+// unquoteEnv removes one pair of surrounding quotes.
+func unquoteEnv(v string) string {
+	if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+		return v[1 : len(v)-1]
+	}
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		var b strings.Builder
+		in := v[1 : len(v)-1]
+		for i := 0; i < len(in); i++ {
+			if in[i] == '\\' && i+1 < len(in) {
+				i++
+			}
+			b.WriteByte(in[i])
+		}
+		return b.String()
+	}
+	return v
+}

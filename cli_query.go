@@ -1,0 +1,104 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// queryFlags are the options of the commands that only read the backend
+// (status, check): the backend options of a run, the key also from
+// LEADER_KEY (inside leaderrun's child it names the key the parent really
+// leads), a bound on the whole read, and the unit whose settings to use.
+func queryFlags() []cli.Flag {
+	flags := backendFlags()
+	for _, f := range flags {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "key" {
+			sf.EnvVars = append([]string{"LEADER_KEY"}, sf.EnvVars...)
+			sf.Usage = "the leadership `KEY`, also given as the argument"
+		}
+	}
+	return append(flags,
+		&cli.DurationFlag{Name: "timeout", Category: catQuery, EnvVars: []string{"LEADERRUN_TIMEOUT"}, Value: 10 * time.Second,
+			Usage: "give up reading the backend after this long (exit 125)"},
+		&cli.StringFlag{Name: unitFlag, Category: catQuery,
+			Usage: "use the settings of leaderrun@`NAME`.service: " + configDir + "/leaderrun.env, then " + configDir + "/NAME.env; the key defaults to NAME"},
+	)
+}
+
+// queryKey is the key a status or check names: its one argument, else
+// --key typed on the command line, else --unit's name, else the
+// environment (LEADER_KEY, LEADERRUN_KEY).
+func queryKey(c *cli.Context) (string, error) {
+	if c.NArg() > 1 {
+		return "", fmt.Errorf("%s takes at most one KEY argument, got %d: %q", c.Command.Name, c.NArg(), c.Args().Slice())
+	}
+	if arg := c.Args().First(); arg != "" {
+		if givenOnCommandLine(c, "key") && c.String("key") != arg {
+			return "", fmt.Errorf("the KEY argument %q and --key %q differ; give one", arg, c.String("key"))
+		}
+		return arg, nil
+	}
+	if unit := c.String(unitFlag); unit != "" && !givenOnCommandLine(c, "key") {
+		return unit, nil
+	}
+	return c.String("key"), nil
+}
+
+// leaderRead is one read of a key's holder: Err is the backend's answer
+// (locker.ErrNoLeader, a failure) for the command to judge.
+type leaderRead struct {
+	Key    string
+	Holder locker.Holder
+	Err    error
+	// LastRun is the key's newest once-per record, when asked for and
+	// the backend keeps one.
+	LastRun *locker.Run
+}
+
+// readLeader reads the key's holder once, within --timeout. Its own error
+// is a usage error (bad flags, a backend refused at construction).
+// With lastRun it also reads the newest once-per record, if any.
+func readLeader(c *cli.Context, lastRun bool) (leaderRead, error) {
+	lk, opts, err := queryLocker(c)
+	if err != nil {
+		return leaderRead{}, err
+	}
+	defer lk.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
+	defer cancel()
+	h, err := lk.Leader(ctx)
+	read := leaderRead{Key: opts.Key, Holder: h, Err: err}
+	if rl, ok := locker.RunLogOf(lk); ok && lastRun {
+		if run, err := rl.LatestRun(ctx); err == nil {
+			read.LastRun = &run
+		}
+	}
+	return read, nil
+}
+
+// queryLocker builds the backend from the command's flags, logging only
+// errors so the command's own output stays clean.
+func queryLocker(c *cli.Context) (locker.Locker, locker.Options, error) {
+	key, err := queryKey(c)
+	if err != nil {
+		return nil, locker.Options{}, err
+	}
+	opts, err := lockerOptions(c, key)
+	if err != nil {
+		return nil, opts, err
+	}
+	if c.Duration("timeout") <= 0 {
+		return nil, opts, fmt.Errorf("--timeout must be greater than 0, got %v", c.Duration("timeout"))
+	}
+	spec := specFromCLI(c, opts)
+	spec.ReadOnly = true // status and check create nothing
+	lk, err := spec.newLocker(newQuietLogger())
+	return lk, opts, configError(c.String("backend"), err)
+}

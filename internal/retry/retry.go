@@ -1,0 +1,43 @@
+// Package retry paces repeated attempts: a doubling backoff and a sleep
+// that ends early when its context does. The supervisor uses it for
+// campaigns and restarts, the backends for their own reconnects; it keeps
+// no deadline (that is package supervise's alone, DESIGN §1.2).
+package retry
+
+import (
+	"context"
+	"time"
+)
+
+// Backoff yields pauses that double from Min up to Max. The zero value of
+// its state starts at Min; Reset starts over.
+type Backoff struct {
+	Min, Max time.Duration
+	cur      time.Duration
+}
+
+// Next returns the next pause.
+func (b *Backoff) Next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.Min
+	} else {
+		b.cur = min(2*b.cur, b.Max)
+	}
+	return b.cur
+}
+
+// Reset makes the next pause Min again.
+func (b *Backoff) Reset() { b.cur = 0 }
+
+// Sleep pauses for d and reports true, or reports false as soon as ctx
+// ends.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

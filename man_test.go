@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestManPage checks leaderrun(1) as generated from the CLI definition:
+// the sections a reader looks for, a synopsis that shows "-- COMMAND",
+// every option, and a page man renders without warnings in 80 columns.
+func TestManPage(t *testing.T) {
+	t.Parallel()
+	page, err := manPage(newApp(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sections []string
+	for _, m := range regexp.MustCompile(`(?m)^\.SH (.*)$`).FindAllStringSubmatch(page, -1) {
+		sections = append(sections, m[1])
+	}
+	want := []string{"NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "COMMANDS", "EXIT STATUS", "ENVIRONMENT", "FILES", "EXAMPLES", "SEE ALSO"}
+	if strings.Join(sections, ",") != strings.Join(want, ",") {
+		t.Errorf("sections %q, want %q", sections, want)
+	}
+	synopsis := page[strings.Index(page, ".SH SYNOPSIS"):strings.Index(page, ".SH DESCRIPTION")]
+	if !strings.Contains(synopsis, `\fB\-\-\fR \fICOMMAND\fR`) || strings.Count(synopsis, "\n") > 12 {
+		t.Errorf("SYNOPSIS must be a few lines showing -- COMMAND:\n%s", synopsis)
+	}
+	for _, d := range visibleFlags(newApp(nil).Flags) {
+		if !strings.Contains(page, `\fB`+roffText(d.Name)+`\fR`) {
+			t.Errorf("the man page lacks %s", d.Name)
+		}
+	}
+	for _, w := range []string{"cron", "systemctl enable", "leaderrun check || exit 1", "/etc/leaderrun/leaderrun.env", "LEADER_EPOCH"} {
+		if !strings.Contains(page, roffText(w)) {
+			t.Errorf("the man page lacks %q", w)
+		}
+	}
+
+	man, err := exec.LookPath("man")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("man is not installed (apt-get install man-db)")
+		}
+		t.Skip("man is not installed (apt-get install man-db)")
+	}
+	file := filepath.Join(t.TempDir(), "leaderrun.1")
+	if err := os.WriteFile(file, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(man, "--warnings", "-l", file)
+	cmd.Env = append(os.Environ(), "MANWIDTH=80", "MAN_KEEP_FORMATTING=0", "PAGER=cat", "LANG=C.UTF-8")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || stderr.Len() > 0 {
+		t.Fatalf("man -l: %v, warnings:\n%s", err, stderr.String())
+	}
+	// man may still embolden by overstriking: "x\bx".
+	out = regexp.MustCompile(".\b").ReplaceAll(out, nil)
+	for i, line := range strings.Split(string(out), "\n") {
+		if n := len([]rune(line)); n > 80 {
+			t.Errorf("rendered line %d is %d columns: %q", i+1, n, line)
+		}
+	}
+	if !strings.Contains(string(out), "leaderrun [options] --key KEY -- COMMAND [ARG...]") {
+		t.Errorf("rendered synopsis lacks the run form:\n%.600s", out)
+	}
+}
