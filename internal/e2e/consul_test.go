@@ -215,3 +215,51 @@ func TestConsulCluster(t *testing.T) {
 	}
 	t.Logf("servers gone: child died %v before the last renewal + ttl", lastRenewal.Add(consulTTL).Sub(died).Round(time.Millisecond))
 }
+
+// TestConsulAddressList gives leaderrun every server's address: losing the
+// server it talks to costs nothing, and losing quorum still stops the child
+// before the last renewal + TTL.
+func TestConsulAddressList(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 3})
+	list := strings.Join(c.Addrs(), ",")
+	dir := t.TempDir()
+	key := newKey("list")
+	a := startHost(t, dir, "a", "b", consulArgs(list, key, "--log-level", "debug"))
+	pid := a.waitStarted(t, 30*time.Second)
+	epoch := a.epoch(t)
+
+	// The first address is the one in use: kill -9 it.
+	c.Kill(0)
+	deadline := time.Now().Add(2 * consulTTL)
+	for time.Now().Before(deadline) {
+		if !alive(pid) || a.p.Exited() {
+			t.Fatalf("child or leaderrun died after the server in use was killed\n%s", a.p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(a.p.Output(), "moving to the next address") {
+		t.Fatalf("leaderrun never moved off the killed server\n%s", a.p.Output())
+	}
+	code, out, errOut, _ := runOnce(t, nil, "status", "--json", "--backend", "consul", "--consul-addr", list, "--key", key)
+	var st statusJSON
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Leader == nil || st.Leader.Epoch != epoch {
+		t.Fatalf("status after the kill: exit %d, %q %s (%v), want epoch %d", code, out, errOut, err, epoch)
+	}
+	code, _, errOut, _ = runOnce(t, nil, "check", "--epoch", strconvItoa(int64(epoch)), "--backend", "consul", "--consul-addr", list, "--key", key)
+	if code != 0 {
+		t.Fatalf("check --epoch %d after the kill: exit %d %s", epoch, code, errOut)
+	}
+
+	// A second server stops: no quorum. The child is dead before the last
+	// renewal + TTL, and leaderrun exits 123.
+	c.Stop(1)
+	if code := a.p.Wait(3 * consulTTL); code != 123 {
+		t.Fatalf("exit %d after quorum was lost, want 123\n%s", code, a.p.Output())
+	}
+	lastRenewal := lastLogTime(t, a.p.Output(), "renewed")
+	died := a.stamp(t, "end")
+	if limit := lastRenewal.Add(consulTTL); !died.Before(limit) {
+		t.Fatalf("child died at %v, after last renewal + ttl (%v)", died, limit)
+	}
+	t.Logf("quorum lost: child died %v before the last renewal + ttl", lastRenewal.Add(consulTTL).Sub(died).Round(time.Millisecond))
+}

@@ -60,11 +60,21 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 	retry := locker.Backoff{Min: 50 * time.Millisecond, Max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
 	var index uint64
 	tried := false
+	failures := 0
 	for {
 		pair, meta, err := l.readKey(ctx, index)
 		if err != nil {
-			return nil, err
+			// The next read goes to the next address; give up only once
+			// every address failed in a row.
+			if failures++; failures >= len(l.ep.addrs) || !movable(ctx, err) {
+				return nil, err
+			}
+			if !locker.Sleep(ctx, retry.Next()) {
+				return nil, ctx.Err()
+			}
+			continue
 		}
+		failures = 0
 		switch {
 		case pair != nil && pair.Session == id:
 			// Our own acquire went through though its answer did not
@@ -123,8 +133,13 @@ func (l *Locker) readKey(ctx context.Context, index uint64) (*api.KVPair, *api.Q
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	pair, meta, err := l.client.KV().Get(l.path, q.WithContext(cctx))
+	at, c := l.ep.pick()
+	if index > 0 {
+		defer l.ep.abortOnMove(at, cancel)()
+	}
+	pair, meta, err := c.KV().Get(l.path, q.WithContext(cctx))
 	if err != nil {
+		l.ep.failed(cctx, at, err)
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
@@ -146,7 +161,11 @@ func (l *Locker) tryAcquire(ctx context.Context, id string, record []byte) (bool
 		// Not ErrLost for Acquire's caller: no leadership was lost.
 		return false, fmt.Errorf("acquire %s: candidate session: %v", l.path, err)
 	}
-	won, _, err := l.client.KV().Acquire(&api.KVPair{Key: l.path, Value: record, Session: id}, l.writeOpts(cctx))
+	var won bool
+	err := l.do(cctx, func(c *api.Client) (err error) {
+		won, _, err = c.KV().Acquire(&api.KVPair{Key: l.path, Value: record, Session: id}, l.writeOpts(cctx))
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
@@ -164,7 +183,14 @@ func (l *Locker) tryAcquire(ctx context.Context, id string, record []byte) (bool
 func (l *Locker) confirm(ctx context.Context, id string) (*lease, error) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	pair, meta, err := l.client.KV().Get(l.path, l.queryOpts(cctx, true))
+	var (
+		pair *api.KVPair
+		meta *api.QueryMeta
+	)
+	err := l.do(cctx, func(c *api.Client) (err error) {
+		pair, meta, err = c.KV().Get(l.path, l.queryOpts(cctx, true))
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

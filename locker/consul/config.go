@@ -65,8 +65,12 @@ const blockTimeout = blockWait + blockWait/16 + callTimeout
 type Config struct {
 	locker.Options
 
-	// Address of the Consul agent: host:port, or a URL with scheme http,
-	// https or unix. Empty means the consul/api default (localhost:8500).
+	// Address of the Consul agent or server: host:port, or a URL with
+	// scheme http, https or unix. A comma-separated list names several
+	// servers (or agents) of one datacenter: a request that fails on one
+	// is retried on the next, and renewals, watches and blocking queries
+	// all move together. Empty means CONSUL_HTTP_ADDR (which may hold a
+	// list too), else the consul/api default (localhost:8500).
 	Address string
 	// Token is the ACL token. It never appears in errors or logs.
 	Token string
@@ -97,7 +101,7 @@ type Config struct {
 // Locker campaigns for one key with Consul sessions. It implements
 // locker.Locker; create it with New.
 type Locker struct {
-	client    *api.Client
+	ep        *endpoints
 	transport *http.Transport
 	token     string // per-request ACL token; never logged
 	path      string // KV path of the lock key: <prefix>/<key>
@@ -131,8 +135,15 @@ func New(cfg Config) (*Locker, error) {
 	}
 
 	acfg := api.DefaultConfigWithLogger(log)
-	if cfg.Address != "" {
-		acfg.Address = cfg.Address
+	list := cfg.Address
+	if list == "" {
+		list = os.Getenv("CONSUL_HTTP_ADDR")
+	}
+	addrs := []string{acfg.Address}
+	if list != "" {
+		if addrs, err = splitAddresses(list); err != nil {
+			return nil, fmt.Errorf("%w: consul address: %v", ErrConfig, err)
+		}
 	}
 	if cfg.Datacenter != "" {
 		acfg.Datacenter = cfg.Datacenter
@@ -166,9 +177,17 @@ func New(cfg Config) (*Locker, error) {
 	httpClient.Timeout = blockTimeout + callTimeout
 	acfg.HttpClient = httpClient
 
-	client, err := api.NewClient(acfg)
-	if err != nil {
-		return nil, fmt.Errorf("%w: consul client: %v", ErrConfig, redact(err.Error(), token))
+	ep := &endpoints{addrs: addrs, log: log, moved: make(chan struct{})}
+	for _, a := range addrs {
+		// Each address gets its own copy of the settings; TLS, token and
+		// the HTTP client (one connection pool) are shared by all.
+		one := *acfg
+		one.Address = a
+		client, err := api.NewClient(&one)
+		if err != nil {
+			return nil, fmt.Errorf("%w: consul client for %s: %v", ErrConfig, a, redact(err.Error(), token))
+		}
+		ep.clients = append(ep.clients, client)
 	}
 	path := cfg.Key
 	if cfg.Prefix != "" {
@@ -180,7 +199,7 @@ func New(cfg Config) (*Locker, error) {
 		opts.ID = host + ":" + strconv.Itoa(os.Getpid())
 	}
 	return &Locker{
-		client:    client,
+		ep:        ep,
 		transport: transport,
 		token:     token,
 		path:      path,

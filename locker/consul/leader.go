@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -18,14 +20,32 @@ const handlePrefix = "consul:"
 // LeaseRemaining Consul can tell us. It returns an error wrapping
 // locker.ErrNoLeader when nobody holds the key.
 func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
-	pair, _, err := l.client.KV().Get(l.path, l.queryOpts(ctx, true))
+	var h locker.Holder
+	err := l.onEach(ctx, func(ctx context.Context) (err error) {
+		h, err = l.leader(ctx)
+		return err
+	})
+	return h, err
+}
+
+// leader is one attempt of Leader.
+func (l *Locker) leader(ctx context.Context) (locker.Holder, error) {
+	var pair *api.KVPair
+	err := l.do(ctx, func(c *api.Client) (err error) {
+		pair, _, err = c.KV().Get(l.path, l.queryOpts(ctx, true))
+		return err
+	})
 	if err != nil {
 		return locker.Holder{}, l.fail("read "+l.path, err)
 	}
 	if pair == nil || pair.Session == "" {
 		return locker.Holder{}, fmt.Errorf("read %s: %w", l.path, locker.ErrNoLeader)
 	}
-	se, _, err := l.client.Session().Info(pair.Session, l.queryOpts(ctx, true))
+	var se *api.SessionEntry
+	err = l.do(ctx, func(c *api.Client) (err error) {
+		se, _, err = c.Session().Info(pair.Session, l.queryOpts(ctx, true))
+		return err
+	})
 	if err != nil {
 		return locker.Holder{}, l.fail("read session of "+l.path, err)
 	}

@@ -94,12 +94,28 @@ func (ls *lease) Release(ctx context.Context) error {
 // lock-delay, then destroys the session. Its callers have seen the child's
 // process group gone (DESIGN §1.4).
 func (l *Locker) giveBack(ctx context.Context, session string) error {
-	if _, _, err := l.client.KV().Release(&api.KVPair{Key: l.path, Session: session}, l.writeOpts(ctx)); err != nil {
+	// The release may use half the time; the destroy must have some left.
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		rctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+	}
+	defer cancel()
+	if err := l.onEach(rctx, func(ctx context.Context) error {
+		return l.do(ctx, func(c *api.Client) error {
+			_, _, err := c.KV().Release(&api.KVPair{Key: l.path, Session: session}, l.writeOpts(ctx))
+			return err
+		})
+	}); err != nil {
 		l.log.Debug("KV release failed; destroying the session anyway", "key", l.path, "error", l.scrub(err))
 	}
 	// Only the destroy must succeed: with Behavior release it frees the
 	// key as well (after the lock-delay).
-	if _, err := l.client.Session().Destroy(session, l.writeOpts(ctx)); err != nil {
+	if err := l.onEach(ctx, func(ctx context.Context) error {
+		return l.do(ctx, func(c *api.Client) error {
+			_, err := c.Session().Destroy(session, l.writeOpts(ctx))
+			return err
+		})
+	}); err != nil {
 		return l.fail(fmt.Sprintf("release %s: destroy session %s", l.path, session), err)
 	}
 	return nil
@@ -159,7 +175,11 @@ func (ls *lease) watch(ctx context.Context, index uint64) {
 func (ls *lease) confirmLost(ctx context.Context) (reason string, gone bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	pair, _, err := ls.l.client.KV().Get(ls.l.path, ls.l.queryOpts(cctx, true))
+	var pair *api.KVPair
+	err = ls.l.do(cctx, func(c *api.Client) (err error) {
+		pair, _, err = c.KV().Get(ls.l.path, ls.l.queryOpts(cctx, true))
+		return err
+	})
 	switch {
 	case err != nil:
 		return "", false, ls.l.fail("confirm loss of "+ls.l.path, err)

@@ -39,7 +39,10 @@ func (l *Locker) createSession(ctx context.Context) (string, error) {
 	defer cancel()
 	grace := context.AfterFunc(ctx, func() { time.AfterFunc(createGrace, cancel) })
 	defer grace()
-	if _, err := l.client.Raw().Write("/v1/session/create", body, &out, l.writeOpts(cctx)); err != nil {
+	if err := l.do(cctx, func(c *api.Client) error {
+		_, err := c.Raw().Write("/v1/session/create", body, &out, l.writeOpts(cctx))
+		return err
+	}); err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
@@ -66,7 +69,11 @@ func (l *Locker) createSession(ctx context.Context) (string, error) {
 func (l *Locker) checkSession(ctx context.Context, id string) error {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	se, _, err := l.client.Session().Info(id, l.queryOpts(cctx, true))
+	var se *api.SessionEntry
+	err := l.do(cctx, func(c *api.Client) (err error) {
+		se, _, err = c.Session().Info(id, l.queryOpts(cctx, true))
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -117,7 +124,10 @@ func (l *Locker) renewSession(ctx context.Context, id string) (time.Duration, er
 	// Through Raw rather than Session().Renew, which drops the server's
 	// reason from every error and hides the status code.
 	var entries []*api.SessionEntry
-	_, err := l.client.Raw().Write("/v1/session/renew/"+id, nil, &entries, l.writeOpts(ctx))
+	err := l.do(ctx, func(c *api.Client) error {
+		_, err := c.Raw().Write("/v1/session/renew/"+id, nil, &entries, l.writeOpts(ctx))
+		return err
+	})
 	var se api.StatusError
 	switch {
 	case errors.As(err, &se) && se.Code == http.StatusNotFound:
@@ -141,7 +151,10 @@ func (l *Locker) renewSession(ctx context.Context, id string) (time.Duration, er
 func (l *Locker) destroySession(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if _, err := l.client.Session().Destroy(id, l.writeOpts(ctx)); err != nil {
+	if err := l.do(ctx, func(c *api.Client) error {
+		_, err := c.Session().Destroy(id, l.writeOpts(ctx))
+		return err
+	}); err != nil {
 		l.log.Debug("destroy session failed; it will expire after its TTL", "session", id, "error", l.scrub(err))
 		return
 	}
