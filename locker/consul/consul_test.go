@@ -75,7 +75,7 @@ func (c *cluster) sessions(t *testing.T, l *Locker) []*api.SessionEntry {
 	}
 	var out []*api.SessionEntry
 	for _, s := range all {
-		if s.Name == "leaderrun "+l.path {
+		if s.Name == l.sessionName() {
 			out = append(out, s)
 		}
 	}
@@ -207,7 +207,7 @@ func testSessionHasNoChecks(t *testing.T, c *cluster, addr string) {
 	if se.TTL != "10s" || se.Behavior != api.SessionBehaviorRelease || se.LockDelay != 250*time.Millisecond {
 		t.Fatalf("session TTL=%q Behavior=%q LockDelay=%v", se.TTL, se.Behavior, se.LockDelay)
 	}
-	if se.Name != "leaderrun "+l.path {
+	if se.Name != l.sessionName() {
 		t.Fatalf("session name %q", se.Name)
 	}
 }

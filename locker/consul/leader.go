@@ -55,7 +55,7 @@ func (l *Locker) leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, fmt.Errorf("read %s: holder session just ended: %w", l.path, locker.ErrNoLeader)
 	}
 	h := locker.ParseHolder(pair.Value)
-	h.Epoch = pair.ModifyIndex
+	h.Epoch = epochOf(pair, declaresContract(se.Name))
 	// Consul does not say how much of the TTL is left, only the TTL itself,
 	// which bounds it from above.
 	if ttl, err := time.ParseDuration(se.TTL); err == nil {
@@ -101,4 +101,16 @@ func parseHandle(handle string) (session, key string, err error) {
 		return "", "", fmt.Errorf("release: %q is not a consul lease handle", handle)
 	}
 	return session, key, nil
+}
+
+// epochOf is the epoch of the holder of pair. A holder that follows the
+// observer-clock contract created the key with its acquire, and its
+// heartbeats (or a write by hand) move only the ModifyIndex: its epoch is
+// the CreateIndex. An older leaderrun acquired an existing key and never
+// wrote it again: its epoch is the ModifyIndex.
+func epochOf(pair *api.KVPair, follows bool) uint64 {
+	if follows {
+		return pair.CreateIndex
+	}
+	return pair.ModifyIndex
 }

@@ -18,7 +18,7 @@ import (
 // key is freed the moment the session ends.
 func (l *Locker) createSession(ctx context.Context) (string, error) {
 	body := map[string]any{
-		"Name":      "leaderrun " + l.path,
+		"Name":      l.sessionName(),
 		"TTL":       l.ttlString(),
 		"Behavior":  api.SessionBehaviorRelease,
 		"LockDelay": fmt.Sprintf("%dms", l.lockDelay.Milliseconds()),
