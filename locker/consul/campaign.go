@@ -46,7 +46,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		return ls, nil
 	}
 
-	l.destroySession(id)
+	l.abandon(id)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}

@@ -178,3 +178,49 @@ func testTakeover(t *testing.T, c *cluster, fail string) {
 	}
 	_ = la.Release(rctx)
 }
+
+// TestAmbiguousAcquireGivesKeyBack: an acquire that Consul applied but
+// whose answer was lost makes Acquire fail; the key must be given back
+// before the session is destroyed, or Consul's lock-delay (here the TTL)
+// would keep our own next attempt, and everyone else, out.
+func TestAmbiguousAcquireGivesKeyBack(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, testcluster.ConsulOptions{Servers: 1})
+	u, err := url.Parse("http://" + c.HTTPAddr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var swallow atomic.Bool
+	swallow.Store(true)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/txn" && swallow.Load() {
+			// Apply the transaction, lose the answer.
+			rp.ServeHTTP(httptest.NewRecorder(), r)
+			http.Error(w, "injected fault after forwarding", http.StatusBadGateway)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	set := func(cfg *Config) { cfg.LockDelay = MinTTL }
+	a := c.locker(t, "ambiguous", strings.TrimPrefix(srv.URL, "http://"), set)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ls, err := a.Acquire(ctx)
+	cancel()
+	if err == nil {
+		ls.Release(context.Background())
+		t.Fatal("Acquire succeeded though its answer was lost")
+	}
+	t.Logf("ambiguous acquire: %v", err)
+	swallow.Store(false)
+
+	b := c.locker(t, "ambiguous", c.HTTPAddr(0), set)
+	start := time.Now()
+	lb := acquire(t, b)
+	defer release(t, lb)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the next acquire took %v: the key sat in its lock-delay", took)
+	}
+}

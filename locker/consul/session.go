@@ -145,12 +145,35 @@ func (l *Locker) renewSession(ctx context.Context, id string) (time.Duration, er
 	return granted, nil
 }
 
+// abandon gives up a candidate session after a failed Acquire: an acquire
+// whose answer was lost may have made it the holder, and destroying a
+// holding session puts the key into its lock-delay for everyone, our own
+// next attempt included. So it first releases the key (a no-op unless this
+// session holds it), then destroys the session, both on one fresh short
+// timeout. No child ever ran under this session.
+func (l *Locker) abandon(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := l.do(ctx, func(c *api.Client) error {
+		_, _, err := c.KV().Release(&api.KVPair{Key: l.path, Session: id}, l.writeOpts(ctx))
+		return err
+	}); err != nil {
+		l.log.Debug("give back key after failed acquire failed", "key", l.path, "session", id, "error", l.scrub(err))
+	}
+	l.destroySessionCtx(ctx, id)
+}
+
 // destroySession ends a session on a fresh short timeout: it runs when the
 // caller's context may already be done. Failure only means the session
 // expires on its own after its TTL.
 func (l *Locker) destroySession(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	l.destroySessionCtx(ctx, id)
+}
+
+// destroySessionCtx ends a session within ctx; failure is only logged.
+func (l *Locker) destroySessionCtx(ctx context.Context, id string) {
 	if err := l.do(ctx, func(c *api.Client) error {
 		_, err := c.Session().Destroy(id, l.writeOpts(ctx))
 		return err
