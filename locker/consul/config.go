@@ -107,6 +107,7 @@ type Locker struct {
 	path      string // KV path of the lock key: <prefix>/<key>
 	opts      locker.Options
 	lockDelay time.Duration
+	dc        string // Config.Datacenter, empty for the agent's own
 	checks    []string
 	log       hclog.Logger
 }
@@ -205,6 +206,7 @@ func New(cfg Config) (*Locker, error) {
 		path:      path,
 		opts:      opts,
 		lockDelay: ceilMillis(cfg.LockDelay),
+		dc:        cfg.Datacenter,
 		checks:    append([]string(nil), cfg.SessionChecks...),
 		log:       log,
 	}, nil

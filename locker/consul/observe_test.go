@@ -224,3 +224,37 @@ func TestAmbiguousAcquireGivesKeyBack(t *testing.T) {
 		t.Fatalf("the next acquire took %v: the key sat in its lock-delay", took)
 	}
 }
+
+// TestServerRefusesSessionSetup: settings the servers will never accept
+// are configuration errors, refused at once and naming the setting, not
+// failures retried forever.
+func TestServerRefusesSessionSetup(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		opts   testcluster.ConsulOptions
+		change func(*Config)
+		field  string
+	}{
+		{"session_ttl_min above the TTL", testcluster.ConsulOptions{Servers: 1, SessionTTLMin: "20s"}, func(*Config) {}, "TTL"},
+		{"unknown datacenter", testcluster.ConsulOptions{Servers: 1}, func(c *Config) { c.Datacenter = "dc9" }, "Datacenter"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := startCluster(t, tt.opts)
+			l := c.locker(t, "refused", c.HTTPAddr(0), tt.change)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := l.Acquire(ctx)
+			var ce *locker.ConfigError
+			if !errors.Is(err, locker.ErrRefused) || !errors.As(err, &ce) || ce.Field != tt.field {
+				t.Fatalf("Acquire: %v; want a ConfigError on %s", err, tt.field)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error is not one line: %q", err)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+}

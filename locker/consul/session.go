@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -45,6 +46,9 @@ func (l *Locker) createSession(ctx context.Context) (string, error) {
 	}); err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
+		}
+		if cerr := l.sessionRefused(err); cerr != nil {
+			return "", cerr
 		}
 		return "", l.fail("create consul session", err)
 	}
@@ -219,4 +223,28 @@ func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.Canc
 // ttlString is the TTL as sent to Consul; the server echoes it back.
 func (l *Locker) ttlString() string {
 	return l.opts.TTL.String()
+}
+
+// sessionRefused recognises a session create that no retry can make work
+// and returns it as a configuration error: the servers' session_ttl_min is
+// above our TTL, the datacenter does not exist, or it is not the one of the
+// agent we talk to (a session is tied to that agent's node, so a lock in
+// another datacenter must go through an address in that datacenter).
+func (l *Locker) sessionRefused(err error) error {
+	var se api.StatusError
+	if !errors.As(err, &se) {
+		return nil
+	}
+	body := strings.TrimSpace(se.Body)
+	switch {
+	case strings.Contains(body, "Invalid Session TTL"):
+		return &locker.ConfigError{Field: "TTL", Rule: fmt.Sprintf(
+			"%v is below the Consul servers' minimum session TTL (session_ttl_min; they answered %q)", l.opts.TTL, body)}
+	case strings.Contains(body, "No path to datacenter"):
+		return &locker.ConfigError{Field: "Datacenter", Rule: fmt.Sprintf("Consul knows no datacenter %q", l.dc)}
+	case l.dc != "" && strings.Contains(body, "Missing node registration"):
+		return &locker.ConfigError{Field: "Datacenter", Rule: fmt.Sprintf(
+			"a session is tied to the node of the agent it is created through, which is not in datacenter %q: give the address of an agent or server in that datacenter", l.dc)}
+	}
+	return nil
 }
