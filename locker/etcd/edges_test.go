@@ -1,0 +1,93 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// A waiting candidate whose caller gives up ends within 1s (DESIGN §3),
+// even when etcd cannot be reached to revoke its lease.
+func TestWithdrawWhileUnreachable(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	holder := newLocker(t, e.Endpoints(), keyFor(t))
+	mustAcquire(t, holder)
+	waiter := newLocker(t, e.Endpoints(), keyFor(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := acquireAsync(t, ctx, waiter)
+	cli := rawClient(t, e.Endpoints())
+	eventually(t, 10*time.Second, "the waiter's election key", func() bool { return len(candidateKeys(t, cli, waiter)) == 2 })
+
+	e.Kill(0)
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	r := <-ch
+	took := time.Since(start)
+	t.Logf("cancelled wait with etcd down: %v after %v", r.err, took)
+	if !errors.Is(r.err, context.Canceled) {
+		t.Errorf("Acquire = %v, want context.Canceled", r.err)
+	}
+	if took > time.Second {
+		t.Fatalf("a cancelled wait took %v with etcd unreachable, want within 1s", took)
+	}
+}
+
+// A holder whose election key is detached from its lease by hand (a put
+// without --lease) no longer has a key that expires with its lease: that
+// is lost leadership.
+func TestKeyDetachedFromLeaseIsLost(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	l := newLocker(t, e.Endpoints(), keyFor(t))
+	lease := mustAcquire(t, l)
+	cli := rawClient(t, e.Endpoints())
+	keys := candidateKeys(t, cli, l)
+	if len(keys) != 1 {
+		t.Fatalf("election keys %v", keys)
+	}
+	if _, err := cli.Put(ctxFor(t, 5*time.Second), keys[0], "by hand"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Lost():
+		t.Logf("lost: %s", lease.LostReason())
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost not closed after the election key was detached from its lease")
+	}
+	if _, err := lease.Renew(ctxFor(t, time.Second)); !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew after the key was detached: %v, want ErrLost", err)
+	}
+}
+
+// status and check never name a holder whose lease etcd no longer counts
+// as alive (TimeToLive <= 0): its key goes with the lease any moment.
+func TestLeaderIgnoresExpiringLease(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	l := newLocker(t, e.Endpoints(), keyFor(t))
+	cli := rawClient(t, e.Endpoints())
+	// A holder that stopped renewing: a lease of 2s and its election key.
+	grant, err := cli.Grant(ctxFor(t, 5*time.Second), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctxFor(t, 5*time.Second), l.dir+"dead", string(locker.NewHolder(l.opts).Record()), clientv3.WithLease(grant.ID)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		h, err := l.Leader(ctxFor(t, 2*time.Second))
+		switch {
+		case errors.Is(err, locker.ErrNoLeader):
+		case err != nil:
+			t.Fatalf("Leader: %v", err)
+		case h.LeaseRemaining <= 0:
+			t.Fatalf("Leader names %s (epoch %d) whose lease has %v left", h.ID, h.Epoch, h.LeaseRemaining)
+		}
+	}
+}
