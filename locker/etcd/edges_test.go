@@ -3,11 +3,13 @@ package etcd
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/leaderrun/leaderrun/internal/chaos"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
 	"github.com/leaderrun/leaderrun/locker"
 )
@@ -89,5 +91,51 @@ func TestLeaderIgnoresExpiringLease(t *testing.T) {
 		case h.LeaseRemaining <= 0:
 			t.Fatalf("Leader names %s (epoch %d) whose lease has %v left", h.ID, h.Epoch, h.LeaseRemaining)
 		}
+	}
+}
+
+// A waiting candidate whose renewals fail for more than two renewal
+// intervals, yet less than its TTL, keeps its lease: it retries quickly
+// instead of once per interval, which would find the lease gone.
+func TestWaiterRidesOutShortOutage(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	holder := newLocker(t, e.Endpoints(), keyFor(t))
+	held := mustAcquire(t, holder)
+	renewing, stop := context.WithCancel(context.Background())
+	renewed := make(chan struct{})
+	defer func() { stop(); <-renewed }()
+	go func() {
+		defer close(renewed)
+		for locker.Sleep(renewing, time.Second) {
+			rctx, cancel := context.WithTimeout(renewing, time.Second)
+			_, _ = held.Renew(rctx)
+			cancel()
+		}
+	}()
+	proxy, err := chaos.NewProxy(strings.TrimPrefix(e.Endpoints()[0], "http://"), chaos.HTTP2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	waiter := newLocker(t, []string{proxy.Addr()}, keyFor(t))
+	ch := acquireAsync(t, context.Background(), waiter)
+	cli := rawClient(t, e.Endpoints())
+	eventually(t, 10*time.Second, "the waiter's election key", func() bool { return len(candidateKeys(t, cli, waiter)) == 2 })
+
+	// Cut right after a renewal went through: the lease then has a TTL
+	// (5s) left, and the outage (3.6s) spans two renewal intervals.
+	out, _ := proxy.Bytes()
+	eventually(t, 5*time.Second, "a renewal through the proxy", func() bool { o, _ := proxy.Bytes(); return o > out })
+	proxy.Cut(chaos.Blackhole)
+	time.Sleep(3600 * time.Millisecond)
+	proxy.Heal()
+	time.Sleep(3 * time.Second)
+	select {
+	case r := <-ch:
+		t.Fatalf("the waiter's Acquire ended: %v", r.err)
+	default:
+	}
+	if keys := candidateKeys(t, cli, waiter); len(keys) != 2 {
+		t.Fatalf("election keys after the outage: %v; the waiter's lease lapsed", keys)
 	}
 }
