@@ -6,6 +6,8 @@ package consul
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -31,10 +33,12 @@ const MaxTTL = 24 * time.Hour
 // clamp larger values, so New refuses them instead.
 const MaxLockDelay = 60 * time.Second
 
-// ErrConfig marks a configuration that New refuses: a TTL outside Consul's
-// limits, session checks without a long enough lock-delay, unreadable token
-// or TLS files. Retrying cannot fix it.
-var ErrConfig = errors.New("invalid consul configuration")
+// configError is a setting New (or the servers) refused: Field names the
+// Config field, rule completes a sentence that starts with the setting.
+// It wraps locker.ErrRefused, so leaderrun exits 125 (locker.ConfigError).
+func configError(field, rule string, cause error) error {
+	return &locker.ConfigError{Field: field, Rule: rule, Err: cause}
+}
 
 // Timeouts of the calls the backend makes on its own (the supervisor bounds
 // Renew and Release through their ctx).
@@ -115,7 +119,7 @@ type Locker struct {
 var _ locker.Locker = (*Locker)(nil)
 
 // New validates cfg and builds the Consul client. It makes no request.
-// Configuration errors wrap ErrConfig.
+// Configuration errors are *locker.ConfigError.
 func New(cfg Config) (*Locker, error) {
 	if err := validate(cfg); err != nil {
 		return nil, err
@@ -143,7 +147,7 @@ func New(cfg Config) (*Locker, error) {
 	addrs := []string{acfg.Address}
 	if list != "" {
 		if addrs, err = splitAddresses(list); err != nil {
-			return nil, fmt.Errorf("%w: consul address: %v", ErrConfig, err)
+			return nil, configError("Address", "must be a comma-separated list of Consul addresses", err)
 		}
 	}
 	if cfg.Datacenter != "" {
@@ -171,9 +175,12 @@ func New(cfg Config) (*Locker, error) {
 	transport := acfg.Transport
 	transport.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 15 * time.Second}).DialContext
 	transport.TLSHandshakeTimeout = dialTimeout
+	if err := checkTLSFiles(acfg.TLSConfig); err != nil {
+		return nil, err
+	}
 	httpClient, err := api.NewHttpClient(transport, acfg.TLSConfig)
 	if err != nil {
-		return nil, fmt.Errorf("%w: consul TLS files: %v", ErrConfig, err)
+		return nil, configError("CACert", "and the client certificate must be readable PEM files", err)
 	}
 	httpClient.Timeout = blockTimeout + callTimeout
 	acfg.HttpClient = httpClient
@@ -186,7 +193,7 @@ func New(cfg Config) (*Locker, error) {
 		one.Address = a
 		client, err := api.NewClient(&one)
 		if err != nil {
-			return nil, fmt.Errorf("%w: consul client for %s: %v", ErrConfig, a, redact(err.Error(), token))
+			return nil, configError("Address", fmt.Sprintf("%q is not a Consul address", a), errors.New(redact(err.Error(), token)))
 		}
 		ep.clients = append(ep.clients, client)
 	}
@@ -215,31 +222,31 @@ func New(cfg Config) (*Locker, error) {
 // validate checks the rules of DESIGN §1.5 and §1.10 that belong to Consul.
 func validate(cfg Config) error {
 	if err := locker.ValidateKey(cfg.Key); err != nil {
-		return fmt.Errorf("%w: --key: %v", ErrConfig, err)
+		return configError("Key", "is not a valid key", err)
 	}
 	if cfg.Prefix != "" {
 		if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
-			return fmt.Errorf("%w: --prefix: %v", ErrConfig, err)
+			return configError("Prefix", "is not a valid prefix", err)
 		}
 	}
 	if cfg.TTL < MinTTL || cfg.TTL > MaxTTL {
-		return fmt.Errorf("%w: --ttl %v: Consul session TTLs must be between %v and %v",
-			ErrConfig, cfg.TTL, MinTTL, MaxTTL)
+		return configError("TTL", fmt.Sprintf("must be between %v and %v on Consul (its session TTL limits), got %v",
+			MinTTL, MaxTTL, cfg.TTL), nil)
 	}
 	if cfg.LockDelay < 0 || cfg.LockDelay > MaxLockDelay {
-		return fmt.Errorf("%w: --consul-lock-delay %v: must be between 0 and %v",
-			ErrConfig, cfg.LockDelay, MaxLockDelay)
+		return configError("LockDelay", fmt.Sprintf("must be between 0 and %v (Consul clamps longer ones), got %v",
+			MaxLockDelay, cfg.LockDelay), nil)
 	}
 	// §1.5: a health check can invalidate the session before our local
 	// deadline; only a lock-delay of at least TTL keeps the next holder out
 	// until our child is surely dead.
 	if len(cfg.SessionChecks) > 0 && cfg.LockDelay < cfg.TTL {
-		return fmt.Errorf("%w: --consul-session-checks %s needs --consul-lock-delay >= --ttl (have %v < %v)",
-			ErrConfig, strings.Join(cfg.SessionChecks, ","), cfg.LockDelay, cfg.TTL)
+		return configError("SessionChecks", fmt.Sprintf("%s need a lock-delay of at least the TTL (DESIGN §1.5), have lock-delay %v < TTL %v",
+			strings.Join(cfg.SessionChecks, ","), cfg.LockDelay, cfg.TTL), nil)
 	}
 	for _, c := range cfg.SessionChecks {
 		if c == "" {
-			return fmt.Errorf("%w: --consul-session-checks: empty check name", ErrConfig)
+			return configError("SessionChecks", "must not contain an empty check name", nil)
 		}
 	}
 	return nil
@@ -263,11 +270,11 @@ func resolveToken(cfg Config) (string, error) {
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("%w: consul token file: %v", ErrConfig, err)
+		return "", configError("TokenFile", "must be a readable file", err)
 	}
 	t := strings.TrimSpace(string(data))
 	if t == "" {
-		return "", fmt.Errorf("%w: consul token file %s is empty", ErrConfig, file)
+		return "", configError("TokenFile", fmt.Sprintf("%s is empty", file), nil)
 	}
 	return t, nil
 }
@@ -288,4 +295,27 @@ func (l *Locker) queryOpts(ctx context.Context, consistent bool) *api.QueryOptio
 func (l *Locker) writeOpts(ctx context.Context) *api.WriteOptions {
 	w := &api.WriteOptions{Token: l.token}
 	return w.WithContext(ctx)
+}
+
+// checkTLSFiles reads the CA and client certificate files, so that a bad
+// one is named by its own setting.
+func checkTLSFiles(tc api.TLSConfig) error {
+	if tc.CAFile != "" {
+		pem, err := os.ReadFile(tc.CAFile)
+		if err != nil {
+			return configError("CACert", "must be a readable PEM file of CA certificates", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return configError("CACert", fmt.Sprintf("%s holds no PEM certificate", tc.CAFile), nil)
+		}
+	}
+	if tc.CertFile != "" || tc.KeyFile != "" {
+		if tc.CertFile == "" || tc.KeyFile == "" {
+			return configError("ClientCert", "and the client key must be given together", nil)
+		}
+		if _, err := tls.LoadX509KeyPair(tc.CertFile, tc.KeyFile); err != nil {
+			return configError("ClientCert", "and the client key must be a matching PEM certificate and key", err)
+		}
+	}
+	return nil
 }

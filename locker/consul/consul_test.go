@@ -217,8 +217,8 @@ func testSessionHasNoChecks(t *testing.T, c *cluster, addr string) {
 func testOptInChecks(t *testing.T, c *cluster, addr string) {
 	cfg := testConfig("checks", addr)
 	cfg.SessionChecks = []string{"serfHealth"}
-	if _, err := New(cfg); !errors.Is(err, ErrConfig) {
-		t.Fatalf("New with checks and lock-delay %v < TTL: got %v, want ErrConfig", cfg.LockDelay, err)
+	if _, err := New(cfg); !errors.Is(err, locker.ErrRefused) {
+		t.Fatalf("New with checks and lock-delay %v < TTL: got %v, want a ConfigError", cfg.LockDelay, err)
 	}
 	l := c.locker(t, "checks", addr, func(cfg *Config) {
 		cfg.SessionChecks, cfg.LockDelay = []string{"serfHealth"}, cfg.TTL

@@ -238,13 +238,13 @@ func (l *Locker) sessionRefused(err error) error {
 	body := strings.TrimSpace(se.Body)
 	switch {
 	case strings.Contains(body, "Invalid Session TTL"):
-		return &locker.ConfigError{Field: "TTL", Rule: fmt.Sprintf(
-			"%v is below the Consul servers' minimum session TTL (session_ttl_min; they answered %q)", l.opts.TTL, body)}
+		return configError("TTL", fmt.Sprintf(
+			"%v is below the Consul servers' minimum session TTL (their session_ttl_min; they answered %q)", l.opts.TTL, body), nil)
 	case strings.Contains(body, "No path to datacenter"):
-		return &locker.ConfigError{Field: "Datacenter", Rule: fmt.Sprintf("Consul knows no datacenter %q", l.dc)}
+		return configError("Datacenter", fmt.Sprintf("%q is not a datacenter Consul knows", l.dc), nil)
 	case l.dc != "" && strings.Contains(body, "Missing node registration"):
-		return &locker.ConfigError{Field: "Datacenter", Rule: fmt.Sprintf(
-			"a session is tied to the node of the agent it is created through, which is not in datacenter %q: give the address of an agent or server in that datacenter", l.dc)}
+		return configError("Datacenter", fmt.Sprintf(
+			"%q is not the datacenter of the agent at this address: a session belongs to that agent's node, so give an address of an agent or server in %q", l.dc, l.dc), nil)
 	}
 	return nil
 }

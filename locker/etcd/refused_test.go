@@ -69,8 +69,9 @@ func TestNewRefusesBadConfig(t *testing.T) {
 			cfg := base()
 			tc.mod(&cfg)
 			l, err := New(cfg)
-			if !errors.Is(err, locker.ErrRefused) {
-				t.Fatalf("New = %v, %v; want ErrRefused", l, err)
+			var ce *locker.ConfigError
+			if !errors.Is(err, locker.ErrRefused) || !errors.As(err, &ce) {
+				t.Fatalf("New = %v, %v; want a ConfigError", l, err)
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not mention %q", err, tc.want)
