@@ -106,9 +106,13 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 				watch.Reset()
 				if ttl, follows, err = l.holderTTL(ctx, holder); err != nil {
 					if errors.Is(err, locker.ErrRefused) {
-						return nil, err
+						// A token without session read: wait for Consul
+						// to free the key, as for any other holder.
+						l.log.Warn("cannot read the holder's session; waiting for Consul to free the key instead of taking over after one TTL",
+							"key", l.path, "error", err)
+					} else {
+						holder = "" // ask again with the next read
 					}
-					holder = "" // ask again with the next read
 				}
 			}
 			if l.opts.NoWait {
