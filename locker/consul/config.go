@@ -1,7 +1,10 @@
 // Package consul holds leadership of a key with a Consul session and a KV
-// `acquire` (DESIGN §1.1). The session carries only a TTL by default
-// (§1.5); the supervisor renews it one round trip at a time through
-// Lease.Renew and keeps all deadlines itself (§1.2, §6).
+// lock (DESIGN §1.1). The session carries only a TTL by default (§1.5); the
+// supervisor renews it, with a heartbeat write of the key, one Renew at a
+// time and keeps all deadlines itself (§1.2, §6). A standby takes over a
+// holder whose heartbeat stopped for one TTL and an allowance (observe.go,
+// §1.12). Config.Address may list several servers; requests move to the
+// next one when one fails (endpoints.go).
 package consul
 
 import (
