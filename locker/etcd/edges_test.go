@@ -2,7 +2,14 @@ package etcd
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +144,54 @@ func TestWaiterRidesOutShortOutage(t *testing.T) {
 	}
 	if keys := candidateKeys(t, cli, waiter); len(keys) != 2 {
 		t.Fatalf("election keys after the outage: %v; the waiter's lease lapsed", keys)
+	}
+}
+
+// With JWT auth tokens, etcd checks the token of a keep-alive stream on
+// every renewal; once it expires, a renewal on the old stream is refused as
+// an invalid token. Renew then opens a new stream (which authenticates
+// again) within the same call: no renewal fails because a token expired.
+func TestKeepAliveSurvivesTokenExpiry(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, pubPath := filepath.Join(dir, "jwt.key"), filepath.Join(dir, "jwt.pub")
+	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := testcluster.StartEtcdWith(t, 1, "--auth-token", "jwt,pub-key="+pubPath+",priv-key="+priv+",sign-method=ES256,ttl=2s")
+	eps := e.Endpoints()
+	cli := rawClient(t, eps)
+	ctx := ctxFor(t, 10*time.Second)
+	for _, step := range []func() error{
+		func() error { _, err := cli.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := cli.UserAdd(ctx, "root", secret); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("set up auth: %v", err)
+		}
+	}
+	l := newLocker(t, eps, keyFor(t), func(c *Config) { c.Username, c.Password = "root", secret })
+	lease := mustAcquire(t, l)
+	for i := 0; i < 8; i++ { // 8 x 700ms: past the 2s token TTL, twice
+		if _, err := lease.Renew(ctxFor(t, time.Second)); err != nil {
+			t.Fatalf("renewal %d failed: %v", i, err)
+		}
+		time.Sleep(700 * time.Millisecond)
 	}
 }
