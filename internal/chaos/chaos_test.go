@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ var (
 	flagFaults   = flag.Int("chaos.faults", 0, "faults per backend; 0 runs the short default set (a few minutes)")
 	flagSeed     = flag.Uint64("chaos.seed", 0, "seed of the fault order and choices; 0 takes one from the clock")
 	flagBackends = flag.String("chaos.backends", "etcd,consul", "comma-separated backends to torment")
+	flagOnly     = flag.String("chaos.only", "", "comma-separated fault types to inject (default: all)")
 	flagReport   = flag.String("chaos.report", "", "Markdown file whose results section receives the summary (docs/CHAOS.md)")
 	flagCommand  = flag.String("chaos.command", "", "the command line to quote in the report")
 )
@@ -143,10 +145,14 @@ func (w *world) plan(n int) []fault {
 		}
 	} else {
 		var kinds []fault
+		only := strings.Split(*flagOnly, ",")
 		for _, f := range faults {
-			if f.applies(w.cl.Name()) {
+			if f.applies(w.cl.Name()) && (*flagOnly == "" || slices.Contains(only, f.name)) {
 				kinds = append(kinds, f)
 			}
+		}
+		if len(kinds) == 0 {
+			w.t.Fatalf("no fault type of %q applies to %s", *flagOnly, w.cl.Name())
 		}
 		for i := 0; i < n; i++ {
 			out = append(out, kinds[i%len(kinds)])
