@@ -227,7 +227,7 @@ func versionCommand() *cli.Command {
 // fieldFlags maps the fields a library names in a *locker.ConfigError to
 // the flags an operator types; "backend.Field" entries win over "Field".
 var fieldFlags = map[string]string{
-	"Key": "--key", "Prefix": "--prefix", "ID": "--id", "TTL": "--ttl",
+	"Key": "--key", "Options.Key": "--key", "Options.Prefix": "--prefix", "Prefix": "--prefix", "ID": "--id", "TTL": "--ttl",
 	"RenewInterval": "--renew-interval", "KillGrace": "--kill-grace", "SafetyMargin": "--safety-margin",
 	"StopSignal": "--stop-signal", "AcquireTimeout": "--acquire-timeout", "Restart": "--restart",
 	"RestartDelay": "--restart-delay", "OnLost": "--on-lost", "HTTPAddr": "--http-addr",

@@ -98,7 +98,7 @@ func backendFlags() []cli.Flag {
 			Usage: "namespace of leaderrun's keys on the backend"},
 
 		&cli.StringFlag{Name: "consul-addr", Category: catConsul, EnvVars: []string{"CONSUL_HTTP_ADDR"}, DefaultText: "127.0.0.1:8500",
-			Usage: "agent `ADDRESS`; an https:// address for TLS"},
+			Usage: "agent `ADDRESS`, or a comma-separated list of servers; https:// for TLS"},
 		&cli.StringFlag{Name: "consul-token", Category: catConsul, EnvVars: []string{"CONSUL_HTTP_TOKEN"},
 			Usage: "ACL `TOKEN` (prefer the file)"},
 		&cli.StringFlag{Name: "consul-token-file", Category: catConsul, EnvVars: []string{"CONSUL_HTTP_TOKEN_FILE"},

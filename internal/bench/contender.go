@@ -72,7 +72,9 @@ func Contenders() []*Contender {
 				args := append(chaos.Consul{}.LeaderrunArgs(addrs), ct.Args()...)
 				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
 			},
-			members: func(e *Env, lock string) ([]string, error) { return e.consulSessions("leaderrun leaderrun/" + lock) },
+			members: func(e *Env, lock string) ([]string, error) {
+				return e.consulSessions("leaderrun leaderrun/" + lock + " [observer-clock/1]")
+			},
 			blocking: func(lock, line string) bool {
 				return strings.Contains(line, "/v1/kv/leaderrun/"+lock+"?") && strings.Contains(line, "index=")
 			},

@@ -89,7 +89,7 @@ func TestBenchmark(t *testing.T) {
 			if c.Leaderrun != own {
 				continue
 			}
-			for _, kind := range []string{KindRefuse, KindBlackhole} {
+			for _, kind := range []string{KindRefuse, KindBlackhole, KindFreeze} {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -184,4 +184,38 @@ func benchReport(res *Results, commit string, took time.Duration) string {
 	b.WriteString("\n### Footprint while nothing happens\n\n" + res.FootprintTable())
 	b.WriteString("\n### Scale: candidates on one key\n\n" + res.ScaleTable())
 	return b.String()
+}
+
+var flagFailover = flag.Int("bench.failover", 0, "run only leaderrun's partition (blackhole) and freeze failover trials, this many per backend and kind")
+
+// TestFailoverTrials measures how long leadership takes to move when the
+// leader is cut off (blackhole) or its supervisor frozen, for leaderrun on
+// 3-server etcd and Consul clusters, and prints the lease-loss table. It
+// runs only with -bench.failover=N.
+func TestFailoverTrials(t *testing.T) {
+	if *flagFailover <= 0 {
+		t.Skip("runs with -bench.failover=N")
+	}
+	e := newEnv(t, 3, 3)
+	var cs []*Contender
+	for _, c := range Contenders() {
+		if c.Leaderrun {
+			cs = append(cs, c)
+		}
+	}
+	res := NewResults(cs)
+	for _, c := range cs {
+		for _, kind := range []string{KindBlackhole, KindFreeze} {
+			ts := e.Trials(c, kind, *flagFailover, 1)
+			res.Add(c, kind, ts)
+			for _, tr := range ts {
+				t.Logf("%s %s: standby's child after %v (handoff %v, old child alive at its start %v, overlaps %d) %s",
+					c.Name(), kind, tr.Failover.Round(time.Millisecond), tr.Handoff, tr.OldAlive, tr.Overlaps, tr.Err)
+				if tr.OldAlive || tr.Overlaps > 0 {
+					t.Errorf("%s %s: the old child was not gone before the new one started: %+v", c.Name(), kind, tr)
+				}
+			}
+		}
+	}
+	t.Logf("\n%s", res.LeaseLossTable())
 }

@@ -314,23 +314,32 @@ type Trial struct {
 
 // Crash kills the leader's supervisor with SIGKILL.
 func (ln *Lane) Crash() Trial {
-	return ln.trial(func(l *Candidate) { _ = l.Proc.Signal(syscall.SIGKILL) }, 3*ln.c.TTL+ln.c.LockDelay+20*time.Second, false)
+	return ln.trial(func(l *Candidate) { _ = l.Proc.Signal(syscall.SIGKILL) }, 3*ln.c.TTL+ln.c.LockDelay+20*time.Second, false, nil)
+}
+
+// Freeze stops the leader's supervisor with SIGSTOP (a stuck or swapped
+// out process; its child and, for leaderrun, its guard run on) and
+// resumes it once the standby's child started or the bound passed.
+func (ln *Lane) Freeze() Trial {
+	return ln.trial(func(l *Candidate) { _ = l.Proc.Signal(syscall.SIGSTOP) }, 3*ln.c.TTL+ln.c.LockDelay+20*time.Second, false,
+		func(l *Candidate) { _ = l.Proc.Signal(syscall.SIGCONT) })
 }
 
 // Graceful sends SIGTERM to the leader's supervisor.
 func (ln *Lane) Graceful() Trial {
-	return ln.trial(func(l *Candidate) { _ = l.Proc.Signal(syscall.SIGTERM) }, ln.c.TTL+5*time.Second, false)
+	return ln.trial(func(l *Candidate) { _ = l.Proc.Signal(syscall.SIGTERM) }, ln.c.TTL+5*time.Second, false, nil)
 }
 
 // LeaseLoss cuts the leader off the backend.
 func (ln *Lane) LeaseLoss(mode chaos.CutMode) Trial {
-	return ln.trial(func(l *Candidate) { l.Link.Cut(mode) }, 3*ln.c.TTL+ln.c.LockDelay+20*time.Second, true)
+	return ln.trial(func(l *Candidate) { l.Link.Cut(mode) }, 3*ln.c.TTL+ln.c.LockDelay+20*time.Second, true, nil)
 }
 
 // trial strikes the leader and measures the handoff to the standby. bound
 // limits the wait for the standby's child; cut says the leader was cut off
-// (then it must stop its child on its own, and is healed afterwards).
-func (ln *Lane) trial(strike func(*Candidate), bound time.Duration, cut bool) Trial {
+// (then it must stop its child on its own, and is healed afterwards);
+// resume, if set, undoes the strike once the standby's child started.
+func (ln *Lane) trial(strike func(*Candidate), bound time.Duration, cut bool, resume func(*Candidate)) Trial {
 	var tr Trial
 	if err := ln.ensureStandby(); err != nil {
 		tr.Err = err.Error()
@@ -353,6 +362,9 @@ func (ln *Lane) trial(strike func(*Candidate), bound time.Duration, cut bool) Tr
 	strike(leader)
 
 	next, ok := ln.child(standby, old.ID+1, bound)
+	if resume != nil {
+		resume(leader)
+	}
 	if cut {
 		// The old child must stop on its own. Past twice the TTL the
 		// lease has long been free for the standby: a child still alive

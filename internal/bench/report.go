@@ -110,7 +110,7 @@ func (r *Results) LeaseLossTable() string {
 		"standby's child started after the cut: median", "old child left running", "overlapping writes"}
 	var rows [][]string
 	for _, c := range r.Contenders {
-		for _, kind := range []string{KindRefuse, KindBlackhole} {
+		for _, kind := range []string{KindRefuse, KindBlackhole, KindFreeze} {
 			ts := r.Trials[c.Name()][kind]
 			if len(ts) == 0 {
 				continue

@@ -19,6 +19,7 @@ const (
 	KindGraceful  = "graceful" // SIGTERM to the leader's supervisor
 	KindRefuse    = "cut-refuse"
 	KindBlackhole = "cut-blackhole"
+	KindFreeze    = "freeze" // SIGSTOP of the leader's supervisor until the standby leads
 )
 
 // maxLaneErrors is how many failed trials a lane tolerates, each followed by
@@ -114,6 +115,8 @@ func (ln *Lane) run(kind string) Trial {
 		return ln.LeaseLoss(chaos.Refuse)
 	case KindBlackhole:
 		return ln.LeaseLoss(chaos.Blackhole)
+	case KindFreeze:
+		return ln.Freeze()
 	}
 	return Trial{Err: "unknown trial kind " + kind}
 }

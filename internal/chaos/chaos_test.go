@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ var (
 	flagFaults   = flag.Int("chaos.faults", 0, "faults per backend; 0 runs the short default set (a few minutes)")
 	flagSeed     = flag.Uint64("chaos.seed", 0, "seed of the fault order and choices; 0 takes one from the clock")
 	flagBackends = flag.String("chaos.backends", "etcd,consul", "comma-separated backends to torment")
+	flagOnly     = flag.String("chaos.only", "", "comma-separated fault types to inject (default: all)")
 	flagReport   = flag.String("chaos.report", "", "Markdown file whose results section receives the summary (docs/CHAOS.md)")
 	flagCommand  = flag.String("chaos.command", "", "the command line to quote in the report")
 )
@@ -56,7 +58,7 @@ func TestMain(m *testing.M) {
 // session to expire, and one that does.
 var shortPlan = map[string][]string{
 	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
-	"consul": {"kill-leader", "kill-child", "freeze-host"},
+	"consul": {"kill-leader", "kill-child", "freeze-host", "partition", "kill-server"},
 }
 
 // backendRun is one backend's results.
@@ -143,10 +145,14 @@ func (w *world) plan(n int) []fault {
 		}
 	} else {
 		var kinds []fault
+		only := strings.Split(*flagOnly, ",")
 		for _, f := range faults {
-			if f.applies(w.cl.Name()) {
+			if f.applies(w.cl.Name()) && (*flagOnly == "" || slices.Contains(only, f.name)) {
 				kinds = append(kinds, f)
 			}
+		}
+		if len(kinds) == 0 {
+			w.t.Fatalf("no fault type of %q applies to %s", *flagOnly, w.cl.Name())
 		}
 		for i := 0; i < n; i++ {
 			out = append(out, kinds[i%len(kinds)])
@@ -191,6 +197,9 @@ func (w *world) run(i, n int, f fault) {
 	st.runs++
 	if nin.ID == in.ID {
 		st.kept++
+	}
+	if next, ok := w.nextChild(in, out.at); ok {
+		st.failover = append(st.failover, next.Sub(out.at))
 	}
 	st.gaps = append(st.gaps, res.MaxGap)
 	st.stale += res.Stale
@@ -259,7 +268,8 @@ func (w *world) waitStandbys() {
 // summary renders the results table.
 func summary(runs []*backendRun) string {
 	header := []string{"backend", "fault", "runs", "overlapping accepted writes", "two children alive", "stale writes rejected / accepted",
-		"leaderless gap median", "leaderless gap max", "child stopped after fault (max) / TTL", "leader kept its child"}
+		"leaderless gap median", "leaderless gap max", "child stopped after fault (max) / TTL", "leader kept its child",
+		"fault → next leader's child, median / max"}
 	var rows [][]string
 	for _, r := range runs {
 		if r.stats == nil {
@@ -275,9 +285,13 @@ func summary(runs []*backendRun) string {
 			if len(st.stopAfter) > 0 {
 				stop = Ms(st.stopAfter.Max()) + " / " + r.tm.TTL.String()
 			}
+			failover := "–"
+			if len(st.failover) > 0 {
+				failover = Ms(st.failover.Median()) + " / " + Ms(st.failover.Max())
+			}
 			rows = append(rows, []string{r.name, f.name, strconv.Itoa(st.runs), strconv.Itoa(st.overlaps), strconv.Itoa(st.twoAlive),
 				fmt.Sprintf("%d / %d", st.stale-st.staleAccepted, st.staleAccepted), Ms(st.gaps.Median()), Ms(st.gaps.Max()), stop,
-				fmt.Sprintf("%d/%d", st.kept, st.runs)})
+				fmt.Sprintf("%d/%d", st.kept, st.runs), failover})
 			total.runs += st.runs
 			total.overlaps += st.overlaps
 			total.twoAlive += st.twoAlive
@@ -286,7 +300,7 @@ func summary(runs []*backendRun) string {
 			total.gaps = append(total.gaps, st.gaps...)
 		}
 		rows = append(rows, []string{"**" + r.name + "**", "**all**", strconv.Itoa(total.runs), strconv.Itoa(total.overlaps), strconv.Itoa(total.twoAlive),
-			fmt.Sprintf("%d / %d", total.stale-total.staleAccepted, total.staleAccepted), Ms(total.gaps.Median()), Ms(total.gaps.Max()), "", ""})
+			fmt.Sprintf("%d / %d", total.stale-total.staleAccepted, total.staleAccepted), Ms(total.gaps.Median()), Ms(total.gaps.Max()), "", "", ""})
 	}
 	return Table(header, rows)
 }

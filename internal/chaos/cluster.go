@@ -133,13 +133,21 @@ func (c Consul) WaitHealthy(t testing.TB) { c.WaitLeader(t) }
 
 // LeaderrunArgs implements Cluster.
 func (c Consul) LeaderrunArgs(addrs []string) []string {
-	return []string{"--backend", "consul", "--consul-addr", addrs[0],
+	return []string{"--backend", "consul", "--consul-addr", strings.Join(addrs, ","),
 		"--consul-lock-delay", ConsulTiming.LockDelay.String()}
 }
 
-// HostServers implements Cluster: as with a local agent, each host talks to
-// one address; host h uses server h (mod the number of servers).
-func (c Consul) HostServers(h int) []int { return []int{h % c.Servers()} }
+// HostServers implements Cluster: each host lists every server, as an
+// agentless host does, starting with server h (mod the number of servers)
+// so that the hosts' traffic starts out spread over the servers.
+func (c Consul) HostServers(h int) []int {
+	n := c.Servers()
+	out := make([]int, n)
+	for i := range out {
+		out[i] = (h + i) % n
+	}
+	return out
+}
 
 // Link is one host's connection to the backend: a proxy per server the host
 // talks to. Cutting it partitions the host.

@@ -51,6 +51,7 @@ type faultStats struct {
 	gaps          Durations // longest time without an accepted write, per run
 	stopAfter     Durations // fault → old child's death, where the fault cuts the lease
 	kept          int       // runs after which the same child still led
+	failover      Durations // fault → start of the next leader's child, where leadership moved
 	failed        int       // runs with a violated check
 }
 
@@ -354,4 +355,16 @@ func (w *world) shutdown() {
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// nextChild is when the first child of a later leadership than old's
+// started after the fault struck at at (ok false if none did).
+func (w *world) nextChild(old fence.Instance, at fence.Mono) (fence.Mono, bool) {
+	var first fence.Mono
+	for _, in := range w.fence.Instances() {
+		if in.Epoch > old.Epoch && in.Started > at && (first == 0 || in.Started < first) {
+			first = in.Started
+		}
+	}
+	return first, first != 0
 }

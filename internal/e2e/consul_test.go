@@ -3,8 +3,12 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,4 +218,137 @@ func TestConsulCluster(t *testing.T) {
 		t.Fatalf("child died at %v, after last renewal + ttl (%v)", died, limit)
 	}
 	t.Logf("servers gone: child died %v before the last renewal + ttl", lastRenewal.Add(consulTTL).Sub(died).Round(time.Millisecond))
+}
+
+// TestConsulAddressList gives leaderrun every server's address: losing the
+// server it talks to costs nothing, and losing quorum still stops the child
+// before the last renewal + TTL.
+func TestConsulAddressList(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 3})
+	list := strings.Join(c.Addrs(), ",")
+	dir := t.TempDir()
+	key := newKey("list")
+	a := startHost(t, dir, "a", "b", consulArgs(list, key, "--log-level", "debug"))
+	pid := a.waitStarted(t, 30*time.Second)
+	epoch := a.epoch(t)
+
+	// The first address is the one in use: kill -9 it.
+	c.Kill(0)
+	deadline := time.Now().Add(2 * consulTTL)
+	for time.Now().Before(deadline) {
+		if !alive(pid) || a.p.Exited() {
+			t.Fatalf("child or leaderrun died after the server in use was killed\n%s", a.p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(a.p.Output(), "moving to the next address") {
+		t.Fatalf("leaderrun never moved off the killed server\n%s", a.p.Output())
+	}
+	code, out, errOut, _ := runOnce(t, nil, "status", "--json", "--backend", "consul", "--consul-addr", list, "--key", key)
+	var st statusJSON
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Leader == nil || st.Leader.Epoch != epoch {
+		t.Fatalf("status after the kill: exit %d, %q %s (%v), want epoch %d", code, out, errOut, err, epoch)
+	}
+	code, _, errOut, _ = runOnce(t, nil, "check", "--epoch", strconvItoa(int64(epoch)), "--backend", "consul", "--consul-addr", list, "--key", key)
+	if code != 0 {
+		t.Fatalf("check --epoch %d after the kill: exit %d %s", epoch, code, errOut)
+	}
+
+	// A second server stops: no quorum. The child is dead before the last
+	// renewal + TTL, and leaderrun exits 123.
+	c.Stop(1)
+	if code := a.p.Wait(3 * consulTTL); code != 123 {
+		t.Fatalf("exit %d after quorum was lost, want 123\n%s", code, a.p.Output())
+	}
+	lastRenewal := lastLogTime(t, a.p.Output(), "renewed")
+	died := a.stamp(t, "end")
+	if limit := lastRenewal.Add(consulTTL); !died.Before(limit) {
+		t.Fatalf("child died at %v, after last renewal + ttl (%v)", died, limit)
+	}
+	t.Logf("quorum lost: child died %v before the last renewal + ttl", lastRenewal.Add(consulTTL).Sub(died).Round(time.Millisecond))
+}
+
+// faultyConsul is a reverse proxy to a Consul agent. Once fail holds a
+// path prefix, it answers 500 to every request except those whose path
+// starts with that prefix.
+type faultyConsul struct {
+	addr string
+	fail atomic.Value // string: the one prefix still let through
+}
+
+func newFaultyConsul(t *testing.T, target string) *faultyConsul {
+	t.Helper()
+	u, err := url.Parse("http://" + target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &faultyConsul{}
+	f.fail.Store("")
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := f.fail.Load().(string); p != "" && !strings.HasPrefix(r.URL.Path, p) {
+			http.Error(w, "injected fault", http.StatusInternalServerError)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	f.addr = strings.TrimPrefix(srv.URL, "http://")
+	return f
+}
+
+// TestConsulObserverTakeover: every request of the leader fails except its
+// session renewals (so the heartbeat, the watch and the release fail, and
+// the session stays alive), or except its heartbeat writes (which it then
+// never sends: a renewal starts with the session). Its renewals fail, so
+// it stops its child at its deadline and exits 123, unable to release;
+// the standby takes over one TTL (+ allowance) after the last heartbeat it
+// saw, never while the old child runs, with a higher epoch. With the
+// session alive, Consul alone would never have freed the key.
+func TestConsulObserverTakeover(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	for _, tc := range []struct{ name, only string }{
+		{"only session renewals pass", "/v1/session/renew/"},
+		{"only heartbeats pass", "/v1/txn"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			proxy := newFaultyConsul(t, c.HTTPAddr(0))
+			key := newKey("observe")
+			dir := t.TempDir()
+			a := startHost(t, dir, "a", "b", consulArgs(proxy.addr, key, "--log-level", "debug"))
+			a.waitStarted(t, 30*time.Second)
+			b := startHost(t, dir, "b", "a", consulArgs(c.HTTPAddr(0), key))
+			waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "campaigning") })
+			time.Sleep(consulTTL / 2) // b watches a few heartbeats first
+			if b.started() {
+				t.Fatal("the standby's child started while the leader renewed")
+			}
+
+			proxy.fail.Store(tc.only)
+			cut := time.Now()
+			b.waitStarted(t, 3*consulTTL)
+			took := b.stamp(t, "start").Sub(cut)
+			if code := a.p.Wait(10 * time.Second); code != 123 {
+				t.Fatalf("old leader exit %d, want 123\n%s", code, a.p.Output())
+			}
+			b.noOverlap(t)
+			if end, start := a.stamp(t, "end"), b.stamp(t, "start"); !end.Before(start) {
+				t.Fatalf("the standby's child started %v before the old child ended", end.Sub(start))
+			}
+			if ea, eb := a.epoch(t), b.epoch(t); eb <= ea {
+				t.Fatalf("epoch after takeover %d, want > %d", eb, ea)
+			}
+			lastRenewal := lastLogTime(t, a.p.Output(), "renewed")
+			since := b.stamp(t, "start").Sub(lastRenewal)
+			t.Logf("%s: standby's child started %v after the fault, %v after the leader's last renewal",
+				tc.name, took.Round(time.Millisecond), since.Round(time.Millisecond))
+			if since < consulTTL {
+				t.Fatalf("the standby's child started %v after the leader's last renewal, before its TTL (%v) ran out", since, consulTTL)
+			}
+			if took > consulTTL+3*time.Second {
+				t.Errorf("takeover took %v after the fault; want about one TTL", took)
+			}
+		})
+	}
 }

@@ -50,6 +50,7 @@ type etcdMember struct {
 	peerPort   int
 	cluster    string // the --initial-cluster value shared by all members
 	token      string // the --initial-cluster-token of this cluster
+	extra      []string
 	proc       *proc
 }
 
@@ -67,12 +68,19 @@ var httpClient = &http.Client{
 // killed when the test ends, and their logs are printed if it failed.
 func StartEtcd(t testing.TB, members int) *Etcd {
 	t.Helper()
+	return StartEtcdWith(t, members)
+}
+
+// StartEtcdWith is StartEtcd with extra etcd flags for every member (e.g.
+// --auth-token), kept across restarts.
+func StartEtcdWith(t testing.TB, members int, extra ...string) *Etcd {
+	t.Helper()
 	if members < 1 {
 		t.Fatalf("testcluster: StartEtcd needs at least 1 member, got %d", members)
 	}
 	bin := Bin(t, "etcd")
 	for attempt := 1; ; attempt++ {
-		e, err := startEtcdOnce(t, bin, members)
+		e, err := startEtcdOnce(t, bin, members, extra)
 		if err == nil {
 			return e
 		}
@@ -91,7 +99,7 @@ func StartEtcd(t testing.TB, members int) *Etcd {
 
 // startEtcdOnce makes one attempt with fresh ports and directories. It
 // returns the cluster even on error so the caller can inspect and kill it.
-func startEtcdOnce(t testing.TB, bin string, n int) (*Etcd, error) {
+func startEtcdOnce(t testing.TB, bin string, n int, extra []string) (*Etcd, error) {
 	t.Helper()
 	dir := t.TempDir()
 	e := &Etcd{t: t}
@@ -108,6 +116,7 @@ func startEtcdOnce(t testing.TB, bin string, n int) (*Etcd, error) {
 			clientPort: ports[2*i],
 			peerPort:   ports[2*i+1],
 			token:      token,
+			extra:      extra,
 		}
 		m.proc = &proc{
 			name:    "etcd member " + strconv.Itoa(i),
@@ -143,7 +152,7 @@ func (m *etcdMember) clientURL() string { return fmt.Sprintf("http://127.0.0.1:%
 // and "existing" for restarts; etcd ignores the initial-cluster settings once
 // the data directory exists, but "existing" states the intent.
 func (m *etcdMember) args(state string) []string {
-	return []string{
+	return append([]string{
 		"--name", m.name,
 		"--data-dir", m.dataDir,
 		"--listen-client-urls", m.clientURL(),
@@ -162,7 +171,7 @@ func (m *etcdMember) args(state string) []string {
 		"--logger", "zap",
 		"--log-outputs", "stderr",
 		"--log-level", "info",
-	}
+	}, m.extra...)
 }
 
 // procs lists the members' processes.

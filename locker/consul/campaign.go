@@ -2,15 +2,17 @@ package consul
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
 // Acquire campaigns for the key with a new session and returns the lease
@@ -44,7 +46,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		return ls, nil
 	}
 
-	l.destroySession(id)
+	l.abandon(id)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -56,16 +58,36 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 
 // campaign waits for the key to be free and takes it with session id.
 // Waiting uses blocking queries on the key, never polling; only while
-// Consul holds the key back for a lock-delay do we retry on a timer.
+// Consul holds the key back for a lock-delay do we retry on a timer. A
+// holder that follows the observer-clock contract and has not written the
+// key for its TTL + allowance is taken over (observe.go, DESIGN §1.12).
 func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
-	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
-	var index uint64
+	retry := locker.Backoff{Min: 50 * time.Millisecond, Max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
+	var (
+		index   uint64
+		wait    = blockWait
+		watch   observe.Watch
+		holder  string        // session of the holder watch follows
+		ttl     time.Duration // its TTL, if it follows the contract
+		follows bool
+	)
 	tried := false
+	failures := 0
 	for {
-		pair, meta, err := l.readKey(ctx, index)
+		pair, meta, err := l.readKey(ctx, index, wait)
 		if err != nil {
-			return nil, err
+			// The next read goes to the next address; give up only once
+			// every address failed in a row.
+			if failures++; failures >= len(l.ep.addrs) || !movable(ctx, err) {
+				return nil, err
+			}
+			if !locker.Sleep(ctx, retry.Next()) {
+				return nil, ctx.Err()
+			}
+			continue
 		}
+		failures = 0
+		wait = blockWait
 		switch {
 		case pair != nil && pair.Session == id:
 			// Our own acquire went through though its answer did not
@@ -73,29 +95,55 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			if ls, err := l.confirm(ctx, id); ls != nil || err != nil {
 				return ls, err
 			}
-			if !retry.Sleep(ctx, backoff.Next()) {
+			if !locker.Sleep(ctx, retry.Next()) {
 				return nil, ctx.Err()
 			}
 			index = 0
 			continue
 		case pair != nil && pair.Session != "":
+			if pair.Session != holder {
+				holder, follows = pair.Session, false
+				watch.Reset()
+				if ttl, follows, err = l.holderTTL(ctx, holder); err != nil {
+					if errors.Is(err, locker.ErrRefused) {
+						// A token without session read: wait for Consul
+						// to free the key, as for any other holder.
+						l.log.Warn("cannot read the holder's session; waiting for Consul to free the key instead of taking over after one TTL",
+							"key", l.path, "error", err)
+					} else {
+						holder = "" // ask again with the next read
+					}
+				}
+			}
 			if l.opts.NoWait {
 				h := locker.ParseHolder(pair.Value)
-				return nil, fmt.Errorf("acquire %s: %w: %s leads (epoch %d)", l.path, locker.ErrHeld, h.ID, pair.ModifyIndex)
+				return nil, fmt.Errorf("acquire %s: %w: %s leads (epoch %d)", l.path, locker.ErrHeld, h.ID, epochOf(pair, follows))
 			}
-			l.log.Debug("key held; waiting", "key", l.path, "holder_session", pair.Session)
 			index = nextIndex(index, meta.LastIndex)
-			backoff.Reset()
-			continue
+			retry.Reset()
+			if !follows {
+				l.log.Debug("key held; waiting", "key", l.path, "holder_session", pair.Session)
+				continue
+			}
+			watch.Observe(strconv.FormatUint(pair.ModifyIndex, 10), ttl)
+			_, left, _ := watch.Due()
+			if left > 0 {
+				// Wake when the holder writes, or when it is due.
+				wait = min(max(left, minWait), blockWait)
+				continue
+			}
+			l.log.Info("holder stopped renewing; taking over", "key", l.path, "holder_session", pair.Session,
+				"unchanged_for", ttl+observe.Allowance(ttl), "index", pair.ModifyIndex)
+		default:
+			if l.opts.NoWait && tried {
+				// Free, yet Consul refused it: the previous holder's
+				// session ended moments ago and its lock-delay still runs.
+				return nil, fmt.Errorf("acquire %s: %w: the previous holder's lock-delay still runs", l.path, locker.ErrHeld)
+			}
 		}
 
-		if l.opts.NoWait && tried {
-			// Free, yet Consul refused it: the previous holder's session
-			// ended moments ago and its lock-delay still runs.
-			return nil, fmt.Errorf("acquire %s: %w: the previous holder's lock-delay still runs", l.path, locker.ErrHeld)
-		}
 		tried = true
-		won, err := l.tryAcquire(ctx, id, locker.NewHolder(l.opts).Record())
+		won, err := l.tryAcquire(ctx, id, pair, l.newRecord())
 		if err != nil {
 			return nil, err
 		}
@@ -106,26 +154,35 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 		}
 		// Lost a race, or the key is in its lock-delay: Consul wakes no
 		// blocking query when that ends, so look again after a pause.
-		if !l.opts.NoWait && !retry.Sleep(ctx, backoff.Next()) {
+		if !l.opts.NoWait && !locker.Sleep(ctx, retry.Next()) {
 			return nil, ctx.Err()
 		}
 		index = 0
 	}
 }
 
+// minWait is the shortest blocking query a standby makes while a holder is
+// nearly due; Consul reads a wait below 1ms as its 5 minute default.
+const minWait = 10 * time.Millisecond
+
 // readKey reads the lock key; with index > 0 it is a blocking query that
-// returns when the key changes past index or after blockWait.
-func (l *Locker) readKey(ctx context.Context, index uint64) (*api.KVPair, *api.QueryMeta, error) {
+// returns when the key changes past index or after wait.
+func (l *Locker) readKey(ctx context.Context, index uint64, wait time.Duration) (*api.KVPair, *api.QueryMeta, error) {
 	timeout := callTimeout
 	q := &api.QueryOptions{Token: l.token}
 	if index > 0 {
-		q.WaitIndex, q.WaitTime = index, blockWait
-		timeout = blockTimeout
+		q.WaitIndex, q.WaitTime = index, wait
+		timeout = wait + wait/16 + callTimeout
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	pair, meta, err := l.client.KV().Get(l.path, q.WithContext(cctx))
+	at, c := l.ep.pick()
+	if index > 0 {
+		defer l.ep.abortOnMove(at, cancel)()
+	}
+	pair, meta, err := c.KV().Get(l.path, q.WithContext(cctx))
 	if err != nil {
+		l.ep.failed(cctx, at, err)
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
@@ -134,10 +191,13 @@ func (l *Locker) readKey(ctx context.Context, index uint64) (*api.KVPair, *api.Q
 	return pair, meta, nil
 }
 
-// tryAcquire makes one KV acquire of the key with session id. It first
-// renews the session, so that Consul's TTL timer for it starts as late as
-// possible before leadership does.
-func (l *Locker) tryAcquire(ctx context.Context, id string, record []byte) (bool, error) {
+// tryAcquire makes one acquire of the key with session id, creating the
+// key afresh so that its CreateIndex is the acquire's Raft index (the
+// epoch): on an absent key a lock; on a key as last read (free, or held by
+// a holder that is due) a delete conditioned on its ModifyIndex and a lock,
+// in one transaction. It first renews the session, so that Consul's TTL
+// timer for it starts as late as possible before leadership does.
+func (l *Locker) tryAcquire(ctx context.Context, id string, seen *api.KVPair, rec record) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	if _, err := l.renewSession(cctx, id); err != nil {
@@ -147,36 +207,60 @@ func (l *Locker) tryAcquire(ctx context.Context, id string, record []byte) (bool
 		// Not ErrLost for Acquire's caller: no leadership was lost.
 		return false, fmt.Errorf("acquire %s: candidate session: %v", l.path, err)
 	}
-	won, _, err := l.client.KV().Acquire(&api.KVPair{Key: l.path, Value: record, Session: id}, l.writeOpts(cctx))
+	first := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: l.path}
+	if seen != nil {
+		first = &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: l.path, Index: seen.ModifyIndex}
+	}
+	won, resp, err := l.txn(cctx, api.TxnOps{
+		{KV: first},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: l.path, Value: rec.encode(), Session: id}},
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
 		return false, l.fail("acquire "+l.path, err)
 	}
+	if !won {
+		l.log.Debug("acquire rolled back", "key", l.path, "reason", txnErrors(resp))
+	}
 	return won, nil
 }
 
 // confirm reads the key back with a consistent read (DESIGN §1.7). If it is
 // held by session id, leadership is ours and its epoch is the entry's
-// ModifyIndex, a Raft index that only grows, even across deletes of the key
-// (DESIGN §1.1; LockIndex would restart). It returns nil, nil when the key is
-// not ours after all.
+// CreateIndex: our acquire created the key, so it is the acquire's Raft
+// index, which only grows, even across deletes of the key (DESIGN §1.1;
+// LockIndex would restart). It returns nil, nil when the key is not ours
+// after all.
 func (l *Locker) confirm(ctx context.Context, id string) (*lease, error) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	pair, meta, err := l.client.KV().Get(l.path, l.queryOpts(cctx, true))
+	var (
+		pair *api.KVPair
+		meta *api.QueryMeta
+	)
+	err := l.onEach(cctx, func(actx context.Context) error {
+		return l.do(actx, func(c *api.Client) (err error) {
+			pair, meta, err = c.KV().Get(l.path, l.queryOpts(actx, true))
+			return err
+		})
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, l.fail("read back "+l.path, err)
 	}
-	if pair == nil || pair.Session != id || pair.ModifyIndex == 0 {
+	if pair == nil || pair.Session != id || pair.CreateIndex == 0 {
 		l.log.Debug("acquire did not stick; campaigning again", "key", l.path, "session", id)
 		return nil, nil
 	}
-	ls := l.newLease(id, pair.ModifyIndex, meta.LastIndex)
+	rec := l.newRecord()
+	if err := json.Unmarshal(pair.Value, &rec); err != nil {
+		rec = l.newRecord() // written over by hand already; our next heartbeat restores it
+	}
+	ls := l.newLease(id, pair.CreateIndex, pair.ModifyIndex, meta.LastIndex, rec)
 	l.log.Debug("acquired", "key", l.path, "session", id, "epoch", ls.epoch)
 	return ls, nil
 }

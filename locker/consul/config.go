@@ -1,11 +1,16 @@
 // Package consul holds leadership of a key with a Consul session and a KV
-// `acquire` (DESIGN §1.1). The session carries only a TTL by default
-// (§1.5); the supervisor renews it one round trip at a time through
-// Lease.Renew and keeps all deadlines itself (§1.2, §6).
+// lock (DESIGN §1.1). The session carries only a TTL by default (§1.5); the
+// supervisor renews it, with a heartbeat write of the key, one Renew at a
+// time and keeps all deadlines itself (§1.2, §6). A standby takes over a
+// holder whose heartbeat stopped for one TTL and an allowance (observe.go,
+// §1.12). Config.Address may list several servers; requests move to the
+// next one when one fails (endpoints.go).
 package consul
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -31,10 +36,12 @@ const MaxTTL = 24 * time.Hour
 // clamp larger values, so New refuses them instead.
 const MaxLockDelay = 60 * time.Second
 
-// ErrConfig marks a configuration that New refuses: a TTL outside Consul's
-// limits, session checks without a long enough lock-delay, unreadable token
-// or TLS files. Retrying cannot fix it.
-var ErrConfig = errors.New("invalid consul configuration")
+// configError is a setting New (or the servers) refused: Field names the
+// Config field, rule completes a sentence that starts with the setting.
+// It wraps locker.ErrRefused, so leaderrun exits 125 (locker.ConfigError).
+func configError(field, rule string, cause error) error {
+	return &locker.ConfigError{Field: field, Rule: rule, Err: cause}
+}
 
 // Timeouts of the calls the backend makes on its own (the supervisor bounds
 // Renew and Release through their ctx).
@@ -69,8 +76,12 @@ const blockTimeout = blockWait + blockWait/16 + callTimeout
 type Config struct {
 	locker.Options
 
-	// Address of the Consul agent: host:port, or a URL with scheme http,
-	// https or unix. Empty means the consul/api default (localhost:8500).
+	// Address of the Consul agent or server: host:port, or a URL with
+	// scheme http, https or unix. A comma-separated list names several
+	// servers (or agents) of one datacenter: a request that fails on one
+	// is retried on the next, and renewals, watches and blocking queries
+	// all move together. Empty means CONSUL_HTTP_ADDR (which may hold a
+	// list too), else the consul/api default (localhost:8500).
 	Address string
 	// Token is the ACL token. It never appears in errors or logs.
 	Token string
@@ -101,12 +112,13 @@ type Config struct {
 // Locker campaigns for one key with Consul sessions. It implements
 // locker.Locker; create it with New.
 type Locker struct {
-	client    *api.Client
+	ep        *endpoints
 	transport *http.Transport
 	token     string // per-request ACL token; never logged
 	path      string // KV path of the lock key: <prefix>/<key>
 	opts      locker.Options
 	lockDelay time.Duration
+	dc        string // Config.Datacenter, empty for the agent's own
 	checks    []string
 	log       hclog.Logger
 }
@@ -114,7 +126,7 @@ type Locker struct {
 var _ locker.Locker = (*Locker)(nil)
 
 // New validates cfg and builds the Consul client. It makes no request.
-// Configuration errors wrap ErrConfig.
+// Configuration errors are *locker.ConfigError.
 func New(cfg Config) (*Locker, error) {
 	if err := validate(cfg); err != nil {
 		return nil, err
@@ -135,8 +147,15 @@ func New(cfg Config) (*Locker, error) {
 	}
 
 	acfg := api.DefaultConfigWithLogger(log)
-	if cfg.Address != "" {
-		acfg.Address = cfg.Address
+	list := cfg.Address
+	if list == "" {
+		list = os.Getenv("CONSUL_HTTP_ADDR")
+	}
+	addrs := []string{acfg.Address}
+	if list != "" {
+		if addrs, err = splitAddresses(list); err != nil {
+			return nil, configError("Address", "must be a comma-separated list of Consul addresses", err)
+		}
 	}
 	if cfg.Datacenter != "" {
 		acfg.Datacenter = cfg.Datacenter
@@ -163,16 +182,27 @@ func New(cfg Config) (*Locker, error) {
 	transport := acfg.Transport
 	transport.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 15 * time.Second}).DialContext
 	transport.TLSHandshakeTimeout = dialTimeout
+	if err := checkTLSFiles(acfg.TLSConfig); err != nil {
+		return nil, err
+	}
 	httpClient, err := api.NewHttpClient(transport, acfg.TLSConfig)
 	if err != nil {
-		return nil, fmt.Errorf("%w: consul TLS files: %v", ErrConfig, err)
+		return nil, configError("CACert", "and the client certificate must be readable PEM files", err)
 	}
 	httpClient.Timeout = blockTimeout + callTimeout
 	acfg.HttpClient = httpClient
 
-	client, err := api.NewClient(acfg)
-	if err != nil {
-		return nil, fmt.Errorf("%w: consul client: %v", ErrConfig, redact(err.Error(), token))
+	ep := &endpoints{addrs: addrs, log: log, moved: make(chan struct{})}
+	for _, a := range addrs {
+		// Each address gets its own copy of the settings; TLS, token and
+		// the HTTP client (one connection pool) are shared by all.
+		one := *acfg
+		one.Address = a
+		client, err := api.NewClient(&one)
+		if err != nil {
+			return nil, configError("Address", fmt.Sprintf("%q is not a Consul address", a), errors.New(redact(err.Error(), token)))
+		}
+		ep.clients = append(ep.clients, client)
 	}
 	path := cfg.Key
 	if cfg.Prefix != "" {
@@ -184,12 +214,13 @@ func New(cfg Config) (*Locker, error) {
 		opts.ID = host + ":" + strconv.Itoa(os.Getpid())
 	}
 	return &Locker{
-		client:    client,
+		ep:        ep,
 		transport: transport,
 		token:     token,
 		path:      path,
 		opts:      opts,
 		lockDelay: ceilMillis(cfg.LockDelay),
+		dc:        cfg.Datacenter,
 		checks:    append([]string(nil), cfg.SessionChecks...),
 		log:       log,
 	}, nil
@@ -198,31 +229,31 @@ func New(cfg Config) (*Locker, error) {
 // validate checks the rules of DESIGN §1.5 and §1.10 that belong to Consul.
 func validate(cfg Config) error {
 	if err := locker.ValidateKey(cfg.Key); err != nil {
-		return fmt.Errorf("%w: --key: %v", ErrConfig, err)
+		return configError("Key", "is not a valid key", err)
 	}
 	if cfg.Prefix != "" {
 		if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
-			return fmt.Errorf("%w: --prefix: %v", ErrConfig, err)
+			return configError("Prefix", "is not a valid prefix", err)
 		}
 	}
 	if cfg.TTL < MinTTL || cfg.TTL > MaxTTL {
-		return fmt.Errorf("%w: --ttl %v: Consul session TTLs must be between %v and %v",
-			ErrConfig, cfg.TTL, MinTTL, MaxTTL)
+		return configError("TTL", fmt.Sprintf("must be between %v and %v on Consul (its session TTL limits), got %v",
+			MinTTL, MaxTTL, cfg.TTL), nil)
 	}
 	if cfg.LockDelay < 0 || cfg.LockDelay > MaxLockDelay {
-		return fmt.Errorf("%w: --consul-lock-delay %v: must be between 0 and %v",
-			ErrConfig, cfg.LockDelay, MaxLockDelay)
+		return configError("LockDelay", fmt.Sprintf("must be between 0 and %v (Consul clamps longer ones), got %v",
+			MaxLockDelay, cfg.LockDelay), nil)
 	}
 	// §1.5: a health check can invalidate the session before our local
 	// deadline; only a lock-delay of at least TTL keeps the next holder out
 	// until our child is surely dead.
 	if len(cfg.SessionChecks) > 0 && cfg.LockDelay < cfg.TTL {
-		return fmt.Errorf("%w: --consul-session-checks %s needs --consul-lock-delay >= --ttl (have %v < %v)",
-			ErrConfig, strings.Join(cfg.SessionChecks, ","), cfg.LockDelay, cfg.TTL)
+		return configError("SessionChecks", fmt.Sprintf("%s need a lock-delay of at least the TTL (DESIGN §1.5), have lock-delay %v < TTL %v",
+			strings.Join(cfg.SessionChecks, ","), cfg.LockDelay, cfg.TTL), nil)
 	}
 	for _, c := range cfg.SessionChecks {
 		if c == "" {
-			return fmt.Errorf("%w: --consul-session-checks: empty check name", ErrConfig)
+			return configError("SessionChecks", "must not contain an empty check name", nil)
 		}
 	}
 	return nil
@@ -246,11 +277,11 @@ func resolveToken(cfg Config) (string, error) {
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("%w: consul token file: %v", ErrConfig, err)
+		return "", configError("TokenFile", "must be a readable file", err)
 	}
 	t := strings.TrimSpace(string(data))
 	if t == "" {
-		return "", fmt.Errorf("%w: consul token file %s is empty", ErrConfig, file)
+		return "", configError("TokenFile", fmt.Sprintf("%s is empty", file), nil)
 	}
 	return t, nil
 }
@@ -271,4 +302,27 @@ func (l *Locker) queryOpts(ctx context.Context, consistent bool) *api.QueryOptio
 func (l *Locker) writeOpts(ctx context.Context) *api.WriteOptions {
 	w := &api.WriteOptions{Token: l.token}
 	return w.WithContext(ctx)
+}
+
+// checkTLSFiles reads the CA and client certificate files, so that a bad
+// one is named by its own setting.
+func checkTLSFiles(tc api.TLSConfig) error {
+	if tc.CAFile != "" {
+		pem, err := os.ReadFile(tc.CAFile)
+		if err != nil {
+			return configError("CACert", "must be a readable PEM file of CA certificates", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return configError("CACert", fmt.Sprintf("%s holds no PEM certificate", tc.CAFile), nil)
+		}
+	}
+	if tc.CertFile != "" || tc.KeyFile != "" {
+		if tc.CertFile == "" || tc.KeyFile == "" {
+			return configError("ClientCert", "and the client key must be given together", nil)
+		}
+		if _, err := tls.LoadX509KeyPair(tc.CertFile, tc.KeyFile); err != nil {
+			return configError("ClientCert", "and the client key must be a matching PEM certificate and key", err)
+		}
+	}
+	return nil
 }

@@ -45,29 +45,34 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	tests := []struct {
 		name   string
 		change func(*Config)
-		want   []string // substrings of the error
+		field  string // the ConfigError's Field
+		want   []string
 	}{
-		{"ttl below Consul's minimum", func(c *Config) { c.TTL = 5 * time.Second }, []string{"--ttl 5s", "10s"}},
-		{"ttl above Consul's maximum", func(c *Config) { c.TTL = 25 * time.Hour }, []string{"--ttl", "24h"}},
+		{"ttl below Consul's minimum", func(c *Config) { c.TTL = 5 * time.Second }, "TTL", []string{"5s", "10s"}},
+		{"ttl above Consul's maximum", func(c *Config) { c.TTL = 25 * time.Hour }, "TTL", []string{"24h"}},
 		{"checks without lock-delay >= ttl", func(c *Config) {
 			c.SessionChecks, c.LockDelay = []string{"serfHealth"}, time.Second
-		}, []string{"--consul-session-checks", "--consul-lock-delay", "--ttl"}},
-		{"lock-delay Consul would clamp", func(c *Config) { c.LockDelay = 2 * time.Minute }, []string{"--consul-lock-delay"}},
-		{"negative lock-delay", func(c *Config) { c.LockDelay = -time.Second }, []string{"--consul-lock-delay"}},
-		{"bad key", func(c *Config) { c.Key = "../etc" }, []string{"--key"}},
-		{"bad prefix", func(c *Config) { c.Prefix = "/x" }, []string{"--prefix"}},
-		{"missing token file", func(c *Config) { c.TokenFile = filepath.Join(dir, "nope") }, []string{"token file"}},
-		{"unreadable CA file", func(c *Config) { c.CACert = filepath.Join(dir, "nope.pem") }, []string{"TLS"}},
-		{"garbage CA file", func(c *Config) { c.CACert = garbage }, []string{"TLS"}},
-		{"garbage client cert", func(c *Config) { c.ClientCert, c.ClientKey = garbage, garbage }, []string{"TLS"}},
+		}, "SessionChecks", []string{"serfHealth", "lock-delay"}},
+		{"lock-delay Consul would clamp", func(c *Config) { c.LockDelay = 2 * time.Minute }, "LockDelay", []string{"1m0s"}},
+		{"negative lock-delay", func(c *Config) { c.LockDelay = -time.Second }, "LockDelay", nil},
+		{"bad key", func(c *Config) { c.Key = "../etc" }, "Key", nil},
+		{"bad prefix", func(c *Config) { c.Prefix = "/x" }, "Prefix", nil},
+		{"missing token file", func(c *Config) { c.TokenFile = filepath.Join(dir, "nope") }, "TokenFile", nil},
+		{"unreadable CA file", func(c *Config) { c.CACert = filepath.Join(dir, "nope.pem") }, "CACert", nil},
+		{"garbage CA file", func(c *Config) { c.CACert = garbage }, "CACert", []string{"no PEM"}},
+		{"garbage client cert", func(c *Config) { c.ClientCert, c.ClientKey = garbage, garbage }, "ClientCert", nil},
+		{"client cert without key", func(c *Config) { c.ClientCert = garbage }, "ClientCert", []string{"together"}},
+		{"empty address in a list", func(c *Config) { c.Address = "127.0.0.1:1,,127.0.0.1:2" }, "Address", nil},
+		{"unix socket in a list", func(c *Config) { c.Address = "unix:///run/consul.sock,127.0.0.1:2" }, "Address", []string{"unix"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig("cfg", "127.0.0.1:1")
 			tt.change(&cfg)
 			_, err := New(cfg)
-			if !errors.Is(err, ErrConfig) {
-				t.Fatalf("New: got %v, want an error wrapping ErrConfig", err)
+			var ce *locker.ConfigError
+			if !errors.As(err, &ce) || !errors.Is(err, locker.ErrRefused) || ce.Field != tt.field {
+				t.Fatalf("New: got %v, want a ConfigError on %s", err, tt.field)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {

@@ -76,7 +76,7 @@ func (c *cluster) sessions(t *testing.T, l *Locker) []*api.SessionEntry {
 	}
 	var out []*api.SessionEntry
 	for _, s := range all {
-		if s.Name == "leaderrun "+l.path {
+		if s.Name == l.sessionName() {
 			out = append(out, s)
 		}
 	}
@@ -199,7 +199,7 @@ func testSessionHasNoChecks(t *testing.T, c *cluster, addr string) {
 	if se.TTL != "10s" || se.Behavior != api.SessionBehaviorRelease || se.LockDelay != 250*time.Millisecond {
 		t.Fatalf("session TTL=%q Behavior=%q LockDelay=%v", se.TTL, se.Behavior, se.LockDelay)
 	}
-	if se.Name != "leaderrun "+l.path {
+	if se.Name != l.sessionName() {
 		t.Fatalf("session name %q", se.Name)
 	}
 }
@@ -209,8 +209,8 @@ func testSessionHasNoChecks(t *testing.T, c *cluster, addr string) {
 func testOptInChecks(t *testing.T, c *cluster, addr string) {
 	cfg := testConfig("checks", addr)
 	cfg.SessionChecks = []string{"serfHealth"}
-	if _, err := New(cfg); !errors.Is(err, ErrConfig) {
-		t.Fatalf("New with checks and lock-delay %v < TTL: got %v, want ErrConfig", cfg.LockDelay, err)
+	if _, err := New(cfg); !errors.Is(err, locker.ErrRefused) {
+		t.Fatalf("New with checks and lock-delay %v < TTL: got %v, want a ConfigError", cfg.LockDelay, err)
 	}
 	l := c.locker(t, "checks", addr, func(cfg *Config) {
 		cfg.SessionChecks, cfg.LockDelay = []string{"serfHealth"}, cfg.TTL

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -18,14 +20,32 @@ const handlePrefix = "consul:"
 // LeaseRemaining Consul can tell us. It returns an error wrapping
 // locker.ErrNoLeader when nobody holds the key.
 func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
-	pair, _, err := l.client.KV().Get(l.path, l.queryOpts(ctx, true))
+	var h locker.Holder
+	err := l.onEach(ctx, func(ctx context.Context) (err error) {
+		h, err = l.leader(ctx)
+		return err
+	})
+	return h, err
+}
+
+// leader is one attempt of Leader.
+func (l *Locker) leader(ctx context.Context) (locker.Holder, error) {
+	var pair *api.KVPair
+	err := l.do(ctx, func(c *api.Client) (err error) {
+		pair, _, err = c.KV().Get(l.path, l.queryOpts(ctx, true))
+		return err
+	})
 	if err != nil {
 		return locker.Holder{}, l.fail("read "+l.path, err)
 	}
 	if pair == nil || pair.Session == "" {
 		return locker.Holder{}, fmt.Errorf("read %s: %w", l.path, locker.ErrNoLeader)
 	}
-	se, _, err := l.client.Session().Info(pair.Session, l.queryOpts(ctx, true))
+	var se *api.SessionEntry
+	err = l.do(ctx, func(c *api.Client) (err error) {
+		se, _, err = c.Session().Info(pair.Session, l.queryOpts(ctx, true))
+		return err
+	})
 	if err != nil {
 		return locker.Holder{}, l.fail("read session of "+l.path, err)
 	}
@@ -35,7 +55,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, fmt.Errorf("read %s: holder session just ended: %w", l.path, locker.ErrNoLeader)
 	}
 	h := locker.ParseHolder(pair.Value)
-	h.Epoch = pair.ModifyIndex
+	h.Epoch = epochOf(pair, declaresContract(se.Name))
 	// Consul does not say how much of the TTL is left, only the TTL itself,
 	// which bounds it from above.
 	if ttl, err := time.ParseDuration(se.TTL); err == nil {
@@ -81,4 +101,16 @@ func parseHandle(handle string) (session, key string, err error) {
 		return "", "", fmt.Errorf("release: %q is not a consul lease handle", handle)
 	}
 	return session, key, nil
+}
+
+// epochOf is the epoch of the holder of pair. A holder that follows the
+// observer-clock contract created the key with its acquire, and its
+// heartbeats (or a write by hand) move only the ModifyIndex: its epoch is
+// the CreateIndex. An older leaderrun acquired an existing key and never
+// wrote it again: its epoch is the ModifyIndex.
+func epochOf(pair *api.KVPair, follows bool) uint64 {
+	if follows {
+		return pair.CreateIndex
+	}
+	return pair.ModifyIndex
 }

@@ -20,6 +20,13 @@ type lease struct {
 	session string
 	epoch   uint64
 
+	// Renew's state (Renew is never called concurrently): the record we
+	// write, how many heartbeats it counted, and the ModifyIndex of our
+	// last write of the key, which the next heartbeat is conditioned on.
+	rec   record
+	beat  uint64
+	index uint64
+
 	lost     chan struct{}
 	lostOnce sync.Once
 	mu       sync.Mutex
@@ -32,13 +39,15 @@ type lease struct {
 var _ locker.Lease = (*lease)(nil)
 
 // newLease starts watching the key from index, the index of the consistent
-// read that confirmed leadership.
-func (l *Locker) newLease(session string, epoch, index uint64) *lease {
+// read that confirmed leadership; written is the key's ModifyIndex then.
+func (l *Locker) newLease(session string, epoch, written, index uint64, rec record) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	ls := &lease{
 		l:         l,
 		session:   session,
 		epoch:     epoch,
+		rec:       rec,
+		index:     written,
 		lost:      make(chan struct{}),
 		stopWatch: cancel,
 		watching:  make(chan struct{}),
@@ -47,19 +56,29 @@ func (l *Locker) newLease(session string, epoch, index uint64) *lease {
 	return ls
 }
 
-// Epoch is the KV entry's ModifyIndex read back after the acquire
-// (DESIGN §1.1).
+// Epoch is the Raft index of the acquire that created the key: its
+// CreateIndex, read back after the acquire (DESIGN §1.1).
 func (ls *lease) Epoch() uint64 { return ls.epoch }
 
-// Renew makes exactly one Session.Renew round trip bounded by ctx and
-// returns the TTL the server granted (DESIGN §1.2, §1.8). A session the
-// server no longer knows yields an error wrapping locker.ErrLost.
+// Renew renews the session and then writes the heartbeat standbys watch
+// (observe.go), both bounded by ctx, and returns the TTL the server
+// granted (DESIGN §1.2, §1.8, §1.12). It succeeds only if both writes did:
+// the caller's send time, taken before the first, is never later than the
+// send time of the heartbeat a standby may time its takeover from. A
+// session the server no longer knows, or a key no longer ours, yields an
+// error wrapping locker.ErrLost.
 func (ls *lease) Renew(ctx context.Context) (time.Duration, error) {
 	granted, err := ls.l.renewSession(ctx, ls.session)
 	if errors.Is(err, locker.ErrLost) {
 		ls.markLost("session " + ls.session + " is gone (expired or destroyed)")
 	}
-	return granted, err
+	if err != nil {
+		return 0, err
+	}
+	if err := ls.heartbeat(ctx); err != nil {
+		return 0, err
+	}
+	return granted, nil
 }
 
 // Lost is closed once the key is deleted, released or held by another
@@ -95,12 +114,28 @@ func (ls *lease) Release(ctx context.Context) error {
 // lock-delay, then destroys the session. Its callers have seen the child's
 // process group gone (DESIGN §1.4).
 func (l *Locker) giveBack(ctx context.Context, session string) error {
-	if _, _, err := l.client.KV().Release(&api.KVPair{Key: l.path, Session: session}, l.writeOpts(ctx)); err != nil {
+	// The release may use half the time; the destroy must have some left.
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		rctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+	}
+	defer cancel()
+	if err := l.onEach(rctx, func(ctx context.Context) error {
+		return l.do(ctx, func(c *api.Client) error {
+			_, _, err := c.KV().Release(&api.KVPair{Key: l.path, Session: session}, l.writeOpts(ctx))
+			return err
+		})
+	}); err != nil {
 		l.log.Debug("KV release failed; destroying the session anyway", "key", l.path, "error", l.scrub(err))
 	}
 	// Only the destroy must succeed: with Behavior release it frees the
 	// key as well (after the lock-delay).
-	if _, err := l.client.Session().Destroy(session, l.writeOpts(ctx)); err != nil {
+	if err := l.onEach(ctx, func(ctx context.Context) error {
+		return l.do(ctx, func(c *api.Client) error {
+			_, err := c.Session().Destroy(session, l.writeOpts(ctx))
+			return err
+		})
+	}); err != nil {
 		return l.fail(fmt.Sprintf("release %s: destroy session %s", l.path, session), err)
 	}
 	return nil
@@ -124,7 +159,7 @@ func (ls *lease) watch(ctx context.Context, index uint64) {
 	defer close(ls.watching)
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		pair, meta, err := ls.l.readKey(ctx, index)
+		pair, meta, err := ls.l.readKey(ctx, index, blockWait)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -160,18 +195,29 @@ func (ls *lease) watch(ctx context.Context, index uint64) {
 func (ls *lease) confirmLost(ctx context.Context) (reason string, gone bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	pair, _, err := ls.l.client.KV().Get(ls.l.path, ls.l.queryOpts(cctx, true))
-	switch {
-	case err != nil:
+	var pair *api.KVPair
+	err = ls.l.do(cctx, func(c *api.Client) (err error) {
+		pair, _, err = c.KV().Get(ls.l.path, ls.l.queryOpts(cctx, true))
+		return err
+	})
+	if err != nil {
 		return "", false, ls.l.fail("confirm loss of "+ls.l.path, err)
+	}
+	reason, gone = ls.lostIn(pair)
+	return reason, gone, nil
+}
+
+// lostIn says whether the key as read no longer belongs to this lease.
+func (ls *lease) lostIn(pair *api.KVPair) (reason string, gone bool) {
+	switch {
 	case pair == nil:
-		return "key " + ls.l.path + " was deleted", true, nil
+		return "key " + ls.l.path + " was deleted", true
 	case pair.Session == ls.session:
-		return "", false, nil
+		return "", false
 	case pair.Session == "":
-		return "key " + ls.l.path + " was released (session " + ls.session + " destroyed, expired or let go)", true, nil
+		return "key " + ls.l.path + " was released (session " + ls.session + " destroyed, expired or let go)", true
 	default:
 		h := locker.ParseHolder(pair.Value)
-		return fmt.Sprintf("key %s is now held by session %s (%s)", ls.l.path, pair.Session, h.ID), true, nil
+		return fmt.Sprintf("key %s is now held by session %s (%s)", ls.l.path, pair.Session, h.ID), true
 	}
 }

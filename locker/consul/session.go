@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -18,7 +19,7 @@ import (
 // key is freed the moment the session ends.
 func (l *Locker) createSession(ctx context.Context) (string, error) {
 	body := map[string]any{
-		"Name":      "leaderrun " + l.path,
+		"Name":      l.sessionName(),
 		"TTL":       l.ttlString(),
 		"Behavior":  api.SessionBehaviorRelease,
 		"LockDelay": fmt.Sprintf("%dms", l.lockDelay.Milliseconds()),
@@ -39,9 +40,15 @@ func (l *Locker) createSession(ctx context.Context) (string, error) {
 	defer cancel()
 	grace := context.AfterFunc(ctx, func() { time.AfterFunc(createGrace, cancel) })
 	defer grace()
-	if _, err := l.client.Raw().Write("/v1/session/create", body, &out, l.writeOpts(cctx)); err != nil {
+	if err := l.do(cctx, func(c *api.Client) error {
+		_, err := c.Raw().Write("/v1/session/create", body, &out, l.writeOpts(cctx))
+		return err
+	}); err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
+		}
+		if cerr := l.sessionRefused(err); cerr != nil {
+			return "", cerr
 		}
 		return "", l.fail("create consul session", err)
 	}
@@ -66,7 +73,11 @@ func (l *Locker) createSession(ctx context.Context) (string, error) {
 func (l *Locker) checkSession(ctx context.Context, id string) error {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	se, _, err := l.client.Session().Info(id, l.queryOpts(cctx, true))
+	var se *api.SessionEntry
+	err := l.do(cctx, func(c *api.Client) (err error) {
+		se, _, err = c.Session().Info(id, l.queryOpts(cctx, true))
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -117,7 +128,10 @@ func (l *Locker) renewSession(ctx context.Context, id string) (time.Duration, er
 	// Through Raw rather than Session().Renew, which drops the server's
 	// reason from every error and hides the status code.
 	var entries []*api.SessionEntry
-	_, err := l.client.Raw().Write("/v1/session/renew/"+id, nil, &entries, l.writeOpts(ctx))
+	err := l.do(ctx, func(c *api.Client) error {
+		_, err := c.Raw().Write("/v1/session/renew/"+id, nil, &entries, l.writeOpts(ctx))
+		return err
+	})
 	var se api.StatusError
 	switch {
 	case errors.As(err, &se) && se.Code == http.StatusNotFound:
@@ -135,13 +149,39 @@ func (l *Locker) renewSession(ctx context.Context, id string) (time.Duration, er
 	return granted, nil
 }
 
+// abandon gives up a candidate session after a failed Acquire: an acquire
+// whose answer was lost may have made it the holder, and destroying a
+// holding session puts the key into its lock-delay for everyone, our own
+// next attempt included. So it first releases the key (a no-op unless this
+// session holds it), then destroys the session, both on one fresh short
+// timeout. No child ever ran under this session.
+func (l *Locker) abandon(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := l.do(ctx, func(c *api.Client) error {
+		_, _, err := c.KV().Release(&api.KVPair{Key: l.path, Session: id}, l.writeOpts(ctx))
+		return err
+	}); err != nil {
+		l.log.Debug("give back key after failed acquire failed", "key", l.path, "session", id, "error", l.scrub(err))
+	}
+	l.destroySessionCtx(ctx, id)
+}
+
 // destroySession ends a session on a fresh short timeout: it runs when the
 // caller's context may already be done. Failure only means the session
 // expires on its own after its TTL.
 func (l *Locker) destroySession(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if _, err := l.client.Session().Destroy(id, l.writeOpts(ctx)); err != nil {
+	l.destroySessionCtx(ctx, id)
+}
+
+// destroySessionCtx ends a session within ctx; failure is only logged.
+func (l *Locker) destroySessionCtx(ctx context.Context, id string) {
+	if err := l.do(ctx, func(c *api.Client) error {
+		_, err := c.Session().Destroy(id, l.writeOpts(ctx))
+		return err
+	}); err != nil {
 		l.log.Debug("destroy session failed; it will expire after its TTL", "session", id, "error", l.scrub(err))
 		return
 	}
@@ -183,4 +223,28 @@ func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.Canc
 // ttlString is the TTL as sent to Consul; the server echoes it back.
 func (l *Locker) ttlString() string {
 	return l.opts.TTL.String()
+}
+
+// sessionRefused recognises a session create that no retry can make work
+// and returns it as a configuration error: the servers' session_ttl_min is
+// above our TTL, the datacenter does not exist, or it is not the one of the
+// agent we talk to (a session is tied to that agent's node, so a lock in
+// another datacenter must go through an address in that datacenter).
+func (l *Locker) sessionRefused(err error) error {
+	var se api.StatusError
+	if !errors.As(err, &se) {
+		return nil
+	}
+	body := strings.TrimSpace(se.Body)
+	switch {
+	case strings.Contains(body, "Invalid Session TTL"):
+		return configError("TTL", fmt.Sprintf(
+			"%v is below the Consul servers' minimum session TTL (their session_ttl_min; they answered %q)", l.opts.TTL, body), nil)
+	case strings.Contains(body, "No path to datacenter"):
+		return configError("Datacenter", fmt.Sprintf("%q is not a datacenter Consul knows", l.dc), nil)
+	case l.dc != "" && strings.Contains(body, "Missing node registration"):
+		return configError("Datacenter", fmt.Sprintf(
+			"%q is not the datacenter of the agent at this address: a session belongs to that agent's node, so give an address of an agent or server in %q", l.dc, l.dc), nil)
+	}
+	return nil
 }

@@ -12,7 +12,9 @@ import (
 
 // withdrawTimeout bounds the lease revocation after a failed or cancelled
 // campaign; it runs on a fresh context because the caller's may be over.
-const withdrawTimeout = 2 * time.Second
+// Short enough that a cancelled wait ends within 1s even when etcd cannot
+// be reached (DESIGN §3): the lease then expires on its own.
+const withdrawTimeout = 700 * time.Millisecond
 
 // candidate is one campaign: a lease and the election key attached to it.
 type candidate struct {

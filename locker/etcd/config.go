@@ -92,23 +92,25 @@ type endpoint struct {
 
 // New validates cfg and returns a Locker. It does not contact etcd. A
 // configuration that can never work (bad key, malformed endpoint, unreadable
-// TLS files) yields an error wrapping locker.ErrRefused.
+// TLS files) yields a *locker.ConfigError, which wraps locker.ErrRefused;
+// its Field names the Config field ("Options.Key" for the leadership key,
+// which Config.Key, the TLS key file, shadows).
 func New(cfg Config) (*Locker, error) {
-	refuse := func(format string, args ...any) (*Locker, error) {
-		return nil, fmt.Errorf("etcd: %w: %s", locker.ErrRefused, fmt.Sprintf(format, args...))
+	refuse := func(field, rule string, cause error) (*Locker, error) {
+		return nil, &locker.ConfigError{Field: field, Rule: rule, Err: cause}
 	}
 	opts := cfg.Options
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
 	if err := locker.ValidateKey(opts.Key); err != nil {
-		return refuse("key %v", err)
+		return refuse("Options.Key", "is not a valid key", err)
 	}
 	if err := locker.ValidatePrefix(opts.Prefix); err != nil {
-		return refuse("prefix %v", err)
+		return refuse("Prefix", "is not a valid prefix", err)
 	}
 	if opts.TTL <= 0 {
-		return refuse("TTL must be positive, got %s", opts.TTL)
+		return refuse("TTL", fmt.Sprintf("must be positive, got %s", opts.TTL), nil)
 	}
 	if opts.ID == "" {
 		host, _ := os.Hostname()
@@ -138,7 +140,11 @@ func New(cfg Config) (*Locker, error) {
 	}
 	if (l.username == "") != (l.password == "") {
 		// The etcd client silently skips auth unless both are set.
-		return refuse("a user name needs a password and a password needs a user name")
+		field := "Password"
+		if l.username == "" {
+			field = "Username"
+		}
+		return refuse(field, "must be set: a user name needs a password and a password needs a user name", nil)
 	}
 
 	raw := cfg.Endpoints
@@ -149,11 +155,11 @@ func New(cfg Config) (*Locker, error) {
 	for i, r := range raw {
 		ep, err := parseEndpoint(r)
 		if err != nil {
-			return refuse("endpoint %q: %v", r, err)
+			return refuse("Endpoints", fmt.Sprintf("%q is not a valid endpoint", r), err)
 		}
 		// The etcd client applies the first endpoint's transport to all.
 		if i > 0 && ep.scheme != scheme && ep.scheme != "" && scheme != "" {
-			return refuse("endpoints mix http:// and https://")
+			return refuse("Endpoints", "must not mix http:// and https://", nil)
 		}
 		if scheme == "" {
 			scheme = ep.scheme
@@ -163,12 +169,12 @@ func New(cfg Config) (*Locker, error) {
 
 	wantTLS := cfg.CACert != "" || cfg.Cert != "" || cfg.Key != ""
 	if wantTLS && scheme == "http" {
-		return refuse("TLS files are set but the endpoints use http://; use https:// or host:port")
+		return refuse("Endpoints", "use http:// but TLS files are set; use https:// or host:port", nil)
 	}
 	if wantTLS || scheme == "https" {
 		tc, err := loadTLS(cfg.CACert, cfg.Cert, cfg.Key)
 		if err != nil {
-			return refuse("%v", err)
+			return nil, err
 		}
 		l.tls = tc
 	}
@@ -210,21 +216,21 @@ func loadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, fmt.Errorf("CA file: %w", err)
+			return nil, &locker.ConfigError{Field: "CACert", Rule: "must be a readable CA file", Err: err}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("CA file %s: no PEM certificate found", caFile)
+			return nil, &locker.ConfigError{Field: "CACert", Rule: fmt.Sprintf("%s: no PEM certificate found", caFile)}
 		}
 		tc.RootCAs = pool
 	}
 	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("client certificate and key must be given together")
+		return nil, &locker.ConfigError{Field: "Cert", Rule: "and the client key must be given together (client certificate and key)"}
 	}
 	if certFile != "" {
 		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("client certificate %s / key %s: %w", certFile, keyFile, err)
+			return nil, &locker.ConfigError{Field: "Cert", Rule: fmt.Sprintf("must be a client certificate matching the key %s", keyFile), Err: err}
 		}
 		tc.Certificates = []tls.Certificate{pair}
 	}

@@ -13,7 +13,8 @@ import (
 // Leader reads who leads the key: the election key with the lowest
 // CreateRevision, read linearizably. Its CreateRevision is the epoch and its
 // lease's TimeToLive the time etcd keeps it without a renewal. It returns an
-// error wrapping locker.ErrNoLeader when there is no candidate at all.
+// error wrapping locker.ErrNoLeader when there is no candidate at all, or
+// when the first candidate's lease has run out (TimeToLive <= 0).
 func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 	cli, err := l.client(ctx)
 	if err != nil {
@@ -36,9 +37,13 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		if err != nil {
 			return locker.Holder{}, classify(fmt.Sprintf("etcd: read lease %x of %q", kv.Lease, l.opts.Key), err)
 		}
-		if ttl.TTL > 0 { // -1: expired since the read; its key goes with it
-			h.LeaseRemaining = time.Duration(ttl.TTL) * time.Second
+		if ttl.TTL <= 0 {
+			// -1: expired, its key goes with it; 0: under a second left,
+			// which a renewing holder never lets happen. Naming it would
+			// let `check` pass an epoch whose job is being stopped.
+			return locker.Holder{}, fmt.Errorf("etcd: key %q: the holder's lease %x is expiring: %w", l.opts.Key, kv.Lease, locker.ErrNoLeader)
 		}
+		h.LeaseRemaining = time.Duration(ttl.TTL) * time.Second
 	}
 	return h, nil
 }

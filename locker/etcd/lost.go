@@ -70,6 +70,8 @@ func (s *lease) follow(ctx context.Context, rev int64) string {
 					s.key, ev.Kv.ModRevision)
 			case ev.Kv.CreateRevision != s.rev:
 				return fmt.Sprintf("election key %s was re-created at revision %d by another writer", s.key, ev.Kv.CreateRevision)
+			case clientv3.LeaseID(ev.Kv.Lease) != s.id:
+				return detached(s.key, ev.Kv.Lease, ev.Kv.ModRevision)
 			}
 		}
 		if wr.Err() != nil {
@@ -100,6 +102,8 @@ func (s *lease) reread(ctx context.Context) (next int64, reason string, ok bool)
 		case resp.Kvs[0].CreateRevision != s.rev:
 			return 0, fmt.Sprintf("election key %s was re-created at revision %d by another writer",
 				s.key, resp.Kvs[0].CreateRevision), true
+		case clientv3.LeaseID(resp.Kvs[0].Lease) != s.id:
+			return 0, detached(s.key, resp.Kvs[0].Lease, resp.Kvs[0].ModRevision), true
 		default:
 			return resp.Header.Revision + 1, "", true
 		}
@@ -108,4 +112,14 @@ func (s *lease) reread(ctx context.Context) (next int64, reason string, ok bool)
 		}
 		pause = min(2*pause, maxReread)
 	}
+}
+
+// detached describes our election key written over without our lease (a
+// `put` by hand): it no longer goes away with our lease, so its existence
+// says nothing about our leadership any more.
+func detached(key string, lease, rev int64) string {
+	if lease == 0 {
+		return fmt.Sprintf("election key %s was written without a lease at revision %d", key, rev)
+	}
+	return fmt.Sprintf("election key %s was moved to lease %x at revision %d", key, lease, rev)
 }

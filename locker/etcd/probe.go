@@ -3,8 +3,10 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -89,7 +91,14 @@ func (l *Locker) probeOne(ctx context.Context, ep endpoint) (err error, refused 
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: TLS handshake: %w", ep.host, ctx.Err()), false
 		}
-		return fmt.Errorf("%s: TLS handshake failed (is it a TLS endpoint, and do the CA and certificates match?): %w", ep.host, err), true
+		// Only the server's word ends it: an alert, a certificate that
+		// does not verify, an answer that is not TLS, or a plaintext
+		// server (which just drops a TLS hello). A handshake cut short
+		// by the network or a restarting server is retried.
+		if tlsRefusal(err) || l.speaksPlaintext(ctx, ep.host) {
+			return fmt.Errorf("%s: TLS handshake failed (is it a TLS endpoint, and do the CA and certificates match?): %w", ep.host, err), true
+		}
+		return fmt.Errorf("%s: TLS handshake cut short: %w", ep.host, err), false
 	}
 	// With TLS 1.3 a server that rejects our client certificate says so
 	// only after the handshake: read briefly for that alert.
@@ -102,4 +111,47 @@ func (l *Locker) probeOne(ctx context.Context, ep endpoint) (err error, refused 
 		}
 	}
 	return nil, false
+}
+
+// tlsRefusal reports whether a failed handshake was the server's answer
+// rather than a broken connection.
+func tlsRefusal(err error) bool {
+	var (
+		alert   tls.AlertError
+		record  tls.RecordHeaderError
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+	)
+	return errors.As(err, &alert) || errors.As(err, &record) || errors.As(err, &verify) ||
+		errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) ||
+		strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "x509:")
+}
+
+// h2Preface is the HTTP/2 client preface followed by an empty SETTINGS
+// frame, what a gRPC client sends on a plaintext connection.
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+// speaksPlaintext reports whether host answers a plaintext HTTP/2 preface
+// with a SETTINGS frame, as a plaintext etcd does.
+func (l *Locker) speaksPlaintext(ctx context.Context, host string) bool {
+	ctx, cancel := context.WithTimeout(ctx, plaintextCheck)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
+	if _, err := c.Write([]byte(h2Preface)); err != nil {
+		return false
+	}
+	var hdr [9]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return false
+	}
+	return hdr[3] == 0x4 // a SETTINGS frame
 }

@@ -63,8 +63,9 @@ func TestNewRefusesBadConfig(t *testing.T) {
 			cfg := base()
 			tc.mod(&cfg)
 			l, err := New(cfg)
-			if !errors.Is(err, locker.ErrRefused) {
-				t.Fatalf("New = %v, %v; want ErrRefused", l, err)
+			var ce *locker.ConfigError
+			if !errors.Is(err, locker.ErrRefused) || !errors.As(err, &ce) {
+				t.Fatalf("New = %v, %v; want a ConfigError", l, err)
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not mention %q", err, tc.want)
@@ -342,5 +343,48 @@ func TestRenewBoundedByContext(t *testing.T) {
 	t.Logf("%v after %v", err, took)
 	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
 		t.Fatalf("renew with a 500ms context = %v after %v; want DeadlineExceeded in time", err, took)
+	}
+}
+
+// A TLS handshake that a server or the network cuts short (EOF, reset) is
+// a connection problem worth retrying, not a refusal: only TLS alerts,
+// certificate errors and an answer that is not TLS at all are.
+func TestTLSHandshakeCutIsRetryable(t *testing.T) {
+	dir := t.TempDir()
+	ca, _ := writeCA(t, dir, "ca")
+	listen := func(t *testing.T, greet func(net.Conn)) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve(t, ln, greet)
+		return ln.Addr().String()
+	}
+	tests := []struct {
+		name  string
+		greet func(net.Conn)
+	}{
+		{"EOF", func(c net.Conn) { c.Close() }},
+		{"reset", func(c net.Conn) {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			c.Close()
+		}},
+		{"EOF after reading the hello", func(c net.Conn) {
+			var b [64]byte
+			_, _ = c.Read(b[:])
+			c.Close()
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLocker(t, []string{listen(t, tc.greet)}, keyFor(t), func(c *Config) { c.CACert = ca })
+			_, err := l.Acquire(ctxFor(t, 2*time.Second))
+			t.Logf("Acquire: %v", err)
+			if err == nil || errors.Is(err, locker.ErrRefused) {
+				t.Fatalf("Acquire = %v, want a retryable error", err)
+			}
+		})
 	}
 }

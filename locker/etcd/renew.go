@@ -40,7 +40,32 @@ func newKeeper(cli *clientv3.Client, id clientv3.LeaseID) *keeper {
 // renew makes one keep-alive round trip bounded by ctx and returns the TTL
 // etcd granted, in seconds. A lease etcd no longer knows yields
 // rpctypes.ErrLeaseNotFound (see leaseGone).
+//
+// etcd checks the auth token a stream was opened with on every renewal;
+// an expiring token (JWT) makes a renewal on an old stream fail as an
+// invalid token. Then it tries once more, within ctx, on a new stream,
+// which authenticates afresh: a token's expiry never fails a renewal.
 func (k *keeper) renew(ctx context.Context) (int64, error) {
+	ttl, reused, err := k.renewOnce(ctx)
+	if err != nil && reused && ctx.Err() == nil && errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
+		ttl, _, err = k.renewOnce(ctx)
+	}
+	return ttl, err
+}
+
+// renewOnce is one renewal; reused says it went over a stream an earlier
+// renewal had opened.
+func (k *keeper) renewOnce(ctx context.Context) (ttl int64, reused bool, err error) {
+	k.mu.Lock()
+	reused = k.stream != nil
+	k.mu.Unlock()
+	ttl, err = k.roundTrip(ctx)
+	return ttl, reused, err
+}
+
+// roundTrip sends one keep-alive on the current stream (opening one if
+// needed) and reads its answer.
+func (k *keeper) roundTrip(ctx context.Context) (int64, error) {
 	stream, cancel, err := k.open(ctx)
 	if err != nil {
 		return 0, err

@@ -31,11 +31,20 @@ func (c *candidate) await(ctx context.Context) (*lease, error) {
 	return c.verify(ctx)
 }
 
-// keepAlive renews a waiting candidate's lease every TTL/3. It reports on
-// expired when the lease is gone, so the wait can end.
+// Pace of a waiting candidate's renewals after a failure: a short pause,
+// so that an outage shorter than the TTL does not cost the candidacy.
+const candidateRetry = 250 * time.Millisecond
+
+// keepAlive renews a waiting candidate's lease every TTL/3. A failed
+// renewal is retried after candidateRetry, each attempt bounded by a tenth
+// of the TTL (at least 500ms) as the supervisor bounds a leader's, so one
+// silent member cannot use up the lease while others could answer. It
+// reports on expired when the lease is gone, so the wait can end.
 func (c *candidate) keepAlive(ctx context.Context, expired chan<- error) {
-	interval := time.Duration(c.ttl) * time.Second / 3
-	t := time.NewTicker(interval)
+	ttl := time.Duration(c.ttl) * time.Second
+	interval := ttl / 3
+	attempt := min(interval, max(ttl/10, 500*time.Millisecond))
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -43,16 +52,19 @@ func (c *candidate) keepAlive(ctx context.Context, expired chan<- error) {
 			return
 		case <-t.C:
 		}
-		kctx, cancel := context.WithTimeout(ctx, interval)
+		kctx, cancel := context.WithTimeout(ctx, attempt)
 		_, err := c.k.renew(kctx)
 		cancel()
+		next := interval
 		switch {
 		case leaseGone(err):
 			expired <- fmt.Errorf("etcd: lease %x expired: %w", c.id, errCandidacyLost)
 			return
 		case err != nil && ctx.Err() == nil:
-			c.l.log.Debug("renewing candidate lease failed", "lease", fmt.Sprintf("%x", c.id), "error", err)
+			c.l.log.Debug("renewing candidate lease failed; retrying", "lease", fmt.Sprintf("%x", c.id), "error", err)
+			next = candidateRetry
 		}
+		t.Reset(next)
 	}
 }
 
