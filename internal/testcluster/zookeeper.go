@@ -19,7 +19,9 @@ import (
 // ZooKeeper servers come from Debian's zookeeper package (3.8) and run on
 // the system Java; scripts/install-deps.sh installs both.
 const (
-	zkJars    = "/usr/share/java/*"
+	// slf4j-simple first: the folder holds several SLF4J bindings, and
+	// the first on the class path wins (else the log may go nowhere).
+	zkJars    = "/usr/share/java/slf4j-simple.jar:/usr/share/java/*"
 	zkJar     = "/usr/share/java/zookeeper.jar"
 	zkMain    = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 	zkHint    = "run scripts/install-deps.sh (Debian packages zookeeper and default-jre-headless)"
@@ -222,9 +224,7 @@ func (z *ZooKeeper) config(i int) []byte {
 func (z *ZooKeeper) javaArgs(s *zkServer) []string {
 	return []string{
 		"-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-Dzookeeper.log.dir=" + s.dir,
-		"-Dzookeeper.root.logger=INFO,CONSOLE",
-		"-Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties",
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
 		"-cp", zkJars, zkMain, filepath.Join(s.dir, "zoo.cfg"),
 	}
 }
