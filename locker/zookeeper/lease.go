@@ -135,6 +135,7 @@ func (s *lease) markLost(reason string) {
 // not a loss: the watch is set again and the znode looked at.
 func (s *lease) watch(ctx context.Context) {
 	defer close(s.watchDone)
+	var wch <-chan zk.Event // the armed watch on our znode, if any
 	for {
 		if ctx.Err() != nil {
 			return
@@ -144,55 +145,75 @@ func (s *lease) watch(ctx context.Context) {
 			s.markLost(fmt.Sprintf("session %x expired", s.sid))
 			return
 		}
+		var deadline <-chan time.Time
+		var timer *time.Timer
 		if !disconnected.IsZero() {
 			left := time.Until(disconnected.Add(timeout))
 			if left <= 0 {
 				s.markLost(fmt.Sprintf("disconnected from ZooKeeper for the whole session timeout (%s)", timeout))
 				return
 			}
-			t := time.NewTimer(left)
-			select {
-			case <-ctx.Done():
-			case <-changed:
-			case <-t.C:
-			}
-			t.Stop()
-			continue
-		}
-		wctx, cancel := context.WithTimeout(ctx, s.timeout)
-		type watch struct {
-			ok bool
-			ch <-chan zk.Event
-		}
-		w, err := call(wctx, func() (watch, error) {
-			ok, _, ch, err := s.s.conn.ExistsW(s.node)
-			return watch{ok, ch}, err
-		})
-		cancel()
-		switch {
-		case err == nil && !w.ok:
-			s.markLost(fmt.Sprintf("znode %s was deleted", s.node))
-			return
-		case err != nil && sessionGone(err):
-			s.markLost(fmt.Sprintf("session %x expired", s.sid))
-			return
-		case err != nil:
-			// Disconnected or slow: wait for the state to change.
-			if !locker.Sleep(ctx, 100*time.Millisecond) {
+			timer = time.NewTimer(left)
+			deadline = timer.C
+		} else if wch == nil {
+			ch, gone, err := s.arm(ctx)
+			switch {
+			case gone != "":
+				s.markLost(gone)
 				return
+			case err != nil:
+				// Disconnected or slow: look at the state again shortly.
+				if !locker.Sleep(ctx, 100*time.Millisecond) {
+					return
+				}
+				continue
 			}
-			continue
+			wch = ch
 		}
+		var ev zk.Event
+		fired := false
 		select {
 		case <-ctx.Done():
-			return
-		case ev := <-w.ch:
+		case <-changed:
+		case <-deadline:
+		case ev = <-wch:
+			fired = true
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if fired {
+			wch = nil
 			if ev.Type == zk.EventNodeDeleted {
 				s.markLost(fmt.Sprintf("znode %s was deleted", s.node))
 				return
 			}
 		}
 	}
+}
+
+// arm sets a watch on our znode. gone is a loss reason when the znode or
+// the session is already gone.
+func (s *lease) arm(ctx context.Context) (ch <-chan zk.Event, gone string, err error) {
+	wctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	type watch struct {
+		ok bool
+		ch <-chan zk.Event
+	}
+	w, err := call(wctx, func() (watch, error) {
+		ok, _, ch, err := s.s.conn.ExistsW(s.node)
+		return watch{ok, ch}, err
+	})
+	switch {
+	case err == nil && !w.ok:
+		return nil, fmt.Sprintf("znode %s was deleted", s.node), nil
+	case err != nil && sessionGone(err):
+		return nil, fmt.Sprintf("session %x expired", s.sid), nil
+	case err != nil:
+		return nil, "", err
+	}
+	return w.ch, "", nil
 }
 
 // Handle is "<session-id-hex>:<password-hex>:<znode>"; see
