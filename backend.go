@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker/consul"
 	"github.com/leaderrun/leaderrun/locker/etcd"
 	"github.com/leaderrun/leaderrun/locker/local"
+	"github.com/leaderrun/leaderrun/locker/zookeeper"
 )
 
 // backendSpec is the chosen backend and its settings, as given by flags and
@@ -40,6 +42,10 @@ type backendSpec struct {
 	EtcdCert        string        `json:"etcd_cert,omitempty"`
 	EtcdKey         string        `json:"etcd_key,omitempty"`
 	EtcdDialTimeout time.Duration `json:"etcd_dial_timeout,omitempty"`
+
+	ZKServers []string `json:"zk_servers,omitempty"`
+	ZKChroot  string   `json:"zk_chroot,omitempty"`
+	ZKAuth    string   `json:"zk_auth,omitempty"`
 }
 
 // specFromCLI reads the backend flags.
@@ -67,6 +73,10 @@ func specFromCLI(c *cli.Context, opts locker.Options) backendSpec {
 		EtcdCert:        c.String("etcd-cert"),
 		EtcdKey:         c.String("etcd-key"),
 		EtcdDialTimeout: c.Duration("etcd-dial-timeout"),
+
+		ZKServers: splitList(c.String("zk-servers")),
+		ZKChroot:  c.String("zk-chroot"),
+		ZKAuth:    c.String("zk-auth"),
 	}
 }
 
@@ -107,9 +117,28 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 			SessionChecks: s.ConsulChecks,
 			Logger:        log.Named("consul"),
 		})
+	case "zookeeper":
+		l, err := zookeeper.New(zookeeper.Config{
+			Options: s.Options,
+			Servers: s.ZKServers,
+			Chroot:  s.ZKChroot,
+			Auth:    s.ZKAuth,
+			Logger:  log.Named("zookeeper"),
+		})
+		if ce := (*locker.ConfigError)(nil); errors.As(err, &ce) && zkFlags[ce.Field] != "" {
+			return nil, fmt.Errorf("%s %s", zkFlags[ce.Field], ce.Rule)
+		}
+		return l, err
 	default:
-		return nil, fmt.Errorf("--backend must be consul, etcd or local, got %q", s.Backend)
+		return nil, fmt.Errorf("--backend must be consul, etcd, zookeeper or local, got %q", s.Backend)
 	}
+}
+
+// zkFlags names the flag behind each setting the ZooKeeper backend can
+// refuse.
+var zkFlags = map[string]string{
+	"Key": "--key", "Prefix": "--prefix", "TTL": "--ttl",
+	"Servers": "--zk-servers", "Chroot": "--zk-chroot", "Auth": "--zk-auth",
 }
 
 // encode is the spec as the guard's hello payload.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/ops"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/zookeeper"
 	"github.com/leaderrun/leaderrun/signals"
 	"github.com/leaderrun/leaderrun/supervise"
 )
@@ -117,7 +118,7 @@ func runFlags() []cli.Flag {
 func backendFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "key", EnvVars: []string{"LEADERRUN_KEY"}, Usage: "the leadership key"},
-		&cli.StringFlag{Name: "backend", EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul", Usage: "consul, etcd or local"},
+		&cli.StringFlag{Name: "backend", EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul", Usage: "consul, etcd, zookeeper or local"},
 		&cli.StringFlag{Name: "prefix", EnvVars: []string{"LEADERRUN_PREFIX"}, Value: "leaderrun", Usage: "namespace of leaderrun's keys on the backend"},
 		&cli.StringFlag{Name: "id", EnvVars: []string{"LEADERRUN_ID"}, Usage: "this candidate's name (default hostname:pid)"},
 		&cli.StringFlag{Name: "lock-dir", EnvVars: []string{"LEADERRUN_LOCK_DIR"}, Usage: "local backend: lock directory (default /run/leaderrun, else $XDG_RUNTIME_DIR/leaderrun, else /tmp/leaderrun-UID)"},
@@ -140,6 +141,10 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "etcd-cert", EnvVars: []string{"ETCDCTL_CERT"}, Usage: "client certificate for etcd TLS"},
 		&cli.StringFlag{Name: "etcd-key", EnvVars: []string{"ETCDCTL_KEY"}, Usage: "client key for etcd TLS"},
 		&cli.DurationFlag{Name: "etcd-dial-timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}, Value: 5 * time.Second, Usage: "etcd dial timeout"},
+
+		&cli.StringFlag{Name: "zk-servers", EnvVars: []string{"LEADERRUN_ZK_SERVERS", "ZOOKEEPER_SERVERS"}, Value: zookeeper.DefaultServer, Usage: "comma-separated ZooKeeper host:port list, optionally ending in a chroot path (host1:2181,host2:2181/apps)"},
+		&cli.StringFlag{Name: "zk-chroot", EnvVars: []string{"LEADERRUN_ZK_CHROOT"}, Usage: "ZooKeeper znode path under which leaderrun works"},
+		&cli.StringFlag{Name: "zk-auth", EnvVars: []string{"LEADERRUN_ZK_AUTH"}, Usage: "ZooKeeper digest credentials user:password; znodes become creator-only"},
 	}
 }
 
@@ -340,6 +345,9 @@ func childEnv(c *cli.Context, opts locker.Options) []string {
 		set("CONSUL_CLIENT_KEY", c.String("consul-client-key"))
 		set("CONSUL_TLS_SERVER_NAME", c.String("consul-tls-server-name"))
 		set("CONSUL_DATACENTER", c.String("consul-datacenter"))
+	case "zookeeper":
+		set("LEADERRUN_ZK_SERVERS", c.String("zk-servers"))
+		set("LEADERRUN_ZK_CHROOT", c.String("zk-chroot"))
 	}
 	var env []string
 	for _, kv := range os.Environ() {

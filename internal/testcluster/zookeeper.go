@@ -500,8 +500,20 @@ func (p *blackholeProxy) forward(c net.Conn) {
 	if !p.wait() {
 		return
 	}
-	s, err := net.DialTimeout("tcp", p.target, httpTimeout)
-	if err != nil {
+	// A server opens its quorum port only once it leads. A real follower
+	// that finds it closed retries the connect; here the connect already
+	// succeeded (to us), so we retry on its behalf instead of handing it an
+	// EOF, which would send it back to the election.
+	var s net.Conn
+	err := poll(3*time.Second, func() error {
+		var err error
+		s, err = net.DialTimeout("tcp", p.target, httpTimeout)
+		return err
+	})
+	if err != nil || !p.wait() {
+		if s != nil {
+			s.Close()
+		}
 		return
 	}
 	p.mu.Lock()
