@@ -44,7 +44,7 @@ var faults = []fault{
 	{name: "kill-server", doc: "`kill -9` of one backend server (random, the Raft leader included), restarted after TTL + 1s", inject: killServer},
 	{name: "lose-quorum", doc: "`kill -9` of two of the three servers until the leader's child is stopped (at least the TTL), then restart", inject: loseQuorum},
 	{name: "partition", doc: "the leader's proxies cut (refuse or blackhole, at random) until another host leads, then healed", inject: partition},
-	{name: "silent-server", doc: "the one server carrying the leader's traffic blackholed from the leader's host for TTL + 2s, the others reachable (etcd only: a Consul host talks to one server)", backends: []string{"etcd"}, inject: silentServer},
+	{name: "silent-server", doc: "the one server carrying the leader's traffic blackholed from the leader's host for TTL + 2s, the others reachable (etcd and ZooKeeper only: a Consul host talks to one server)", backends: []string{"etcd", "zookeeper"}, inject: silentServer},
 	{name: "restart-backend", doc: "`kill -9` of every server, then restart of all", inject: restartBackend},
 }
 
@@ -221,14 +221,23 @@ func (f fault) applies(backend string) bool {
 // client is talking to: the server neither answers nor closes the
 // connection, while a quorum stays reachable through the other proxies.
 func silentServer(w *world, h *host, _ fence.Instance) outcome {
+	// A proxy that cannot tell requests apart (ZooKeeper's protocol)
+	// counts connections; the bytes sent tell the busy one there.
+	traffic := func(p *Proxy) int64 {
+		if p.proto == Raw {
+			out, _ := p.Bytes()
+			return out
+		}
+		return p.Requests()
+	}
 	busiest, before := 0, make([]int64, len(h.link.Proxies))
 	for i, p := range h.link.Proxies {
-		before[i] = p.Requests()
+		before[i] = traffic(p)
 	}
 	time.Sleep(w.tm.RenewInterval + 200*time.Millisecond) // long enough for a renewal
 	var most int64 = -1
 	for i, p := range h.link.Proxies {
-		if d := p.Requests() - before[i]; d > most {
+		if d := traffic(p) - before[i]; d > most {
 			busiest, most = i, d
 		}
 	}
