@@ -231,9 +231,8 @@ func (z ZooKeeper) Servers() int { return len(z.Addrs()) }
 // ServerAddr implements Cluster.
 func (z ZooKeeper) ServerAddr(i int) string { return z.Addr(i) }
 
-// Protocol implements Cluster: ZooKeeper's binary protocol; the proxy
-// counts connections.
-func (ZooKeeper) Protocol() Protocol { return Raw }
+// Protocol implements Cluster: ZooKeeper's length-prefixed frames.
+func (ZooKeeper) Protocol() Protocol { return Framed }
 
 // Timing implements Cluster.
 func (ZooKeeper) Timing() Timing { return ZooKeeperTiming }

@@ -221,23 +221,14 @@ func (f fault) applies(backend string) bool {
 // client is talking to: the server neither answers nor closes the
 // connection, while a quorum stays reachable through the other proxies.
 func silentServer(w *world, h *host, _ fence.Instance) outcome {
-	// A proxy that cannot tell requests apart (ZooKeeper's protocol)
-	// counts connections; the bytes sent tell the busy one there.
-	traffic := func(p *Proxy) int64 {
-		if p.proto == Raw {
-			out, _ := p.Bytes()
-			return out
-		}
-		return p.Requests()
-	}
 	busiest, before := 0, make([]int64, len(h.link.Proxies))
 	for i, p := range h.link.Proxies {
-		before[i] = traffic(p)
+		before[i] = p.Requests()
 	}
 	time.Sleep(w.tm.RenewInterval + 200*time.Millisecond) // long enough for a renewal
 	var most int64 = -1
 	for i, p := range h.link.Proxies {
-		if d := traffic(p) - before[i]; d > most {
+		if d := p.Requests() - before[i]; d > most {
 			busiest, most = i, d
 		}
 	}
