@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/internal/chaos"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
 	"github.com/leaderrun/leaderrun/locker"
 )
@@ -116,4 +117,52 @@ func TestFollowerCutOff(t *testing.T) {
 	z.Heal(follower)
 	eventually(t, 30*time.Second, "the cut-off lease learns its loss once healed", func() bool { return isClosed(lease.Lost()) })
 	t.Logf("lost: %s", lease.LostReason())
+}
+
+// TestSilentServer: the server carrying the session stops answering
+// without closing the connection. A renewal that times out moves the
+// session to another server at once, so renewals succeed again well
+// before go-zookeeper's own receive timeout (two thirds of the session).
+func TestSilentServer(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3})
+	var proxies []*chaos.Proxy
+	var addrs []string
+	for _, a := range z.Addrs() {
+		p, err := chaos.NewProxy(a, chaos.Framed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		proxies = append(proxies, p)
+		addrs = append(addrs, p.Addr())
+	}
+	const ttl = 4 * time.Second // go-zookeeper gives up on a silent server after 2.67s
+	l := newLocker(t, addrs, keyFor(t), func(c *Config) { c.TTL = ttl })
+	lease := mustAcquire(t, l)
+	busiest, most := 0, int64(-1)
+	for i, p := range proxies {
+		if n := p.Requests(); n > most {
+			busiest, most = i, n
+		}
+	}
+	proxies[busiest].Cut(chaos.Blackhole)
+	cut := time.Now()
+	for {
+		if _, err := renew(lease, ttl/10); err == nil {
+			break
+		} else if errors.Is(err, locker.ErrLost) {
+			t.Fatalf("lease lost when one server went silent: %v", err)
+		}
+		if time.Since(cut) > ttl {
+			t.Fatal("no renewal succeeded within the TTL of one server going silent")
+		}
+	}
+	took := time.Since(cut)
+	t.Logf("renewals succeeded again %v after the session's server went silent", took)
+	if took > ttl/2 {
+		t.Errorf("renewals failed for %v after one server went silent; the session should have moved at once", took)
+	}
+	if isClosed(lease.Lost()) {
+		t.Fatalf("lease lost: %s", lease.LostReason())
+	}
 }

@@ -95,6 +95,9 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
+		// The server did not answer within the attempt's time: try the
+		// next one, as the etcd client moves off a silent member.
+		s.s.dropConn()
 		return 0, fmt.Errorf("zookeeper: renew %s: %w", s.node, ctx.Err())
 	case sessionGone(err):
 		s.markLost(fmt.Sprintf("session %x expired", s.sid))

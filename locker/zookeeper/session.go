@@ -28,6 +28,7 @@ type zkSession struct {
 	expired      bool          // the server ended the session, or go-zookeeper replaced it
 	disconnected time.Time     // when the connection broke; zero while connected
 	changed      chan struct{} // closed and replaced on every change above
+	current      net.Conn      // the connection go-zookeeper uses now
 }
 
 // open starts a session and waits, bounded by ctx and DialTimeout, until
@@ -39,7 +40,11 @@ func (l *Locker) open(ctx context.Context) (*zkSession, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &sniffConn{Conn: c, s: s}, nil
+		sc := &sniffConn{Conn: c, s: s}
+		s.mu.Lock()
+		s.current = sc
+		s.mu.Unlock()
+		return sc, nil
 	}
 	conn, _, err := zk.Connect(l.servers, l.opts.TTL,
 		zk.WithDialer(dialer),
@@ -138,6 +143,18 @@ func (s *zkSession) state() (expired bool, disconnected time.Time, timeout time.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.expired, s.disconnected, s.timeout, s.changed
+}
+
+// dropConn closes the connection go-zookeeper uses now, so that it moves
+// the session to the next server at once instead of waiting two thirds of
+// the session timeout for a silent server to answer.
+func (s *zkSession) dropConn() {
+	s.mu.Lock()
+	c := s.current
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
 }
 
 // ID is the session id.
