@@ -106,11 +106,9 @@ func (s *zkSession) onEvent(ev zk.Event) {
 			s.disconnected = time.Now()
 		}
 	case zk.StateHasSession:
-		// After an expiry go-zookeeper quietly starts a new session; that
-		// one never held our znode.
-		if s.id != 0 && s.conn != nil && s.conn.SessionID() != s.id {
-			s.expired = true
-		}
+		// A different session (go-zookeeper quietly starts a new one after
+		// an expiry) is caught by granted, which sees the server's answer
+		// first.
 		s.disconnected = time.Time{}
 	default:
 		return
