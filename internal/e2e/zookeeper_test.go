@@ -105,6 +105,26 @@ func TestZooKeeper(t *testing.T) {
 			t.Fatalf("the refusal does not name the ensemble's limit (4s):\n%s", p.Output())
 		}
 	})
+	t.Run("chroot from the connect string, and check from the child", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("chroot")
+		dir := t.TempDir()
+		// The child asks `leaderrun check` with no flags: the key, epoch,
+		// backend and servers (with the chroot) come from its environment.
+		script := binary + " check > " + dir + "/check.out 2>&1; echo $? > " + dir + "/check.code"
+		args := zkArgs([]string{strings.Join(servers, ",") + "/apps/prod"}, key)
+		p := start(t, "chroot", nil, append(args, "--", "sh", "-c", script)...)
+		if code := p.Wait(20 * time.Second); code != 0 {
+			t.Fatalf("exit %d\n%s", code, p.Output())
+		}
+		if b, _ := os.ReadFile(dir + "/check.code"); strings.TrimSpace(string(b)) != "0" {
+			out, _ := os.ReadFile(dir + "/check.out")
+			t.Fatalf("leaderrun check inside the child: exit %s\n%s", b, out)
+		}
+		if ok, _, err := zkConn(t, servers).Exists("/apps/prod/leaderrun/" + key); err != nil || !ok {
+			t.Fatalf("no /apps/prod/leaderrun/%s (%v): the chroot was not used", key, err)
+		}
+	})
 	t.Run("status and check", func(t *testing.T) {
 		t.Parallel()
 		key := newKey("status")
