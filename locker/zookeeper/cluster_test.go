@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +165,45 @@ func TestSilentServer(t *testing.T) {
 	}
 	if isClosed(lease.Lost()) {
 		t.Fatalf("lease lost: %s", lease.LostReason())
+	}
+}
+
+// TestRelayGap measures what Renew cannot prove: the ensemble's leader
+// counts a session's timeout from the last activity a follower relayed to
+// it (every tickTime/2), not from the renewal. The client talks to one
+// follower, renews, and the follower is cut off from the quorum at once;
+// a standby on the other side takes over when the leader expires the
+// session. Without the lease's touches the leader's countdown may start at
+// the client's previous request, up to a ping interval (TTL/3) before the
+// renewal; with them, at most about half a tick before it. The standby
+// must not lead earlier than that before leaderrun's own deadline, the
+// renewal's send + TTL.
+func TestRelayGap(t *testing.T) {
+	const tick = 500 * time.Millisecond
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick, SyncLimit: 40})
+	leader := z.Leader(t)
+	follower := (leader + 1) % 3
+	const ttl = 3 * time.Second
+	for trial := 0; trial < 6; trial++ {
+		key := fmt.Sprintf("%s-%d", keyFor(t), trial)
+		a := newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl })
+		lease := mustAcquire(t, a)
+		time.Sleep(ttl / 2)
+		sent := time.Now()
+		if _, err := renew(lease, 2*time.Second); err != nil {
+			t.Fatalf("trial %d: renew: %v", trial, err)
+		}
+		z.Isolate(follower)
+		r := <-acquireAsync(t, ctxFor(t, 30*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
+		if r.err != nil {
+			t.Fatalf("trial %d: standby: %v", trial, r.err)
+		}
+		early := sent.Add(ttl).Sub(r.at)
+		t.Logf("trial %d: the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, r.at.Sub(sent), early)
+		if early > tick/2 {
+			t.Errorf("trial %d: the standby led %v before leaderrun's deadline, more than half a tick (%v)", trial, early, tick/2)
+		}
+		z.Heal(follower)
+		z.WaitServing(t)
 	}
 }

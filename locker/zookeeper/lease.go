@@ -34,6 +34,7 @@ type lease struct {
 
 	stop      context.CancelFunc
 	watchDone chan struct{}
+	touchDone chan struct{}
 }
 
 var _ locker.Lease = (*lease)(nil)
@@ -42,9 +43,10 @@ func newLease(c *candidate, czxid int64) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &lease{
 		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, log: c.l.log,
-		lost: make(chan struct{}), stop: cancel, watchDone: make(chan struct{}),
+		lost: make(chan struct{}), stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
 	}
 	go s.watch(ctx)
+	go s.touch(ctx)
 	return s
 }
 
@@ -76,8 +78,10 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 // the session: a follower notes our activity locally
 // (LearnerSessionTracker.touchSession) and hands it to the leader only in
 // its next ping reply (Learner.ping, every tickTime/2); the leader counts
-// the timeout from there (LearnerHandler, PING: touch). See the README's
-// ZooKeeper safety notes for what that leaves open.
+// the timeout from there (LearnerHandler, PING: touch). A follower cut off
+// right after passing this request on may never relay it, and the leader's
+// countdown then runs from our previous request. touch keeps that previous
+// request recent; see the README's ZooKeeper safety notes.
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	select {
 	case <-s.lost:
@@ -219,6 +223,37 @@ func (s *lease) arm(ctx context.Context) (ch <-chan zk.Event, gone string, err e
 	return w.ch, "", nil
 }
 
+// touchEvery is how often a leader sends the server a request it answers
+// itself, so that the server always has fresh activity of the session to
+// relay to the ensemble's leader (see Renew). Relays go out every
+// tickTime/2 (1s with the usual tickTime=2000); a touch every 100ms means
+// every relay carries the session, so the leader's countdown lags a
+// renewal's send by at most about tickTime/2 instead of a whole renewal
+// interval.
+const touchEvery = 100 * time.Millisecond
+
+// touch sends a cheap read of our znode every touchEvery, one at a time,
+// until ctx ends. Its answers do not matter: loss is the watch's business
+// and the renewal's.
+func (s *lease) touch(ctx context.Context) {
+	defer close(s.touchDone)
+	t := time.NewTicker(touchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, _ = call(tctx, func() (bool, error) {
+			ok, _, err := s.s.conn.Exists(s.node)
+			return ok, err
+		})
+		cancel()
+	}
+}
+
 // Handle is "<session-id-hex>:<password-hex>:<znode>"; see
 // Locker.ReleaseHandle. It holds the session's password, so it travels
 // only over the guard's private pipe.
@@ -255,9 +290,11 @@ func parseHandle(handle, dir string) (id int64, passwd []byte, node string, err 
 // reported as a loss.
 func (s *lease) Release(ctx context.Context) error {
 	s.stop()
-	select {
-	case <-s.watchDone:
-	case <-ctx.Done():
+	for _, done := range []chan struct{}{s.watchDone, s.touchDone} {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
 	}
 	defer s.s.close()
 	_, err := call(ctx, func() (struct{}, error) {
