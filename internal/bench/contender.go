@@ -78,15 +78,6 @@ func Contenders() []*Contender {
 			},
 		},
 		{
-			// ZooKeeper has no lock tool of its own to compare with.
-			Tool: "leaderrun", Config: "(zookeeper, ttl 3s)", Backend: "zookeeper", TTL: chaos.ZooKeeperTiming.TTL, Leaderrun: true,
-			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
-				args := append(chaos.ZooKeeper{}.LeaderrunArgs(addrs), chaos.ZooKeeperTiming.Args()...)
-				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
-			},
-			members: func(e *Env, lock string) ([]string, error) { return e.zkCandidates("/leaderrun/" + lock) },
-		},
-		{
 			// consul lock has no flag for its session TTL (15s) or
 			// lock-delay (15s); its defaults are all there is. It runs the
 			// command through $SHELL -c.
@@ -104,6 +95,15 @@ func Contenders() []*Contender {
 			argv:     consulLockArgv(false),
 			members:  func(e *Env, lock string) ([]string, error) { return e.consulSessions(lock) },
 			blocking: consulLockBlocking,
+		},
+		{
+			// ZooKeeper has no lock tool of its own to compare with.
+			Tool: "leaderrun", Config: "(zookeeper, ttl 3s)", Backend: "zookeeper", TTL: chaos.ZooKeeperTiming.TTL, Leaderrun: true,
+			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
+				args := append(chaos.ZooKeeper{}.LeaderrunArgs(addrs), chaos.ZooKeeperTiming.Args()...)
+				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
+			},
+			members: func(e *Env, lock string) ([]string, error) { return e.zkCandidates("/leaderrun/" + lock) },
 		},
 	}
 }
