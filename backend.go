@@ -14,6 +14,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker/consul"
 	"github.com/leaderrun/leaderrun/locker/etcd"
 	"github.com/leaderrun/leaderrun/locker/local"
+	"github.com/leaderrun/leaderrun/locker/zookeeper"
 )
 
 // backendSpec is the chosen backend and its settings, as given by flags and
@@ -45,6 +46,10 @@ type backendSpec struct {
 	EtcdCert        string        `json:"etcd_cert,omitempty"`
 	EtcdKey         string        `json:"etcd_key,omitempty"`
 	EtcdDialTimeout time.Duration `json:"etcd_dial_timeout,omitempty"`
+
+	ZKServers []string `json:"zk_servers,omitempty"`
+	ZKChroot  string   `json:"zk_chroot,omitempty"`
+	ZKAuth    string   `json:"zk_auth,omitempty"`
 }
 
 // specFromCLI reads the backend flags.
@@ -73,6 +78,10 @@ func specFromCLI(c *cli.Context, opts locker.Options) backendSpec {
 		EtcdCert:        c.String("etcd-cert"),
 		EtcdKey:         c.String("etcd-key"),
 		EtcdDialTimeout: c.Duration("etcd-dial-timeout"),
+
+		ZKServers: splitList(c.String("zk-servers")),
+		ZKChroot:  c.String("zk-chroot"),
+		ZKAuth:    c.String("zk-auth"),
 	}
 }
 
@@ -117,8 +126,17 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 			SessionChecks: s.ConsulChecks,
 			Logger:        log.Named("consul"),
 		})
+	case "zookeeper":
+		l, err := zookeeper.New(zookeeper.Config{
+			Options: s.Options,
+			Servers: s.ZKServers,
+			Chroot:  s.ZKChroot,
+			Auth:    s.ZKAuth,
+			Logger:  log.Named("zookeeper"),
+		})
+		return l, err
 	default:
-		return nil, fmt.Errorf("--backend must be consul, etcd or local, got %q", s.Backend)
+		return nil, fmt.Errorf("--backend must be consul, etcd, zookeeper or local, got %q", s.Backend)
 	}
 }
 

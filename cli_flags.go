@@ -5,6 +5,8 @@ package main
 import (
 	"time"
 
+	"github.com/leaderrun/leaderrun/locker/zookeeper"
+
 	"github.com/urfave/cli/v2"
 )
 
@@ -93,7 +95,7 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key", Category: catLeadership, EnvVars: []string{"LEADERRUN_KEY"},
 			Usage: "the leadership `KEY` (required; see KEY below)"},
 		&cli.StringFlag{Name: "backend", Category: catLeadership, EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul",
-			Usage: "consul, etcd or local"},
+			Usage: "consul, etcd, zookeeper or local"},
 		&cli.StringFlag{Name: "prefix", Category: catLeadership, EnvVars: []string{"LEADERRUN_PREFIX"}, Value: "leaderrun",
 			Usage: "namespace of leaderrun's keys on the backend"},
 
@@ -132,6 +134,13 @@ func backendFlags() []cli.Flag {
 			Usage: "client key `FILE`"},
 		&cli.DurationFlag{Name: "etcd-dial-timeout", Category: catEtcd, EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}, Value: 5 * time.Second,
 			Usage: "time allowed to connect"},
+
+		&cli.StringFlag{Name: "zk-servers", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_SERVERS", "ZOOKEEPER_SERVERS"}, Value: zookeeper.DefaultServer,
+			Usage: "comma-separated host:port `LIST`, optionally ending in a chroot (h1:2181,h2:2181/apps)"},
+		&cli.StringFlag{Name: "zk-chroot", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_CHROOT"},
+			Usage: "znode `PATH` under which leaderrun works"},
+		&cli.StringFlag{Name: "zk-auth", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_AUTH"},
+			Usage: "digest credentials `USER:PASSWORD`; znodes become creator-only"},
 
 		&cli.StringFlag{Name: "lock-dir", Category: catLocal, EnvVars: []string{"LEADERRUN_LOCK_DIR"}, DefaultText: "/run/leaderrun for root",
 			Usage: "lock `DIR`, an absolute path; /tmp/leaderrun-UID for other users, owner-checked"},

@@ -357,6 +357,9 @@ func childEnv(c *cli.Context, opts locker.Options) []string {
 		set("CONSUL_CLIENT_KEY", c.String("consul-client-key"))
 		set("CONSUL_TLS_SERVER_NAME", c.String("consul-tls-server-name"))
 		set("CONSUL_DATACENTER", c.String("consul-datacenter"))
+	case "zookeeper":
+		set("LEADERRUN_ZK_SERVERS", c.String("zk-servers"))
+		set("LEADERRUN_ZK_CHROOT", c.String("zk-chroot"))
 	}
 	var env []string
 	for _, kv := range os.Environ() {

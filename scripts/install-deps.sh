@@ -9,6 +9,9 @@ for pair in flock:util-linux systemd-analyze:systemd rpm:rpm zsh:zsh man:man-db;
 	cmd=${pair%%:*} pkg=${pair##*:}
 	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
+# ZooKeeper test ensembles run the Debian server jars on Java.
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+[ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

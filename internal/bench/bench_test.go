@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 }
 
 // newEnv starts the clusters the benchmark needs (0 servers: none).
-func newEnv(t *testing.T, etcdServers, consulServers int) *Env {
+func newEnv(t *testing.T, etcdServers, consulServers, zkServers int) *Env {
 	t.Helper()
 	e := &Env{T: t, Bins: bins, Dir: t.TempDir()}
 	if etcdServers > 0 {
@@ -49,6 +49,9 @@ func newEnv(t *testing.T, etcdServers, consulServers int) *Env {
 	if consulServers > 0 {
 		e.Consul = testcluster.Bin(t, "consul")
 		e.ConsulCl = chaos.StartConsul(t, consulServers)
+	}
+	if zkServers > 0 {
+		e.ZooKeeper = chaos.StartZooKeeper(t, zkServers)
 	}
 	t.Cleanup(func() {
 		// Lanes close their own processes and wait for the guards; this
@@ -82,7 +85,7 @@ func contender(t *testing.T, tool, backend, config string) *Contender {
 // what leaderrun promises and what etcdctl lock is documented to do, never
 // a timing.
 func TestBenchSmoke(t *testing.T) {
-	e := newEnv(t, 1, 0)
+	e := newEnv(t, 1, 0, 0)
 	lr := contender(t, "leaderrun", "etcd", "")
 	res := NewResults([]*Contender{lr})
 

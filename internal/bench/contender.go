@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/leaderrun/leaderrun/internal/chaos"
 )
 
@@ -97,6 +99,15 @@ func Contenders() []*Contender {
 			argv:     consulLockArgv(false),
 			members:  func(e *Env, lock string) ([]string, error) { return e.consulSessions(lock) },
 			blocking: consulLockBlocking,
+		},
+		{
+			// ZooKeeper has no lock tool of its own to compare with.
+			Tool: "leaderrun", Config: "(zookeeper, ttl 3s)", Backend: "zookeeper", TTL: chaos.ZooKeeperTiming.TTL, Leaderrun: true,
+			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
+				args := append(chaos.ZooKeeper{}.LeaderrunArgs(addrs), chaos.ZooKeeperTiming.Args()...)
+				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
+			},
+			members: func(e *Env, lock string) ([]string, error) { return e.zkCandidates("/leaderrun/" + lock) },
 		},
 	}
 }
@@ -194,3 +205,45 @@ func (e *Env) consulSessions(name string) ([]string, error) {
 	}
 	return nil, lastErr
 }
+
+// zkCandidates lists the candidate znodes under dir, through a session of
+// its own.
+func (e *Env) zkCandidates(dir string) ([]string, error) {
+	var addrs []string
+	for i := 0; i < e.ZooKeeper.Servers(); i++ {
+		addrs = append(addrs, e.ZooKeeper.ServerAddr(i))
+	}
+	c, _, err := zk.Connect(addrs, 4*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	type result struct {
+		names []string
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		names, _, err := c.Children(dir)
+		ch <- result{names, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err == zk.ErrNoNode {
+			return nil, nil
+		}
+		var out []string
+		for _, n := range r.names {
+			if strings.HasPrefix(n, "@") {
+				out = append(out, n)
+			}
+		}
+		return out, r.err
+	case <-time.After(5 * time.Second):
+		return nil, fmt.Errorf("zookeeper: list %s: no answer within 5s", dir)
+	}
+}
+
+type quietZK struct{}
+
+func (quietZK) Printf(string, ...any) {}

@@ -37,7 +37,7 @@ func TestBenchmark(t *testing.T) {
 	}
 	start := time.Now()
 	commit := chaos.Commit() // the tree as built, before the long run
-	e := newEnv(t, 3, 3)
+	e := newEnv(t, 3, 3, 3)
 	cs := Contenders()
 	res := NewResults(cs)
 	phase := func(name string) func() {
@@ -169,9 +169,10 @@ func benchReport(res *Results, commit string, took time.Duration) string {
 	fmt.Fprintf(&b, "- command: `%s`\n", cmd)
 	fmt.Fprintf(&b, "- tree: %s\n", commit)
 	fmt.Fprintf(&b, "- machine: %s\n", chaos.Machine())
-	fmt.Fprintf(&b, "- servers: etcd v3.6.16, 3 members; Consul v1.14.11, 3 servers; all on 127.0.0.1\n")
+	fmt.Fprintf(&b, "- servers: etcd v3.6.16, 3 members; Consul v1.14.11, 3 servers; ZooKeeper 3.8 (Debian), 3 servers, tickTime 200ms; all on 127.0.0.1\n")
 	fmt.Fprintf(&b, "- leaderrun on etcd: `%s`; on Consul: `%s --consul-lock-delay %v`\n",
 		strings.Join(chaos.EtcdTiming.Args(), " "), strings.Join(chaos.ConsulTiming.Args(), " "), chaos.ConsulTiming.LockDelay)
+	fmt.Fprintf(&b, "- leaderrun on ZooKeeper: `%s`\n", strings.Join(chaos.ZooKeeperTiming.Args(), " "))
 	fmt.Fprintf(&b, "- trials: %d crash and %d graceful per contender, %d lease-loss trials per contender and cut; footprint over %v; scale windows 20s\n",
 		*flagTrials, *flagTrials, *flagLoss, *flagWindow)
 	if errs := res.Errors(); len(errs) > 0 {
@@ -196,7 +197,7 @@ func TestFailoverTrials(t *testing.T) {
 	if *flagFailover <= 0 {
 		t.Skip("runs with -bench.failover=N")
 	}
-	e := newEnv(t, 3, 3)
+	e := newEnv(t, 3, 3, 0)
 	var cs []*Contender
 	for _, c := range Contenders() {
 		if c.Leaderrun {

@@ -30,6 +30,8 @@ type Env struct {
 	// contender needs it.
 	Etcd     chaos.Cluster
 	ConsulCl chaos.Cluster
+	// ZooKeeper is the ZooKeeper ensemble; nil when not started.
+	ZooKeeper chaos.Cluster
 	// Dir holds the processes' logs.
 	Dir string
 
@@ -38,8 +40,11 @@ type Env struct {
 
 // cluster is the contender's backend.
 func (e *Env) cluster(c *Contender) chaos.Cluster {
-	if c.Backend == "etcd" {
+	switch c.Backend {
+	case "etcd":
 		return e.Etcd
+	case "zookeeper":
+		return e.ZooKeeper
 	}
 	return e.ConsulCl
 }

@@ -59,6 +59,9 @@ func TestMain(m *testing.M) {
 var shortPlan = map[string][]string{
 	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
 	"consul": {"kill-leader", "kill-child", "freeze-host", "partition", "kill-server"},
+	// ZooKeeper is not in the default -chaos.backends; this is the set
+	// `-chaos.backends=zookeeper` runs without -chaos.faults.
+	"zookeeper": {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
 }
 
 // backendRun is one backend's results.
@@ -115,8 +118,10 @@ func runBackend(t *testing.T, r *backendRun, seed uint64) {
 		cl = StartEtcd(t, 3)
 	case "consul":
 		cl = StartConsul(t, 3)
+	case "zookeeper":
+		cl = StartZooKeeper(t, 3)
 	default:
-		t.Fatalf("unknown backend %q (want etcd or consul)", name)
+		t.Fatalf("unknown backend %q (want etcd, consul or zookeeper)", name)
 	}
 	w := newWorld(t, cl, seed)
 	r.tm, r.stats = w.tm, w.stats

@@ -218,3 +218,49 @@ func (l *Link) String() string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// ZooKeeperTiming is the suite's timeline on ZooKeeper: a 3s session (15
+// ticks of the test ensembles' 200ms, inside ZooKeeper's 2..20-tick
+// limits), renewed every second, with etcd's kill grace and margin.
+var ZooKeeperTiming = Timing{TTL: 3 * time.Second, RenewInterval: time.Second, KillGrace: time.Second, SafetyMargin: 500 * time.Millisecond}
+
+// ZooKeeper adapts a testcluster ZooKeeper ensemble.
+type ZooKeeper struct{ *testcluster.ZooKeeper }
+
+// StartZooKeeper starts an ensemble of n servers.
+func StartZooKeeper(t testing.TB, n int) ZooKeeper {
+	return ZooKeeper{testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: n})}
+}
+
+// Name implements Cluster.
+func (ZooKeeper) Name() string { return "zookeeper" }
+
+// Servers implements Cluster.
+func (z ZooKeeper) Servers() int { return len(z.Addrs()) }
+
+// ServerAddr implements Cluster.
+func (z ZooKeeper) ServerAddr(i int) string { return z.Addr(i) }
+
+// Protocol implements Cluster: ZooKeeper's length-prefixed frames.
+func (ZooKeeper) Protocol() Protocol { return Framed }
+
+// Timing implements Cluster.
+func (ZooKeeper) Timing() Timing { return ZooKeeperTiming }
+
+// WaitHealthy implements Cluster.
+func (z ZooKeeper) WaitHealthy(t testing.TB) { z.WaitServing(t) }
+
+// LeaderrunArgs implements Cluster.
+func (ZooKeeper) LeaderrunArgs(addrs []string) []string {
+	return []string{"--backend", "zookeeper", "--zk-servers", strings.Join(addrs, ",")}
+}
+
+// HostServers implements Cluster: a ZooKeeper client knows every server
+// and moves its session between them.
+func (z ZooKeeper) HostServers(int) []int {
+	out := make([]int, z.Servers())
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}

@@ -21,6 +21,9 @@ const (
 	// HTTP2 counts the gRPC messages a client sends over HTTP/2 (etcd):
 	// a unary call is one, a stream counts each message it carries.
 	HTTP2
+	// Framed counts 4-byte length-prefixed frames (ZooKeeper's client
+	// protocol: the connect request, then one frame per request or ping).
+	Framed
 )
 
 // maxHeader bounds an HTTP/1 request head; a longer one stops counting on
@@ -35,6 +38,8 @@ func newCounter(proto Protocol, n *atomic.Int64, onReq func() *func(string)) io.
 		return &http1Counter{n: n, onReq: onReq}
 	case HTTP2:
 		return &http2Counter{n: n, preface: len(http2Preface)}
+	case Framed:
+		return &frameCounter{n: n}
 	}
 	n.Add(1)
 	return io.Discard
@@ -289,4 +294,33 @@ func (m *grpcMsg) feed(p []byte, n *atomic.Int64) {
 			m.hdr = m.hdr[:0]
 		}
 	}
+}
+
+// frameCounter counts length-prefixed frames.
+type frameCounter struct {
+	n      *atomic.Int64
+	hdr    []byte
+	remain int
+}
+
+// Write consumes client bytes; it never fails.
+func (c *frameCounter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if c.remain > 0 {
+			k := min(c.remain, len(p))
+			c.remain -= k
+			p = p[k:]
+			continue
+		}
+		k := min(4-len(c.hdr), len(p))
+		c.hdr = append(c.hdr, p[:k]...)
+		p = p[k:]
+		if len(c.hdr) == 4 {
+			c.n.Add(1)
+			c.remain = int(c.hdr[0])<<24 | int(c.hdr[1])<<16 | int(c.hdr[2])<<8 | int(c.hdr[3])
+			c.hdr = c.hdr[:0]
+		}
+	}
+	return n, nil
 }

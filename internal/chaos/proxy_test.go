@@ -178,3 +178,15 @@ func TestProxyCut(t *testing.T) {
 		t.Fatalf("after healing the blackhole: %v", err)
 	}
 }
+
+func TestFrameCounter(t *testing.T) {
+	var n atomic.Int64
+	w := newCounter(Framed, &n, nil)
+	// Two frames (3 and 0 bytes of payload), fed a byte at a time.
+	for _, b := range []byte{0, 0, 0, 3, 'a', 'b', 'c', 0, 0, 0, 0} {
+		_, _ = w.Write([]byte{b})
+	}
+	if got := n.Load(); got != 2 {
+		t.Fatalf("counted %d frames, want 2", got)
+	}
+}

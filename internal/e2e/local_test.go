@@ -87,7 +87,7 @@ func TestBadInputIsOneLineAnd125(t *testing.T) {
 		{"bad duration", append(base, "--key", "k", "--kill-grace", "soon", "--", "true"), "kill-grace"},
 		{"negative margin", append(base, "--key", "k", "--safety-margin", "-1s", "--", "true"), "--safety-margin"},
 		{"timeline violates 1.10", append(base, "--key", "k", "--ttl", "5s", "--kill-grace", "4s", "--", "true"), "--ttl"},
-		{"unknown backend", []string{"--backend", "zookeeper", "--key", "k", "--", "true"}, "--backend"},
+		{"unknown backend", []string{"--backend", "redis", "--key", "k", "--", "true"}, "--backend"},
 		{"unknown signal", append(base, "--key", "k", "--stop-signal", "SIGNOPE", "--", "true"), "--stop-signal"},
 		{"unknown restart", append(base, "--key", "k", "--restart", "sometimes", "--", "true"), "--restart"},
 		{"unknown on-lost", append(base, "--key", "k", "--on-lost", "panic", "--", "true"), "--on-lost"},

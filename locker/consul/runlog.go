@@ -38,7 +38,14 @@ func (l *Locker) RecordRun(ctx context.Context, ls locker.Lease, run locker.Run)
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: l.path, Session: s.session}},
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: l.runPrefix() + run.Slot, Value: run.Record()}},
 	}
-	okTxn, resp, _, err := l.client.Txn().Txn(ops, l.queryOpts(ctx, false))
+	var (
+		okTxn bool
+		resp  *api.TxnResponse
+	)
+	err := l.do(ctx, func(c *api.Client) (err error) {
+		okTxn, resp, _, err = c.Txn().Txn(ops, l.queryOpts(ctx, false))
+		return err
+	})
 	if err != nil {
 		return l.fail("record run of slot "+run.Slot, err)
 	}
@@ -55,13 +62,20 @@ func (l *Locker) RecordRun(ctx context.Context, ls locker.Lease, run locker.Run)
 
 // prune deletes expired records; a failure leaves them to the next write.
 func (l *Locker) prune(ctx context.Context, now time.Time) {
-	pairs, _, err := l.client.KV().List(l.runPrefix(), l.queryOpts(ctx, false))
+	var pairs api.KVPairs
+	err := l.do(ctx, func(c *api.Client) (err error) {
+		pairs, _, err = c.KV().List(l.runPrefix(), l.queryOpts(ctx, false))
+		return err
+	})
 	if err != nil {
 		return
 	}
 	for _, p := range pairs {
 		if r, err := locker.ParseRun(p.Value); err == nil && !r.Live(now) {
-			_, _ = l.client.KV().Delete(p.Key, l.writeOpts(ctx))
+			_ = l.do(ctx, func(c *api.Client) error {
+				_, err := c.KV().Delete(p.Key, l.writeOpts(ctx))
+				return err
+			})
 		}
 	}
 }
@@ -73,7 +87,11 @@ func (l *Locker) LookupRun(ctx context.Context, slot string) (locker.Run, error)
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	pair, _, err := l.client.KV().Get(l.runPrefix()+slot, l.queryOpts(ctx, true))
+	var pair *api.KVPair
+	err := l.do(ctx, func(c *api.Client) (err error) {
+		pair, _, err = c.KV().Get(l.runPrefix()+slot, l.queryOpts(ctx, true))
+		return err
+	})
 	if err != nil {
 		return locker.Run{}, l.fail("read run record of slot "+slot, err)
 	}
@@ -89,7 +107,11 @@ func (l *Locker) LookupRun(ctx context.Context, slot string) (locker.Run, error)
 func (l *Locker) LatestRun(ctx context.Context) (locker.Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	pairs, _, err := l.client.KV().List(l.runPrefix(), l.queryOpts(ctx, true))
+	var pairs api.KVPairs
+	err := l.do(ctx, func(c *api.Client) (err error) {
+		pairs, _, err = c.KV().List(l.runPrefix(), l.queryOpts(ctx, true))
+		return err
+	})
 	if err != nil {
 		return locker.Run{}, l.fail("read run records of "+l.path, err)
 	}

@@ -1,0 +1,315 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// withdrawTimeout bounds closing a candidate's session after a failed or
+// cancelled campaign; it runs on a fresh context because the caller's may
+// be over.
+const withdrawTimeout = 2 * time.Second
+
+// candidate is one campaign: a session and the znode it created.
+type candidate struct {
+	l    *Locker
+	s    *zkSession
+	sid  int64
+	name string // our znode's name under l.dir
+	node string // l.dir + "/" + name
+}
+
+// Acquire campaigns for the key and returns once this candidate leads; see
+// locker.Locker.
+func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
+	s, err := l.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &candidate{l: l, s: s, sid: s.ID()}
+	if _, _, timeout, _ := s.state(); timeout > l.opts.TTL {
+		// Harmless: the supervisor uses min(requested, granted) (§1.6).
+		l.log.Warn("ZooKeeper keeps sessions longer than asked (its minSessionTimeout, 2 ticks by default)",
+			"requested", l.opts.TTL, "granted", timeout)
+	} else if timeout < l.opts.TTL {
+		s.close()
+		return nil, &locker.ConfigError{Field: "TTL", Rule: fmt.Sprintf(
+			"the ensemble grants sessions of at most %s (its maxSessionTimeout, 20 ticks by default), but %s was asked for; ask for at most %s",
+			timeout, l.opts.TTL, timeout)}
+	}
+	lease, err := c.campaign(ctx)
+	if err != nil {
+		c.withdraw()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return lease, nil
+}
+
+func (c *candidate) campaign(ctx context.Context) (*lease, error) {
+	if err := c.enter(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.waitTurn(ctx); err != nil {
+		return nil, err
+	}
+	return c.verify(ctx)
+}
+
+// bounded runs one call of ours with the per-call timeout (DESIGN §1.8).
+func bounded[T any](c *candidate, ctx context.Context, f func() (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.l.timeout)
+	defer cancel()
+	return call(cctx, f)
+}
+
+// enter creates the key's path and our ephemeral sequential znode. If the
+// answer to the create is lost, the znode may exist all the same: it is
+// found again by the session id in its name.
+func (c *candidate) enter(ctx context.Context) error {
+	if err := c.l.ensurePath(ctx, c.s, c.l.dir); err != nil {
+		return err
+	}
+	prefix := fmt.Sprintf("@%016x-", c.sid)
+	record := locker.NewHolder(c.l.opts).Record()
+	for attempt := 0; ; attempt++ {
+		created, err := bounded(c, ctx, func() (string, error) {
+			return c.s.conn.Create(c.l.dir+"/"+prefix, record, zk.FlagEphemeral|zk.FlagSequence, c.l.acl)
+		})
+		if err == nil {
+			c.node, c.name = created, path.Base(created)
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if sessionGone(err) || refusal(err) || attempt > 0 || !errors.Is(err, zk.ErrConnectionClosed) {
+			return classify("zookeeper: create candidate znode under "+c.l.dir, err)
+		}
+		// The create may have happened: look for it before trying again.
+		names, err := c.children(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if strings.HasPrefix(n, prefix) {
+				c.node, c.name = c.l.dir+"/"+n, n
+			}
+		}
+		if c.node != "" {
+			break
+		}
+	}
+	c.l.log.Debug("campaigning", "znode", c.node, "session", fmt.Sprintf("%x", c.sid))
+	return nil
+}
+
+// ensurePath creates the persistent znodes of dir that do not exist yet.
+func (l *Locker) ensurePath(ctx context.Context, s *zkSession, dir string) error {
+	p := ""
+	for _, seg := range strings.Split(strings.TrimPrefix(dir, "/"), "/") {
+		p += "/" + seg
+		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		_, err := call(cctx, func() (string, error) { return s.conn.Create(p, nil, 0, l.acl) })
+		cancel()
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return classify("zookeeper: create "+p, err)
+		}
+	}
+	return nil
+}
+
+// children lists the candidates' znode names, in sequence order.
+func (c *candidate) children(ctx context.Context) ([]string, error) {
+	names, err := bounded(c, ctx, func() ([]string, error) {
+		names, _, err := c.s.conn.Children(c.l.dir)
+		return names, err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, fmt.Errorf("zookeeper: %s was deleted: %w", c.l.dir, errCandidacyLost)
+		}
+		return nil, classify("zookeeper: list candidates of "+c.l.dir, err)
+	}
+	return candidates(names), nil
+}
+
+// candidates keeps the names of candidate znodes and sorts them by their
+// sequence number, the 10 digits ZooKeeper appends.
+func candidates(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, "@") && len(n) > 10 {
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][len(out[i])-10:] < out[j][len(out[j])-10:] })
+	return out
+}
+
+// waitTurn returns once no candidate znode has a lower sequence than ours.
+// It watches only the immediate predecessor, so a release wakes one
+// waiter, not all of them.
+func (c *candidate) waitTurn(ctx context.Context) error {
+	for {
+		names, err := c.children(ctx)
+		if err != nil {
+			return err
+		}
+		pred, found := "", false
+		for _, n := range names {
+			if n == c.name {
+				found = true
+				break
+			}
+			pred = n
+		}
+		if !found {
+			return fmt.Errorf("zookeeper: candidate znode %s is gone: %w", c.node, errCandidacyLost)
+		}
+		if pred == "" {
+			return nil
+		}
+		if c.l.opts.NoWait {
+			return c.held(ctx, names[0])
+		}
+		c.l.log.Debug("waiting for predecessor", "znode", c.node, "predecessor", pred)
+		if err := c.waitDelete(ctx, c.l.dir+"/"+pred); err != nil {
+			return err
+		}
+		if c.l.onWake != nil {
+			c.l.onWake()
+		}
+	}
+}
+
+// waitDelete returns when the znode at p is gone or its watch fired for
+// another reason (the caller then looks again), or with an error when our
+// session ended.
+func (c *candidate) waitDelete(ctx context.Context, p string) error {
+	type watch struct {
+		ok bool
+		ch <-chan zk.Event
+	}
+	w, err := bounded(c, ctx, func() (watch, error) {
+		ok, _, ch, err := c.s.conn.ExistsW(p)
+		return watch{ok, ch}, err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if sessionGone(err) {
+			return fmt.Errorf("zookeeper: session %x ended: %w", c.sid, errCandidacyLost)
+		}
+		return classify("zookeeper: watch predecessor "+p, err)
+	}
+	if !w.ok {
+		return nil
+	}
+	for {
+		expired, _, _, changed := c.s.state()
+		if expired {
+			return fmt.Errorf("zookeeper: session %x expired: %w", c.sid, errCandidacyLost)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.ch:
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// held builds the NoWait error, naming the current holder when it can.
+func (c *candidate) held(ctx context.Context, first string) error {
+	err := fmt.Errorf("zookeeper: key %q: %w", c.l.opts.Key, locker.ErrHeld)
+	type got struct {
+		data []byte
+		stat *zk.Stat
+	}
+	g, gerr := bounded(c, ctx, func() (got, error) {
+		data, stat, err := c.s.conn.Get(c.l.dir + "/" + first)
+		return got{data, stat}, err
+	})
+	if gerr != nil {
+		return err
+	}
+	h := locker.ParseHolder(g.data)
+	return fmt.Errorf("zookeeper: key %q led by %s (epoch %d): %w", c.l.opts.Key, h.ID, g.stat.Czxid, locker.ErrHeld)
+}
+
+// verify checks, after the wait, that our znode still exists and belongs to
+// our session, and that the ensemble's leader still knows the session
+// (DESIGN §1.7): a waiter whose znode vanished would otherwise see "no
+// predecessor" and lead without one. It reads the epoch from the znode.
+func (c *candidate) verify(ctx context.Context) (*lease, error) {
+	if c.s.conn.SessionID() != c.sid {
+		return nil, fmt.Errorf("zookeeper: session %x was replaced: %w", c.sid, errCandidacyLost)
+	}
+	if err := c.touchLeader(ctx); err != nil {
+		return nil, err
+	}
+	type got struct {
+		ok   bool
+		stat *zk.Stat
+	}
+	g, err := bounded(c, ctx, func() (got, error) {
+		ok, stat, err := c.s.conn.Exists(c.node)
+		return got{ok, stat}, err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, classify("zookeeper: verify candidate znode "+c.node, err)
+	}
+	if !g.ok {
+		return nil, fmt.Errorf("zookeeper: candidate znode %s is gone: %w", c.node, errCandidacyLost)
+	}
+	if g.stat.EphemeralOwner != c.sid {
+		return nil, fmt.Errorf("zookeeper: candidate znode %s belongs to session %x, not ours: %w",
+			c.node, g.stat.EphemeralOwner, errCandidacyLost)
+	}
+	c.l.log.Debug("leading", "znode", c.node, "epoch", g.stat.Czxid)
+	return newLease(c, g.stat.Czxid), nil
+}
+
+// touchLeader makes the renewal request once; see lease.Renew.
+func (c *candidate) touchLeader(ctx context.Context) error {
+	_, err := bounded(c, ctx, func() ([]zk.MultiResponse, error) {
+		return c.s.conn.Multi(&zk.CheckVersionRequest{Path: c.node, Version: -1})
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case sessionGone(err):
+		return fmt.Errorf("zookeeper: session %x ended: %w", c.sid, errCandidacyLost)
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("zookeeper: candidate znode %s is gone: %w", c.node, errCandidacyLost)
+	}
+	return classify("zookeeper: check candidate znode "+c.node, err)
+}
+
+// withdraw closes the candidate's session, which deletes its znode.
+func (c *candidate) withdraw() { c.s.close() }

@@ -1,0 +1,209 @@
+package zookeeper
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/internal/chaos"
+	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// TestEnsembleLeaderKilled: sessions outlive the ensemble's leader, so the
+// lease stays and renews through the new leader.
+func TestEnsembleLeaderKilled(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3})
+	l := newLocker(t, z.Addrs(), keyFor(t), func(c *Config) { c.TTL = 4 * time.Second })
+	lease := mustAcquire(t, l)
+	epoch := lease.Epoch()
+	z.Kill(z.Leader(t))
+	killed := time.Now()
+	var ok time.Time
+	for time.Since(killed) < 30*time.Second {
+		if _, err := renew(lease, time.Second); err == nil {
+			ok = time.Now()
+			break
+		} else if errors.Is(err, locker.ErrLost) {
+			t.Fatalf("lease lost when the ensemble's leader died: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ok.IsZero() {
+		t.Fatal("no renewal succeeded within 30s of the leader's death")
+	}
+	t.Logf("first renewal through the new leader %v after the kill", ok.Sub(killed))
+	if isClosed(lease.Lost()) || lease.Epoch() != epoch {
+		t.Fatalf("lease lost (%s) or epoch changed (%d -> %d)", lease.LostReason(), epoch, lease.Epoch())
+	}
+	h, err := l.Leader(ctxFor(t, 10*time.Second))
+	if err != nil || h.Epoch != epoch {
+		t.Fatalf("Leader = %+v, %v; want epoch %d", h, err, epoch)
+	}
+}
+
+// TestEnsembleQuorumLost: with two of three servers gone, no renewal
+// succeeds, and the lease reports the loss once the session cannot be
+// alive any more.
+func TestEnsembleQuorumLost(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3})
+	l := newLocker(t, z.Addrs(), keyFor(t))
+	lease := mustAcquire(t, l)
+	leader := z.Leader(t)
+	z.Kill(leader)
+	z.Kill((leader + 1) % 3)
+	killed := time.Now()
+	for time.Since(killed) < 2*testTTL {
+		if _, err := renew(lease, 500*time.Millisecond); err == nil {
+			t.Fatalf("a renewal sent %v after the quorum was lost succeeded", time.Since(killed))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	eventually(t, 2*testTTL, "Lost after the quorum was gone for longer than the session", func() bool {
+		return isClosed(lease.Lost())
+	})
+	t.Logf("lost: %s", lease.LostReason())
+}
+
+// TestFollowerCutOff is the case a read or a ping cannot cover: the
+// client's only server is a follower cut off from the quorum. It keeps
+// answering the client (reads, pings) until its syncLimit runs out, while
+// the leader expires the session and a standby takes over. No renewal sent
+// after the cut may succeed.
+func TestFollowerCutOff(t *testing.T) {
+	// The follower notices the silence only after 40 ticks (8s), long
+	// after the 2s session expired on the leader's side.
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, SyncLimit: 40})
+	leader := z.Leader(t)
+	follower := (leader + 1) % 3
+	key := keyFor(t)
+	a := newLocker(t, []string{z.Addr(follower)}, key)
+	lease := mustAcquire(t, a)
+	if _, err := renew(lease, 2*time.Second); err != nil {
+		t.Fatalf("Renew before the cut: %v", err)
+	}
+	reader := rawConn(t, []string{z.Addr(follower)}, "")
+	node := strings.SplitN(lease.Handle(), ":", 3)[2]
+
+	z.Isolate(follower)
+	cut := time.Now()
+	standby := acquireAsync(t, ctxFor(t, 60*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
+
+	var took acquired
+	for took.at.IsZero() {
+		select {
+		case took = <-standby:
+			if took.err != nil {
+				t.Fatalf("standby: %v", took.err)
+			}
+		default:
+		}
+		if _, err := renew(lease, 500*time.Millisecond); err == nil {
+			t.Fatalf("a renewal sent %v after the cut succeeded through the cut-off follower", time.Since(cut))
+		}
+		if time.Since(cut) > 30*time.Second {
+			t.Fatal("standby did not take over within 30s of the cut")
+		}
+	}
+	t.Logf("standby took over %v after the cut (session %v)", took.at.Sub(cut), testTTL)
+	// The follower still answers reads from its stale copy: a renewal made
+	// of a read would have succeeded here.
+	if ok, _, err := reader.Exists(node); err != nil || !ok {
+		t.Logf("the cut-off follower no longer serves reads (%v, %v); the contrast is not shown this run", ok, err)
+	} else {
+		t.Logf("the cut-off follower still says %s exists, after the standby took over", node)
+	}
+	z.Heal(follower)
+	eventually(t, 30*time.Second, "the cut-off lease learns its loss once healed", func() bool { return isClosed(lease.Lost()) })
+	t.Logf("lost: %s", lease.LostReason())
+}
+
+// TestSilentServer: the server carrying the session stops answering
+// without closing the connection. A renewal that times out moves the
+// session to another server at once, so renewals succeed again well
+// before go-zookeeper's own receive timeout (two thirds of the session).
+func TestSilentServer(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3})
+	var proxies []*chaos.Proxy
+	var addrs []string
+	for _, a := range z.Addrs() {
+		p, err := chaos.NewProxy(a, chaos.Framed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		proxies = append(proxies, p)
+		addrs = append(addrs, p.Addr())
+	}
+	const ttl = 4 * time.Second // go-zookeeper gives up on a silent server after 2.67s
+	l := newLocker(t, addrs, keyFor(t), func(c *Config) { c.TTL = ttl })
+	lease := mustAcquire(t, l)
+	busiest, most := 0, int64(-1)
+	for i, p := range proxies {
+		if n := p.Requests(); n > most {
+			busiest, most = i, n
+		}
+	}
+	proxies[busiest].Cut(chaos.Blackhole)
+	cut := time.Now()
+	for {
+		if _, err := renew(lease, ttl/10); err == nil {
+			break
+		} else if errors.Is(err, locker.ErrLost) {
+			t.Fatalf("lease lost when one server went silent: %v", err)
+		}
+		if time.Since(cut) > ttl {
+			t.Fatal("no renewal succeeded within the TTL of one server going silent")
+		}
+	}
+	took := time.Since(cut)
+	t.Logf("renewals succeeded again %v after the session's server went silent", took)
+	if took > ttl/2 {
+		t.Errorf("renewals failed for %v after one server went silent; the session should have moved at once", took)
+	}
+	if isClosed(lease.Lost()) {
+		t.Fatalf("lease lost: %s", lease.LostReason())
+	}
+}
+
+// TestRelayGap measures what Renew cannot prove: the ensemble's leader
+// counts a session's timeout from the last activity a follower relayed to
+// it (every tickTime/2), not from the renewal. The client talks to one
+// follower, renews, and the follower is cut off from the quorum at once;
+// a standby on the other side takes over when the leader expires the
+// session. Without the lease's touches the leader's countdown may start at
+// the client's previous request, up to a ping interval (TTL/3) before the
+// renewal; with them, at most about half a tick before it. The standby
+// must not lead earlier than that before leaderrun's own deadline, the
+// renewal's send + TTL.
+func TestRelayGap(t *testing.T) {
+	const tick = 500 * time.Millisecond
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick, SyncLimit: 40})
+	leader := z.Leader(t)
+	follower := (leader + 1) % 3
+	const ttl = 3 * time.Second
+	for trial := 0; trial < 6; trial++ {
+		key := fmt.Sprintf("%s-%d", keyFor(t), trial)
+		a := newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl })
+		lease := mustAcquire(t, a)
+		time.Sleep(ttl / 2)
+		sent := time.Now()
+		if _, err := renew(lease, 2*time.Second); err != nil {
+			t.Fatalf("trial %d: renew: %v", trial, err)
+		}
+		z.Isolate(follower)
+		r := <-acquireAsync(t, ctxFor(t, 30*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
+		if r.err != nil {
+			t.Fatalf("trial %d: standby: %v", trial, r.err)
+		}
+		early := sent.Add(ttl).Sub(r.at)
+		t.Logf("trial %d: the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, r.at.Sub(sent), early)
+		if early > tick/2 {
+			t.Errorf("trial %d: the standby led %v before leaderrun's deadline, more than half a tick (%v)", trial, early, tick/2)
+		}
+		z.Heal(follower)
+		z.WaitServing(t)
+	}
+}

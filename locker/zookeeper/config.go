@@ -1,0 +1,186 @@
+package zookeeper
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// DefaultServer is used when Config.Servers is empty, as zkCli.sh does.
+const DefaultServer = "127.0.0.1:2181"
+
+// DefaultPrefix is used when Options.Prefix is empty.
+const DefaultPrefix = "leaderrun"
+
+// defaultDialTimeout applies when Config.DialTimeout is zero.
+const defaultDialTimeout = 5 * time.Second
+
+// Config configures a ZooKeeper Locker.
+type Config struct {
+	locker.Options
+
+	// Servers are host:port pairs; the client fails over between them. As
+	// in ZooKeeper's connect strings, the last may end in a chroot path
+	// ("zk1:2181,zk2:2181/apps"). Empty means DefaultServer.
+	Servers []string
+
+	// Chroot is a znode path under which leaderrun works ("/apps/prod");
+	// it may also be given at the end of Servers, not both.
+	Chroot string
+
+	// Auth is "user:password" for ZooKeeper's digest scheme. With it, every
+	// znode leaderrun creates is readable and writable by that user only
+	// (CREATOR_ALL_ACL); without it, by anyone (OPEN_ACL_UNSAFE).
+	Auth string
+
+	// DialTimeout bounds establishing a session and each call Acquire and
+	// Leader make on their own. Zero means 5s.
+	DialTimeout time.Duration
+
+	// Logger receives debug lines and warnings; nil discards them.
+	Logger hclog.Logger
+}
+
+// Locker campaigns for one key in ZooKeeper. It implements locker.Locker.
+// Each campaign has a session of its own, so that a lost or released
+// leadership never leaves anything behind in the next one; Leader and
+// ReleaseHandle share one more session, opened on first use.
+type Locker struct {
+	opts    locker.Options
+	dir     string // /<chroot>/<prefix>/<key>
+	servers []string
+	auth    string
+	acl     []zk.ACL
+	timeout time.Duration
+	log     hclog.Logger
+
+	reader session // for Leader and ReleaseHandle, see session.go
+
+	// onWake, when set by a test, is called each time a waiting candidate
+	// wakes from watching its predecessor.
+	onWake func()
+}
+
+var _ locker.Locker = (*Locker)(nil)
+
+// New validates cfg and returns a Locker. It does not contact ZooKeeper. A
+// configuration that can never work yields a *locker.ConfigError.
+func New(cfg Config) (*Locker, error) {
+	refuse := func(field, format string, args ...any) (*Locker, error) {
+		return nil, &locker.ConfigError{Field: field, Rule: fmt.Sprintf(format, args...)}
+	}
+	opts := cfg.Options
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if err := locker.ValidateKey(opts.Key); err != nil {
+		return refuse("Key", "%v", err)
+	}
+	if err := locker.ValidatePrefix(opts.Prefix); err != nil {
+		return refuse("Prefix", "%v", err)
+	}
+	if opts.TTL <= 0 {
+		return refuse("TTL", "must be positive, got %s", opts.TTL)
+	}
+	if opts.TTL > time.Duration(1<<31-1)*time.Millisecond {
+		return refuse("TTL", "must fit a ZooKeeper session timeout (under 24 days), got %s", opts.TTL)
+	}
+	if opts.ID == "" {
+		host, _ := os.Hostname()
+		opts.ID = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	servers, chroot, err := parseServers(cfg.Servers)
+	if err != nil {
+		return refuse("Servers", "%v", err)
+	}
+	if cfg.Chroot != "" {
+		if chroot != "" {
+			return refuse("Chroot", "is also given at the end of the servers (%s); give it once", chroot)
+		}
+		chroot = cfg.Chroot
+	}
+	if err := validateChroot(chroot); err != nil {
+		return refuse("Chroot", "%v", err)
+	}
+	l := &Locker{
+		opts:    opts,
+		dir:     chroot + "/" + opts.Prefix + "/" + opts.Key,
+		servers: servers,
+		auth:    cfg.Auth,
+		acl:     zk.WorldACL(zk.PermAll),
+		timeout: cfg.DialTimeout,
+		log:     cfg.Logger,
+	}
+	if l.auth != "" {
+		if user, pass, ok := strings.Cut(l.auth, ":"); !ok || user == "" || pass == "" {
+			return refuse("Auth", "must be user:password (ZooKeeper digest scheme)")
+		}
+		l.acl = zk.AuthACL(zk.PermAll)
+	}
+	if l.timeout <= 0 {
+		l.timeout = defaultDialTimeout
+	}
+	if l.log == nil {
+		l.log = hclog.NewNullLogger()
+	}
+	l.reader.l = l
+	return l, nil
+}
+
+// parseServers splits host:port entries (a single entry may hold a whole
+// comma-separated connect string) and the chroot that may end the last one.
+func parseServers(raw []string) (servers []string, chroot string, err error) {
+	var parts []string
+	for _, r := range raw {
+		for _, p := range strings.Split(r, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+	}
+	if len(parts) == 0 {
+		parts = []string{DefaultServer}
+	}
+	for i, p := range parts {
+		if at := strings.IndexByte(p, '/'); at >= 0 {
+			if i != len(parts)-1 {
+				return nil, "", fmt.Errorf("%q: a chroot path may only end the last server", p)
+			}
+			p, chroot = p[:at], p[at:]
+		}
+		host, port, err := net.SplitHostPort(p)
+		if err != nil || host == "" {
+			return nil, "", fmt.Errorf("%q: want host:port", p)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, "", fmt.Errorf("%q: port is not a number from 1 to 65535", p)
+		}
+		servers = append(servers, p)
+	}
+	return servers, chroot, nil
+}
+
+// validateChroot accepts "" or an absolute znode path without a trailing
+// slash, empty, "." or ".." segments.
+func validateChroot(chroot string) error {
+	if chroot == "" {
+		return nil
+	}
+	if !strings.HasPrefix(chroot, "/") || chroot == "/" || strings.HasSuffix(chroot, "/") {
+		return fmt.Errorf("%q must be an absolute znode path such as /apps/prod, without a trailing /", chroot)
+	}
+	for _, seg := range strings.Split(chroot[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "\x00@") {
+			return fmt.Errorf("%q has an empty, \".\", \"..\" or invalid segment", chroot)
+		}
+	}
+	return nil
+}

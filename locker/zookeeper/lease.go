@@ -1,0 +1,308 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// lease is one ZooKeeper leadership: our session and the znode it created.
+// It implements locker.Lease and keeps no deadline: the supervisor times
+// every renewal itself (DESIGN §1.2).
+type lease struct {
+	s       *zkSession
+	sid     int64
+	node    string
+	czxid   int64
+	timeout time.Duration // per-call bound of the watch's own calls
+	log     hclog.Logger
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	mu       sync.Mutex
+	reason   string
+
+	stop      context.CancelFunc
+	watchDone chan struct{}
+	touchDone chan struct{}
+}
+
+var _ locker.Lease = (*lease)(nil)
+
+func newLease(c *candidate, czxid int64) *lease {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &lease{
+		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, log: c.l.log,
+		lost: make(chan struct{}), stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
+	}
+	go s.watch(ctx)
+	go s.touch(ctx)
+	return s
+}
+
+// Epoch is the czxid of our znode (DESIGN §1.1, see doc.go).
+func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
+
+// Renew makes one round trip that only the ensemble's leader can answer,
+// and returns the session timeout the server negotiated.
+//
+// The request is a multi holding one check of our own znode. Why, read
+// from ZooKeeper 3.8's server code:
+//   - A client usually talks to a follower. Pings and reads (exists, get,
+//     children) are answered by that follower from its own copy, also when
+//     it has been cut off from the quorum and the leader has expired our
+//     session: it notices the cut only syncLimit ticks later.
+//   - A multi is a write: the follower forwards it to the leader
+//     (Learner.request), whose PrepRequestProcessor checks our session in
+//     the leader's own session tracker (SessionTrackerImpl.checkSession:
+//     unknown or closing means SESSIONEXPIRED) and the check op checks our
+//     znode (NONODE when deleted); the answer comes back only after a
+//     quorum committed the transaction. Success therefore proves that the
+//     leader held our session open, and our znode in place, at a moment
+//     after this request was sent.
+//   - sync also travels to the leader, but the leader discards the result
+//     of its session check (Leader.sendSync sends no error back), so a sync
+//     answered for a closing session looks like success.
+//
+// What no client request does is restart the leader's own countdown of
+// the session: a follower notes our activity locally
+// (LearnerSessionTracker.touchSession) and hands it to the leader only in
+// its next ping reply (Learner.ping, every tickTime/2); the leader counts
+// the timeout from there (LearnerHandler, PING: touch). A follower cut off
+// right after passing this request on may never relay it, and the leader's
+// countdown then runs from our previous request. touch keeps that previous
+// request recent; see the README's ZooKeeper safety notes.
+func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
+	select {
+	case <-s.lost:
+		// Leadership ended; a renewal must not look like a success (§1.3).
+		return 0, fmt.Errorf("zookeeper: renew %s: %w: %s", s.node, locker.ErrLost, s.LostReason())
+	default:
+	}
+	if id := s.s.conn.SessionID(); id != s.sid {
+		s.markLost(fmt.Sprintf("session %x was replaced by %x", s.sid, id))
+		return 0, fmt.Errorf("zookeeper: renew %s: %w: session %x expired", s.node, locker.ErrLost, s.sid)
+	}
+	_, err := call(ctx, func() ([]zk.MultiResponse, error) {
+		return s.s.conn.Multi(&zk.CheckVersionRequest{Path: s.node, Version: -1})
+	})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		// The server did not answer within the attempt's time: try the
+		// next one, as the etcd client moves off a silent member.
+		s.s.dropConn()
+		return 0, fmt.Errorf("zookeeper: renew %s: %w", s.node, ctx.Err())
+	case sessionGone(err):
+		s.markLost(fmt.Sprintf("session %x expired", s.sid))
+		return 0, fmt.Errorf("zookeeper: renew %s: %w: %w", s.node, locker.ErrLost, err)
+	case errors.Is(err, zk.ErrNoNode):
+		s.markLost(fmt.Sprintf("znode %s was deleted", s.node))
+		return 0, fmt.Errorf("zookeeper: renew %s: %w: %w", s.node, locker.ErrLost, err)
+	default:
+		return 0, classify("zookeeper: renew "+s.node, err)
+	}
+	_, _, timeout, _ := s.s.state()
+	return timeout, nil
+}
+
+// Lost is closed when ZooKeeper shows that leadership is gone.
+func (s *lease) Lost() <-chan struct{} { return s.lost }
+
+// LostReason says why Lost was closed; empty while it is open.
+func (s *lease) LostReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+func (s *lease) markLost(reason string) {
+	s.lostOnce.Do(func() {
+		s.mu.Lock()
+		s.reason = reason
+		s.mu.Unlock()
+		s.log.Debug("leadership lost", "znode", s.node, "reason", reason)
+		close(s.lost)
+	})
+}
+
+// watch closes Lost when our znode is deleted, our session expires, or the
+// connection has been down for a whole session timeout, after which the
+// session cannot be alive (DESIGN §1.3). A reconnect within the session is
+// not a loss: the watch is set again and the znode looked at.
+func (s *lease) watch(ctx context.Context) {
+	defer close(s.watchDone)
+	var wch <-chan zk.Event // the armed watch on our znode, if any
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		expired, disconnected, timeout, changed := s.s.state()
+		if expired {
+			s.markLost(fmt.Sprintf("session %x expired", s.sid))
+			return
+		}
+		var deadline <-chan time.Time
+		var timer *time.Timer
+		if !disconnected.IsZero() {
+			left := time.Until(disconnected.Add(timeout))
+			if left <= 0 {
+				s.markLost(fmt.Sprintf("disconnected from ZooKeeper for the whole session timeout (%s)", timeout))
+				return
+			}
+			timer = time.NewTimer(left)
+			deadline = timer.C
+		} else if wch == nil {
+			ch, gone, err := s.arm(ctx)
+			switch {
+			case gone != "":
+				s.markLost(gone)
+				return
+			case err != nil:
+				// Disconnected or slow: look at the state again shortly.
+				if !locker.Sleep(ctx, 100*time.Millisecond) {
+					return
+				}
+				continue
+			}
+			wch = ch
+		}
+		var ev zk.Event
+		fired := false
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-deadline:
+		case ev = <-wch:
+			fired = true
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if fired {
+			wch = nil
+			if ev.Type == zk.EventNodeDeleted {
+				s.markLost(fmt.Sprintf("znode %s was deleted", s.node))
+				return
+			}
+		}
+	}
+}
+
+// arm sets a watch on our znode. gone is a loss reason when the znode or
+// the session is already gone.
+func (s *lease) arm(ctx context.Context) (ch <-chan zk.Event, gone string, err error) {
+	wctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	type watch struct {
+		ok bool
+		ch <-chan zk.Event
+	}
+	w, err := call(wctx, func() (watch, error) {
+		ok, _, ch, err := s.s.conn.ExistsW(s.node)
+		return watch{ok, ch}, err
+	})
+	switch {
+	case err == nil && !w.ok:
+		return nil, fmt.Sprintf("znode %s was deleted", s.node), nil
+	case err != nil && sessionGone(err):
+		return nil, fmt.Sprintf("session %x expired", s.sid), nil
+	case err != nil:
+		return nil, "", err
+	}
+	return w.ch, "", nil
+}
+
+// touchEvery is how often a leader sends the server a request it answers
+// itself, so that the server always has fresh activity of the session to
+// relay to the ensemble's leader (see Renew). Relays go out every
+// tickTime/2 (1s with the usual tickTime=2000); a touch every 100ms means
+// every relay carries the session, so the leader's countdown lags a
+// renewal's send by at most about tickTime/2 instead of a whole renewal
+// interval.
+const touchEvery = 100 * time.Millisecond
+
+// touch sends a cheap read of our znode every touchEvery, one at a time,
+// until ctx ends. Its answers do not matter: loss is the watch's business
+// and the renewal's.
+func (s *lease) touch(ctx context.Context) {
+	defer close(s.touchDone)
+	t := time.NewTicker(touchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, _ = call(tctx, func() (bool, error) {
+			ok, _, err := s.s.conn.Exists(s.node)
+			return ok, err
+		})
+		cancel()
+	}
+}
+
+// Handle is "<session-id-hex>:<password-hex>:<znode>"; see
+// Locker.ReleaseHandle. It holds the session's password, so it travels
+// only over the guard's private pipe.
+func (s *lease) Handle() string {
+	s.s.mu.Lock()
+	defer s.s.mu.Unlock()
+	return fmt.Sprintf("%x:%x:%s", s.sid, s.s.passwd, s.node)
+}
+
+// parseHandle undoes Handle, accepting only handles for znodes under dir.
+func parseHandle(handle, dir string) (id int64, passwd []byte, node string, err error) {
+	parts := strings.SplitN(handle, ":", 3)
+	bad := fmt.Errorf("zookeeper: %w: not a session handle for %s", locker.ErrRefused, dir)
+	if len(parts) != 3 {
+		return 0, nil, "", bad
+	}
+	u, err := strconv.ParseUint(parts[0], 16, 64)
+	if err != nil || u == 0 {
+		return 0, nil, "", bad
+	}
+	passwd, err = hex.DecodeString(parts[1])
+	if err != nil {
+		return 0, nil, "", bad
+	}
+	node = parts[2]
+	if !strings.HasPrefix(node, dir+"/"+fmt.Sprintf("@%016x-", u)) {
+		return 0, nil, "", bad
+	}
+	return int64(u), passwd, node, nil
+}
+
+// Release deletes our znode, so the successor wakes at once, then closes
+// the session. It stops the watch first, so our own delete is not
+// reported as a loss.
+func (s *lease) Release(ctx context.Context) error {
+	s.stop()
+	for _, done := range []chan struct{}{s.watchDone, s.touchDone} {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
+	defer s.s.close()
+	_, err := call(ctx, func() (struct{}, error) {
+		return struct{}{}, s.s.conn.Delete(s.node, -1)
+	})
+	if err != nil && !errors.Is(err, zk.ErrNoNode) && !sessionGone(err) {
+		// Closing the session deletes the znode too.
+		return classify("zookeeper: delete "+s.node, err)
+	}
+	return nil
+}
