@@ -5,7 +5,7 @@ set -euo pipefail
 
 # command:package pairs.
 need=()
-for pair in flock:util-linux systemd-analyze:systemd rpm:rpm zsh:zsh man:man-db; do
+for pair in flock:util-linux systemd-analyze:systemd rpm:rpm zsh:zsh man:man-db debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do
 	cmd=${pair%%:*} pkg=${pair##*:}
 	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
@@ -15,4 +15,4 @@ sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 echo "installing: ${need[*]}"
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}" >/dev/null
