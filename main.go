@@ -50,7 +50,7 @@ func runApp(args []string) int {
 	case errors.As(err, &code):
 		return int(code)
 	default:
-		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
+		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
 		return supervise.ExitInternal
 	}
 }
@@ -245,7 +245,7 @@ func freezeWhileExists(path string) func() {
 
 // newQuietLogger logs only errors, for one-shot helpers.
 func newQuietLogger() hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: hclog.Error, Output: os.Stderr})
+	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: hclog.Error, Output: logOutput()})
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {
@@ -261,7 +261,7 @@ func newLogger(c *cli.Context) (hclog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format must be text or json, got %q", c.String("log-format"))
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: os.Stderr}), nil
+	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: logOutput()}), nil
 }
 
 func lockerOptions(c *cli.Context) (locker.Options, error) {
@@ -363,7 +363,7 @@ func splitList(s string) []string {
 
 // usage reports a bad input on one line and exits 125 (DESIGN §4).
 func usage(err error) error {
-	fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
+	fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
 	return exitCode(supervise.ExitInternal)
 }
 
