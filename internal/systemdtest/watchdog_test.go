@@ -1,0 +1,72 @@
+package systemdtest
+
+import (
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestWatchdogRestartsFrozenLeader freezes leaderrun (SIGSTOP, as a hung
+// process or a paused host would be). It sends no more WATCHDOG=1; systemd's
+// watchdog aborts it and the unit restarts. The job must be dead by the
+// guard's kill point (TTL - safety margin after leaderrun's last renewal,
+// so at most that long after the freeze) and before systemd's kill of
+// leaderrun lands; the restarted leaderrun leads again with a higher epoch.
+func TestWatchdogRestartsFrozenLeader(t *testing.T) {
+	const ttl, margin = 15 * time.Second, time.Second // the defaults the unit runs with
+	m := leaderMachine(t)
+	m.Configure("billing", map[string]string{"LEADERRUN_BACKEND": "local"}, nil)
+	epoch, child := m.start("billing")
+
+	mainPID, _ := strconv.Atoi(m.Show("leaderrun@billing", "MainPID"))
+	hostMain, hostChild := m.HostPID(mainPID), m.HostPID(child)
+	if hostMain == 0 || hostChild == 0 {
+		t.Fatalf("host PIDs of leaderrun %d / child %d not found", mainPID, child)
+	}
+	frozen := time.Now()
+	if err := syscall.Kill(hostMain, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(hostMain, syscall.SIGCONT) })
+
+	// Watch the job (the child's whole process group) and leaderrun closely:
+	// which died when.
+	var childDead, mainDead time.Duration
+	deadline := frozen.Add(time.Minute)
+	for (childDead == 0 || mainDead == 0) && time.Now().Before(deadline) {
+		if childDead == 0 && !GroupAlive(hostChild) {
+			childDead = time.Since(frozen)
+		}
+		if mainDead == 0 && !Alive(hostMain) {
+			mainDead = time.Since(frozen)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("after the freeze: job dead at %v, leaderrun dead at %v", childDead.Round(time.Millisecond), mainDead.Round(time.Millisecond))
+	if childDead == 0 || mainDead == 0 {
+		t.Fatalf("within 1m of the freeze: job dead %v, leaderrun dead %v", childDead, mainDead)
+	}
+	if childDead > ttl-margin {
+		t.Errorf("job died %v after the freeze, after the guard's kill point (%v)", childDead, ttl-margin)
+	}
+	if childDead > mainDead {
+		t.Errorf("job died %v after the freeze, after systemd killed leaderrun (%v)", childDead, mainDead)
+	}
+
+	j := m.Journal("leaderrun@billing")
+	if !strings.Contains(j, "Watchdog timeout") {
+		t.Errorf("the journal does not show the watchdog firing:\n%s", j)
+	}
+	// WatchdogSignal=SIGABRT: the Go runtime writes every goroutine's stack.
+	t.Logf("journal: %d lines, %d goroutine stacks", strings.Count(j, "\n"), strings.Count(j, "\ngoroutine "))
+	again, _ := m.leading("billing", time.Minute)
+	if again <= epoch {
+		t.Errorf("after the restart: epoch %d, was %d", again, epoch)
+	}
+	if n, _ := strconv.Atoi(m.Show("leaderrun@billing", "NRestarts")); n < 1 {
+		t.Errorf("NRestarts=%d", n)
+	}
+	t.Logf("restarted %v after the freeze with epoch %d (was %d)", time.Since(frozen).Round(time.Millisecond), again, epoch)
+}
