@@ -50,6 +50,11 @@ SYSTEMD_ROOT ?= $(CURDIR)/bin/.systemd-root
 systemd-root: deps
 	scripts/systemd-root.sh $(SYSTEMD_ROOT)
 
+# Only the tests of the package under a real systemd (internal/systemdtest).
+.PHONY: systemd-test
+systemd-test: servers systemd-root packages
+	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist LEADERRUN_SYSTEMD_ROOT=$(SYSTEMD_ROOT) $(GO) test -count=1 -v ./internal/systemdtest/
+
 # The files the packages ship, generated from the CLI definition by the
 # hidden `leaderrun gen` (run on this machine, so GOARCH may differ).
 dist: build

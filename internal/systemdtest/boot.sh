@@ -16,4 +16,4 @@ mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
 hostname leaderrun-test
 echo $$ >"$unified/cgroup.procs"
 [ -z "$named" ] || echo $$ >"$named/cgroup.procs"
-exec chroot "$root" /usr/bin/env -i container=other /lib/systemd/systemd --system --log-target=journal-or-kmsg
+exec chroot "$root" /usr/bin/env -i container=other /lib/systemd/systemd --system --log-target=journal

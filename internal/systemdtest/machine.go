@@ -108,6 +108,8 @@ func Boot(t testing.TB) *Machine {
 			t.Fatal(err)
 		}
 	}
+	// journald must not read the host's kernel log (the machine shares /dev).
+	m.WriteFile("/etc/systemd/journald.conf.d/test.conf", "[Journal]\nReadKMsg=no\n", 0o644)
 	script := filepath.Join(dir, "boot.sh")
 	if err := os.WriteFile(script, []byte(bootScript), 0o755); err != nil {
 		t.Fatal(err)
@@ -355,8 +357,9 @@ func (m *Machine) teardown() {
 	t := m.t
 	if m.PID > 0 {
 		if t.Failed() {
-			out, _ := m.Run("journalctl", "--no-pager", "-n", "150")
-			t.Logf("journal at failure:\n%s", out)
+			units, _ := m.Run("systemctl", "list-units", "--all", "--no-pager", "leaderrun*")
+			out, _ := m.Run("journalctl", "--no-pager", "-n", "200", "-u", "leaderrun*")
+			t.Logf("at failure:\n%s\njournal of leaderrun units:\n%s", units, out)
 		}
 		_ = syscall.Kill(m.PID, syscall.SIGKILL) // the kernel kills the rest of the namespace
 		if !poll(10*time.Second, func() bool { return !Alive(m.PID) && emptyTree(m.unified) }) {
