@@ -234,7 +234,8 @@ func (m *Machine) Install(deb string) {
 	}
 	inside := "/var/tmp/" + filepath.Base(deb)
 	m.WriteFile(inside, string(b), 0o644)
-	m.MustRun("dpkg", "-i", inside)
+	// As apt does unattended: keep the operator's edited configuration files.
+	m.MustRun("dpkg", "--force-confdef", "--force-confold", "-i", inside)
 }
 
 // Show returns one property of a unit (systemctl show -p NAME --value).

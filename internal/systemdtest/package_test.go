@@ -52,10 +52,18 @@ func arch(deb string) string {
 // epoch run on, with the old binary, until the operator restarts the
 // instance. Removing the package stops running instances cleanly (their
 // jobs get the stop signal, the units end inactive) and keeps the
-// configuration; purging deletes the packaged example.env but not the
-// operator's own KEY.env.
+// configuration; purging deletes the packaged configuration files but not
+// the operator's own KEY.env.
 func TestUpgradeRemovePurge(t *testing.T) {
 	deb := Package(t)
+	out, err := exec.Command("dpkg-deb", "-I", deb, "conffiles").Output()
+	if err != nil {
+		t.Fatalf("dpkg-deb -I %s conffiles: %v", deb, err)
+	}
+	conffiles := strings.Fields(string(out))
+	if len(conffiles) == 0 {
+		t.Fatalf("%s has no conffiles", deb)
+	}
 	m := leaderMachine(t)
 	m.Configure("billing", map[string]string{"LEADERRUN_BACKEND": "local"}, nil)
 	epoch, child := m.start("billing")
@@ -101,7 +109,7 @@ func TestUpgradeRemovePurge(t *testing.T) {
 			t.Errorf("%s still there after dpkg -r", f)
 		}
 	}
-	for _, f := range []string{"/etc/leaderrun/example.env", "/etc/leaderrun/billing.env"} {
+	for _, f := range append(conffiles, "/etc/leaderrun/billing.env") {
 		if _, err := os.Stat(filepath.Join(m.Root, f)); err != nil {
 			t.Errorf("dpkg -r removed the configuration %s", f)
 		}
@@ -116,10 +124,12 @@ func TestUpgradeRemovePurge(t *testing.T) {
 		t.Errorf("after dpkg -r: ActiveState=%s Result=%s, want inactive", got, m.Show("leaderrun@billing", "Result"))
 	}
 
-	// Purge: the packaged conffile goes, the operator's file stays.
+	// Purge: the packaged conffiles go, the operator's file stays.
 	m.MustRun("dpkg", "--purge", "leaderrun")
-	if _, err := os.Stat(filepath.Join(m.Root, "/etc/leaderrun/example.env")); err == nil {
-		t.Error("/etc/leaderrun/example.env still there after purge")
+	for _, f := range conffiles {
+		if _, err := os.Stat(filepath.Join(m.Root, f)); err == nil {
+			t.Errorf("%s still there after purge", f)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(m.Root, "/etc/leaderrun/billing.env")); err != nil {
 		t.Error("purge deleted the operator's /etc/leaderrun/billing.env")

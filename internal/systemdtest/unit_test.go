@@ -56,7 +56,7 @@ func (m *Machine) unitFile() string { return m.ReadFile("/lib/systemd/system/lea
 // sharedEnvFile is true when the installed unit reads the settings shared
 // by all instances from /etc/leaderrun/leaderrun.env.
 func (m *Machine) sharedEnvFile() bool {
-	return regexp.MustCompile(`(?m)^EnvironmentFile=-?/etc/leaderrun/leaderrun\.env$`).MatchString(m.unitFile())
+	return sharedEnvUnit.MatchString(m.unitFile())
 }
 
 // Configure writes the settings of leaderrun@KEY: shared ones into
