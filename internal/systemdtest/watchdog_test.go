@@ -12,8 +12,8 @@ import (
 // process or a paused host would be). It sends no more WATCHDOG=1; systemd's
 // watchdog aborts it and the unit restarts. The job must be dead by the
 // guard's kill point (TTL - safety margin after leaderrun's last renewal,
-// so at most that long after the freeze) and before systemd's kill of
-// leaderrun lands; the restarted leaderrun leads again with a higher epoch.
+// so at most that long after the freeze) and by the end of the watchdog's
+// action; the restarted leaderrun leads again with a higher epoch.
 func TestWatchdogRestartsFrozenLeader(t *testing.T) {
 	const ttl, margin = 15 * time.Second, time.Second // the defaults the unit runs with
 	m := leaderMachine(t)
@@ -31,28 +31,38 @@ func TestWatchdogRestartsFrozenLeader(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(hostMain, syscall.SIGCONT) })
 
-	// Watch the job (the child's whole process group) and leaderrun closely:
-	// which died when.
-	var childDead, mainDead time.Duration
+	// Watch the job (the child's whole process group), leaderrun and the
+	// unit closely: which ended when. The watchdog's action is over when
+	// systemd has aborted leaderrun, killed what was left of the unit and
+	// left the active state (to restart it).
+	var childDead, mainDead, unitDown time.Duration
+	jobOutlivedUnit := false
 	deadline := frozen.Add(time.Minute)
-	for (childDead == 0 || mainDead == 0) && time.Now().Before(deadline) {
+	for (childDead == 0 || mainDead == 0 || unitDown == 0) && time.Now().Before(deadline) {
 		if childDead == 0 && !GroupAlive(hostChild) {
 			childDead = time.Since(frozen)
 		}
 		if mainDead == 0 && !Alive(hostMain) {
 			mainDead = time.Since(frozen)
 		}
+		if unitDown == 0 {
+			if s := m.Show("leaderrun@billing", "ActiveState"); s != "active" && s != "deactivating" {
+				unitDown = time.Since(frozen)
+				jobOutlivedUnit = GroupAlive(hostChild) // looked at after systemd said so
+			}
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("after the freeze: job dead at %v, leaderrun dead at %v", childDead.Round(time.Millisecond), mainDead.Round(time.Millisecond))
-	if childDead == 0 || mainDead == 0 {
-		t.Fatalf("within 1m of the freeze: job dead %v, leaderrun dead %v", childDead, mainDead)
+	t.Logf("after the freeze: job dead at %v, leaderrun dead at %v, unit down at %v",
+		childDead.Round(time.Millisecond), mainDead.Round(time.Millisecond), unitDown.Round(time.Millisecond))
+	if childDead == 0 || mainDead == 0 || unitDown == 0 {
+		t.Fatalf("within 1m of the freeze: job dead %v, leaderrun dead %v, unit down %v", childDead, mainDead, unitDown)
 	}
 	if childDead > ttl-margin {
 		t.Errorf("job died %v after the freeze, after the guard's kill point (%v)", childDead, ttl-margin)
 	}
-	if childDead > mainDead {
-		t.Errorf("job died %v after the freeze, after systemd killed leaderrun (%v)", childDead, mainDead)
+	if jobOutlivedUnit {
+		t.Errorf("the job was alive after the watchdog's action ended (%v after the freeze)", unitDown)
 	}
 
 	j := m.Journal("leaderrun@billing")
