@@ -98,7 +98,7 @@ func TestSharedEnvFile(t *testing.T) {
 
 // TestDelegatedCgroup: with Delegate=yes the job lives in its own cgroup
 // below the unit's, and a daemon the job started with setsid (out of its
-// process group) is dead before leadership passes after a loss.
+// process group) is dead once leaderrun has exited after a loss.
 func TestDelegatedCgroup(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^Delegate=yes$`).MatchString(packagedUnit(t)) {
 		t.Skip("the package's leaderrun@.service has no Delegate=yes (cgroup containment)")
@@ -114,7 +114,11 @@ setsid sh -c 'echo $$ >/var/tmp/daemon.pid; exec sleep 1000' </dev/null >/dev/nu
 exec /usr/local/bin/job billing
 `, 0o755)
 	m.Configure("billing", map[string]string{"LEADERRUN_BACKEND": "etcd", "ETCDCTL_ENDPOINTS": eps},
-		map[string]string{"LEADERRUN_COMMAND": "/usr/local/bin/daemonizing-job", "LEADERRUN_CONTAIN": "cgroup"})
+		map[string]string{"LEADERRUN_COMMAND": "/usr/local/bin/daemonizing-job"}) // --contain auto, as packaged
+	// systemd must not be the one that kills the daemon: without this its
+	// KillMode=mixed would SIGKILL whatever leaderrun left behind.
+	m.WriteFile("/etc/systemd/system/leaderrun@billing.service.d/no-backstop.conf", "[Service]\nKillMode=process\n", 0o644)
+	m.MustRun("systemctl", "daemon-reload")
 	epoch, child := m.start("billing")
 	var daemon int
 	m.Eventually("the daemon started", 10*time.Second, func() bool {
@@ -136,17 +140,18 @@ exec /usr/local/bin/job billing
 		t.Errorf("the job is in leaderrun's own cgroup %q", unifiedCgroup(hostChild))
 	}
 
-	// A loss: the key vanishes. The daemon must be dead before the unit's
-	// restart leads again.
+	// A loss: the key vanishes. leaderrun exits (123) only once the whole
+	// job is gone, the setsid daemon included (DESIGN §1.4).
+	hostMain := m.HostPID(mustAtoi(t, m.Show("leaderrun@billing", "MainPID")))
 	cmd := exec.Command(testcluster.Bin(t, "etcdctl"), "--endpoints", eps, "del", "--prefix", "/leaderrun/billing/")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("etcdctl del: %v\n%s", err, out)
 	}
 	m.Eventually("leaderrun@billing lost and exited", 30*time.Second, func() bool {
-		return !Alive(hostChild)
+		return !Alive(hostMain)
 	})
 	if Alive(hostDaemon) {
-		t.Errorf("the setsid daemon (host PID %d) outlived the job's leadership", hostDaemon)
+		t.Errorf("the setsid daemon (host PID %d) outlived leaderrun's exit after the loss", hostDaemon)
 	}
 	if again, _ := m.leading("billing", time.Minute); again <= epoch {
 		t.Errorf("after the loss: epoch %d, was %d", again, epoch)
