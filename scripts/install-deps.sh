@@ -5,7 +5,13 @@ set -euo pipefail
 
 # command:package pairs.
 need=()
-for pair in flock:util-linux systemd-analyze:systemd rpm:rpm zsh:zsh man:man-db debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do
+for pair in flock:util-linux systemd-analyze:systemd rpm:rpm zsh:zsh man:man-db; do
+	cmd=${pair%%:*} pkg=${pair##*:}
+	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done
+# internal/systemdtest: a Debian root to boot systemd in, and the namespace
+# tools to boot and enter it.
+for pair in debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do
 	cmd=${pair%%:*} pkg=${pair##*:}
 	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
