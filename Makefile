@@ -6,6 +6,7 @@
 #   make dist      stage the binary, man page and completions in dist/
 #   make packages  dist/*.deb and dist/*.rpm (nfpm, installed into bin/)
 #   make package-test  build the packages and run only their test
+#   make systemd-root  the Debian root internal/systemdtest boots systemd in (cached)
 
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -20,7 +21,7 @@ PKG_MAINTAINER ?= $(shell git log -1 --format='%an <%ae>' 2>/dev/null || echo le
 NFPM_VERSION   := v2.45.2
 NFPM           := bin/nfpm
 
-.PHONY: all build servers deps vet test dist nfpm packages package-test
+.PHONY: all build servers deps vet test dist nfpm packages package-test systemd-root
 
 all: build
 
@@ -40,8 +41,20 @@ vet:
 
 # The package test (internal/e2e TestPackages) runs when LEADERRUN_PACKAGE_DIR
 # names the built packages; it adds a few seconds once nfpm is built.
-test: deps servers vet packages
-	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist $(GO) test -race -count=1 -timeout 20m ./...
+test: deps servers systemd-root vet packages
+	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist LEADERRUN_SYSTEMD_ROOT=$(SYSTEMD_ROOT) $(GO) test -race -count=1 -timeout 20m ./...
+
+# A bookworm root with systemd for internal/systemdtest, built once by
+# debootstrap from this machine's apt mirror (about a minute, cached in the
+# git-ignored bin/; a warm run only checks its stamp).
+SYSTEMD_ROOT ?= $(CURDIR)/bin/.systemd-root
+systemd-root: deps
+	scripts/systemd-root.sh $(SYSTEMD_ROOT)
+
+# Only the tests of the package under a real systemd (internal/systemdtest).
+.PHONY: systemd-test
+systemd-test: servers systemd-root packages
+	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist LEADERRUN_SYSTEMD_ROOT=$(SYSTEMD_ROOT) $(GO) test -count=1 -v ./internal/systemdtest/
 
 # The files the packages ship, generated from the CLI definition by the
 # hidden `leaderrun gen` (run on this machine, so GOARCH may differ).

@@ -5,7 +5,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	"github.com/urfave/cli/v2"
@@ -53,7 +52,7 @@ func checkAction(c *cli.Context) error {
 	err = checkEpoch(read.Key, epoch, read.Holder, read.Err)
 	switch {
 	case errors.Is(err, errNotLeader):
-		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
+		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
 		return exitCode(exitcode.CheckNotLeader)
 	case err != nil:
 		return usage(fmt.Errorf("check key %q: %w", read.Key, err))

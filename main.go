@@ -44,7 +44,7 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 // returns the exit code. It reads the process environment, never os.Args.
 func runApp(args []string) int {
 	if err := loadEnvFiles(args); err != nil {
-		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
+		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
 		return exitcode.Internal
 	}
 	app := newApp(args)
@@ -56,7 +56,7 @@ func runApp(args []string) int {
 	case errors.As(err, &code):
 		return int(code)
 	default:
-		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(flagError(err)))
+		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(flagError(err)))
 		return exitcode.Internal
 	}
 }
@@ -118,7 +118,7 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		var se *supervise.StartError
 		errors.As(err, &se)
-		fmt.Fprintf(os.Stderr, "leaderrun: %s\n", err)
+		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", err)
 		return exitCode(se.Code)
 	}
 	lk, err := newLocker(c, opts, log)
@@ -223,7 +223,7 @@ func freezeWhileExists(path string) func() {
 
 // newQuietLogger logs only errors, for one-shot helpers.
 func newQuietLogger() hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: hclog.Error, Output: os.Stderr})
+	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: hclog.Error, Output: logOutput()})
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {
@@ -243,7 +243,7 @@ func newLogger(c *cli.Context) (hclog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format must be text or json, got %q", c.String("log-format"))
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: os.Stderr}), nil
+	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: logOutput()}), nil
 }
 
 // lockerOptions are the settings every backend shares; key is the one the
@@ -395,7 +395,7 @@ func conflictExit(c *cli.Context) (int, error) {
 
 // usage reports a bad input on one line and exits 125 (DESIGN §4).
 func usage(err error) error {
-	fmt.Fprintf(os.Stderr, "leaderrun: %s\n", oneLine(err))
+	fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
 	return exitCode(exitcode.Internal)
 }
 

@@ -12,10 +12,16 @@ done
 # ZooKeeper test ensembles run the Debian server jars on Java.
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+# internal/systemdtest: a Debian root to boot systemd in, and the namespace
+# tools to boot and enter it.
+for pair in debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do
+	cmd=${pair%%:*} pkg=${pair##*:}
+	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 echo "installing: ${need[*]}"
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}" >/dev/null
