@@ -1,0 +1,176 @@
+//go:build linux
+
+package contain
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// procInfo is what the group sweep needs of one process.
+type procInfo struct {
+	pid, ppid, pgid int
+}
+
+// members lists the job's processes in group mode: its process group, the
+// processes carrying its marker, orphans re-parented to us (with
+// AdoptOrphans), and every descendant of those. With aliveOnly, processes
+// whose threads are all zombies are left out.
+func (j *Job) members(aliveOnly bool) []int {
+	if j.pgid <= 1 && j.token == "" {
+		return nil
+	}
+	self := os.Getpid()
+	var adopt bool
+	var known func(int) bool
+	if j.box != nil {
+		adopt, known = j.box.opts.AdoptOrphans, j.box.opts.Known
+	}
+	procs := scanProcs()
+	children := map[int][]int{}
+	in := map[int]bool{}
+	var queue []int
+	add := func(pid int) {
+		if !in[pid] && pid != self {
+			in[pid] = true
+			queue = append(queue, pid)
+		}
+	}
+	for _, p := range procs {
+		children[p.ppid] = append(children[p.ppid], p.pid)
+		switch {
+		case j.pgid > 1 && (p.pgid == j.pgid || p.pid == j.pid):
+			add(p.pid)
+		case adopt && p.ppid == self && (known == nil || !known(p.pid)):
+			add(p.pid)
+		case j.token != "" && hasMarker(p.pid, j.token):
+			add(p.pid)
+		}
+	}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			if known == nil || !known(c) {
+				add(c)
+			}
+		}
+	}
+	out := make([]int, 0, len(in))
+	for pid := range in {
+		if !aliveOnly || ProcessAlive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func scanProcs() []procInfo {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	out := make([]procInfo, 0, len(names))
+	for _, name := range names {
+		if name == "" || name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		if _, ppid, pgid, ok := readStat("/proc/" + name + "/stat"); ok {
+			out = append(out, procInfo{pid: pid, ppid: ppid, pgid: pgid})
+		}
+	}
+	return out
+}
+
+// readStat reads state, parent and process group from a stat file. comm may
+// hold spaces and parentheses, so fields are counted from the last ')'.
+func readStat(path string) (state byte, ppid, pgid int, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, 0, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return 0, 0, 0, false
+	}
+	return f[0][0], ppid, pgid, true
+}
+
+// ProcessAlive reports whether any thread of pid is not a zombie. A process
+// whose main thread exited shows "Z" in /proc/PID/stat while its other
+// threads still run; it is alive until every thread is gone.
+func ProcessAlive(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	d, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	tids, _ := d.Readdirnames(-1)
+	for _, tid := range tids {
+		if st, _, _, ok := readStat(dir + "/" + tid + "/stat"); ok && st != 'Z' && st != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+// hasMarker reports whether pid's initial environment holds the job marker.
+func hasMarker(pid int, token string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil || len(b) == 0 {
+		return false
+	}
+	want := []byte(EnvMarker + "=" + token)
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if bytes.Equal(kv, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// signalPid signals one process through a pidfd, so a pid reused since the
+// sweep read it is not hit once the pidfd is open.
+func signalPid(pid int, sig syscall.Signal) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil
+		}
+		return syscall.Kill(pid, sig)
+	}
+	defer unix.Close(fd)
+	err = unix.PidfdSendSignal(fd, sig, nil, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+func monoNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
