@@ -39,6 +39,7 @@ func (b *Box) openCgroup() error {
 	dir := strings.TrimSuffix(mnt+own, "/")
 	if own == "/" {
 		// The root cgroup may hold processes beside child cgroups.
+		removeStale(dir)
 		parent := fmt.Sprintf("%s/leaderrun.%d", dir, pid)
 		if err := os.Mkdir(parent, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", parent, err)
@@ -59,6 +60,34 @@ func (b *Box) openCgroup() error {
 	b.parent = dir
 	b.reason = "cgroup v2, delegated " + own + ", jobs under " + dir
 	return b.probeKill()
+}
+
+// removeStale removes the empty cgroups that leaderruns killed before they
+// could clean up left under dir (leaderrun.PID, whose PID is gone).
+func removeStale(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		pid, ok := strings.CutPrefix(e.Name(), "leaderrun.")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if n, err := strconv.Atoi(pid); err != nil || syscall.Kill(n, 0) == nil || errors.Is(err, syscall.EPERM) {
+			continue
+		}
+		RemoveTree(dir + "/" + e.Name())
+	}
+}
+
+// RemoveTree removes an empty cgroup and its empty children; a cgroup with
+// processes stays.
+func RemoveTree(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			RemoveTree(dir + "/" + e.Name())
+		}
+	}
+	_ = syscall.Rmdir(dir)
 }
 
 func (b *Box) probeKill() error {

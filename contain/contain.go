@@ -158,12 +158,13 @@ type Job struct {
 	hasKill bool
 	pgid    int
 	pid     int
+	since   uint64 // start time of the first process, in clock ticks
 }
 
 // Attach describes a job started by another process (the guard's view): its
-// cgroup directory, or else its process group and marker.
-func Attach(cgroup string, pgid int, token string) *Job {
-	j := &Job{token: token, cgroup: cgroup, cgfd: -1, pgid: pgid, pid: pgid}
+// cgroup directory, or else its process group, marker and Since.
+func Attach(cgroup string, pgid int, token string, since uint64) *Job {
+	j := &Job{token: token, cgroup: cgroup, cgfd: -1, pgid: pgid, pid: pgid, since: since}
 	if cgroup != "" {
 		_, err := os.Stat(cgroup + "/cgroup.kill")
 		j.hasKill = err == nil
@@ -195,8 +196,13 @@ func (j *Job) SysProcAttr(attr *syscall.SysProcAttr) {
 // Started records the child's pid, which leads the job's process group.
 func (j *Job) Started(pid int) {
 	j.pid, j.pgid = pid, pid
+	j.since = StartTime(pid)
 	j.closeFD()
 }
+
+// Since is the start time of the job's first process (clock ticks after
+// boot): no older process can belong to the job.
+func (j *Job) Since() uint64 { return j.since }
 
 func (j *Job) closeFD() {
 	if j.cgfd >= 0 {

@@ -191,7 +191,7 @@ func TestAttachedKill(t *testing.T) {
 				t.Fatal(err)
 			}
 			pids, _ := startJob(t, j, `setsid sh -c 'echo $$ >> "$P"; exec sleep 77' & sleep 0.2`)
-			other := Attach(j.Cgroup(), j.Pgid(), j.Token())
+			other := Attach(j.Cgroup(), j.Pgid(), j.Token(), j.Since())
 			if !other.Alive() {
 				t.Fatal("attached job reported gone while it runs")
 			}

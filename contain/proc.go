@@ -16,6 +16,7 @@ import (
 // procInfo is what the group sweep needs of one process.
 type procInfo struct {
 	pid, ppid, pgid int
+	start           uint64 // clock ticks after boot
 }
 
 // members lists the job's processes in group mode: its process group, the
@@ -43,6 +44,10 @@ func (j *Job) members(aliveOnly bool) []int {
 		}
 	}
 	for _, p := range procs {
+		if p.start < j.since {
+			// Older than the job's first process: cannot be part of it.
+			continue
+		}
 		children[p.ppid] = append(children[p.ppid], p.pid)
 		switch {
 		case j.pgid > 1 && (p.pgid == j.pgid || p.pid == j.pid):
@@ -87,34 +92,48 @@ func scanProcs() []procInfo {
 		if err != nil {
 			continue
 		}
-		if _, ppid, pgid, ok := readStat("/proc/" + name + "/stat"); ok {
-			out = append(out, procInfo{pid: pid, ppid: ppid, pgid: pgid})
+		if st, ok := readStat("/proc/" + name + "/stat"); ok {
+			out = append(out, procInfo{pid: pid, ppid: st.ppid, pgid: st.pgid, start: st.start})
 		}
 	}
 	return out
 }
 
-// readStat reads state, parent and process group from a stat file. comm may
-// hold spaces and parentheses, so fields are counted from the last ')'.
-func readStat(path string) (state byte, ppid, pgid int, ok bool) {
+type stat struct {
+	state      byte
+	ppid, pgid int
+	start      uint64
+}
+
+// readStat reads state, parent, process group and start time from a stat
+// file. comm may hold spaces and parentheses, so fields are counted from
+// the last ')'.
+func readStat(path string) (stat, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, 0, 0, false
+		return stat{}, false
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, 0, false
+		return stat{}, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, 0, false
+	if len(f) < 20 || len(f[0]) != 1 {
+		return stat{}, false
 	}
 	ppid, err1 := strconv.Atoi(f[1])
 	pgid, err2 := strconv.Atoi(f[2])
-	if err1 != nil || err2 != nil {
-		return 0, 0, 0, false
+	start, err3 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return stat{}, false
 	}
-	return f[0][0], ppid, pgid, true
+	return stat{state: f[0][0], ppid: ppid, pgid: pgid, start: start}, true
+}
+
+// StartTime is pid's start time in clock ticks after boot, 0 if unknown.
+func StartTime(pid int) uint64 {
+	st, _ := readStat("/proc/" + strconv.Itoa(pid) + "/stat")
+	return st.start
 }
 
 // ProcessAlive reports whether any thread of pid is not a zombie. A process
@@ -129,7 +148,7 @@ func ProcessAlive(pid int) bool {
 	defer d.Close()
 	tids, _ := d.Readdirnames(-1)
 	for _, tid := range tids {
-		if st, _, _, ok := readStat(dir + "/" + tid + "/stat"); ok && st != 'Z' && st != 'X' {
+		if st, ok := readStat(dir + "/" + tid + "/stat"); ok && st.state != 'Z' && st.state != 'X' {
 			return true
 		}
 	}

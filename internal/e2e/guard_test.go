@@ -21,8 +21,8 @@ func guardsOf(pid int) []int {
 		if err != nil {
 			continue
 		}
-		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !strings.Contains(string(cmd), "__guard") {
+		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "leaderrun-guard" {
 			continue
 		}
 		if ppid(p) == pid && alive(p) {
