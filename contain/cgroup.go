@@ -217,11 +217,23 @@ func cgroupProcs(dir string) ([]int, error) {
 // killCgroup SIGKILLs every process of the cgroup in one step. Without
 // cgroup.kill (kernels before 5.14), the cgroup is frozen so nothing can
 // fork while its members are killed one by one.
+//
+// cgroup.kill passes over a process whose main thread has exited while
+// other threads run (seen on Linux 6.18): such a process is then killed by
+// its pid from cgroup.procs, after cgroup.kill has left everything else
+// unable to fork.
 func (j *Job) killCgroup() error {
 	if j.hasKill {
 		err := os.WriteFile(j.cgroup+"/cgroup.kill", []byte("1"), 0)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("kill cgroup %s: %w", j.cgroup, err)
+		}
+		pids, _ := cgroupProcs(j.cgroup)
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		return nil
 	}

@@ -159,6 +159,9 @@ type Job struct {
 	pgid    int
 	pid     int
 	since   uint64 // start time of the first process, in clock ticks
+	// adoptFrom, in the guard's view, is the supervisor: its orphans are
+	// the job's.
+	adoptFrom int
 }
 
 // Attach describes a job started by another process (the guard's view): its
@@ -171,6 +174,11 @@ func Attach(cgroup string, pgid int, token string, since uint64) *Job {
 	}
 	return j
 }
+
+// AdoptFrom counts, in group mode, the children of pid (a subreaper
+// supervisor, other than the calling process) that it did not start as part
+// of the job: the guard's view of orphans re-parented to leaderrun.
+func (j *Job) AdoptFrom(pid int) { j.adoptFrom = pid }
 
 // Env is the marker to add to the child's environment.
 func (j *Job) Env() string { return EnvMarker + "=" + j.token }

@@ -30,8 +30,14 @@ func (j *Job) members(aliveOnly bool) []int {
 	self := os.Getpid()
 	var adopt bool
 	var known func(int) bool
+	parent := self
 	if j.box != nil {
 		adopt, known = j.box.opts.AdoptOrphans, j.box.opts.Known
+	} else if j.adoptFrom > 1 {
+		// The guard's view: orphans re-parented to the supervisor, which is
+		// the guard's parent; the guard itself is not part of the job.
+		adopt, parent = true, j.adoptFrom
+		known = func(pid int) bool { return pid == self }
 	}
 	procs := scanProcs()
 	children := map[int][]int{}
@@ -52,7 +58,7 @@ func (j *Job) members(aliveOnly bool) []int {
 		switch {
 		case j.pgid > 1 && (p.pgid == j.pgid || p.pid == j.pid):
 			add(p.pid)
-		case adopt && p.ppid == self && (known == nil || !known(p.pid)):
+		case adopt && p.ppid == parent && (known == nil || !known(p.pid)):
 			add(p.pid)
 		case j.token != "" && hasMarker(p.pid, j.token):
 			add(p.pid)

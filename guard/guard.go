@@ -18,6 +18,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,7 +53,7 @@ type Releaser func(ctx context.Context, hello []byte, handle string) error
 // end of input, answers on reply (may be nil), and returns the process exit
 // code.
 func Run(in io.Reader, reply io.Writer, release Releaser, log Logger) int {
-	g := &state{log: log, reply: reply, release: release, hold: -1}
+	g := &state{log: log, reply: reply, release: release, hold: -1, supervisor: os.Getppid()}
 	defer g.closeHold()
 	lines := make(chan string)
 	quit := make(chan struct{})
@@ -100,6 +101,9 @@ type state struct {
 	job      *contain.Job // nil while no job runs
 	killAt   int64        // CLOCK_MONOTONIC ns
 	released bool
+	// supervisor is the leaderrun that started the guard: its re-parented
+	// orphans belong to the job.
+	supervisor int
 }
 
 // apply applies one message and reports whether the guard is done.
@@ -124,6 +128,7 @@ func (g *state) apply(line string, kill *time.Timer) bool {
 			return false
 		}
 		g.job, g.killAt = contain.Attach(j.Cgroup, j.Pgid, j.Token, j.Since), at
+		g.job.AdoptFrom(g.supervisor)
 		kill.Reset(time.Duration(at - MonoNow()))
 	case verbExtend:
 		at, err := strconv.ParseInt(rest, 10, 64)
@@ -166,6 +171,10 @@ func (g *state) killPointPassed() {
 // for it to be gone, then release the lease so a standby need not wait for
 // the TTL.
 func (g *state) leaderrunDied() {
+	if g.job != nil {
+		// The supervisor is gone: its pid may be anyone's now.
+		g.job.AdoptFrom(0)
+	}
 	if !g.killJob("leaderrun died") || g.released {
 		return
 	}
