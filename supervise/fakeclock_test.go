@@ -86,7 +86,7 @@ func (c *fakeClock) settle(t *testing.T) {
 	last := c.activity.Load()
 	quiet := time.Now()
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Since(quiet) < 5*time.Millisecond {
+	for time.Since(quiet) < 10*time.Millisecond {
 		if time.Now().After(deadline) {
 			t.Fatal("code under test never went idle")
 		}
