@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -18,6 +19,9 @@ import (
 // Main runs this process as the guard, whichever binary it is (the small
 // leaderrun-guard, or leaderrun re-executed), and returns its exit code.
 func Main(release Releaser, log Logger) int {
+	// One thread runs Go code: the guard does little, and fewer threads
+	// wake fewer times.
+	runtime.GOMAXPROCS(1)
 	// comm, as ps and pkill see it (the main thread's, /proc/PID/comm).
 	_ = os.WriteFile("/proc/self/comm", []byte(Name), 0)
 	// Only "done", end of input or SIGKILL end the guard: a signal meant for

@@ -54,7 +54,8 @@ func (s *Supervisor) onGuardExit(l *leadership) {
 		return
 	}
 	if l.job != nil {
-		l.guard.Watch(guard.MonoAt(l.timeline.KillAt(), s.clock.Now), guardJob(l.job))
+		l.guardKillAt = l.timeline.KillAt()
+		l.guard.Watch(guard.MonoAt(l.guardKillAt, s.clock.Now), guardJob(l.job))
 	}
 }
 

@@ -52,6 +52,7 @@ type leadership struct {
 	killAt     Timer          // armed while stopping, until SIGKILL is sent
 
 	guard         *guard.Process // nil without a guard
+	guardKillAt   time.Time      // the kill point the guard last heard
 	guardReleased bool           // the guard released the lease itself
 }
 
@@ -251,6 +252,7 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 			s.finish(l, "leadership lost: "+r.err.Error(), true, ExitLost)
 			return
 		}
+		s.extendGuard(l)
 		s.log.Warn("renew failed", "error", r.err, "deadline_in", l.timeline.Deadline.Sub(s.clock.Now()).Round(time.Millisecond))
 		if f := s.cfg.Events.RenewFailed; f != nil {
 			f(r.err)
@@ -269,13 +271,34 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 	}
 	(*termAt).Stop()
 	*termAt = s.at(l.timeline.TermAt())
-	if l.guard != nil {
-		l.guard.Extend(guard.MonoAt(l.timeline.KillAt(), s.clock.Now))
-	}
+	s.extendGuard(l)
 	s.log.Debug("renewed", "deadline_in", l.timeline.Deadline.Sub(s.clock.Now()).Round(time.Millisecond))
 	if f := s.cfg.Events.Renewed; f != nil {
 		f(l.timeline.Deadline)
 	}
+}
+
+// extendGuard tells the guard the current kill point, lazily: only when the
+// kill point it knows comes within a renew interval plus a renewal timeout
+// (the longest the next success can take), or is later than ours. Every
+// renewal result, failures included, passes here, so a guard is never left
+// with a kill point that a live supervisor would have moved; a frozen one
+// leaves the guard an earlier kill point, never a later one. Fewer messages
+// let the guard sleep (issue: footprint).
+func (s *Supervisor) extendGuard(l *leadership) {
+	if l.guard == nil || l.job == nil {
+		return
+	}
+	want := l.timeline.KillAt()
+	if want.Equal(l.guardKillAt) {
+		return
+	}
+	soon := l.guardKillAt.Sub(s.clock.Now()) < s.cfg.RenewInterval+s.renewTimeout()
+	if !soon && !want.Before(l.guardKillAt) {
+		return
+	}
+	l.guardKillAt = want
+	l.guard.Extend(guard.MonoAt(want, s.clock.Now))
 }
 
 // onChildExit handles the child's own exit: restart it, or end this term.
@@ -398,7 +421,8 @@ func (s *Supervisor) startChild(l *leadership) error {
 	job.Started(c.Pid())
 	l.child, l.job, l.startedAt = c, job, s.clock.Now()
 	if l.guard != nil {
-		l.guard.Watch(guard.MonoAt(l.timeline.KillAt(), s.clock.Now), guardJob(job))
+		l.guardKillAt = l.timeline.KillAt()
+		l.guard.Watch(guard.MonoAt(l.guardKillAt, s.clock.Now), guardJob(job))
 	}
 	s.log.Info("child started", "pid", c.Pid(), "epoch", l.lease.Epoch())
 	if f := s.cfg.Events.ChildStarted; f != nil {

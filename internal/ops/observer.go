@@ -221,8 +221,18 @@ func (o *Observer) Events() supervise.Events {
 				st.holding, st.epoch, st.deadline, st.childPID = false, 0, time.Time{}, 0
 			})
 		},
-		Tick: o.tick,
+		Tick: o.tickIfObserved(),
 	}
+}
+
+// tickIfObserved is the Tick event, or nil when nothing reads the heartbeat
+// (no --http-addr, no systemd watchdog): the leader then sleeps until
+// something happens instead of turning its loop four times a second.
+func (o *Observer) tickIfObserved() func() {
+	if o.srv == nil && o.notify.watchdog == 0 {
+		return nil
+	}
+	return o.tick
 }
 
 // readyAtCampaign: without a backend to probe, the first campaign is
