@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/contain/scope"
 	"github.com/leaderrun/leaderrun/guard"
 	"github.com/leaderrun/leaderrun/supervise"
 )
@@ -21,7 +24,7 @@ func openContainment(c *cli.Context, log hclog.Logger) (*contain.Box, error) {
 	}
 	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started}
 	if mode != contain.Group {
-		if dir, err := systemdScope(); err != nil {
+		if dir, err := systemdScope(c.String("key")); err != nil {
 			log.Warn("cannot get a systemd scope for the job", "error", err)
 		} else if dir != "" {
 			opts.Cgroup = dir
@@ -52,9 +55,23 @@ func runGuard(c *cli.Context, spec backendSpec, log hclog.Logger) *guard.Spec {
 // not delegated to it, for a transient scope of leaderrun's own (the call
 // `systemd-run --scope` makes), delegated, and returns its cgroup
 // directory; "" where no scope is needed.
-func systemdScope() (string, error) {
-	if !contain.SystemdBooted() || os.Getenv("LEADERRUN_NO_SCOPE") != "" {
+func systemdScope(key string) (string, error) {
+	if !contain.SystemdBooted() {
 		return "", nil
 	}
-	return "", nil
+	dir, err := contain.OwnCgroupDir()
+	if err != nil || contain.Delegated(dir) {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := scope.Connect(ctx, os.Geteuid() == 0)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if _, err := scope.Start(ctx, conn, key, os.Getpid()); err != nil {
+		return "", err
+	}
+	return contain.OwnCgroupDir()
 }

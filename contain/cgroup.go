@@ -289,3 +289,16 @@ func (j *Job) WaitGone(timeout time.Duration) bool {
 		_, _ = unix.Poll(fds, int(left.Milliseconds())+1)
 	}
 }
+
+// OwnCgroupDir is the directory of this process's cgroup v2.
+func OwnCgroupDir() (string, error) {
+	mnt, err := cgroup2Mount()
+	if err != nil {
+		return "", err
+	}
+	own, err := ownCgroup(os.Getpid())
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(mnt+own, "/"), nil
+}
