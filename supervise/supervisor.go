@@ -190,6 +190,12 @@ func (s *Supervisor) release(lease locker.Lease) {
 // releaseQuietly stops the lease's own goroutines after the guard released
 // it; the backend's answer (already gone) is not news.
 func (s *Supervisor) releaseQuietly(lease locker.Lease) {
+	if lf, ok := lease.(lockFile); ok {
+		// The lock may be another holder's by now: its record must not be
+		// cleared. Only our descriptor goes.
+		_ = lf.LockFile().Close()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {

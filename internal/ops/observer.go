@@ -35,6 +35,8 @@ type Config struct {
 	// silent for max(1s, RenewInterval) while leading counts as stuck: by
 	// then it has missed a renewal.
 	RenewInterval time.Duration
+	// Clock is the time source, the supervisor's (nil: the real clock).
+	Clock supervise.Clock
 	// Rejoin is true with --on-lost rejoin: a lost leadership then does not
 	// end the process, so it is no reason to tell systemd STOPPING=1.
 	Rejoin bool
@@ -82,13 +84,16 @@ func Start(cfg Config) (*Observer, error) {
 }
 
 func start(cfg Config, n notifier) (*Observer, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = supervise.RealClock{}
+	}
 	o := &Observer{
 		cfg:        cfg,
 		log:        cfg.Logger,
 		stallAfter: max(time.Second, cfg.RenewInterval),
-		now:        time.Now,
+		now:        cfg.Clock.Now,
 		st:         state{role: RoleCampaigning},
-		base:       time.Now(),
+		base:       cfg.Clock.Now(),
 		notify:     n,
 		kick:       make(chan struct{}, 1),
 	}
