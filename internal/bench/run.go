@@ -128,7 +128,7 @@ type Footprint struct {
 	// Wakes are voluntary context switches over all threads during the
 	// window: how often each process woke up.
 	LeaderWakes, GuardWakes, StandbyWakes int64
-	Err                     string
+	Err                                   string
 }
 
 // Footprint runs a leader and a standby of c for window and measures them.
