@@ -21,7 +21,7 @@ import (
 const (
 	guardCommandName   = "__guard"
 	releaseCommandName = "__release"
-	// guardReleaseTimeout bounds one release by the helper.
+	// guardReleaseTimeout bounds one release by `leaderrun __release`.
 	guardReleaseTimeout = 5 * time.Second
 )
 

@@ -27,7 +27,7 @@ func Main(release Releaser, log Logger) int {
 	// Only "done", end of input or SIGKILL end the guard: a signal meant for
 	// leaderrun (pkill, a terminal's ^C) must not disarm it.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
-	// The release helper the guard may run must not inherit the reply pipe
+	// The release command the guard may run must not inherit the reply pipe
 	// or the lock.
 	for _, fd := range []int{ReplyFD, HoldFD} {
 		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
@@ -40,7 +40,7 @@ func Main(release Releaser, log Logger) int {
 }
 
 // ReleaseRequest is what the guard writes on the stdin of the release
-// helper (`leaderrun __release`): the hello and lease messages.
+// command (`leaderrun __release`): the hello and lease messages.
 func ReleaseRequest(hello []byte, handle string) string { return Hello(hello) + Lease(handle) }
 
 // ReadReleaseRequest reads a ReleaseRequest.
