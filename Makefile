@@ -27,6 +27,7 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/leaderrun .
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/leaderrun-guard ./cmd/leaderrun-guard
 
 servers:
 	scripts/build-servers.sh
@@ -61,6 +62,7 @@ systemd-test: servers systemd-root packages
 dist: build
 	rm -rf dist && mkdir -p dist/completions
 	CGO_ENABLED=0 GOARCH=$(GOARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/leaderrun .
+	CGO_ENABLED=0 GOARCH=$(GOARCH) $(GO) build -trimpath -ldflags '-s -w' -o dist/leaderrun-guard ./cmd/leaderrun-guard
 	bin/leaderrun gen man > dist/leaderrun.1 && gzip -9n dist/leaderrun.1
 	bin/leaderrun gen bash > dist/completions/leaderrun.bash
 	bin/leaderrun gen zsh > dist/completions/_leaderrun

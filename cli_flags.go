@@ -74,6 +74,10 @@ func runFlags() []cli.Flag {
 			Usage: "first `SIGNAL` to the job: a name (TERM, SIGTERM) or number; not KILL, STOP, TSTP, TTIN, TTOU or CONT"},
 		&cli.StringFlag{Name: "restart", Category: catChild, EnvVars: []string{"LEADERRUN_RESTART"}, Value: "never",
 			Usage: "start the command again while leader: never, on-failure or always"},
+		&cli.StringFlag{Name: "contain", Category: catChild, EnvVars: []string{"LEADERRUN_CONTAIN"}, Value: "auto",
+			Usage: "how the job is held together: auto, cgroup (cgroup v2) or group (process group and sweep)"},
+		&cli.BoolFlag{Name: "no-guard", Category: catChild, EnvVars: []string{"LEADERRUN_NO_GUARD"},
+			Usage: "run the command without the dead-man guard (not recommended)"},
 		&cli.DurationFlag{Name: "restart-delay", Category: catChild, EnvVars: []string{"LEADERRUN_RESTART_DELAY"}, Value: time.Second,
 			Usage: "first restart delay, doubling up to 30s"},
 

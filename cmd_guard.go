@@ -5,20 +5,28 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
+	"path/filepath"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/guard"
-	"github.com/leaderrun/leaderrun/supervise"
 )
 
-// guardCommandName is the hidden mode in which leaderrun runs as the
-// dead-man guard of another leaderrun (package guard).
-const guardCommandName = "__guard"
+// The dead-man guard (package guard) normally runs as the small
+// leaderrun-guard binary installed next to leaderrun; it runs leaderrun
+// `__release` only to release a lease. Where that binary is missing (a
+// plain `go build`), leaderrun re-executes itself as `__guard`, at the cost
+// of a full leaderrun's memory.
+const (
+	guardCommandName   = "__guard"
+	releaseCommandName = "__release"
+	// guardReleaseTimeout bounds one release by `leaderrun __release`.
+	guardReleaseTimeout = 5 * time.Second
+)
 
 func guardCommand() *cli.Command {
 	return &cli.Command{
@@ -34,10 +42,30 @@ func guardCommand() *cli.Command {
 			if err != nil {
 				return usage(err)
 			}
-			// Only "done", end of input or SIGKILL end the guard: a signal
-			// meant for leaderrun (pkill, a terminal's ^C) must not disarm it.
-			signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
-			return exitCode(guard.Run(os.Stdin, releaseFromHello, log.Named("guard")))
+			return exitCode(guard.Main(releaseFromHello, log.Named("guard")))
+		},
+	}
+}
+
+// releaseCommand releases a lease described on stdin (guard.ReleaseRequest):
+// the small guard runs it once the job of a dead leaderrun is gone.
+func releaseCommand() *cli.Command {
+	return &cli.Command{
+		Name:   releaseCommandName,
+		Hidden: true,
+		Usage:  "internal: release a lease for the dead-man guard",
+		Action: func(c *cli.Context) error {
+			hello, handle, err := guard.ReadReleaseRequest(os.Stdin)
+			if err != nil {
+				return usage(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), guardReleaseTimeout)
+			defer cancel()
+			if err := releaseFromHello(ctx, hello, handle); err != nil {
+				fmt.Fprintf(os.Stderr, "leaderrun: release: %s\n", oneLine(err))
+				return exitCode(1)
+			}
+			return nil
 		},
 	}
 }
@@ -57,14 +85,47 @@ func releaseFromHello(ctx context.Context, hello []byte, handle string) error {
 	return lk.ReleaseHandle(ctx, handle)
 }
 
-// guardConfig tells the supervisor how to start this binary as a guard.
-func guardConfig(c *cli.Context, spec backendSpec) *supervise.GuardConfig {
-	return &supervise.GuardConfig{
+// guardSpec tells the supervisor how to start the guard, and says (as a
+// warning to log) when it must fall back to re-executing leaderrun.
+func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
+	logArgs := []string{"--log-level", c.String("log-level"), "--log-format", c.String("log-format")}
+	self, err := os.Executable()
+	// The small guard releases a network backend's lease by executing
+	// leaderrun, which adds that start-up to a crash failover (about
+	// 100ms, measured); there the guard is leaderrun itself, so failover
+	// stays as fast as the backend allows. On the local backend the guard
+	// releases by closing the lock it holds, so the small one costs nothing.
+	if spec.Backend != "local" {
+		err = errFullGuard
+	}
+	if err == nil {
+		small := filepath.Join(filepath.Dir(self), guard.Name)
+		if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return &guard.Spec{
+				Path:  small,
+				Args:  append([]string{guard.Name, "--release-with", self}, logArgs...),
+				Env:   os.Environ(),
+				Hello: spec.encode(),
+			}, ""
+		}
+	}
+	return &guard.Spec{
 		// The running binary itself, even if its file was replaced since.
-		Path: "/proc/self/exe",
-		Args: []string{"leaderrun", guardCommandName,
-			"--log-level", c.String("log-level"), "--log-format", c.String("log-format")},
+		Path:  "/proc/self/exe",
+		Args:  append([]string{guard.Name, guardCommandName}, logArgs...),
 		Env:   os.Environ(),
 		Hello: spec.encode(),
+	}, fullGuardReason(err)
+}
+
+// errFullGuard says the backend's release needs leaderrun's own clients.
+var errFullGuard = errors.New("a network backend's release is fastest from leaderrun itself")
+
+// fullGuardReason is the warning for a guard that is leaderrun itself, or
+// nothing when that was chosen on purpose.
+func fullGuardReason(err error) string {
+	if errors.Is(err, errFullGuard) {
+		return ""
 	}
+	return guard.Name + " is not installed next to leaderrun; the guard is leaderrun itself, which costs more memory"
 }

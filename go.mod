@@ -5,6 +5,7 @@ go 1.26.7
 require (
 	github.com/coreos/go-systemd/v22 v22.5.0
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/godbus/dbus/v5 v5.2.4
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/prometheus/client_golang v1.25.0

@@ -71,6 +71,7 @@ func newApp(args []string) *cli.App {
 		Action: runAction,
 		Commands: []*cli.Command{
 			guardCommand(),
+			releaseCommand(),
 			statusCommand(),
 			checkCommand(),
 			genCommand(),
@@ -150,13 +151,15 @@ func runAction(c *cli.Context) error {
 
 	cfg.Locker = lk
 	cfg.Logger = log
-	cfg.Guard = guardConfig(c, specFromCLI(c, opts))
-	if path := os.Getenv("LEADERRUN_TEST_FREEZE_FILE"); path != "" {
-		cfg.Freeze = freezeWhileExists(path)
+	if err := supervise.BecomeSubreaper(); err != nil {
+		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)
 	}
+	cfg.Guard = runGuard(c, specFromCLI(c, opts), log)
 	cfg.Command = supervise.Command{Path: path, Args: c.Args().Slice(), Env: childEnv(c, opts)}
 	forward := make(chan os.Signal, 8)
-	signal.Notify(forward, signals.Forwarded...)
+	// Signals ignored when leaderrun started stay ignored, for leaderrun and
+	// its child (DESIGN §1.11).
+	signal.Notify(forward, signals.NotIgnored(signals.Forwarded)...)
 	cfg.Forward = forward
 
 	obs, err := ops.Start(ops.Config{
@@ -174,13 +177,16 @@ func runAction(c *cli.Context) error {
 		Campaigning: func() { campaigning = true },
 		Acquired:    func(uint64, time.Time) { campaigning = false },
 	})
+	box, err := openContainment(c, log)
+	if err != nil {
+		return usage(err)
+	}
+	defer box.Close()
+	cfg.Contain = box
 
 	sup, err := supervise.New(cfg)
 	if err != nil {
 		return usage(configError(c.String("backend"), err))
-	}
-	if err := supervise.BecomeSubreaper(); err != nil {
-		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)
 	}
 	ctx, stop := stopOnSignal()
 	defer stop()
@@ -196,7 +202,7 @@ func runAction(c *cli.Context) error {
 func stopOnSignal() (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, signals.Stop...)
+	signal.Notify(ch, signals.NotIgnored(signals.Stop)...)
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -206,19 +212,6 @@ func stopOnSignal() (context.Context, func()) {
 		}
 	}()
 	return ctx, func() { signal.Stop(ch); close(done); cancel(nil) }
-}
-
-// freezeWhileExists is a test hook: the supervisor's event loop hangs while
-// the file exists, as if deadlocked, so tests can show the guard acting.
-func freezeWhileExists(path string) func() {
-	return func() {
-		for {
-			if _, err := os.Stat(path); err != nil {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 }
 
 // newQuietLogger logs only errors, for one-shot helpers.

@@ -1,84 +1,48 @@
-// Package guard is the dead-man guard: a tiny process, started beside the
-// child and outside its process group, that SIGKILLs the child's whole group
-// when leaderrun's kill point passes without an extension, or at once when
-// leaderrun dies. It is what keeps the safety promise when leaderrun itself
-// is frozen, deadlocked or killed (DESIGN §1.3, §1.9).
+//go:build linux
+
+// Package guard is the dead-man guard: a small process, started by
+// leaderrun before the first child of each leadership term and outside the
+// child's process group, that kills the whole job (its cgroup, or its
+// process group and everything marked as its own) when leaderrun's kill
+// point passes without an extension, or at once when leaderrun dies; and
+// only then releases the lease (DESIGN §1.3, §1.4, §1.9).
 //
-// leaderrun talks to it over a pipe on the guard's stdin, one message a
-// line:
-//
-//	hello <json>           first line: how to reach the backend (opaque here)
-//	lease <handle>         the lease to release if leaderrun dies
-//	watch <pgid> <mono-ns> a new child group and its kill point
-//	extend <mono-ns>       a later kill point after a successful renewal
-//	done                   the group is gone and leadership released: exit
-//
-// Times are absolute CLOCK_MONOTONIC nanoseconds, the same clock in every
-// process on the host and immune to wall-clock steps.
+// protocol.go is the wire format both ends speak; this file is the guard's
+// end, parent.go the supervisor's. The package imports only the standard
+// library, golang.org/x/sys and package contain, so the leaderrun-guard
+// binary stays small: while the job runs, the guard sleeps on its pipe and
+// one timer.
 package guard
 
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/leaderrun/leaderrun/signals"
+	"github.com/leaderrun/leaderrun/contain"
 )
 
 const (
-	// pollInterval is how often the guard checks that its group still
-	// exists. Once a group is empty its id may be reused by an unrelated
-	// process, so the guard forgets it as soon as it sees it gone; reuse
-	// needs the kernel to cycle through every pid in between, far slower.
-	pollInterval = 100 * time.Millisecond
-	// gonePoll is how often a guard that killed the group looks whether it
-	// is gone, before releasing the lease: it is on the failover path.
-	gonePoll = 10 * time.Millisecond
-	// goneTimeout bounds the wait for a SIGKILLed group to disappear.
+	// goneTimeout bounds the wait for a killed job to disappear. A job
+	// that outlives it is not released: the lease then expires on its own.
 	goneTimeout = 5 * time.Second
-	// releaseTimeout bounds releasing the lease after leaderrun died.
+	// releaseTimeout bounds releasing the lease.
 	releaseTimeout = 5 * time.Second
 )
 
-// Message verbs.
-const (
-	verbHello  = "hello"
-	verbLease  = "lease"
-	verbWatch  = "watch"
-	verbExtend = "extend"
-	verbDone   = "done"
-)
-
-// Hello, Lease, Watch, Extend and Done encode the messages leaderrun sends.
-func Hello(payload []byte) string { return verbHello + " " + string(payload) + "\n" }
-
-// Lease names the lease the guard releases if leaderrun dies.
-func Lease(handle string) string { return verbLease + " " + handle + "\n" }
-
-// Watch hands the guard a new child group and its kill point.
-func Watch(pgid int, killAt int64) string {
-	return fmt.Sprintf("%s %d %d\n", verbWatch, pgid, killAt)
-}
-
-// Extend moves the kill point after a successful renewal.
-func Extend(killAt int64) string { return fmt.Sprintf("%s %d\n", verbExtend, killAt) }
-
-// Done tells the guard its job is over.
-func Done() string { return verbDone + "\n" }
-
-// MonoNow reads CLOCK_MONOTONIC in nanoseconds.
-func MonoNow() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
+// Logger is the part of a structured logger the guard uses; hclog.Logger
+// has it.
+type Logger interface {
+	Info(msg string, args ...any)
+	Warn(msg string, args ...any)
+	Error(msg string, args ...any)
 }
 
 // Releaser gives up a lease by its handle; it builds its backend from the
@@ -86,9 +50,11 @@ func MonoNow() int64 {
 type Releaser func(ctx context.Context, hello []byte, handle string) error
 
 // Run is the guard's main loop: it reads messages from in until "done" or
-// end of input, and returns the process exit code.
-func Run(in io.Reader, release Releaser, log hclog.Logger) int {
-	g := &state{log: log}
+// end of input, answers on reply (may be nil), and returns the process exit
+// code.
+func Run(in io.Reader, reply io.Writer, release Releaser, log Logger) int {
+	g := &state{log: log, reply: reply, release: release, hold: -1, supervisor: os.Getppid()}
+	defer g.closeHold()
 	lines := make(chan string)
 	quit := make(chan struct{})
 	defer close(quit)
@@ -109,34 +75,35 @@ func Run(in io.Reader, release Releaser, log hclog.Logger) int {
 
 	kill := time.NewTimer(time.Hour)
 	kill.Stop()
-	poll := time.NewTicker(pollInterval)
-	defer poll.Stop()
 	for {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				g.leaderrunDied(release)
+				g.leaderrunDied()
 				return 0
 			}
 			if done := g.apply(line, kill); done {
 				return 0
 			}
 		case <-kill.C:
-			g.killGroup("kill point passed without a renewal")
-		case <-poll.C:
-			if g.pgid != 0 && !signals.GroupExists(g.pgid) {
-				g.pgid = 0
-			}
+			g.killPointPassed()
 		}
 	}
 }
 
 type state struct {
-	log    hclog.Logger
-	hello  []byte
-	handle string
-	pgid   int   // 0 when no group is watched
-	killAt int64 // CLOCK_MONOTONIC ns
+	log      Logger
+	reply    io.Writer
+	release  Releaser
+	hello    []byte
+	handle   string
+	hold     int          // local lock descriptor, -1 without one
+	job      *contain.Job // nil while no job runs
+	killAt   int64        // CLOCK_MONOTONIC ns
+	released bool
+	// supervisor is the leaderrun that started the guard: its re-parented
+	// orphans belong to the job.
+	supervisor int
 }
 
 // apply applies one message and reports whether the guard is done.
@@ -147,19 +114,21 @@ func (g *state) apply(line string, kill *time.Timer) bool {
 		g.hello = []byte(rest)
 	case verbLease:
 		g.handle = rest
+	case verbHold:
+		fd, err := strconv.Atoi(rest)
+		if err != nil || fd < 0 {
+			g.log.Error("bad hold message", "line", line)
+			return false
+		}
+		g.hold = fd
 	case verbWatch:
-		f := strings.Fields(rest)
-		if len(f) != 2 {
-			g.log.Error("bad watch message", "line", line)
+		at, j, err := parseWatch(rest)
+		if err != nil {
+			g.log.Error("bad watch message", "line", line, "error", err)
 			return false
 		}
-		pgid, err1 := strconv.Atoi(f[0])
-		at, err2 := strconv.ParseInt(f[1], 10, 64)
-		if err1 != nil || err2 != nil || pgid <= 1 {
-			g.log.Error("bad watch message", "line", line)
-			return false
-		}
-		g.pgid, g.killAt = pgid, at
+		g.job, g.killAt = contain.Attach(j.Cgroup, j.Pgid, j.Token, j.Since), at
+		g.job.AdoptFrom(g.supervisor)
 		kill.Reset(time.Duration(at - MonoNow()))
 	case verbExtend:
 		at, err := strconv.ParseInt(rest, 10, 64)
@@ -167,10 +136,13 @@ func (g *state) apply(line string, kill *time.Timer) bool {
 			g.log.Error("bad extend message", "line", line)
 			return false
 		}
-		if at > g.killAt {
-			g.killAt = at
-			kill.Reset(time.Duration(at - MonoNow()))
-		}
+		// Extensions come in the order of the renewals they follow; a
+		// shorter granted TTL may move the kill point earlier.
+		g.killAt = at
+		kill.Reset(time.Duration(at - MonoNow()))
+	case verbGone:
+		// Forget the job: once empty, its process group id may be reused.
+		g.job = nil
 	case verbDone:
 		return true
 	default:
@@ -179,39 +151,90 @@ func (g *state) apply(line string, kill *time.Timer) bool {
 	return false
 }
 
-// killGroup SIGKILLs the watched group if it still exists.
-func (g *state) killGroup(reason string) {
-	if g.pgid == 0 || !signals.GroupAlive(g.pgid) {
+// killPointPassed: leaderrun missed its own kill point (frozen, deadlocked,
+// or exactly on time). Kill the job, and once it is gone release the lease
+// so a standby starts at once; leaderrun, when it runs again, finds the
+// loss and starts nothing (DESIGN §1.3, §1.9).
+func (g *state) killPointPassed() {
+	if g.released {
 		return
 	}
-	if err := signals.Group(g.pgid, syscall.SIGKILL); err != nil {
-		g.log.Error("kill child group", "pgid", g.pgid, "error", err)
+	if !g.killJob("kill point passed without a renewal") {
 		return
 	}
-	g.log.Warn("killed the child's process group", "pgid", g.pgid, "reason", reason)
+	if g.releaseLease("kill point passed") && g.reply != nil {
+		_, _ = io.WriteString(g.reply, verbReleased+"\n")
+	}
 }
 
-// leaderrunDied: the pipe closed without "done". Kill the group at once,
-// wait for it to be gone, then release the lease so a standby need not wait
-// for the TTL.
-func (g *state) leaderrunDied(release Releaser) {
-	g.killGroup("leaderrun died")
-	deadline := time.Now().Add(goneTimeout)
-	for g.pgid != 0 && signals.GroupAlive(g.pgid) {
-		if time.Now().After(deadline) {
-			g.log.Error("child group still alive; not releasing, the lease will expire", "pgid", g.pgid)
-			return
-		}
-		time.Sleep(gonePoll)
+// leaderrunDied: the pipe closed without "done". Kill the job at once, wait
+// for it to be gone, then release the lease so a standby need not wait for
+// the TTL.
+func (g *state) leaderrunDied() {
+	if g.job != nil {
+		// The supervisor is gone: its pid may be anyone's now.
+		g.job.AdoptFrom(0)
 	}
-	if g.handle == "" || release == nil {
+	if !g.killJob("leaderrun died") || g.released {
 		return
+	}
+	g.releaseLease("leaderrun died")
+}
+
+// killJob kills the watched job and reports whether it is gone.
+func (g *state) killJob(reason string) bool {
+	if g.job == nil {
+		return true
+	}
+	j := g.job
+	if j.Alive() {
+		if err := j.Kill(); err != nil {
+			g.log.Error("kill the job", "error", err)
+		}
+		g.log.Warn("killed the job", "pgid", j.Pgid(), "cgroup", j.Cgroup(), "reason", reason)
+	}
+	if !j.WaitGone(goneTimeout) {
+		g.log.Error("the job is still alive; not releasing, the lease will expire", "pgid", j.Pgid(), "cgroup", j.Cgroup())
+		return false
+	}
+	g.job = nil
+	_ = j.Remove()
+	if cg := j.Cgroup(); cg != "" {
+		// leaderrun's own parent cgroup of its jobs, if it made one and
+		// died before removing it.
+		if parent := filepath.Dir(cg); strings.HasPrefix(filepath.Base(parent), "leaderrun.") {
+			contain.RemoveTree(parent)
+		}
+	}
+	return true
+}
+
+// releaseLease gives the lease back: the local lock by unlocking the held
+// descriptor, other backends through the releaser.
+func (g *state) releaseLease(why string) bool {
+	g.released = true
+	if g.hold >= 0 {
+		// Unlocking the shared open file drops the flock for leaderrun's
+		// descriptor too.
+		_ = unix.Flock(g.hold, unix.LOCK_UN)
+		g.closeHold()
+	}
+	if g.handle == "" || g.release == nil {
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := release(ctx, g.hello, g.handle); err != nil {
-		g.log.Error("release after leaderrun died failed; the lease will expire", "error", err)
-		return
+	if err := g.release(ctx, g.hello, g.handle); err != nil {
+		g.log.Error("release failed; the lease will expire", "error", err, "after", why)
+		return false
 	}
-	g.log.Info("released leadership after leaderrun died")
+	g.log.Info("released leadership", "after", why)
+	return true
+}
+
+func (g *state) closeHold() {
+	if g.hold >= 0 {
+		_ = unix.Close(g.hold)
+		g.hold = -1
+	}
 }

@@ -1,45 +1,60 @@
+//go:build linux
+
 package guard
 
 import (
 	"context"
 	"io"
+	"os"
 	"os/exec"
-	"strconv"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
-	"github.com/leaderrun/leaderrun/signals"
+	"github.com/leaderrun/leaderrun/contain"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// group starts `sh -c 'sleep 1000 & wait'` as its own process group and
-// reaps it in the background.
-func group(t *testing.T) int {
+type nullLog struct{}
+
+func (nullLog) Info(string, ...any)  {}
+func (nullLog) Warn(string, ...any)  {}
+func (nullLog) Error(string, ...any) {}
+
+// job starts `sh -c 'sleep 1000 & wait'` as its own process group, marked
+// as a job, and reaps it in the background.
+func job(t *testing.T) Job {
 	t.Helper()
+	j := Job{Token: "t" + strings.ReplaceAll(t.Name(), "/", "_")}
 	cmd := exec.Command("sh", "-c", "sleep 1000 & wait")
+	cmd.Env = append(os.Environ(), contain.EnvMarker+"="+j.Token)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() { _ = signals.Group(cmd.Process.Pid, syscall.SIGKILL); <-done })
-	return cmd.Process.Pid
+	j.Pgid, j.Since = cmd.Process.Pid, contain.StartTime(cmd.Process.Pid)
+	t.Cleanup(func() { _ = syscall.Kill(-j.Pgid, syscall.SIGKILL); <-done })
+	return j
 }
 
-func waitGone(t *testing.T, pgid int, within time.Duration) {
+func alive(j Job) bool { return contain.Attach("", j.Pgid, j.Token, j.Since).Alive() }
+
+func waitGone(t *testing.T, j Job, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for signals.GroupAlive(pgid) {
+	for alive(j) {
 		if time.Now().After(deadline) {
-			t.Fatalf("group %d still alive after %v", pgid, within)
+			t.Fatalf("job %d still alive after %v", j.Pgid, within)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -47,19 +62,37 @@ func waitGone(t *testing.T, pgid int, within time.Duration) {
 
 type run struct {
 	w        *io.PipeWriter
+	replies  *syncBuf
 	code     chan int
 	released atomic.Value // the handle released, if any
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func startGuard(t *testing.T) *run {
 	t.Helper()
 	r, w := io.Pipe()
-	g := &run{w: w, code: make(chan int, 1)}
+	g := &run{w: w, code: make(chan int, 1), replies: &syncBuf{}}
 	release := func(_ context.Context, hello []byte, handle string) error {
 		g.released.Store(string(hello) + "|" + handle)
 		return nil
 	}
-	go func() { g.code <- Run(r, release, hclog.NewNullLogger()) }()
+	go func() { g.code <- Run(r, g.replies, release, nullLog{}) }()
 	return g
 }
 
@@ -80,49 +113,71 @@ func (g *run) wait(t *testing.T) {
 	}
 }
 
-func TestKillsGroupWhenKillPointPasses(t *testing.T) {
-	pgid := group(t)
+// At the kill point the guard kills the job, and once it is gone releases
+// the lease and says so: a standby need not wait for the lease to expire
+// after a supervisor froze (DESIGN §1.9).
+func TestKillPointKillsThenReleases(t *testing.T) {
+	j := job(t)
 	g := startGuard(t)
 	at := MonoNow() + int64(200*time.Millisecond)
-	g.send(t, Hello([]byte(`{}`))+Lease("h1")+Watch(pgid, at))
-	waitGone(t, pgid, 5*time.Second)
+	g.send(t, Hello([]byte(`{}`))+Lease("h1")+Watch(at, j))
+	waitGone(t, j, 5*time.Second)
 	if MonoNow() < at {
-		t.Fatal("group killed before its kill point")
+		t.Fatal("job killed before its kill point")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for g.replies.String() != "released\n" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no release reported; replies %q", g.replies.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if v, _ := g.released.Load().(string); v != "{}|h1" {
+		t.Fatalf("released %q, want {}|h1", v)
 	}
 	g.send(t, Done())
 	g.wait(t)
-	if v := g.released.Load(); v != nil {
-		t.Fatalf("released %v although leaderrun said done", v)
-	}
 }
 
 func TestExtendPostponesTheKill(t *testing.T) {
-	pgid := group(t)
+	j := job(t)
 	g := startGuard(t)
-	g.send(t, Watch(pgid, MonoNow()+int64(300*time.Millisecond)))
-	later := MonoNow() + int64(time.Hour)
-	g.send(t, Extend(later))
-	// An earlier extension never shortens the kill point.
-	g.send(t, Extend(MonoNow()))
+	g.send(t, Watch(MonoNow()+int64(300*time.Millisecond), j))
+	g.send(t, Extend(MonoNow()+int64(time.Hour)))
 	time.Sleep(500 * time.Millisecond) // past the first kill point: nothing may happen
-	if !signals.GroupAlive(pgid) {
-		t.Fatal("group killed although the kill point was extended")
+	if !alive(j) {
+		t.Fatal("job killed although the kill point was extended")
 	}
 	g.send(t, Done())
 	g.wait(t)
-	if !signals.GroupAlive(pgid) {
-		t.Fatal("done must not kill the group")
+	if !alive(j) {
+		t.Fatal("done must not kill the job")
+	}
+	if g.released.Load() != nil {
+		t.Fatal("released although leaderrun said done")
 	}
 }
 
-func TestLeaderrunDeathKillsAndReleases(t *testing.T) {
-	pgid := group(t)
+// An extension after a renewal that granted a shorter TTL moves the kill
+// point earlier.
+func TestExtendMayShortenTheKillPoint(t *testing.T) {
+	j := job(t)
 	g := startGuard(t)
-	g.send(t, Hello([]byte(`{"backend":"x"}`))+Lease("lease-7")+Watch(pgid, MonoNow()+int64(time.Hour)))
+	g.send(t, Watch(MonoNow()+int64(time.Hour), j))
+	g.send(t, Extend(MonoNow()+int64(100*time.Millisecond)))
+	waitGone(t, j, 5*time.Second)
+	g.send(t, Done())
+	g.wait(t)
+}
+
+func TestLeaderrunDeathKillsAndReleases(t *testing.T) {
+	j := job(t)
+	g := startGuard(t)
+	g.send(t, Hello([]byte(`{"backend":"x"}`))+Lease("lease-7")+Watch(MonoNow()+int64(time.Hour), j))
 	start := time.Now()
 	_ = g.w.Close() // leaderrun died: end of input without "done"
 	g.wait(t)
-	waitGone(t, pgid, time.Second)
+	waitGone(t, j, time.Second)
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("took %v to kill and release", took)
 	}
@@ -131,27 +186,86 @@ func TestLeaderrunDeathKillsAndReleases(t *testing.T) {
 	}
 }
 
-func TestForgetsAGroupThatIsGone(t *testing.T) {
-	pgid := group(t)
+// After "gone" the guard kills nothing: the job's group id may belong to a
+// stranger by then.
+func TestGoneForgetsTheJob(t *testing.T) {
+	j := job(t)
 	g := startGuard(t)
-	g.send(t, Lease("h")+Watch(pgid, MonoNow()+int64(time.Hour)))
-	_ = signals.Group(pgid, syscall.SIGKILL)
-	waitGone(t, pgid, 5*time.Second)
-	time.Sleep(3 * pollInterval)
+	g.send(t, Lease("h")+Watch(MonoNow()+int64(time.Hour), j)+Gone())
 	_ = g.w.Close()
 	g.wait(t)
+	if !alive(j) {
+		t.Fatal("the guard killed a job it was told is gone")
+	}
 	if g.released.Load() == nil {
 		t.Fatal("lease not released after leaderrun died")
 	}
 }
 
+// The guard keeps the lock descriptor it holds until the job is gone, then
+// unlocks it: the flock outlives a dead leaderrun exactly that long.
+func TestHeldLockUnlockedOnlyOnceTheJobIsGone(t *testing.T) {
+	j := job(t)
+	path := filepath.Join(t.TempDir(), "lock")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	dup, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close() // leaderrun's own descriptor is gone; the dup holds the lock
+	locked := func() bool {
+		o, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		if err := unix.Flock(int(o.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			return true
+		}
+		return false
+	}
+	if !locked() {
+		t.Fatal("the held descriptor does not hold the lock")
+	}
+	g := startGuard(t)
+	// A kill point far away: only leaderrun's death makes the guard act.
+	g.send(t, Lease("h")+Hold(dup)+Watch(MonoNow()+int64(time.Hour), j))
+	time.Sleep(100 * time.Millisecond)
+	if !locked() {
+		t.Fatal("lock dropped while the job runs")
+	}
+	_ = g.w.Close()
+	g.wait(t)
+	if alive(j) {
+		t.Fatal("job alive after the guard finished")
+	}
+	if locked() {
+		t.Fatal("lock still held after the job was gone and the guard finished")
+	}
+}
+
 func TestMessagesRoundTrip(t *testing.T) {
-	for _, msg := range []string{Watch(42, 123), Extend(456), Lease("a b"), Hello([]byte(`{"k":1}`)), Done()} {
+	j := Job{Pgid: 42, Since: 7, Token: "tok", Cgroup: "/sys/fs/cgroup/x"}
+	for _, msg := range []string{Watch(123, j), Watch(1, Job{Pgid: 9}), Extend(456), Lease("a b"), Hello([]byte(`{"k":1}`)), Hold(4), Gone(), Done()} {
 		if !strings.HasSuffix(msg, "\n") || strings.Count(msg, "\n") != 1 {
 			t.Errorf("message %q is not one line", msg)
 		}
 	}
-	if got := Watch(42, 123); got != "watch 42 "+strconv.Itoa(123)+"\n" {
-		t.Errorf("Watch = %q", got)
+	for _, in := range []Job{j, {Pgid: 9}} {
+		_, rest, _ := strings.Cut(strings.TrimSuffix(Watch(123, in), "\n"), " ")
+		at, got, err := parseWatch(rest)
+		if err != nil || at != 123 || got != in {
+			t.Errorf("parseWatch(Watch(%+v)) = %d, %+v, %v", in, at, got, err)
+		}
+	}
+	hello, handle, err := ReadReleaseRequest(strings.NewReader(ReleaseRequest([]byte(`{"a":1}`), "h 1")))
+	if err != nil || string(hello) != `{"a":1}` || handle != "h 1" {
+		t.Errorf("release request round trip: %q %q %v", hello, handle, err)
 	}
 }

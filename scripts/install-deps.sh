@@ -5,7 +5,7 @@ set -euo pipefail
 
 # command:package pairs.
 need=()
-for pair in flock:util-linux systemd-analyze:systemd rpm:rpm zsh:zsh man:man-db; do
+for pair in flock:util-linux systemd-analyze:systemd rpm:rpm zsh:zsh man:man-db cc:gcc; do
 	cmd=${pair%%:*} pkg=${pair##*:}
 	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -150,4 +151,18 @@ func readStat(pid string) (Stat, bool) {
 		return Stat{}, false
 	}
 	return Stat{State: f[0][0], PPID: ppid, PGID: pgid}, true
+}
+
+// NotIgnored is sigs without the signals that were ignored when this
+// process started (nohup): catching one would un-ignore it, for leaderrun
+// and for the child, which must inherit the ignored disposition (DESIGN
+// §1.11).
+func NotIgnored(sigs []os.Signal) []os.Signal {
+	var out []os.Signal
+	for _, s := range sigs {
+		if !signal.Ignored(s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }

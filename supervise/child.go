@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"os/exec"
 	"runtime"
 	"syscall"
 
+	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/internal/exitcode"
 	"github.com/leaderrun/leaderrun/signals"
 )
@@ -56,17 +58,18 @@ func ResolveCommand(name string) (string, error) {
 	return "", &StartError{Code: ExitNotFound, Err: fmt.Errorf("%s: command not found", name)}
 }
 
-// Child is a running command. It leads its own process group so that every
-// process it spawns can be signalled together, and the kernel SIGKILLs it
-// if leaderrun dies (DESIGN §1.9).
+// Child is a running command: the first process of a job (package contain).
+// It leads its own process group, for forwarded signals, and the kernel
+// SIGKILLs it if leaderrun dies (DESIGN §1.9).
 type Child struct {
 	pid    int
 	done   chan struct{}
 	status syscall.WaitStatus
 }
 
-// StartChild starts cmd with inherited stdin, stdout and stderr.
-func StartChild(cmd Command) (*Child, error) {
+// StartChild starts cmd as the first process of job, with inherited stdin,
+// stdout and stderr.
+func StartChild(cmd Command, job *contain.Job) (*Child, error) {
 	c := &Child{done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
@@ -74,7 +77,7 @@ func StartChild(cmd Command) (*Child, error) {
 		// process; keep this thread alive, and unshared, for the child's life.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		pid, err := children.startProcess(func() (int, error) { return forkExec(cmd) }, func(ws syscall.WaitStatus) {
+		pid, err := children.startProcess(func() (int, error) { return forkExec(cmd, job) }, func(ws syscall.WaitStatus) {
 			c.status = ws
 			close(c.done)
 		})
@@ -85,6 +88,12 @@ func StartChild(cmd Command) (*Child, error) {
 		}
 	}()
 	if err := <-started; err != nil {
+		if errors.Is(err, syscall.ENOENT) && job.Cgroup() != "" {
+			// clone3 into a cgroup that vanished says ENOENT too.
+			if _, serr := os.Stat(job.Cgroup()); serr != nil {
+				return nil, fmt.Errorf("start %s: the job's cgroup is gone: %w", cmd.Path, serr)
+			}
+		}
 		code := ExitNotExecutable
 		if errors.Is(err, syscall.ENOENT) {
 			code = ExitNotFound
@@ -94,14 +103,16 @@ func StartChild(cmd Command) (*Child, error) {
 	return c, nil
 }
 
-func forkExec(cmd Command) (int, error) {
+func forkExec(cmd Command, job *contain.Job) (int, error) {
+	sys := &syscall.SysProcAttr{
+		Setpgid:   true,
+		Pdeathsig: syscall.SIGKILL,
+	}
+	job.SysProcAttr(sys)
 	attr := &syscall.ProcAttr{
-		Env:   cmd.Env,
+		Env:   append(cmd.Env[:len(cmd.Env):len(cmd.Env)], job.Env()),
 		Files: []uintptr{0, 1, 2},
-		Sys: &syscall.SysProcAttr{
-			Setpgid:   true,
-			Pdeathsig: syscall.SIGKILL,
-		},
+		Sys:   sys,
 	}
 	pid, err := syscall.ForkExec(cmd.Path, cmd.Args, attr)
 	if errors.Is(err, syscall.ENOEXEC) {
@@ -120,17 +131,14 @@ func (c *Child) Pid() int { return c.pid }
 // still run).
 func (c *Child) Done() <-chan struct{} { return c.done }
 
-// Signal sends sig to the child's whole process group.
-func (c *Child) Signal(sig syscall.Signal) error { return signals.Group(c.pid, sig) }
-
-// GroupAlive reports whether any process of the child's group remains.
-// Before the child itself has been reaped, the group is alive by definition.
-func (c *Child) GroupAlive() bool {
+// Signal sends sig to the child's process group; only while the child
+// runs, so the group id is still ours.
+func (c *Child) Signal(sig syscall.Signal) error {
 	select {
 	case <-c.done:
-		return signals.GroupAlive(c.pid)
+		return nil
 	default:
-		return true
+		return signals.Group(c.pid, sig)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/guard"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -73,13 +75,14 @@ type Config struct {
 	Logger hclog.Logger
 	// Clock is the time source; nil means RealClock.
 	Clock Clock
-	// Guard, when set, starts a dead-man guard with each leadership term.
-	Guard *GuardConfig
 	// Term, when set, frames each leadership term (once-per mode).
 	Term TermHooks
-	// Freeze, when set, is called at every turn of the leader's event loop.
-	// Tests use it to simulate a supervisor that hangs.
-	Freeze func()
+	// Guard starts the dead-man guard of each leadership term. A term whose
+	// guard cannot start runs no child (DESIGN §1.9). Nil runs without a
+	// guard: only for an operator who opted out (--no-guard).
+	Guard *guard.Spec
+	// Contain is where jobs run (DESIGN §1.4); nil means group mode.
+	Contain *contain.Box
 }
 
 // Events are called from the supervisor's goroutine as things happen. They
@@ -140,8 +143,10 @@ func (c *Config) ValidateOptions() error {
 			return optionError(p.flag, "must be greater than 0, got %v", p.d)
 		}
 	}
-	if c.SafetyMargin < 0 {
-		return optionError("SafetyMargin", "must not be negative, got %v", c.SafetyMargin)
+	if c.SafetyMargin <= 0 {
+		// Zero would let the lease end at the very moment of SIGKILL, with
+		// no time for the job to be gone before another host may start.
+		return optionError("SafetyMargin", "must be greater than 0, got %v", c.SafetyMargin)
 	}
 	if c.AcquireTimeout < 0 {
 		return optionError("AcquireTimeout", "must not be negative, got %v", c.AcquireTimeout)

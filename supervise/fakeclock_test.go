@@ -86,7 +86,7 @@ func (c *fakeClock) settle(t *testing.T) {
 	last := c.activity.Load()
 	quiet := time.Now()
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Since(quiet) < 5*time.Millisecond {
+	for time.Since(quiet) < 10*time.Millisecond {
 		if time.Now().After(deadline) {
 			t.Fatal("code under test never went idle")
 		}
@@ -95,4 +95,92 @@ func (c *fakeClock) settle(t *testing.T) {
 			last, quiet = a, time.Now()
 		}
 	}
+}
+
+// fakeTicker fires every period of fake time, dropping ticks nobody read,
+// as time.Ticker does.
+type fakeTicker struct {
+	c      *fakeClock
+	mu     sync.Mutex
+	period time.Duration
+	timer  *fakeTimer
+	ch     chan time.Time
+	done   chan struct{}
+}
+
+func (c *fakeClock) NewTicker(d time.Duration) Ticker {
+	tk := &fakeTicker{c: c, period: d, ch: make(chan time.Time, 1), done: make(chan struct{})}
+	tk.arm()
+	return tk
+}
+
+func (tk *fakeTicker) arm() {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	t := tk.c.NewTimer(tk.period).(*fakeTimer)
+	tk.timer = t
+	done := tk.done
+	go func() {
+		select {
+		case at := <-t.ch:
+			select {
+			case tk.ch <- at:
+			default:
+			}
+			select {
+			case <-done:
+			default:
+				tk.arm()
+			}
+		case <-done:
+		}
+	}()
+}
+
+func (tk *fakeTicker) C() <-chan time.Time { return tk.ch }
+
+func (tk *fakeTicker) Stop() {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	tk.timer.Stop()
+	select {
+	case <-tk.done:
+	default:
+		close(tk.done)
+	}
+}
+
+func (tk *fakeTicker) Reset(d time.Duration) {
+	tk.Stop()
+	tk.mu.Lock()
+	tk.period, tk.done = d, make(chan struct{})
+	tk.mu.Unlock()
+	tk.arm()
+}
+
+// AfterFunc runs f once the fake time reaches d from now.
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	t := c.NewTimer(d).(*fakeTimer)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-t.ch:
+			f()
+		case <-stop:
+		}
+	}()
+	return &fakeAfter{t: t, stop: stop}
+}
+
+type fakeAfter struct {
+	t    *fakeTimer
+	stop chan struct{}
+	once sync.Once
+}
+
+func (a *fakeAfter) C() <-chan time.Time { return nil }
+func (a *fakeAfter) Stop() bool {
+	was := a.t.Stop()
+	a.once.Do(func() { close(a.stop) })
+	return was
 }

@@ -5,21 +5,26 @@ package supervise
 import (
 	"context"
 	"errors"
+	"os"
 	"syscall"
 	"time"
 
+	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/guard"
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
 )
 
-// groupPollInterval is how often a stopping supervisor looks whether the
-// child's process group is gone. It observes; it decides no deadline.
-const groupPollInterval = 10 * time.Millisecond
+// jobPollInterval is how often a stopping supervisor looks whether the job
+// is gone. It observes; it decides no deadline.
+const jobPollInterval = 10 * time.Millisecond
 
 // HeartbeatInterval is the longest the leader's event loop goes without a
-// turn (and an Events.Tick) while nothing happens; observers use the ticks
-// to tell a live loop from a stuck one. Kept coarse so a leader idles cheaply.
+// turn (and an Events.Tick) while nothing happens, when someone observes
+// the ticks (Events.Tick set): /healthz and the systemd watchdog tell a live
+// loop from a stuck one by them. Without an observer the loop sleeps until
+// something happens.
 const HeartbeatInterval = 250 * time.Millisecond
 
 // renewal is the outcome of one renewal round trip.
@@ -34,32 +39,38 @@ type leadership struct {
 	lease    locker.Lease
 	timeline StopTimeline // the lease's timeline while not stopping
 
-	child     *Child // running, its exit not yet handled
-	group     *Child // the last child started: its group may outlive it
+	child     *Child       // running, its exit not yet handled
+	job       *contain.Job // the last job started, until seen gone
 	startedAt time.Time
 	lastCode  int
 	restarts  retry.Backoff
 	restartAt Timer // armed while waiting to start the child again
 
-	stopping  bool // the stop sequence began; nothing un-stops it (§1.3)
-	lost      bool
-	code      int
-	childCode bool  // the exit code is the child's, once it exits
-	killAt    Timer // armed while stopping, until SIGKILL is sent
+	stopping   bool // the stop sequence began; nothing un-stops it (§1.3)
+	lost       bool
+	retry      bool // ended for want of a guard: campaign again
+	code       int
+	childCode  bool           // the exit code is the child's, once it exits
+	stopSignal syscall.Signal // the first signal of the stop sequence
+	killAt     Timer          // armed while stopping, until SIGKILL is sent
 
-	guard *guardProc // nil without a guard
+	guard         *guard.Process // nil without a guard
+	guardKillAt   time.Time      // the kill point the guard last heard
+	guardReleased bool           // the guard released the lease itself
 
 	started   bool // a child was started this term
 	succeeded bool // a child exited 0 on its own this term
 }
 
-// lead runs the child while the lease lasts and returns the exit code and
-// whether leadership was lost.
-func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time.Time) (code int, lost bool) {
+// lead runs the child while the lease lasts and returns the exit code,
+// whether leadership was lost, and whether to campaign again because no
+// guard could watch the job.
+func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time.Time) (code int, lost, again bool) {
 	l := &leadership{
-		lease:    lease,
-		timeline: StopTimeline{Deadline: deadline, SafetyMargin: s.cfg.SafetyMargin, KillGrace: s.cfg.KillGrace},
-		restarts: retry.Backoff{Min: s.cfg.RestartDelay, Max: MaxRestartDelay},
+		lease:      lease,
+		timeline:   StopTimeline{Deadline: deadline, SafetyMargin: s.cfg.SafetyMargin, KillGrace: s.cfg.KillGrace},
+		restarts:   retry.Backoff{Min: s.cfg.RestartDelay, Max: MaxRestartDelay},
+		stopSignal: s.cfg.StopSignal,
 	}
 	renewCtx, stopRenewing := context.WithCancel(context.Background())
 	renewals := make(chan renewal)
@@ -75,36 +86,44 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 
 	termAt := s.at(l.timeline.TermAt())
 	defer func() { termAt.Stop() }()
-	poll := time.NewTicker(HeartbeatInterval)
-	defer poll.Stop()
+	// The ticker runs only when someone watches the heartbeat, or while
+	// stopping, to see the job gone.
+	var poll Ticker
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
+	if s.cfg.Events.Tick != nil {
+		poll = s.clock.NewTicker(HeartbeatInterval)
+	}
 	polling := false
 
-	if s.skipTerm(ctx, l) {
-		// Ended before any child: the loop below releases.
-	} else if err := s.startChild(l); err != nil {
-		var se *StartError
-		code := ExitInternal
-		if errors.As(err, &se) {
-			code = se.Code
-		}
-		s.log.Error("cannot start the command", "error", err)
-		s.finish(l, "command could not be started", false, code)
-	}
-
+	// Signals that arrived while we were not leading are not for this job
+	// (DESIGN §1.11).
+	s.dropForwarded()
 	// Closed channels that were handled once are set to nil, so the select
 	// does not spin on them.
 	ctxDone, lostC := ctx.Done(), lease.Lost()
+	if !s.skipTerm(ctx, l) && s.mayStart(ctx, l) {
+		s.startOrFinish(l, "command could not be started")
+	}
+
 	for {
 		call(s.cfg.Events.Tick)
-		if s.cfg.Freeze != nil {
-			s.cfg.Freeze()
+		if freezeHook != nil {
+			freezeHook()
 		}
 		s.overdue(l)
 		if l.stopping && !polling {
-			poll.Reset(groupPollInterval)
+			if poll == nil {
+				poll = s.clock.NewTicker(jobPollInterval)
+			} else {
+				poll.Reset(jobPollInterval)
+			}
 			polling = true
 		}
-		if l.stopping && (l.group == nil || !l.group.GroupAlive()) {
+		if l.stopping && !s.jobAlive(l) {
 			if l.child != nil {
 				// Gone, but its exit not yet handled: report it first.
 				s.onChildExit(l)
@@ -112,16 +131,25 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			stopRenewing()
 			<-renewDone
 			s.afterRun(l)
-			s.release(lease)
+			if l.guard != nil && isClosed(l.guard.Released()) {
+				l.guardReleased = true
+			}
+			if l.guardReleased {
+				s.log.Info("leadership already released by the guard", "epoch", lease.Epoch())
+				// Still stop the lease's own goroutines; the backend says no.
+				s.releaseQuietly(lease)
+			} else {
+				s.release(lease)
+			}
 			if l.guard != nil {
 				// After the release: a leaderrun dying in between still has its
 				// lease released by the guard.
-				l.guard.stop()
+				l.guard.Stop()
 			}
 			if f := s.cfg.Events.Released; f != nil {
 				f()
 			}
-			return l.code, l.lost
+			return l.code, l.lost, l.retry
 		}
 		select {
 		case r := <-renewals:
@@ -132,7 +160,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			}
 		case <-timerC(l.killAt):
 			l.killAt = nil
-			s.signal(l, syscall.SIGKILL)
+			s.kill(l)
 		case <-lostC:
 			lostC = nil
 			if !l.stopping {
@@ -142,21 +170,35 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			s.onChildExit(l)
 		case <-timerC(l.restartAt):
 			l.restartAt = nil
-			s.restart(l)
+			s.restart(ctx, l)
 		case <-ctxDone:
 			ctxDone = nil
 			if !s.overdue(l) {
+				if sig, ok := stopCause(ctx); ok && sig == syscall.SIGINT {
+					// Ctrl-C reaches the job's own INT handler (DESIGN §3).
+					l.stopSignal = syscall.SIGINT
+				}
 				s.finish(l, "leaderrun was asked to stop", false, l.lastCode)
 			}
 		case sig := <-s.cfg.Forward:
-			if sn, ok := sig.(syscall.Signal); ok {
-				s.signal(l, sn)
+			s.forward(l, sig)
+		case <-guardExited(l):
+			s.onGuardExit(l)
+		case <-guardReleasedC(l):
+			l.guardReleased = true
+			if !l.stopping {
+				s.finish(l, "the guard killed the job at the kill point and released leadership", true, ExitLost)
 			}
-		case <-poll.C:
-			// A heartbeat; while stopping, re-check the group at the top.
+		case <-tickerC(poll):
+			// A heartbeat; while stopping, re-check the job at the top.
 		}
 	}
 }
+
+// freezeHook, when set, is called at every turn of the leader's event loop:
+// a test hook that simulates a supervisor that hangs. Only test builds set
+// it (freeze_testhook.go).
+var freezeHook func()
 
 // renewRetryDelay is the pause after a failed renewal before the next
 // try. A timed-out try is retried at once: its time is already spent.
@@ -172,11 +214,13 @@ func (s *Supervisor) renewTimeout() time.Duration {
 
 // renewLoop makes one renewal per interval, retrying failures quickly, each
 // with its own timeout, and reports every outcome with the time its request
-// was sent.
+// was sent. Successful renewals are spaced by the interval from SEND to
+// SEND: counting from the response would let the round trip stretch every
+// interval, and a slow backend would lose a lease it renews without fail.
 func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan<- renewal) {
-	wait := s.cfg.RenewInterval
+	next := s.clock.Now().Add(s.cfg.RenewInterval)
 	for {
-		t := s.clock.NewTimer(wait)
+		t := s.clock.NewTimer(next.Sub(s.clock.Now()))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -195,11 +239,11 @@ func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan
 		}
 		switch {
 		case err == nil:
-			wait = s.cfg.RenewInterval
+			next = sent.Add(s.cfg.RenewInterval)
 		case timedOut:
-			wait = 0
+			next = s.clock.Now()
 		default:
-			wait = min(s.cfg.RenewInterval, renewRetryDelay)
+			next = s.clock.Now().Add(min(s.cfg.RenewInterval, renewRetryDelay))
 		}
 	}
 }
@@ -215,29 +259,53 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 			s.finish(l, "leadership lost: "+r.err.Error(), true, ExitLost)
 			return
 		}
+		s.extendGuard(l)
 		s.log.Warn("renew failed", "error", r.err, "deadline_in", l.timeline.Deadline.Sub(s.clock.Now()).Round(time.Millisecond))
 		if f := s.cfg.Events.RenewFailed; f != nil {
 			f(r.err)
 		}
 		return
 	}
-	deadline := NewDeadline(r.sent, s.cfg.TTL, r.granted)
-	if deadline.Before(l.timeline.Deadline) {
-		return // renewals are sequential; an older send never shortens it
-	}
 	if s.overdue(l) {
 		return // too late: the stop was due before this answer arrived
 	}
-	l.timeline.Deadline = deadline
+	// Renewals are sequential, so this answer is to the latest send: its
+	// deadline rules, even when a shorter granted TTL makes it earlier than
+	// the last one (§1.2, §1.6).
+	l.timeline.Deadline = NewDeadline(r.sent, s.cfg.TTL, r.granted)
+	if s.overdue(l) {
+		return
+	}
 	(*termAt).Stop()
 	*termAt = s.at(l.timeline.TermAt())
-	if l.guard != nil {
-		l.guard.extend(l.timeline.KillAt(), s.clock.Now())
-	}
-	s.log.Debug("renewed", "deadline_in", deadline.Sub(s.clock.Now()).Round(time.Millisecond))
+	s.extendGuard(l)
+	s.log.Debug("renewed", "deadline_in", l.timeline.Deadline.Sub(s.clock.Now()).Round(time.Millisecond))
 	if f := s.cfg.Events.Renewed; f != nil {
-		f(deadline)
+		f(l.timeline.Deadline)
 	}
+}
+
+// extendGuard tells the guard the current kill point, lazily: only when the
+// kill point it knows comes within a renew interval plus a renewal timeout
+// (the longest the next success can take), or is later than ours. Every
+// renewal result, failures included, passes here, so a guard is never left
+// with a kill point that a live supervisor would have moved; a frozen one
+// leaves the guard an earlier kill point, never a later one. Fewer messages
+// let the guard sleep (issue: footprint).
+func (s *Supervisor) extendGuard(l *leadership) {
+	if l.guard == nil || l.job == nil {
+		return
+	}
+	want := l.timeline.KillAt()
+	if want.Equal(l.guardKillAt) {
+		return
+	}
+	soon := l.guardKillAt.Sub(s.clock.Now()) < s.cfg.RenewInterval+s.renewTimeout()
+	if !soon && !want.Before(l.guardKillAt) {
+		return
+	}
+	l.guardKillAt = want
+	l.guard.Extend(guard.MonoAt(want, s.clock.Now))
 }
 
 // onChildExit handles the child's own exit: restart it, or end this term.
@@ -260,7 +328,7 @@ func (s *Supervisor) onChildExit(l *leadership) {
 	}
 	restart := s.cfg.Restart == RestartAlways || (s.cfg.Restart == RestartOnFailure && l.lastCode != 0)
 	if !restart {
-		// Leftovers in the group are stopped as the child would have been.
+		// Leftovers of the job are stopped as the child would have been.
 		s.finish(l, "child exited", false, l.lastCode)
 		return
 	}
@@ -276,19 +344,57 @@ func (s *Supervisor) onChildExit(l *leadership) {
 
 // restart starts the child again once nothing of its last run is left, so
 // two runs never overlap.
-func (s *Supervisor) restart(l *leadership) {
+func (s *Supervisor) restart(ctx context.Context, l *leadership) {
+	if !s.mayStart(ctx, l) {
+		return
+	}
+	if s.jobAlive(l) {
+		s.kill(l)
+		l.restartAt = s.clock.NewTimer(jobPollInterval)
+		return
+	}
+	s.startOrFinish(l, "command could not be restarted")
+}
+
+// mayStart reports whether a child may start now: not once a stop was
+// requested or a loss reported, whatever order the select saw them in
+// (DESIGN §1.11). It starts the stop sequence for them.
+func (s *Supervisor) mayStart(ctx context.Context, l *leadership) bool {
 	if s.overdue(l) {
+		return false
+	}
+	select {
+	case <-l.lease.Lost():
+		s.finish(l, "leadership lost: "+l.lease.LostReason(), true, ExitLost)
+		return false
+	default:
+	}
+	if ctx.Err() != nil {
+		s.finish(l, "leaderrun was asked to stop", false, interruptedCode(ctx))
+		return false
+	}
+	return true
+}
+
+// startOrFinish starts the child, or ends the term if it cannot start.
+func (s *Supervisor) startOrFinish(l *leadership, what string) {
+	err := s.startChild(l)
+	if err == nil {
 		return
 	}
-	if l.group != nil && l.group.GroupAlive() {
-		s.signal(l, syscall.SIGKILL)
-		l.restartAt = s.clock.NewTimer(groupPollInterval)
+	if errors.Is(err, errNoGuard) {
+		s.log.Error("not starting the command without a dead-man guard; giving leadership back", "error", err)
+		l.retry = true
+		s.finish(l, "no dead-man guard", false, ExitInternal)
 		return
 	}
-	if err := s.startChild(l); err != nil {
-		s.log.Error("cannot restart the command", "error", err)
-		s.finish(l, "command could not be restarted", false, ExitInternal)
+	code := ExitInternal
+	var se *StartError
+	if errors.As(err, &se) {
+		code = se.Code
 	}
+	s.log.Error(what, "error", err)
+	s.finish(l, what, false, code)
 }
 
 // overdue starts the stop sequence if the lease's stop time has passed,
@@ -302,19 +408,32 @@ func (s *Supervisor) overdue(l *leadership) bool {
 	return l.stopping
 }
 
-// startChild starts the command with this term's epoch.
+// errNoGuard: the term's guard could not be started.
+var errNoGuard = errors.New("no dead-man guard")
+
+// startChild starts the command with this term's epoch, in a fresh job,
+// once the term's guard runs.
 func (s *Supervisor) startChild(l *leadership) error {
-	cmd := s.cfg.Command
-	cmd.Env = s.childEnv(l.lease.Epoch())
-	s.ensureGuard(l)
-	c, err := StartChild(cmd)
+	if err := s.ensureGuard(l); err != nil {
+		return err
+	}
+	job, err := s.box.NewJob()
 	if err != nil {
 		return err
 	}
-	l.child, l.group, l.startedAt = c, c, s.clock.Now()
+	cmd := s.cfg.Command
+	cmd.Env = s.childEnv(l.lease.Epoch())
+	c, err := StartChild(cmd, job)
+	if err != nil {
+		_ = job.Remove()
+		return err
+	}
+	job.Started(c.Pid())
+	l.child, l.job, l.startedAt = c, job, s.clock.Now()
 	l.started = true
 	if l.guard != nil {
-		l.guard.watch(c.Pid(), l.timeline.KillAt(), s.clock.Now())
+		l.guardKillAt = l.timeline.KillAt()
+		l.guard.Watch(guard.MonoAt(l.guardKillAt, s.clock.Now), guardJob(job))
 	}
 	s.log.Info("child started", "pid", c.Pid(), "epoch", l.lease.Epoch())
 	if f := s.cfg.Events.ChildStarted; f != nil {
@@ -323,7 +442,31 @@ func (s *Supervisor) startChild(l *leadership) error {
 	return nil
 }
 
-// finish begins the stop sequence: stop signal to the group now, SIGKILL
+func guardJob(j *contain.Job) guard.Job {
+	return guard.Job{Pgid: j.Pgid(), Since: j.Since(), Token: j.Token(), Cgroup: j.Cgroup()}
+}
+
+// jobAlive reports whether anything of the last job can still run. Once it
+// is gone, the job is forgotten: its process group id may be reused by
+// strangers, and its cgroup is removed.
+func (s *Supervisor) jobAlive(l *leadership) bool {
+	if l.job == nil {
+		return false
+	}
+	if l.child != nil || l.job.Alive() {
+		return true
+	}
+	if err := l.job.Remove(); err != nil {
+		s.log.Warn("cannot remove the job's cgroup", "error", err)
+	}
+	l.job = nil
+	if l.guard != nil {
+		l.guard.Gone()
+	}
+	return false
+}
+
+// finish begins the stop sequence: stop signal to the job now, SIGKILL
 // after the kill grace but never after the lease's kill point (§1.3).
 func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
 	l.stopping, l.lost, l.code = true, lost, code
@@ -332,7 +475,7 @@ func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
 		l.restartAt.Stop()
 		l.restartAt = nil
 	}
-	running := l.group != nil && l.group.GroupAlive()
+	running := s.jobAlive(l)
 	msg := "leadership ending"
 	if running {
 		msg = "stopping child"
@@ -348,29 +491,68 @@ func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
 	if !running {
 		return
 	}
-	now := s.clock.Now()
-	stop := l.timeline.StartedAt(now)
-	s.signal(l, s.cfg.StopSignal)
+	stop := l.timeline.StartedAt(s.clock.Now())
+	s.signalJob(l, l.stopSignal)
 	l.killAt = s.at(stop.KillAt())
 }
 
-// signal sends sig to the child's process group.
-func (s *Supervisor) signal(l *leadership, sig syscall.Signal) {
-	if l.group == nil {
+// signalJob sends sig to every process of the job (then SIGCONT, so a
+// stopped job acts on it at once).
+func (s *Supervisor) signalJob(l *leadership, sig syscall.Signal) {
+	if l.job == nil {
 		return
 	}
-	if !l.group.GroupAlive() {
-		// Once empty, the group id may be reused by strangers: forget it.
-		l.group = nil
+	if err := l.job.Signal(sig); err != nil {
+		s.log.Error("signal the job", "signal", signals.Name(sig), "error", err)
 		return
 	}
-	if err := l.group.Signal(sig); err != nil {
-		s.log.Error("signal child group", "signal", signals.Name(sig), "error", err)
-		return
-	}
-	s.log.Debug("signalled child group", "signal", signals.Name(sig), "pgid", l.group.Pid())
+	s.log.Debug("signalled the job", "signal", signals.Name(sig), "pgid", l.job.Pgid())
 	if f := s.cfg.Events.ChildSignalled; f != nil {
 		f(sig)
+	}
+}
+
+// kill SIGKILLs the whole job.
+func (s *Supervisor) kill(l *leadership) {
+	if !s.jobAlive(l) {
+		return
+	}
+	if err := l.job.Kill(); err != nil {
+		s.log.Error("kill the job", "error", err)
+		return
+	}
+	s.log.Debug("killed the job", "pgid", l.job.Pgid(), "cgroup", l.job.Cgroup())
+	if f := s.cfg.Events.ChildSignalled; f != nil {
+		f(syscall.SIGKILL)
+	}
+}
+
+// forward passes a signal to the running child's process group; with no
+// child running it is dropped, never kept for a later one (DESIGN §1.11).
+func (s *Supervisor) forward(l *leadership, sig os.Signal) {
+	sn, ok := sig.(syscall.Signal)
+	if !ok || l.child == nil || l.stopping {
+		s.log.Debug("signal not forwarded: no child running", "signal", sig)
+		return
+	}
+	if err := l.child.Signal(sn); err != nil {
+		s.log.Error("forward signal", "signal", signals.Name(sn), "error", err)
+		return
+	}
+	if f := s.cfg.Events.ChildSignalled; f != nil {
+		f(sn)
+	}
+}
+
+// dropForwarded discards signals queued while no child ran.
+func (s *Supervisor) dropForwarded() {
+	for {
+		select {
+		case sig := <-s.cfg.Forward:
+			s.log.Debug("signal not forwarded: it came before this term", "signal", sig)
+		default:
+			return
+		}
 	}
 }
 
@@ -387,6 +569,13 @@ func timerC(t Timer) <-chan time.Time {
 	return t.C()
 }
 
+func tickerC(t Ticker) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C()
+}
+
 // childDone is the running child's exit channel, or nil without one.
 func childDone(c *Child) <-chan struct{} {
 	if c == nil {
@@ -395,17 +584,11 @@ func childDone(c *Child) <-chan struct{} {
 	return c.Done()
 }
 
-// ensureGuard starts the term's guard before its first child, so no child
-// runs unguarded. Without a guard the supervisor's own timeline and
-// PDEATHSIG still stand, so a failed start is logged, not fatal.
-func (s *Supervisor) ensureGuard(l *leadership) {
-	if s.cfg.Guard == nil || l.guard != nil {
-		return
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
-	g, err := startGuard(s.cfg.Guard, l.lease.Handle(), s.log.Named("guard"))
-	if err != nil {
-		s.log.Error("cannot start the dead-man guard; running without it", "error", err)
-		return
-	}
-	l.guard = g
 }

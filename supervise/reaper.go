@@ -88,3 +88,12 @@ func (r *reaper) startProcess(fork func() (int, error), done func(syscall.WaitSt
 func BecomeSubreaper() error {
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 }
+
+// Started reports whether pid is a live process this leaderrun started (the
+// child or a guard), as opposed to an orphan re-parented to it.
+func Started(pid int) bool {
+	children.mu.Lock()
+	defer children.mu.Unlock()
+	_, ok := children.waiters[pid]
+	return ok
+}

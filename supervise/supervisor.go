@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/internal/exitcode"
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
@@ -42,6 +43,7 @@ type Supervisor struct {
 	cfg   Config
 	log   hclog.Logger
 	clock Clock
+	box   *contain.Box
 }
 
 // New validates cfg and returns a supervisor.
@@ -56,25 +58,61 @@ func New(cfg Config) (*Supervisor, error) {
 	if s.clock == nil {
 		s.clock = RealClock{}
 	}
+	s.box = cfg.Contain
+	if s.box == nil {
+		b, err := contain.Open(contain.Group, contain.Options{})
+		if err != nil {
+			return nil, err
+		}
+		s.box = b
+	}
 	return s, nil
 }
 
 // Run campaigns, leads and stops until leaderrun should exit, and returns
 // its exit code. Cancelling ctx is a graceful stop: the child gets the stop
 // signal, then SIGKILL after the kill grace, and leadership is released once
-// its process group is gone.
+// the job is gone.
 func (s *Supervisor) Run(ctx context.Context) int {
+	noGuard := locker.Backoff{Min: time.Second, Max: MaxRestartDelay}
 	for {
 		lease, deadline, code, ok := s.campaign(ctx)
 		if !ok {
 			return code
 		}
-		code, lost := s.lead(ctx, lease, deadline)
-		if lost && s.cfg.OnLost == LostRejoin && ctx.Err() == nil {
+		code, lost, retry := s.lead(ctx, lease, deadline)
+		if ctx.Err() != nil {
+			if retry {
+				return interruptedCode(ctx)
+			}
+			return code
+		}
+		if retry {
+			wait := noGuard.Next()
+			s.log.Warn("campaigning again once a guard can start", "retry_in", wait)
+			if !s.sleep(ctx, wait) {
+				return interruptedCode(ctx)
+			}
+			continue
+		}
+		if lost && s.cfg.OnLost == LostRejoin {
 			s.log.Info("rejoining the campaign after losing leadership")
 			continue
 		}
 		return code
+	}
+}
+
+// sleep waits d on the supervisor's clock, or until ctx ends; it reports
+// whether the whole wait passed.
+func (s *Supervisor) sleep(ctx context.Context, d time.Duration) bool {
+	t := s.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
 	}
 }
 
@@ -142,7 +180,7 @@ func (s *Supervisor) confirm(lease locker.Lease) (time.Time, error) {
 }
 
 // release gives leadership back with its own timeout. Only called once the
-// child's process group is gone (DESIGN §1.4).
+// job is gone (DESIGN §1.4).
 func (s *Supervisor) release(lease locker.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
@@ -151,6 +189,31 @@ func (s *Supervisor) release(lease locker.Lease) {
 		return
 	}
 	s.log.Info("released", "epoch", lease.Epoch())
+}
+
+// releaseQuietly stops the lease's own goroutines after the guard released
+// it; the backend's answer (already gone) is not news.
+func (s *Supervisor) releaseQuietly(lease locker.Lease) {
+	if lf, ok := lease.(lockFile); ok {
+		// The lock may be another holder's by now: its record must not be
+		// cleared. Only our descriptor goes.
+		_ = lf.LockFile().Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		s.log.Debug("release after the guard's", "error", err)
+	}
+}
+
+// stopCause is the signal that asked leaderrun to stop, if one did.
+func stopCause(ctx context.Context) (syscall.Signal, bool) {
+	var sc SignalCause
+	if errors.As(context.Cause(ctx), &sc) {
+		return sc.Signal, true
+	}
+	return 0, false
 }
 
 // interruptedCode is the exit code when leaderrun was told to stop while

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
 )
@@ -163,6 +164,12 @@ func harness(t *testing.T, script string, lease *testLease, change ...func(*Conf
 		OnLost:        LostExit,
 		Clock:         clock,
 		Events:        rec.events_(),
+	}
+	// A cgroup, where there is one, keeps the job's sweep cheap enough for
+	// settle's idea of "idle" (package contain tests both modes).
+	if box, err := contain.Open(contain.Auto, contain.Options{}); err == nil {
+		cfg.Contain = box
+		t.Cleanup(func() { _ = box.Close() })
 	}
 	for _, f := range change {
 		f(&cfg)

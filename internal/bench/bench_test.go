@@ -57,10 +57,10 @@ func newEnv(t *testing.T, etcdServers, consulServers, zkServers int) *Env {
 		// Lanes close their own processes and wait for the guards; this
 		// catches anything left.
 		deadline := time.Now().Add(20 * time.Second)
-		for len(chaos.Scan(bins.Leaderrun, bins.Writer)) > 0 && time.Now().Before(deadline) {
+		for len(chaos.Scan(bins.Leaderrun, bins.Writer, bins.Guard)) > 0 && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
-		for _, p := range chaos.Scan(bins.Leaderrun, bins.Writer) {
+		for _, p := range chaos.Scan(bins.Leaderrun, bins.Writer, bins.Guard) {
 			t.Errorf("left running: %v", p)
 			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
 		}

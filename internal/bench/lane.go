@@ -111,7 +111,7 @@ func (ln *Lane) Close() {
 	// A killed leaderrun's guard outlives it briefly, to release the
 	// lease; it is found while its parent is still there.
 	var guards []int
-	for _, p := range chaos.Scan(ln.e.Bins.Leaderrun) {
+	for _, p := range chaos.Scan(ln.e.Bins.Leaderrun, ln.e.Bins.Guard) {
 		for _, c := range ln.all {
 			if p.IsGuard() && c.Proc != nil && p.PPid == c.Proc.Pid() {
 				guards = append(guards, p.Pid)

@@ -184,7 +184,7 @@ func cpuShare(d, window time.Duration) string {
 // FootprintTable is the idle-cost table.
 func (r *Results) FootprintTable() string {
 	header := []string{"tool", "leader RSS", "guard RSS", "standby RSS", "leader CPU", "guard CPU", "standby CPU",
-		"leader requests/min", "standby requests/min"}
+		"leader requests/min", "standby requests/min", "leader wake-ups/min", "guard wake-ups/min", "standby wake-ups/min"}
 	var rows [][]string
 	for _, c := range r.Contenders {
 		fp, ok := r.Footprints[c.Name()]
@@ -192,16 +192,17 @@ func (r *Results) FootprintTable() string {
 			continue
 		}
 		if fp.Err != "" {
-			rows = append(rows, []string{c.Name(), "error: " + fp.Err, "", "", "", "", "", "", ""})
+			rows = append(rows, []string{c.Name(), "error: " + fp.Err, "", "", "", "", "", "", "", "", "", ""})
 			continue
 		}
-		guardCPU := "–"
+		guardCPU, guardWakes := "–", "–"
 		if fp.GuardRSS > 0 {
-			guardCPU = cpuShare(fp.GuardCPU, fp.Window)
+			guardCPU, guardWakes = cpuShare(fp.GuardCPU, fp.Window), perMinute(fp.GuardWakes, fp.Window)
 		}
 		rows = append(rows, []string{c.Name(), mib(fp.LeaderRSS), mib(fp.GuardRSS), mib(fp.StandbyRSS),
 			cpuShare(fp.LeaderCPU, fp.Window), guardCPU, cpuShare(fp.StandbyCPU, fp.Window),
-			perMinute(fp.LeaderReqs, fp.Window), perMinute(fp.StandbyReqs, fp.Window)})
+			perMinute(fp.LeaderReqs, fp.Window), perMinute(fp.StandbyReqs, fp.Window),
+			perMinute(fp.LeaderWakes, fp.Window), guardWakes, perMinute(fp.StandbyWakes, fp.Window)})
 	}
 	return chaos.Table(header, rows)
 }

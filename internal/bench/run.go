@@ -130,7 +130,10 @@ type Footprint struct {
 	LeaderCPU, GuardCPU, StandbyCPU time.Duration
 	// Requests sent to the backend during the window.
 	LeaderReqs, StandbyReqs int64
-	Err                     string
+	// Wakes are voluntary context switches over all threads during the
+	// window: how often each process woke up.
+	LeaderWakes, GuardWakes, StandbyWakes int64
+	Err                                   string
 }
 
 // Footprint runs a leader and a standby of c for window and measures them.
@@ -153,7 +156,7 @@ func (e *Env) Footprint(c *Contender, window time.Duration) Footprint {
 	leader, standby := ln.leader, ln.standby
 	guard := 0
 	if c.Leaderrun {
-		for _, p := range chaos.Scan(e.Bins.Leaderrun) {
+		for _, p := range chaos.Scan(e.Bins.Leaderrun, e.Bins.Guard) {
 			if p.IsGuard() && p.PPid == leader.Proc.Pid() {
 				guard = p.Pid
 			}
@@ -169,7 +172,16 @@ func (e *Env) Footprint(c *Contender, window time.Duration) Footprint {
 		}
 		return out
 	}
-	cpu0 := cpu()
+	wakes := func() [3]int64 {
+		var out [3]int64
+		for i, pid := range pids {
+			if pid != 0 {
+				out[i] = chaos.VoluntarySwitches(pid)
+			}
+		}
+		return out
+	}
+	cpu0, w0 := cpu(), wakes()
 	lr0, sr0 := leader.Link.Requests(), standby.Link.Requests()
 	var rss [3]int64
 	end := time.Now().Add(window)
@@ -184,7 +196,8 @@ func (e *Env) Footprint(c *Contender, window time.Duration) Footprint {
 		}
 		time.Sleep(time.Second) // sampling pace
 	}
-	cpu1 := cpu()
+	cpu1, w1 := cpu(), wakes()
+	fp.LeaderWakes, fp.GuardWakes, fp.StandbyWakes = w1[0]-w0[0], w1[1]-w0[1], w1[2]-w0[2]
 	fp.LeaderRSS, fp.GuardRSS, fp.StandbyRSS = rss[0], rss[1], rss[2]
 	fp.LeaderCPU, fp.GuardCPU, fp.StandbyCPU = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2]
 	fp.LeaderReqs, fp.StandbyReqs = leader.Link.Requests()-lr0, standby.Link.Requests()-sr0

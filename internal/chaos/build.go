@@ -15,19 +15,23 @@ type Binaries struct {
 	Leaderrun string
 	// Writer is the fenced-resource writer (internal/fence/writer).
 	Writer string
+	// Guard is leaderrun-guard, next to Leaderrun, where leaderrun looks
+	// for it.
+	Guard string
 }
 
 // Build builds leaderrun and the writer into dir. With race set (as
 // LEADERRUN_TEST_RACE=1 asks in the e2e tests), leaderrun is built with the
 // race detector.
 func Build(dir string, race bool) (Binaries, error) {
-	b := Binaries{Leaderrun: filepath.Join(dir, "leaderrun"), Writer: filepath.Join(dir, "fence-writer")}
+	b := Binaries{Leaderrun: filepath.Join(dir, "leaderrun"), Writer: filepath.Join(dir, "fence-writer"), Guard: filepath.Join(dir, "leaderrun-guard")}
 	builds := []struct {
 		out, pkg string
 		race     bool
 	}{
 		{b.Leaderrun, "github.com/leaderrun/leaderrun", race},
 		{b.Writer, "github.com/leaderrun/leaderrun/internal/fence/writer", false},
+		{b.Guard, "github.com/leaderrun/leaderrun/cmd/leaderrun-guard", false},
 	}
 	for _, x := range builds {
 		args := []string{"build", "-o", x.out}
@@ -46,8 +50,8 @@ func Build(dir string, race bool) (Binaries, error) {
 // executable's path, so suites that run side by side each use a copy of
 // their own.
 func (b Binaries) CopyTo(dir string) (Binaries, error) {
-	c := Binaries{Leaderrun: filepath.Join(dir, "leaderrun"), Writer: filepath.Join(dir, "fence-writer")}
-	for _, x := range [][2]string{{b.Leaderrun, c.Leaderrun}, {b.Writer, c.Writer}} {
+	c := Binaries{Leaderrun: filepath.Join(dir, "leaderrun"), Writer: filepath.Join(dir, "fence-writer"), Guard: filepath.Join(dir, "leaderrun-guard")}
+	for _, x := range [][2]string{{b.Leaderrun, c.Leaderrun}, {b.Writer, c.Writer}, {b.Guard, c.Guard}} {
 		data, err := os.ReadFile(x[0])
 		if err != nil {
 			return c, err

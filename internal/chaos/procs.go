@@ -129,7 +129,27 @@ func Scan(exes ...string) []Process {
 
 // IsGuard reports whether p is leaderrun's dead-man guard.
 func (p Process) IsGuard() bool {
-	return len(p.Cmdline) > 1 && p.Cmdline[1] == "__guard"
+	return len(p.Cmdline) > 0 && p.Cmdline[0] == "leaderrun-guard"
+}
+
+// VoluntarySwitches sums voluntary_ctxt_switches over every thread of pid:
+// how many times it went to sleep, so how often it woke.
+func VoluntarySwitches(pid int) int64 {
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n
 }
 
 // Machine describes this machine for reports: CPUs and memory.

@@ -116,7 +116,7 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 // killStrays SIGKILLs whatever the suite's binaries still run, as a last
 // resort after a failure; a passing run leaves nothing (checked elsewhere).
 func killStrays(t *testing.T, bins Binaries) {
-	for _, p := range Scan(bins.Leaderrun, bins.Writer) {
+	for _, p := range Scan(bins.Leaderrun, bins.Writer, bins.Guard) {
 		t.Logf("killing leftover %v", p)
 		_ = syscall.Kill(p.Pid, syscall.SIGCONT)
 		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
@@ -253,7 +253,7 @@ func waitDead(pid int, timeout time.Duration) bool {
 
 // guardOf is the dead-man guard of h's leaderrun, 0 if none.
 func (w *world) guardOf(h *host) int {
-	for _, p := range Scan(w.bins.Leaderrun) {
+	for _, p := range Scan(w.bins.Leaderrun, w.bins.Guard) {
 		if p.IsGuard() && p.PPid == h.proc.Pid() {
 			return p.Pid
 		}
@@ -267,7 +267,7 @@ func (w *world) guardOf(h *host) int {
 func (w *world) strays() []Process {
 	lh, in, ok := w.leader()
 	var bad []Process
-	for _, p := range Scan(w.bins.Leaderrun, w.bins.Writer) {
+	for _, p := range Scan(w.bins.Leaderrun, w.bins.Writer, w.bins.Guard) {
 		switch {
 		case p.Exe == w.bins.Writer:
 			if ok && p.Pid == in.Pid {
@@ -345,7 +345,7 @@ func (w *world) shutdown() {
 	}
 	deadline := time.Now().Add(strayTimeout)
 	for {
-		left := Scan(w.bins.Leaderrun, w.bins.Writer)
+		left := Scan(w.bins.Leaderrun, w.bins.Writer, w.bins.Guard)
 		if len(left) == 0 {
 			return
 		}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,8 +22,8 @@ func guardsOf(pid int) []int {
 		if err != nil {
 			continue
 		}
-		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !strings.Contains(string(cmd), "__guard") {
+		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "leaderrun-guard" {
 			continue
 		}
 		if ppid(p) == pid && alive(p) {
@@ -152,5 +153,65 @@ func TestNoGuardOutlivesItsLeadership(t *testing.T) {
 		if alive(g) {
 			t.Errorf("%s: guard %d outlived leaderrun", r.name, g)
 		}
+	}
+}
+
+// A guard killed while the job runs is replaced at once; the job runs on.
+func TestDeadGuardIsReplaced(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := start(t, "leader", nil, withCommand(localArgs(dir, "k"), "echo $$ > "+dir+"/child.pid; exec sleep 1000")...)
+	child := readPID(t, dir+"/child.pid")
+	g := guardOf(t, p)
+	if err := syscall.Kill(g, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var next []int
+	waitFor(t, 2*time.Second, "a new guard", func() bool {
+		next = guardsOf(p.Pid())
+		return len(next) == 1 && next[0] != g
+	})
+	if !alive(child) {
+		t.Fatal("the job died with its guard")
+	}
+	p.Signal(syscall.SIGTERM)
+	p.Wait(10 * time.Second)
+}
+
+// Without a guard that can start, no child starts: leaderrun gives
+// leadership back and campaigns again (DESIGN §1.9).
+func TestNoChildWithoutAGuard(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "leaderrun"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A guard binary that cannot be executed.
+	if err := os.WriteFile(filepath.Join(bin, "leaderrun-guard"), []byte("\x7fELF broken"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "leaderrun"), withCommand(localArgs(dir, "k"), "touch "+dir+"/ran")...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	waitFor(t, 10*time.Second, "leaderrun to give leadership back for want of a guard", func() bool {
+		return strings.Contains(out.String(), "campaigning again once a guard can start")
+	})
+	if _, err := os.Stat(dir + "/ran"); err == nil {
+		t.Fatalf("the child ran without a guard\n%s", out.String())
 	}
 }

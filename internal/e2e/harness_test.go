@@ -18,8 +18,9 @@ import (
 	"github.com/leaderrun/leaderrun/signals"
 )
 
-// binary is the leaderrun built once for this test process.
-var binary string
+// binary is the leaderrun built once for this test process, and
+// guardBinary the leaderrun-guard installed next to it.
+var binary, guardBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "leaderrun-e2e-")
@@ -28,14 +29,18 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "leaderrun")
-	build := exec.Command("go", "build", "-o", binary, "github.com/leaderrun/leaderrun")
-	if os.Getenv("LEADERRUN_TEST_RACE") == "1" {
-		build.Args = append(build.Args[:2], append([]string{"-race"}, build.Args[2:]...)...)
-	}
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build leaderrun:", err)
-		os.Exit(1)
+	guardBinary = filepath.Join(dir, "leaderrun-guard")
+	// The test hooks (LEADERRUN_TEST_FREEZE_FILE) exist only in this build.
+	for out, pkg := range map[string]string{binary: "github.com/leaderrun/leaderrun", guardBinary: "github.com/leaderrun/leaderrun/cmd/leaderrun-guard"} {
+		build := exec.Command("go", "build", "-tags", "leaderrun_testhooks", "-o", out, pkg)
+		if os.Getenv("LEADERRUN_TEST_RACE") == "1" {
+			build.Args = append(build.Args[:2], append([]string{"-race"}, build.Args[2:]...)...)
+		}
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build leaderrun:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	if left := leftoverGuards(); len(left) > 0 {
@@ -61,7 +66,8 @@ func leftoverGuards() []int {
 			}
 			exe, _ := os.Readlink("/proc/" + e.Name() + "/exe")
 			cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if strings.TrimSuffix(exe, " (deleted)") == binary && strings.Contains(string(cmd), "__guard") && alive(pid) {
+			exe = strings.TrimSuffix(exe, " (deleted)")
+			if (exe == guardBinary || exe == binary && strings.Contains(string(cmd), "__guard")) && alive(pid) {
 				left = append(left, pid)
 			}
 		}

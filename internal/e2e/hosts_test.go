@@ -159,7 +159,9 @@ func frozenLeader(t *testing.T, args []string, takeover time.Duration) {
 	a, b := pair(t, args)
 	aPid := readPID(t, a.file("pid"))
 	a.p.Signal(syscall.SIGSTOP)
+	frozen := time.Now()
 	b.waitStarted(t, takeover)
+	t.Logf("leader frozen -> standby's child started: %v", b.stamp(t, "start").Sub(frozen).Round(time.Millisecond))
 	if alive(aPid) {
 		t.Fatal("old leader's child alive when the standby's child started")
 	}

@@ -52,9 +52,9 @@ func (n notifier) enabled() bool { return n.send != nil }
 func (o *Observer) notifyLoop(ctx context.Context) {
 	var ping <-chan time.Time
 	if o.notify.watchdog > 0 {
-		t := time.NewTicker(o.notify.watchdog)
+		t := o.cfg.Clock.NewTicker(o.notify.watchdog)
 		defer t.Stop()
-		ping = t.C
+		ping = t.C()
 	}
 	var sentReady, sentStopping, withheld bool
 	var lastStatus string

@@ -36,6 +36,8 @@ type Config struct {
 	// silent for max(1s, RenewInterval) while leading counts as stuck: by
 	// then it has missed a renewal.
 	RenewInterval time.Duration
+	// Clock is the time source, the supervisor's (nil: the real clock).
+	Clock supervise.Clock
 	// Rejoin is true with --on-lost rejoin: a lost leadership then does not
 	// end the process, so it is no reason to tell systemd STOPPING=1.
 	Rejoin bool
@@ -83,13 +85,16 @@ func Start(cfg Config) (*Observer, error) {
 }
 
 func start(cfg Config, n notifier) (*Observer, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = supervise.RealClock{}
+	}
 	o := &Observer{
 		cfg:        cfg,
 		log:        cfg.Logger,
 		stallAfter: max(time.Second, cfg.RenewInterval),
-		now:        time.Now,
+		now:        cfg.Clock.Now,
 		st:         state{role: RoleCampaigning},
-		base:       time.Now(),
+		base:       cfg.Clock.Now(),
 		notify:     n,
 		kick:       make(chan struct{}, 1),
 	}
@@ -222,8 +227,18 @@ func (o *Observer) Events() supervise.Events {
 				st.holding, st.epoch, st.deadline, st.childPID = false, 0, time.Time{}, 0
 			})
 		},
-		Tick: o.tick,
+		Tick: o.tickIfObserved(),
 	}
+}
+
+// tickIfObserved is the Tick event, or nil when nothing reads the heartbeat
+// (no --http-addr, no systemd watchdog): the leader then sleeps until
+// something happens instead of turning its loop four times a second.
+func (o *Observer) tickIfObserved() func() {
+	if o.srv == nil && o.notify.watchdog == 0 {
+		return nil
+	}
+	return o.tick
 }
 
 // readyAtCampaign: without a backend to probe, the first campaign is

@@ -70,3 +70,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	return l.file.Close()
 }
+
+// LockFile is the open lock file whose flock is this leadership. The
+// dead-man guard keeps a duplicate of its descriptor until the job is gone,
+// so the lock outlives a leaderrun that dies first (DESIGN §1.9).
+func (l *Lease) LockFile() *os.File { return l.file }

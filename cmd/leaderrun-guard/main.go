@@ -1,0 +1,49 @@
+//go:build linux
+
+// Command leaderrun-guard is leaderrun's dead-man guard (package guard): a
+// process of a few MiB that sleeps while the job runs and kills it if
+// leaderrun misses its kill point or dies. It links only the standard
+// library, golang.org/x/sys and leaderrun's guard and contain packages; to
+// release a lease it runs `leaderrun __release`, the one moment it needs a
+// backend client. leaderrun starts it; it is not meant to be run by hand.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/leaderrun/leaderrun/guard"
+)
+
+func main() {
+	fs := flag.NewFlagSet(guard.Name, flag.ContinueOnError)
+	releaseWith := fs.String("release-with", "", "the leaderrun binary that releases a lease")
+	level := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	_ = fs.String("log-format", "text", "text (json is logged as text)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(125)
+	}
+	if *releaseWith == "" {
+		fmt.Fprintln(os.Stderr, guard.Name+": started by leaderrun only (--release-with is required)")
+		os.Exit(125)
+	}
+	release := func(ctx context.Context, hello []byte, handle string) error {
+		cmd := exec.CommandContext(ctx, *releaseWith, "__release")
+		cmd.Stdin = strings.NewReader(guard.ReleaseRequest(hello, handle))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return fmt.Errorf("%s __release: %s", *releaseWith, ee.ProcessState)
+			}
+			return err
+		}
+		return nil
+	}
+	os.Exit(guard.Main(release, guard.StderrLogger{Level: *level}))
+}

@@ -1,0 +1,299 @@
+//go:build linux
+
+// Package contain keeps a job — the child leaderrun starts and every process
+// it starts in turn — in one place where it can be stopped as a whole and
+// seen to be gone (DESIGN §1.4).
+//
+// Two modes:
+//
+//   - cgroup: the job runs in a fresh cgroup v2 of its own. Stop is a write
+//     to cgroup.kill (freeze and SIGKILL every member on kernels without
+//     it); gone is "populated 0" in cgroup.events. A process cannot leave
+//     its cgroup without write access to another one, which a job run by
+//     root still has: that is the limit of this mode.
+//   - group: the job's process group, plus every process carrying the job's
+//     marker in its environment, plus every descendant of those, plus (in
+//     leaderrun itself, a child subreaper) every orphan re-parented to us.
+//     Sweeps repeat until none is left. A process that leaves the group,
+//     clears its environment and is re-parented elsewhere escapes.
+//
+// In both modes a process counts as alive until it is reaped if any of its
+// threads is not a zombie: a program whose main thread exited while other
+// threads run looks like a zombie in /proc/PID/stat, yet it still works.
+//
+// The package uses only the standard library and golang.org/x/sys, so the
+// small leaderrun-guard binary can link it.
+package contain
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// Mode is how jobs are contained.
+type Mode string
+
+// Modes (DESIGN §1.4, --contain).
+const (
+	Auto   Mode = "auto"
+	Cgroup Mode = "cgroup"
+	Group  Mode = "group"
+)
+
+// EnvMarker names the environment variable that marks every process of a
+// job; its value is unique to one run of the child.
+const EnvMarker = "LEADERRUN_JOB"
+
+// ErrNoCgroup means cgroup mode was asked for but cannot be had here.
+var ErrNoCgroup = errors.New("no usable cgroup v2")
+
+// ParseMode reads the --contain value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
+	case Auto, Cgroup, Group:
+		return m, nil
+	}
+	return "", fmt.Errorf("must be auto, cgroup or group, got %q", s)
+}
+
+// Options tune a Box.
+type Options struct {
+	// AdoptOrphans counts, in group mode, every process re-parented to this
+	// one (a child subreaper) as part of the running job, unless Known says
+	// it is ours. Right for leaderrun, which runs one job at a time; wrong
+	// for a test process running many.
+	AdoptOrphans bool
+	// Known reports processes this process started for itself (the guard),
+	// never part of a job.
+	Known func(pid int) bool
+	// Cgroup, when set, is a cgroup directory already delegated to this
+	// process (for example a systemd scope); jobs are created beneath it.
+	Cgroup string
+}
+
+// Box is where one leaderrun places its jobs, chosen once at start.
+type Box struct {
+	mode    Mode
+	reason  string
+	opts    Options
+	parent  string // cgroup mode: directory under which job cgroups are made
+	ownsDir bool   // parent was created by us and is removed by Close
+	hasKill bool   // cgroup.kill exists
+	seq     atomic.Uint64
+}
+
+// Open picks the containment mode. Auto takes a cgroup where one can be had
+// and falls back to group mode; Cgroup fails when none can be had.
+// Reason says why, for the one log line at start.
+func Open(want Mode, opts Options) (*Box, error) {
+	b := &Box{opts: opts}
+	if want == Group {
+		b.mode, b.reason = Group, "--contain group"
+		return b, nil
+	}
+	err := b.openCgroup()
+	if err == nil {
+		b.mode = Cgroup
+		return b, nil
+	}
+	if want == Cgroup {
+		return nil, fmt.Errorf("--contain cgroup: %w", err)
+	}
+	b.mode, b.reason = Group, "no cgroup: "+err.Error()
+	return b, nil
+}
+
+// Mode is the mode in force.
+func (b *Box) Mode() Mode { return b.mode }
+
+// Reason says why that mode was chosen.
+func (b *Box) Reason() string { return b.reason }
+
+// Close removes the cgroup directory Open created, if it is empty.
+func (b *Box) Close() error {
+	if b.ownsDir {
+		if err := syscall.Rmdir(b.parent); err != nil && !errors.Is(err, syscall.ENOENT) {
+			return fmt.Errorf("remove cgroup %s: %w", b.parent, err)
+		}
+	}
+	return nil
+}
+
+// NewJob prepares the place for one run of the child. In cgroup mode it
+// creates the job's cgroup; the child must be started into it with
+// SysProcAttr.
+func (b *Box) NewJob() (*Job, error) {
+	n := b.seq.Add(1)
+	j := &Job{
+		box:   b,
+		token: fmt.Sprintf("%d.%d.%d", os.Getpid(), n, monoNow()),
+		cgfd:  -1,
+	}
+	if b.mode == Cgroup {
+		dir := fmt.Sprintf("%s/job.%d.%d", b.parent, os.Getpid(), n)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create the job's cgroup: %w", err)
+		}
+		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			_ = syscall.Rmdir(dir)
+			return nil, fmt.Errorf("open the job's cgroup: %w", err)
+		}
+		j.cgroup, j.cgfd, j.hasKill = dir, fd, b.hasKill
+	}
+	return j, nil
+}
+
+// Job is one run of the child and everything it starts.
+type Job struct {
+	box     *Box
+	token   string
+	cgroup  string
+	cgfd    int
+	hasKill bool
+	pgid    int
+	pid     int
+	since   uint64 // start time of the first process, in clock ticks
+	// adoptFrom, in the guard's view, is the supervisor: its orphans are
+	// the job's.
+	adoptFrom int
+}
+
+// Attach describes a job started by another process (the guard's view): its
+// cgroup directory, or else its process group, marker and Since.
+func Attach(cgroup string, pgid int, token string, since uint64) *Job {
+	j := &Job{token: token, cgroup: cgroup, cgfd: -1, pgid: pgid, pid: pgid, since: since}
+	if cgroup != "" {
+		_, err := os.Stat(cgroup + "/cgroup.kill")
+		j.hasKill = err == nil
+	}
+	return j
+}
+
+// AdoptFrom counts, in group mode, the children of pid (a subreaper
+// supervisor, other than the calling process) that it did not start as part
+// of the job: the guard's view of orphans re-parented to leaderrun.
+func (j *Job) AdoptFrom(pid int) { j.adoptFrom = pid }
+
+// Env is the marker to add to the child's environment.
+func (j *Job) Env() string { return EnvMarker + "=" + j.token }
+
+// Token is the job's marker value.
+func (j *Job) Token() string { return j.token }
+
+// Cgroup is the job's cgroup directory, empty in group mode.
+func (j *Job) Cgroup() string { return j.cgroup }
+
+// Pgid is the process group of the job's first process.
+func (j *Job) Pgid() int { return j.pgid }
+
+// SysProcAttr makes the child start in the job's cgroup (clone3
+// CLONE_INTO_CGROUP), so not even its first instruction runs outside it.
+func (j *Job) SysProcAttr(attr *syscall.SysProcAttr) {
+	if j.cgfd >= 0 {
+		attr.UseCgroupFD = true
+		attr.CgroupFD = j.cgfd
+	}
+}
+
+// Started records the child's pid, which leads the job's process group.
+func (j *Job) Started(pid int) {
+	j.pid, j.pgid = pid, pid
+	j.since = StartTime(pid)
+	j.closeFD()
+}
+
+// Since is the start time of the job's first process (clock ticks after
+// boot): no older process can belong to the job.
+func (j *Job) Since() uint64 { return j.since }
+
+func (j *Job) closeFD() {
+	if j.cgfd >= 0 {
+		_ = syscall.Close(j.cgfd)
+		j.cgfd = -1
+	}
+}
+
+// Signal sends sig to every process of the job, then SIGCONT so a stopped
+// process can act on it at once instead of wasting the kill grace.
+func (j *Job) Signal(sig syscall.Signal) error {
+	if err := j.each(sig); err != nil {
+		return err
+	}
+	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
+		return j.each(syscall.SIGCONT)
+	}
+	return nil
+}
+
+// Kill SIGKILLs the whole job: cgroup.kill, or a sweep in group mode.
+func (j *Job) Kill() error {
+	if j.cgroup != "" {
+		return j.killCgroup()
+	}
+	return j.each(syscall.SIGKILL)
+}
+
+// Alive reports whether any process of the job can still run.
+func (j *Job) Alive() bool {
+	if j.cgroup != "" {
+		pop, err := populated(j.cgroup)
+		if err != nil {
+			return !errors.Is(err, os.ErrNotExist)
+		}
+		return pop
+	}
+	return len(j.members(true)) > 0
+}
+
+// Remove deletes the job's cgroup once it is empty.
+func (j *Job) Remove() error {
+	j.closeFD()
+	if j.cgroup == "" {
+		return nil
+	}
+	if err := syscall.Rmdir(j.cgroup); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("remove cgroup %s: %w", j.cgroup, err)
+	}
+	return nil
+}
+
+// each sends sig to every process of the job.
+func (j *Job) each(sig syscall.Signal) error {
+	var pids []int
+	if j.cgroup != "" {
+		var err error
+		if pids, err = cgroupProcs(j.cgroup); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+	} else {
+		if j.pgid > 1 {
+			if err := syscall.Kill(-j.pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("signal process group %d: %w", j.pgid, err)
+			}
+		}
+		pids = j.members(false)
+	}
+	for _, pid := range pids {
+		_ = signalPid(pid, sig)
+	}
+	return nil
+}
+
+func parsePids(b []byte) []int {
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}

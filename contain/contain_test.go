@@ -1,0 +1,233 @@
+//go:build linux
+
+package contain
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	// As leaderrun does: orphans of a job come back to us, not to init.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		panic(err)
+	}
+	os.Exit(m.Run())
+}
+
+// zombieMainC exits its main thread while another thread keeps working:
+// /proc/PID/stat then says "Z" although the process runs on.
+const zombieMainC = `
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+static void *work(void *arg) {
+	FILE *f = fopen((const char *)arg, "a");
+	fprintf(f, "%d\n", getpid());
+	fclose(f);
+	for (;;) sleep(1);
+	return 0;
+}
+int main(int argc, char **argv) {
+	pthread_t t;
+	pthread_create(&t, 0, work, argv[1]);
+	pthread_exit(0);
+}
+`
+
+// buildZombieMain compiles zombieMainC with the system C compiler.
+func buildZombieMain(t *testing.T) string {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no C compiler: install gcc (scripts/install-deps.sh) to build the zombie-main-thread program")
+		}
+		t.Skip("no C compiler (cc) to build the zombie-main-thread program")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "zmain.c")
+	if err := os.WriteFile(src, []byte(zombieMainC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "zmain")
+	if out, err := exec.Command(cc, "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// jobs are the shapes of job that leave or outlive their process group.
+func jobs(t *testing.T) []struct{ name, script string } {
+	zmain := buildZombieMain(t)
+	return []struct{ name, script string }{
+		{"setsid daemon", `setsid sh -c 'echo $$ >> "$P"; exec sleep 77' & sleep 0.2`},
+		{"double fork", `(sh -c 'echo $$ >> "$P"; exec sleep 77' &) ; sleep 0.2`},
+		{"double fork, setsid, empty environment", `(setsid env -i sh -c 'echo $$ >> '"$P"'; exec sleep 77' &) ; sleep 0.2`},
+		{"zombie main thread, ignores SIGTERM", `trap "" TERM; exec ` + zmain + ` "$P"`},
+		{"ignores SIGTERM", `trap '' TERM; echo $$ >> "$P"; while :; do sleep 1; done`},
+	}
+}
+
+// startJob runs script as a job's first process and waits until it wrote
+// n pids to its pids file.
+func startJob(t *testing.T, j *Job, script string) (pids []int, cmd *exec.Cmd) {
+	t.Helper()
+	pfile := filepath.Join(t.TempDir(), "pids")
+	cmd = exec.Command("/bin/sh", "-c", script)
+	cmd.Env = append(os.Environ(), "P="+pfile, j.Env())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	j.SysProcAttr(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	j.Started(cmd.Process.Pid)
+	go cmd.Wait()
+	waitFor(t, 5*time.Second, "the job to write its pids", func() bool {
+		b, _ := os.ReadFile(pfile)
+		pids = nil
+		for _, f := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(f)
+			pids = append(pids, n)
+		}
+		return len(pids) > 0
+	})
+	// Let the first process exit where the script says so: what is left is
+	// what escaped the group.
+	time.Sleep(300 * time.Millisecond)
+	return pids, cmd
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func openMode(t *testing.T, m Mode) *Box {
+	t.Helper()
+	b, err := Open(m, Options{AdoptOrphans: true})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("open %s: %v", m, err)
+		}
+		t.Skipf("open %s: %v", m, err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if b.Mode() != m {
+		t.Fatalf("mode %s, want %s (%s)", b.Mode(), m, b.Reason())
+	}
+	return b
+}
+
+// Each job shape is stopped the way the supervisor stops a job (stop
+// signal, then SIGKILL), and afterwards nothing of it runs, as /proc tells.
+func TestStopWholeJob(t *testing.T) {
+	for _, mode := range []Mode{Cgroup, Group} {
+		for _, tc := range jobs(t) {
+			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
+				b := openMode(t, mode)
+				j, err := b.NewJob()
+				if err != nil {
+					t.Fatal(err)
+				}
+				pids, _ := startJob(t, j, tc.script)
+				for _, pid := range pids {
+					if !ProcessAlive(pid) {
+						t.Fatalf("pid %d of the job is not running before the stop", pid)
+					}
+				}
+				if !j.Alive() {
+					t.Fatalf("job reported gone while pids %v run", pids)
+				}
+				if err := j.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(200 * time.Millisecond)
+				if err := j.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				if !j.WaitGone(5 * time.Second) {
+					t.Fatalf("job not gone 5s after SIGKILL; pids %v", pids)
+				}
+				for _, pid := range pids {
+					if ProcessAlive(pid) {
+						t.Errorf("pid %d still runs after the job was reported gone", pid)
+					}
+				}
+				if err := j.Remove(); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+}
+
+// A job seen by another process (the guard) through Attach is killed and
+// seen gone the same way.
+func TestAttachedKill(t *testing.T) {
+	for _, mode := range []Mode{Cgroup, Group} {
+		t.Run(string(mode), func(t *testing.T) {
+			b := openMode(t, mode)
+			j, err := b.NewJob()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pids, _ := startJob(t, j, `setsid sh -c 'echo $$ >> "$P"; exec sleep 77' & sleep 0.2`)
+			other := Attach(j.Cgroup(), j.Pgid(), j.Token(), j.Since())
+			if !other.Alive() {
+				t.Fatal("attached job reported gone while it runs")
+			}
+			if err := other.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if !other.WaitGone(5 * time.Second) {
+				t.Fatal("attached job not gone after kill")
+			}
+			for _, pid := range pids {
+				if ProcessAlive(pid) {
+					t.Errorf("pid %d still runs", pid)
+				}
+			}
+			_ = j.Remove()
+		})
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Mode
+		ok   bool
+	}{{"auto", Auto, true}, {"CGROUP", Cgroup, true}, {" group", Group, true}, {"pgroup", "", false}, {"", "", false}} {
+		t.Run(tc.in, func(t *testing.T) {
+			m, err := ParseMode(tc.in)
+			if (err == nil) != tc.ok || m != tc.want {
+				t.Fatalf("ParseMode(%q) = %q, %v", tc.in, m, err)
+			}
+		})
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	if got := unescapeMount(`/sys/fs/cgroup\040x`); got != "/sys/fs/cgroup x" {
+		t.Fatal(got)
+	}
+}

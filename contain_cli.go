@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/contain/scope"
+	"github.com/leaderrun/leaderrun/guard"
+	"github.com/leaderrun/leaderrun/supervise"
+)
+
+// openContainment picks where jobs run (--contain, DESIGN §1.4) and says
+// which mode is in force and why, in one line.
+func openContainment(c *cli.Context, log hclog.Logger) (*contain.Box, error) {
+	mode, err := contain.ParseMode(c.String("contain"))
+	if err != nil {
+		return nil, fmt.Errorf("--contain %w", err)
+	}
+	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started}
+	if mode != contain.Group {
+		if dir, err := systemdScope(c.String("key")); err != nil {
+			log.Warn("cannot get a systemd scope for the job", "error", err)
+		} else if dir != "" {
+			opts.Cgroup = dir
+		}
+	}
+	box, err := contain.Open(mode, opts)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("containment", "mode", box.Mode(), "why", box.Reason())
+	return box, nil
+}
+
+// runGuard is the guard to start with each term, or nil with --no-guard.
+func runGuard(c *cli.Context, spec backendSpec, log hclog.Logger) *guard.Spec {
+	if c.Bool("no-guard") {
+		log.Warn("running without the dead-man guard (--no-guard): a frozen or killed leaderrun leaves its job to PDEATHSIG alone")
+		return nil
+	}
+	g, warning := guardSpec(c, spec)
+	if warning != "" {
+		log.Warn(warning)
+	}
+	return g
+}
+
+// systemdScope asks systemd, where it is PID 1 and leaderrun's cgroup is
+// not delegated to it, for a transient scope of leaderrun's own (the call
+// `systemd-run --scope` makes), delegated, and returns its cgroup
+// directory; "" where no scope is needed.
+func systemdScope(key string) (string, error) {
+	if !contain.SystemdBooted() {
+		return "", nil
+	}
+	dir, err := contain.OwnCgroupDir()
+	if err != nil || contain.Delegated(dir) {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := scope.Connect(ctx, os.Geteuid() == 0)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if _, err := scope.Start(ctx, conn, key, os.Getpid()); err != nil {
+		return "", err
+	}
+	return contain.OwnCgroupDir()
+}

@@ -1,0 +1,168 @@
+//go:build linux
+
+package guard
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// exitTimeout bounds the wait for the guard to exit after "done".
+const exitTimeout = 2 * time.Second
+
+// Spec says how to start the guard process.
+type Spec struct {
+	// Path, Args and Env run the guard: the leaderrun-guard binary, or
+	// leaderrun itself re-executed. Args[0] should be Name.
+	Path string
+	Args []string
+	Env  []string
+	// Hello is the guard's first message: how to reach the backend to
+	// release the lease.
+	Hello []byte
+}
+
+// Starter forks a process and arranges for done to receive its exit
+// status; the supervisor's reaper provides it, as the one place that waits
+// for children.
+type Starter func(fork func() (int, error), done func(syscall.WaitStatus)) (int, error)
+
+// Process is the supervisor's end of one guard: a pipe it writes without
+// ever blocking, the guard's answers, and its exit.
+type Process struct {
+	pid      int
+	fd       int // write end of the guard's stdin, non-blocking
+	exited   chan struct{}
+	released chan struct{}
+	replies  chan struct{} // closed when the reply reader ends
+	log      Logger
+	broken   bool
+}
+
+// Start starts a guard for one leadership term and tells it the lease.
+// hold, if not nil, is the local lock file: the guard gets a duplicate of
+// its descriptor and keeps it until the job is gone. The guard leads its
+// own process group (terminal signals meant for leaderrun do not reach it)
+// and has no PDEATHSIG: it must outlive a dead leaderrun.
+func Start(spec *Spec, handle string, hold *os.File, start Starter, log Logger) (*Process, error) {
+	var in, out [2]int
+	// O_CLOEXEC everywhere: the child must never hold the write end, or the
+	// guard would not see leaderrun's death as end of input.
+	if err := unix.Pipe2(in[:], unix.O_CLOEXEC); err != nil {
+		return nil, err
+	}
+	if err := unix.Pipe2(out[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(in[0])
+		unix.Close(in[1])
+		return nil, err
+	}
+	closeAll := func(fds ...int) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+	if err := unix.SetNonblock(in[1], true); err != nil {
+		closeAll(in[0], in[1], out[0], out[1])
+		return nil, err
+	}
+	files := []uintptr{uintptr(in[0]), 1, 2, uintptr(out[1])}
+	if hold != nil {
+		files = append(files, hold.Fd())
+	}
+	p := &Process{fd: in[1], exited: make(chan struct{}), released: make(chan struct{}), replies: make(chan struct{}), log: log}
+	attr := &syscall.ProcAttr{
+		Env:   spec.Env,
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+	pid, err := start(func() (int, error) {
+		return syscall.ForkExec(spec.Path, spec.Args, attr)
+	}, func(syscall.WaitStatus) { close(p.exited) })
+	closeAll(in[0], out[1])
+	if err != nil {
+		closeAll(in[1], out[0])
+		return nil, err
+	}
+	p.pid = pid
+	go p.readReplies(os.NewFile(uintptr(out[0]), "guard replies"))
+	p.send(Hello(spec.Hello))
+	p.send(Lease(handle))
+	if hold != nil {
+		p.send(Hold(HoldFD))
+	}
+	return p, nil
+}
+
+// readReplies turns the guard's answers into channel closes. It ends when
+// the guard exits (end of its reply pipe).
+func (p *Process) readReplies(f *os.File) {
+	defer close(p.replies)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	closed := false
+	for sc.Scan() {
+		if sc.Text() == verbReleased && !closed {
+			close(p.released)
+			closed = true
+		}
+	}
+}
+
+// Pid is the guard's process id.
+func (p *Process) Pid() int { return p.pid }
+
+// Exited is closed when the guard process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Released is closed when the guard reports it released the lease.
+func (p *Process) Released() <-chan struct{} { return p.released }
+
+// Watch hands the guard a new run of the job and its kill point.
+func (p *Process) Watch(killAt int64, j Job) { p.send(Watch(killAt, j)) }
+
+// Extend moves the guard's kill point.
+func (p *Process) Extend(killAt int64) { p.send(Extend(killAt)) }
+
+// Gone tells the guard the job is gone.
+func (p *Process) Gone() { p.send(Gone()) }
+
+// Stop tells the guard its term is over and waits for it to exit.
+func (p *Process) Stop() {
+	p.send(Done())
+	unix.Close(p.fd)
+	t := time.NewTimer(exitTimeout)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+		p.log.Error("guard did not exit; killing it", "pid", p.pid)
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		<-p.exited
+	}
+	<-p.replies
+}
+
+// Kill ends a guard whose term never began (or that must be replaced).
+func (p *Process) Kill() {
+	unix.Close(p.fd)
+	_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	<-p.exited
+	<-p.replies
+}
+
+// send writes one message without blocking: a guard that stopped reading
+// must not stall the supervisor, whose own timeline still protects the lease.
+func (p *Process) send(msg string) {
+	if p.broken {
+		return
+	}
+	if _, err := unix.Write(p.fd, []byte(msg)); err != nil {
+		p.broken = errors.Is(err, syscall.EPIPE)
+		p.log.Error("cannot reach the guard", "error", err)
+	}
+}

@@ -1,0 +1,289 @@
+package supervise
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// waitUntil polls cond in real time.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// advanceUntilDone moves fake time in steps until the supervisor returns.
+func advanceUntilDone(t *testing.T, clock *fakeClock, done <-chan int, step time.Duration) int {
+	t.Helper()
+	for range 2000 {
+		select {
+		case code := <-done:
+			return code
+		default:
+		}
+		clock.settle(t)
+		clock.Advance(step)
+	}
+	t.Fatal("supervisor did not finish")
+	return 0
+}
+
+func TestSafetyMarginMustBePositive(t *testing.T) {
+	cfg := Config{TTL: 15 * time.Second, RenewInterval: 5 * time.Second, KillGrace: 5 * time.Second,
+		SafetyMargin: 0, StopSignal: syscall.SIGTERM, RestartDelay: time.Second, Restart: RestartNever, OnLost: LostExit}
+	err := cfg.ValidateOptions()
+	if err == nil || !strings.Contains(err.Error(), "--safety-margin") {
+		t.Fatalf("--safety-margin 0 accepted (err %v)", err)
+	}
+}
+
+// shrinkingLease grants the full TTL once (the confirm), then a shorter one.
+type shrinkingLease struct {
+	*testLease
+	mu    sync.Mutex
+	calls int
+	sent  []time.Time
+	clock Clock
+	hold  func(n int) // called inside Renew n (1-based)
+	grant func(n int) time.Duration
+}
+
+func (l *shrinkingLease) Renew(ctx context.Context) (time.Duration, error) {
+	l.mu.Lock()
+	l.calls++
+	n := l.calls
+	l.sent = append(l.sent, l.clock.Now())
+	l.mu.Unlock()
+	if l.hold != nil {
+		l.hold(n)
+	}
+	return l.grant(n), nil
+}
+
+func (l *shrinkingLease) sends() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Time(nil), l.sent...)
+}
+
+// A renewal that is granted a shorter TTL than before moves the deadline
+// EARLIER: the backend will expire the lease on that TTL (DESIGN §1.6).
+func TestShorterGrantedTTLMovesTheDeadlineEarlier(t *testing.T) {
+	clock := newFakeClock()
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 1 {
+				return 15 * time.Second
+			}
+			return 8 * time.Second
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
+	t0 := clock.Now()
+	code := advanceUntilDone(t, clock, done, 100*time.Millisecond)
+	term, ok := rec.find(syscall.SIGTERM.String())
+	if !ok {
+		t.Fatal("no SIGTERM")
+	}
+	// The renewal sent at t0+5s grants 8s: deadline t0+13s, stop signal 6s
+	// (margin 1s + grace 5s) before it, at t0+7s, before the next renewal.
+	// Ignoring the shorter grant would keep the confirm's t0+15s deadline
+	// and signal at t0+9s, on a lease the backend no longer grants.
+	// Recorded times run late by how long the loop took to react; 9s is
+	// what ignoring the shorter grant gives.
+	if got := term.at.Sub(t0); got < 7*time.Second || got >= 9*time.Second {
+		t.Errorf("SIGTERM at t0+%v, want t0+7s: the shorter granted TTL must rule (renewals sent %v, t0 %v)", got, lease.sends(), t0)
+	}
+	if code != ExitLost {
+		t.Errorf("exit %d, want %d", code, ExitLost)
+	}
+}
+
+// Renewals are spaced by the interval from send to send: a slow round trip
+// does not push the next renewal later.
+func TestRenewalsDoNotDriftByTheRoundTrip(t *testing.T) {
+	clock := newFakeClock()
+	slow := make(chan struct{})
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(int) time.Duration { return 15 * time.Second },
+		hold: func(n int) {
+			if n == 2 {
+				<-slow // the second renewal takes 2s of fake time
+			}
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "exec sleep 1000")
+	t0 := clock.Now()
+	for clock.Now().Sub(t0) < 5*time.Second {
+		clock.settle(t)
+		clock.Advance(100 * time.Millisecond)
+	}
+	waitUntil(t, "the second renewal", func() bool { return len(lease.sends()) >= 2 })
+	clock.settle(t)
+	clock.Advance(2 * time.Second)
+	close(slow)
+	for len(lease.sends()) < 3 && clock.Now().Sub(t0) < 20*time.Second {
+		clock.settle(t)
+		clock.Advance(100 * time.Millisecond)
+	}
+	s := lease.sends()
+	if len(s) < 3 {
+		t.Fatalf("only %d renewals", len(s))
+	}
+	if got := s[2].Sub(s[1]); got != 5*time.Second {
+		t.Errorf("renewals %v apart after a 2s round trip, want the 5s interval from send to send", got)
+	}
+	lease.markLost()
+	advanceUntilDone(t, clock, done, 100*time.Millisecond)
+}
+
+// runLease runs a supervisor over any lease with the harness's settings.
+func runLease(t *testing.T, clock *fakeClock, rec *recorder, lease leaseLike, script string, change ...func(*Config)) <-chan int {
+	t.Helper()
+	lk := &anyLocker{lease: lease}
+	sh, _ := ResolveCommand("sh")
+	cfg := Config{
+		Locker:  lk,
+		Command: Command{Path: sh, Args: []string{"sh", "-c", script}, Env: os.Environ()},
+		TTL:     15 * time.Second, RenewInterval: 5 * time.Second, KillGrace: 5 * time.Second, SafetyMargin: time.Second,
+		StopSignal: syscall.SIGTERM, RestartDelay: time.Second, Restart: RestartNever, OnLost: LostExit,
+		Clock: clock, Events: rec.events_(),
+	}
+	for _, f := range change {
+		f(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	waitUntil(t, "the child to start", func() bool { return rec.count("started") > 0 })
+	return done
+}
+
+// A stopped job (SIGSTOP, or a background job that read the terminal) gets
+// SIGCONT right after the stop signal, and acts on it at once instead of
+// waiting for SIGKILL at the end of the kill grace.
+func TestStopSignalIsFollowedBySIGCONT(t *testing.T) {
+	lease := newTestLease(1, 15*time.Second)
+	dir := t.TempDir()
+	clock, rec, done := harness(t, "echo $$ > "+dir+"/pid; kill -STOP $$; exec sleep 1000", lease)
+	pid := readPIDFile(t, filepath.Join(dir, "pid"))
+	waitUntil(t, "the child to stop itself", func() bool {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return strings.Contains(string(b), ") T ")
+	})
+	lease.markLost()
+	code := advanceUntilDone(t, clock, done, 100*time.Millisecond)
+	if _, ok := rec.find(syscall.SIGKILL.String()); ok {
+		t.Error("a stopped child needed SIGKILL: no SIGCONT followed the stop signal")
+	}
+	if code != ExitLost {
+		t.Errorf("exit %d, want %d", code, ExitLost)
+	}
+}
+
+// A restart of a command whose file was deleted meanwhile exits 127, as a
+// shell would, not 125.
+func TestRestartOfDeletedCommandExits127(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "job.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nrm -f "+script+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clock := newFakeClock()
+	rec := &recorder{clock: clock}
+	lease := newTestLease(1, 15*time.Second)
+	done := runLease(t, clock, rec, lease, "", func(c *Config) {
+		c.Command = Command{Path: script, Args: []string{script}, Env: os.Environ()}
+		c.Restart = RestartOnFailure
+	})
+	if code := advanceUntilDone(t, clock, done, 100*time.Millisecond); code != ExitNotFound {
+		t.Fatalf("exit %d, want %d (command not found)", code, ExitNotFound)
+	}
+}
+
+// A stop requested while the new lease is being confirmed starts no child.
+func TestStopDuringConfirmStartsNothing(t *testing.T) {
+	clock := newFakeClock()
+	rec := &recorder{clock: clock}
+	inConfirm := make(chan struct{})
+	release := make(chan struct{})
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(int) time.Duration { return 15 * time.Second },
+		hold: func(n int) {
+			if n == 1 {
+				close(inConfirm)
+				<-release
+			}
+		}}
+	sh, _ := ResolveCommand("sh")
+	s, err := New(Config{
+		Locker: &anyLocker{lease: lease}, Command: Command{Path: sh, Args: []string{"sh", "-c", "exec sleep 1000"}, Env: os.Environ()},
+		TTL: 15 * time.Second, RenewInterval: 5 * time.Second, KillGrace: 5 * time.Second, SafetyMargin: time.Second,
+		StopSignal: syscall.SIGTERM, RestartDelay: time.Second, Restart: RestartNever, OnLost: LostExit,
+		Clock: clock, Events: rec.events_(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- s.Run(ctx) }()
+	<-inConfirm
+	cancel(SignalCause{Signal: syscall.SIGTERM})
+	close(release)
+	select {
+	case code := <-done:
+		if code != 128+int(syscall.SIGTERM) {
+			t.Errorf("exit %d, want %d", code, 128+int(syscall.SIGTERM))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("supervisor did not finish")
+	}
+	if n := rec.count("started"); n != 0 {
+		t.Fatalf("child started %d times after SIGTERM during the confirm", n)
+	}
+}
+
+type leaseLike interface {
+	Epoch() uint64
+	Renew(context.Context) (time.Duration, error)
+	Lost() <-chan struct{}
+	LostReason() string
+	Handle() string
+	Release(context.Context) error
+}
+
+// anyLocker hands out one lease.
+type anyLocker struct {
+	testLocker
+	lease leaseLike
+	once  sync.Once
+}
+
+// Acquire hands out the lease once, then waits.
+func (l *anyLocker) Acquire(ctx context.Context) (locker.Lease, error) {
+	var out locker.Lease
+	l.once.Do(func() { out = l.lease })
+	if out != nil {
+		return out, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
