@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/consul"
 	"github.com/leaderrun/leaderrun/locker/etcd"
+	"github.com/leaderrun/leaderrun/locker/kubernetes"
 	"github.com/leaderrun/leaderrun/locker/local"
 )
 
@@ -40,6 +42,10 @@ type backendSpec struct {
 	EtcdCert        string        `json:"etcd_cert,omitempty"`
 	EtcdKey         string        `json:"etcd_key,omitempty"`
 	EtcdDialTimeout time.Duration `json:"etcd_dial_timeout,omitempty"`
+
+	K8sNamespace  string `json:"k8s_namespace,omitempty"`
+	K8sKubeconfig string `json:"kubeconfig,omitempty"`
+	K8sContext    string `json:"k8s_context,omitempty"`
 }
 
 // specFromCLI reads the backend flags.
@@ -67,6 +73,10 @@ func specFromCLI(c *cli.Context, opts locker.Options) backendSpec {
 		EtcdCert:        c.String("etcd-cert"),
 		EtcdKey:         c.String("etcd-key"),
 		EtcdDialTimeout: c.Duration("etcd-dial-timeout"),
+
+		K8sNamespace:  c.String("k8s-namespace"),
+		K8sKubeconfig: c.String("kubeconfig"),
+		K8sContext:    c.String("k8s-context"),
 	}
 }
 
@@ -107,8 +117,20 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 			SessionChecks: s.ConsulChecks,
 			Logger:        log.Named("consul"),
 		})
+	case "kubernetes":
+		l, err := kubernetes.New(kubernetes.Config{
+			Options:    s.Options,
+			Namespace:  s.K8sNamespace,
+			Kubeconfig: s.K8sKubeconfig,
+			Context:    s.K8sContext,
+			Logger:     log.Named("kubernetes"),
+		})
+		if err != nil {
+			return nil, flagError(err, k8sFlags)
+		}
+		return l, nil
 	default:
-		return nil, fmt.Errorf("--backend must be consul, etcd or local, got %q", s.Backend)
+		return nil, fmt.Errorf("--backend must be consul, etcd, kubernetes or local, got %q", s.Backend)
 	}
 }
 
@@ -133,4 +155,28 @@ func consulLockDelay(c *cli.Context, ttl time.Duration) time.Duration {
 		return c.Duration("consul-lock-delay")
 	}
 	return min(ttl, consul.MaxLockDelay)
+}
+
+// k8sFlags names the flag behind each kubernetes.Config field.
+var k8sFlags = map[string]string{
+	"Key": "--key", "Prefix": "--prefix", "TTL": "--ttl", "ID": "--id",
+	"Namespace": "--k8s-namespace", "Kubeconfig": "--kubeconfig", "Context": "--k8s-context",
+}
+
+// flagError rewrites a *locker.ConfigError as "--flag: rule", naming the
+// flag the user typed rather than the library's field.
+func flagError(err error, flags map[string]string) error {
+	var ce *locker.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	name, ok := flags[ce.Field]
+	if !ok {
+		return err
+	}
+	msg := name + " " + ce.Rule
+	if ce.Err != nil {
+		msg += ": " + ce.Err.Error()
+	}
+	return errors.New(msg)
 }

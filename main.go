@@ -117,7 +117,7 @@ func runFlags() []cli.Flag {
 func backendFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "key", EnvVars: []string{"LEADERRUN_KEY"}, Usage: "the leadership key"},
-		&cli.StringFlag{Name: "backend", EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul", Usage: "consul, etcd or local"},
+		&cli.StringFlag{Name: "backend", EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul", Usage: "consul, etcd, kubernetes or local"},
 		&cli.StringFlag{Name: "prefix", EnvVars: []string{"LEADERRUN_PREFIX"}, Value: "leaderrun", Usage: "namespace of leaderrun's keys on the backend"},
 		&cli.StringFlag{Name: "id", EnvVars: []string{"LEADERRUN_ID"}, Usage: "this candidate's name (default hostname:pid)"},
 		&cli.StringFlag{Name: "lock-dir", EnvVars: []string{"LEADERRUN_LOCK_DIR"}, Usage: "local backend: lock directory (default /run/leaderrun, else $XDG_RUNTIME_DIR/leaderrun, else /tmp/leaderrun-UID)"},
@@ -140,6 +140,10 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "etcd-cert", EnvVars: []string{"ETCDCTL_CERT"}, Usage: "client certificate for etcd TLS"},
 		&cli.StringFlag{Name: "etcd-key", EnvVars: []string{"ETCDCTL_KEY"}, Usage: "client key for etcd TLS"},
 		&cli.DurationFlag{Name: "etcd-dial-timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}, Value: 5 * time.Second, Usage: "etcd dial timeout"},
+
+		&cli.StringFlag{Name: "k8s-namespace", EnvVars: []string{"LEADERRUN_K8S_NAMESPACE"}, Usage: "Kubernetes namespace of the Lease (default: the kubeconfig context's, else the pod's own, else default)"},
+		&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig file (default ~/.kube/config, else the pod's service account)"},
+		&cli.StringFlag{Name: "k8s-context", EnvVars: []string{"LEADERRUN_K8S_CONTEXT"}, Usage: "kubeconfig context (default: the current one)"},
 	}
 }
 
@@ -340,6 +344,10 @@ func childEnv(c *cli.Context, opts locker.Options) []string {
 		set("CONSUL_CLIENT_KEY", c.String("consul-client-key"))
 		set("CONSUL_TLS_SERVER_NAME", c.String("consul-tls-server-name"))
 		set("CONSUL_DATACENTER", c.String("consul-datacenter"))
+	case "kubernetes":
+		set("LEADERRUN_K8S_NAMESPACE", c.String("k8s-namespace"))
+		set("KUBECONFIG", c.String("kubeconfig"))
+		set("LEADERRUN_K8S_CONTEXT", c.String("k8s-context"))
 	}
 	var env []string
 	for _, kv := range os.Environ() {
