@@ -50,56 +50,71 @@ func newLease(l *Locker, got *coordinationv1.Lease, epoch uint64, term string) *
 func (s *lease) Epoch() uint64 { return s.epoch }
 
 // Renew makes one update of the Lease conditioned on the resourceVersion of
-// our last successful write, and returns the Lease's duration. A conflict
-// means another write came between: if it was ours (an earlier renewal
-// whose answer was lost) we adopt it and update again, else leadership is
-// lost, as it is when the Lease was deleted.
+// our last successful write, and returns the Lease's duration (the TTL
+// rounded up to whole seconds; the supervisor counts only the TTL it asked
+// for). See update for conflicts.
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
+	got, err := s.update(ctx, "renew", func(next *coordinationv1.Lease) {
+		now := metav1.NewMicroTime(time.Now())
+		next.Spec.RenewTime = &now
+		next.Annotations[annEpoch] = strconv.FormatUint(s.epoch, 10)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(*got.Spec.LeaseDurationSeconds) * time.Second, nil
+}
+
+// update writes change onto the Lease as our last write left it, with an
+// update conditioned on that write's resourceVersion. A conflict means
+// another write came between: if the Lease still carries our term (an
+// earlier update of ours whose answer was lost, or an edit by hand) we
+// adopt it and update again; otherwise leadership is lost, as it is when
+// the Lease was deleted.
+func (s *lease) update(ctx context.Context, op string, change func(*coordinationv1.Lease)) (*coordinationv1.Lease, error) {
 	authRetried := false
 	for range 3 {
 		select {
 		case <-s.lost:
-			// Leadership ended; a renewal must not look like a success (§1.3).
-			return 0, fmt.Errorf("kubernetes: renew: %w: %s", locker.ErrLost, s.LostReason())
+			// Leadership ended; a write must not look like a success (§1.3).
+			return nil, fmt.Errorf("kubernetes: %s: %w: %s", op, locker.ErrLost, s.LostReason())
 		default:
 		}
 		s.mu.Lock()
 		next := s.cur.DeepCopy()
 		s.mu.Unlock()
-		now := metav1.NewMicroTime(time.Now())
-		next.Spec.RenewTime = &now
-		next.Annotations[annEpoch] = strconv.FormatUint(s.epoch, 10)
+		change(next)
 		got, err := s.l.client.Update(ctx, next, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
 			s.mu.Lock()
 			s.cur = got
 			s.mu.Unlock()
-			return time.Duration(*got.Spec.LeaseDurationSeconds) * time.Second, nil
+			return got, nil
 		case apierrors.IsNotFound(err):
 			s.markLost("the Lease was deleted")
-			return 0, fmt.Errorf("kubernetes: renew: %w: %s", locker.ErrLost, s.LostReason())
+			return nil, fmt.Errorf("kubernetes: %s: %w: %s", op, locker.ErrLost, s.LostReason())
 		case apierrors.IsUnauthorized(err) && s.l.tokenFile && !authRetried:
 			// The client has just dropped its cached token; the file may
 			// hold a rotated one.
 			authRetried = true
 			continue
 		case !apierrors.IsConflict(err):
-			return 0, s.l.classify("update", err)
+			return nil, s.l.classify("update", err)
 		}
 		fresh, err := s.l.get(ctx)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		if lost := s.check(fresh); lost != "" {
 			s.markLost(lost)
-			return 0, fmt.Errorf("kubernetes: renew: %w: %s", locker.ErrLost, lost)
+			return nil, fmt.Errorf("kubernetes: %s: %w: %s", op, locker.ErrLost, lost)
 		}
 		s.mu.Lock()
 		s.cur = fresh
 		s.mu.Unlock()
 	}
-	return 0, fmt.Errorf("kubernetes: renew lease %s/%s: conflicting writes kept coming", s.l.namespace, s.l.name)
+	return nil, fmt.Errorf("kubernetes: %s lease %s/%s: conflicting writes kept coming", op, s.l.namespace, s.l.name)
 }
 
 // check says why ls shows our leadership over; empty while it is ours.
@@ -207,6 +222,7 @@ func (s *lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	cur := s.cur
 	s.mu.Unlock()
+	s.markLost("released")
 	return s.l.release(ctx, cur, s.term)
 }
 
