@@ -113,9 +113,10 @@ func New(cfg Config) (*Locker, error) {
 	rc, ns := cfg.rest, cfg.Namespace
 	if rc == nil {
 		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		if cfg.Kubeconfig != "" {
-			rules.ExplicitPath = ""
-			rules.Precedence = splitPaths(cfg.Kubeconfig)
+		if paths := splitPaths(cfg.Kubeconfig); len(paths) == 1 {
+			rules.ExplicitPath = paths[0] // must exist, unlike a list's entries
+		} else if len(paths) > 1 {
+			rules.Precedence = paths
 		}
 		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: cfg.Context})
 		rc, err = cc.ClientConfig()
