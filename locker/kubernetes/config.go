@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -142,7 +143,17 @@ func New(cfg Config) (*Locker, error) {
 	// rate limiter must never delay a renewal.
 	rc.QPS, rc.Burst = -1, 0
 	rc.RateLimiter = nil
-	l.tokenFile = rc.BearerTokenFile != ""
+	if path := rc.BearerTokenFile; path != "" {
+		l.tokenFile = true
+		rc.BearerToken, rc.BearerTokenFile = "", ""
+		wrap := rc.WrapTransport
+		rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			if wrap != nil {
+				rt = wrap(rt)
+			}
+			return &fileToken{path: path, next: rt}
+		}
+	}
 	l.host = rc.Host
 	l.rest = rc
 	if l.client, err = newLeaseClient(rc, ns); err != nil {

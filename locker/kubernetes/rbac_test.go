@@ -191,7 +191,7 @@ func TestRBAC(t *testing.T) {
 			t.Fatalf("delete secret: %d %s", code, out)
 		}
 		// The old token is refused from now on (its Secret is gone).
-		eventually(t, 10*time.Second, "the first token still works", func() bool {
+		eventually(t, 30*time.Second, "the first token still works", func() bool {
 			code, _ := srv.kube.DoAs(t, first, "GET", "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases/"+l.name, nil)
 			return code == 401
 		})
