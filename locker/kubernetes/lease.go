@@ -25,9 +25,10 @@ type lease struct {
 	epoch uint64
 	term  string
 
-	mu     sync.Mutex
-	cur    *coordinationv1.Lease // as our last successful write left it
-	reason string
+	mu       sync.Mutex
+	cur      *coordinationv1.Lease // as our last successful write left it
+	reason   string
+	released bool // Release was called: no more writes
 
 	lost      chan struct{}
 	lostOnce  sync.Once
@@ -81,8 +82,11 @@ func (s *lease) update(ctx context.Context, op string, change func(*coordination
 		default:
 		}
 		s.mu.Lock()
-		next := s.cur.DeepCopy()
+		next, released := s.cur.DeepCopy(), s.released
 		s.mu.Unlock()
+		if released {
+			return nil, fmt.Errorf("kubernetes: %s: %w: the lease was released", op, locker.ErrLost)
+		}
 		change(next)
 		got, err := s.l.client.Update(ctx, next, metav1.UpdateOptions{})
 		switch {
@@ -221,8 +225,8 @@ func (s *lease) Release(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	cur := s.cur
+	s.released = true
 	s.mu.Unlock()
-	s.markLost("released")
 	return s.l.release(ctx, cur, s.term)
 }
 
