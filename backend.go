@@ -126,7 +126,7 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 			Logger:     log.Named("kubernetes"),
 		})
 		if err != nil {
-			return nil, flagError(err, k8sFlags)
+			return nil, k8sConfigError(err)
 		}
 		return l, nil
 	default:
@@ -163,14 +163,15 @@ var k8sFlags = map[string]string{
 	"Namespace": "--k8s-namespace", "Kubeconfig": "--kubeconfig", "Context": "--k8s-context",
 }
 
-// flagError rewrites a *locker.ConfigError as "--flag: rule", naming the
-// flag the user typed rather than the library's field.
-func flagError(err error, flags map[string]string) error {
+// k8sConfigError rewrites a *locker.ConfigError of the Kubernetes backend
+// as "--flag rule", naming the flag the user typed rather than the
+// library's field.
+func k8sConfigError(err error) error {
 	var ce *locker.ConfigError
 	if !errors.As(err, &ce) {
 		return err
 	}
-	name, ok := flags[ce.Field]
+	name, ok := k8sFlags[ce.Field]
 	if !ok {
 		return err
 	}
