@@ -55,8 +55,9 @@ func TestMain(m *testing.M) {
 // whose minimum session TTL is 10s, the faults that do not wait for a
 // session to expire, and one that does.
 var shortPlan = map[string][]string{
-	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
-	"consul": {"kill-leader", "kill-child", "freeze-host"},
+	"etcd":       {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
+	"consul":     {"kill-leader", "kill-child", "freeze-host"},
+	"kubernetes": {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "partition", "restart-backend"},
 }
 
 // backendRun is one backend's results.
@@ -113,8 +114,10 @@ func runBackend(t *testing.T, r *backendRun, seed uint64) {
 		cl = StartEtcd(t, 3)
 	case "consul":
 		cl = StartConsul(t, 3)
+	case "kubernetes":
+		cl = StartKube(t)
 	default:
-		t.Fatalf("unknown backend %q (want etcd or consul)", name)
+		t.Fatalf("unknown backend %q (want etcd, consul or kubernetes)", name)
 	}
 	w := newWorld(t, cl, seed)
 	r.tm, r.stats = w.tm, w.stats

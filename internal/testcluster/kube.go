@@ -163,6 +163,13 @@ func (k *Kube) Token(user string) string {
 // namespace.
 func (k *Kube) Kubeconfig(t testing.TB, token, namespace string) string {
 	t.Helper()
+	return k.KubeconfigAt(t, strings.TrimPrefix(k.URL(), "https://"), token, namespace)
+}
+
+// KubeconfigAt is Kubeconfig for a client that reaches the server through
+// addr (host:port on 127.0.0.1, e.g. a proxy in front of it).
+func (k *Kube) KubeconfigAt(t testing.TB, addr, token, namespace string) string {
+	t.Helper()
 	ns := ""
 	if namespace != "" {
 		ns = "\n    namespace: " + namespace
@@ -184,7 +191,7 @@ contexts:
     cluster: test
     user: test%s
 current-context: test
-`, k.URL(), k.CAFile(), token, ns)
+`, "https://"+addr, k.CAFile(), token, ns)
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatalf("testcluster: %v", err)
@@ -265,6 +272,14 @@ func (k *Kube) waitReady() error {
 		}
 		return nil
 	})
+}
+
+// WaitReady waits until the server answers /readyz, failing t otherwise.
+func (k *Kube) WaitReady(t testing.TB) {
+	t.Helper()
+	if err := k.waitReady(); err != nil {
+		t.Fatalf("testcluster: kube-apiserver not ready: %v", err)
+	}
 }
 
 // Stop sends SIGTERM to the server and waits for it to exit.
