@@ -2,7 +2,7 @@
 #
 #   make build     bin/leaderrun
 #   make test      everything CI runs: real servers built, vet, gofmt, go test -race
-#   make servers   build the real etcd and Consul used by the tests (cached)
+#   make servers   build the real etcd, Consul and kube-apiserver used by the tests (cached)
 #   make dist      stage the binary, man page and completions in dist/
 #   make packages  dist/*.deb and dist/*.rpm (nfpm, installed into bin/)
 #   make package-test  build the packages and run only their test

@@ -13,6 +13,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/consul"
 	"github.com/leaderrun/leaderrun/locker/etcd"
+	"github.com/leaderrun/leaderrun/locker/kubernetes"
 	"github.com/leaderrun/leaderrun/locker/local"
 	"github.com/leaderrun/leaderrun/locker/zookeeper"
 )
@@ -50,6 +51,10 @@ type backendSpec struct {
 	ZKServers []string `json:"zk_servers,omitempty"`
 	ZKChroot  string   `json:"zk_chroot,omitempty"`
 	ZKAuth    string   `json:"zk_auth,omitempty"`
+
+	K8sNamespace  string `json:"k8s_namespace,omitempty"`
+	K8sKubeconfig string `json:"kubeconfig,omitempty"`
+	K8sContext    string `json:"k8s_context,omitempty"`
 }
 
 // specFromCLI reads the backend flags.
@@ -82,6 +87,10 @@ func specFromCLI(c *cli.Context, opts locker.Options) backendSpec {
 		ZKServers: splitList(c.String("zk-servers")),
 		ZKChroot:  c.String("zk-chroot"),
 		ZKAuth:    c.String("zk-auth"),
+
+		K8sNamespace:  c.String("k8s-namespace"),
+		K8sKubeconfig: c.String("kubeconfig"),
+		K8sContext:    c.String("k8s-context"),
 	}
 }
 
@@ -135,8 +144,17 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 			Logger:  log.Named("zookeeper"),
 		})
 		return l, err
+	case "kubernetes":
+		l, err := kubernetes.New(kubernetes.Config{
+			Options:    s.Options,
+			Namespace:  s.K8sNamespace,
+			Kubeconfig: s.K8sKubeconfig,
+			Context:    s.K8sContext,
+			Logger:     log.Named("kubernetes"),
+		})
+		return l, err
 	default:
-		return nil, fmt.Errorf("--backend must be consul, etcd, zookeeper or local, got %q", s.Backend)
+		return nil, fmt.Errorf("--backend must be consul, etcd, zookeeper, kubernetes or local, got %q", s.Backend)
 	}
 }
 

@@ -237,6 +237,7 @@ var fieldFlags = map[string]string{
 	"consul.TLSServerName": "--consul-tls-server-name", "consul.Datacenter": "--consul-datacenter",
 	"consul.LockDelay": "--consul-lock-delay", "consul.SessionChecks": "--consul-session-checks",
 	"zookeeper.Servers": "--zk-servers", "zookeeper.Chroot": "--zk-chroot", "zookeeper.Auth": "--zk-auth",
+	"kubernetes.Namespace": "--k8s-namespace", "kubernetes.Kubeconfig": "--kubeconfig", "kubernetes.Context": "--k8s-context",
 	"etcd.Endpoints": "--etcd-endpoints", "etcd.Username": "--etcd-user", "etcd.Password": "--etcd-password",
 	"etcd.CACert": "--etcd-cacert", "etcd.Cert": "--etcd-cert", "etcd.Key": "--etcd-key", "etcd.DialTimeout": "--etcd-dial-timeout",
 }

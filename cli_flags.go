@@ -99,7 +99,7 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key", Category: catLeadership, EnvVars: []string{"LEADERRUN_KEY"},
 			Usage: "the leadership `KEY` (required; see KEY below)"},
 		&cli.StringFlag{Name: "backend", Category: catLeadership, EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul",
-			Usage: "consul, etcd, zookeeper or local"},
+			Usage: "consul, etcd, zookeeper, kubernetes or local"},
 		&cli.StringFlag{Name: "prefix", Category: catLeadership, EnvVars: []string{"LEADERRUN_PREFIX"}, Value: "leaderrun",
 			Usage: "namespace of leaderrun's keys on the backend"},
 
@@ -145,6 +145,13 @@ func backendFlags() []cli.Flag {
 			Usage: "znode `PATH` under which leaderrun works"},
 		&cli.StringFlag{Name: "zk-auth", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_AUTH"},
 			Usage: "digest credentials `USER:PASSWORD`; znodes become creator-only"},
+
+		&cli.StringFlag{Name: "kubeconfig", Category: catKubernetes, EnvVars: []string{"KUBECONFIG"}, DefaultText: "~/.kube/config, else the pod's service account",
+			Usage: "kubeconfig `FILE` (several joined with : as in kubectl)"},
+		&cli.StringFlag{Name: "k8s-context", Category: catKubernetes, EnvVars: []string{"LEADERRUN_K8S_CONTEXT"}, DefaultText: "the current one",
+			Usage: "kubeconfig context"},
+		&cli.StringFlag{Name: "k8s-namespace", Category: catKubernetes, EnvVars: []string{"LEADERRUN_K8S_NAMESPACE"}, DefaultText: "the context's, else the pod's own, else default",
+			Usage: "namespace of the Lease"},
 
 		&cli.StringFlag{Name: "lock-dir", Category: catLocal, EnvVars: []string{"LEADERRUN_LOCK_DIR"}, DefaultText: "/run/leaderrun for root",
 			Usage: "lock `DIR`, an absolute path; /tmp/leaderrun-UID for other users, owner-checked"},

@@ -103,7 +103,7 @@ func TestHelp(t *testing.T) {
 		if !slices.Contains(categoryOrder, d.Category) {
 			t.Errorf("%s has no known group (Category %q); use one of %q", d.Name, d.Category, categoryOrder)
 		}
-		if n := strings.Count(entry, "default"); n > 1 {
+		if n := strings.Count(entry, "(default"); n > 1 {
 			t.Errorf("%s shows its default %d times:\n%s", d.Name, n, entry)
 		}
 		if len(d.Env) > 0 && d.Env[0] != ruleEnv(d.Name) && !strings.Contains(entry, "$"+d.Env[0]) {
@@ -111,7 +111,7 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	for _, e := range []string{"--ttl", "--kill-grace", "--backend", "--stop-signal"} {
-		if !strings.Contains(entries[e], "(default ") {
+		if !strings.Contains(strings.Join(strings.Fields(entries[e]), " "), "(default ") {
 			t.Errorf("%s shows no default:\n%s", e, entries[e])
 		}
 	}

@@ -353,6 +353,10 @@ func childEnv(c *cli.Context, opts locker.Options) []string {
 	case "zookeeper":
 		set("LEADERRUN_ZK_SERVERS", c.String("zk-servers"))
 		set("LEADERRUN_ZK_CHROOT", c.String("zk-chroot"))
+	case "kubernetes":
+		set("LEADERRUN_K8S_NAMESPACE", c.String("k8s-namespace"))
+		set("KUBECONFIG", c.String("kubeconfig"))
+		set("LEADERRUN_K8S_CONTEXT", c.String("k8s-context"))
 	}
 	var env []string
 	for _, kv := range os.Environ() {

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Builds the real etcd, etcdctl and Consul servers that leaderrun's
-# integration tests run (internal/testcluster) into the repository's bin/.
+# Builds the real etcd, etcdctl, Consul and kube-apiserver servers that
+# leaderrun's integration tests run (internal/testcluster) into the
+# repository's bin/.
 #
 #   scripts/build-servers.sh            build everything that is out of date
 #   scripts/build-servers.sh etcd       only the etcd module (etcd, etcdctl)
 #   scripts/build-servers.sh consul     only the consul module
+#   scripts/build-servers.sh kube       only the kube module (kube-apiserver)
 #
 # Each server comes from its own Go module under tools/ (upstream etcd and
 # Consul refuse `go install` because of their replace directives). A module's
 # binaries are rebuilt only when the stamp in bin/.<module>.stamp no longer
 # matches the sha256 of its go.mod, go.sum, Go sources, the Go version and the
 # build flags, so a second run is a quick no-op. Needs only Go and the module
-# proxy; the first Consul build takes several minutes.
+# proxy; the first Consul build takes several minutes, the first
+# kube-apiserver build about eight on two cores.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -78,13 +81,14 @@ build() {
 }
 
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(etcd consul)
+[[ ${#targets[@]} -gt 0 ]] || targets=(etcd consul kube)
 for target in "${targets[@]}"; do
 	case "$target" in
 	etcd) build etcd etcd etcdctl ;;
 	consul) build consul consul ;;
+	kube) build kube kube-apiserver ;;
 	*)
-		echo "build-servers.sh: unknown target $target (want etcd or consul)" >&2
+		echo "build-servers.sh: unknown target $target (want etcd, consul or kube)" >&2
 		exit 2
 		;;
 	esac

@@ -1,4 +1,4 @@
-//go:build leaderrun_testhooks
+//go:build linux && leaderrun_testhooks
 
 package supervise
 

@@ -61,7 +61,8 @@ var shortPlan = map[string][]string{
 	"consul": {"kill-leader", "kill-child", "freeze-host", "partition", "kill-server"},
 	// ZooKeeper is not in the default -chaos.backends; this is the set
 	// `-chaos.backends=zookeeper` runs without -chaos.faults.
-	"zookeeper": {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
+	"zookeeper":  {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
+	"kubernetes": {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "partition", "restart-backend"},
 }
 
 // backendRun is one backend's results.
@@ -120,8 +121,10 @@ func runBackend(t *testing.T, r *backendRun, seed uint64) {
 		cl = StartConsul(t, 3)
 	case "zookeeper":
 		cl = StartZooKeeper(t, 3)
+	case "kubernetes":
+		cl = StartKube(t)
 	default:
-		t.Fatalf("unknown backend %q (want etcd, consul or zookeeper)", name)
+		t.Fatalf("unknown backend %q (want etcd, consul, zookeeper or kubernetes)", name)
 	}
 	w := newWorld(t, cl, seed)
 	r.tm, r.stats = w.tm, w.stats

@@ -15,7 +15,7 @@ import (
 // Cluster is a real 3-server (or 1-server) backend under test, with the
 // faults the suite injects into it.
 type Cluster interface {
-	// Name is "etcd" or "consul".
+	// Name is "etcd", "consul" or "kubernetes".
 	Name() string
 	// Servers is the number of servers.
 	Servers() int
@@ -148,6 +148,57 @@ func (c Consul) HostServers(h int) []int {
 	}
 	return out
 }
+
+// KubeTiming is the suite's timeline on Kubernetes: etcd's. A standby
+// takes a silent holder over after TTL + 250ms of seeing no change.
+var KubeTiming = EtcdTiming
+
+// Kube adapts one kube-apiserver on a one-member etcd: Kubernetes clients
+// talk to one server address (a load balancer's, in a real cluster), so
+// it is the one server hosts reach; its etcd is not faulted.
+type Kube struct {
+	*testcluster.Kube
+	t testing.TB
+}
+
+// StartKube starts an etcd member and a kube-apiserver on it.
+func StartKube(t testing.TB) Kube {
+	return Kube{testcluster.StartKube(t, testcluster.StartEtcd(t, 1)), t}
+}
+
+// Name implements Cluster.
+func (Kube) Name() string { return "kubernetes" }
+
+// Servers implements Cluster.
+func (Kube) Servers() int { return 1 }
+
+// ServerAddr implements Cluster.
+func (k Kube) ServerAddr(int) string { return strings.TrimPrefix(k.URL(), "https://") }
+
+// Protocol implements Cluster: TLS, so the proxies count connections.
+func (Kube) Protocol() Protocol { return Raw }
+
+// Kill implements Cluster.
+func (k Kube) Kill(int) { k.Kube.Kill() }
+
+// Restart implements Cluster.
+func (k Kube) Restart(int) { k.Kube.Restart() }
+
+// WaitHealthy implements Cluster.
+func (k Kube) WaitHealthy(t testing.TB) { k.WaitReady(t) }
+
+// Timing implements Cluster.
+func (Kube) Timing() Timing { return KubeTiming }
+
+// LeaderrunArgs implements Cluster: a kubeconfig that reaches the server
+// through the host's proxy.
+func (k Kube) LeaderrunArgs(addrs []string) []string {
+	cfg := k.KubeconfigAt(k.t, addrs[0], k.Token(testcluster.KubeAdmin), "default")
+	return []string{"--backend", "kubernetes", "--kubeconfig", cfg}
+}
+
+// HostServers implements Cluster.
+func (Kube) HostServers(int) []int { return []int{0} }
 
 // Link is one host's connection to the backend: a proxy per server the host
 // talks to. Cutting it partitions the host.

@@ -42,7 +42,7 @@ var faults = []fault{
 	{name: "freeze-leaderrun", doc: "SIGSTOP of the leader's leaderrun until another host leads (at least the TTL), then SIGCONT", inject: freezeLeaderrun},
 	{name: "freeze-host", doc: "SIGSTOP of the leader's leaderrun, guard and child (a paused VM) until another host leads, then SIGCONT, child first", twoAlive: true, inject: freezeHost},
 	{name: "kill-server", doc: "`kill -9` of one backend server (random, the Raft leader included), restarted after TTL + 1s", inject: killServer},
-	{name: "lose-quorum", doc: "`kill -9` of two of the three servers until the leader's child is stopped (at least the TTL), then restart", inject: loseQuorum},
+	{name: "lose-quorum", doc: "`kill -9` of two of the three servers until the leader's child is stopped (at least the TTL), then restart (not Kubernetes: one API server)", backends: []string{"etcd", "consul"}, inject: loseQuorum},
 	{name: "partition", doc: "the leader's proxies cut (refuse or blackhole, at random) until another host leads, then healed", inject: partition},
 	{name: "silent-server", doc: "the one server carrying the leader's traffic blackholed from the leader's host for TTL + 2s, the others reachable", inject: silentServer},
 	{name: "restart-backend", doc: "`kill -9` of every server, then restart of all", inject: restartBackend},

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package once runs a command once per slot across hosts: a slot is a
 // period aligned to the Unix epoch (--once-per) or a name (--run-id). The
 // leader looks up the slot's record before starting the child and writes it,

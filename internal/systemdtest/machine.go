@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package systemdtest proves the packaged leaderrun under a real systemd.
 //
 // These machines have no systemd as PID 1, but one boots as PID 1 of a PID

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package local holds leadership of a key on one host: an flock on
 // <dir>/<prefix>/<key>.lock and an epoch counter on persistent storage.
 //

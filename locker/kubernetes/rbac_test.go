@@ -1,0 +1,202 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// resources maps the kinds of packaging/kubernetes to their API paths.
+var resources = map[string]string{
+	"ServiceAccount": "/api/v1/namespaces/%s/serviceaccounts",
+	"Secret":         "/api/v1/namespaces/%s/secrets",
+	"Role":           "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles",
+	"RoleBinding":    "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings",
+	"Deployment":     "/apis/apps/v1/namespaces/%s/deployments",
+}
+
+// apply creates every object of a multi-document YAML file in namespace
+// ns, as kubectl apply would on an empty namespace.
+func apply(t *testing.T, k *testcluster.Kube, ns string, manifest []byte) {
+	t.Helper()
+	for _, doc := range strings.Split(string(manifest), "\n---\n") {
+		js, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("manifest: %v", err)
+		}
+		var head struct{ Kind string }
+		if err := json.Unmarshal(js, &head); err != nil || head.Kind == "" {
+			continue // comments only
+		}
+		path, ok := resources[head.Kind]
+		if !ok {
+			t.Fatalf("manifest: unexpected kind %s", head.Kind)
+		}
+		if code, body := k.Do(t, "POST", fmt.Sprintf(path, ns), js); code != 201 {
+			t.Fatalf("create %s: %d %s", head.Kind, code, body)
+		}
+	}
+}
+
+// createNamespace makes a namespace.
+func createNamespace(t *testing.T, k *testcluster.Kube, ns string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, ns)
+	if code, out := k.Do(t, "POST", "/api/v1/namespaces", []byte(body)); code != 201 {
+		t.Fatalf("create namespace: %d %s", code, out)
+	}
+}
+
+// serviceAccountToken asks the TokenRequest API for a token of service
+// account sa, bound to the Secret named bound when not empty (deleting the
+// Secret then revokes the token).
+func serviceAccountToken(t *testing.T, k *testcluster.Kube, ns, sa, bound string) string {
+	t.Helper()
+	spec := `{"audiences":["https://kubernetes.default.svc"],"expirationSeconds":3600}`
+	if bound != "" {
+		code, out := k.Do(t, "GET", fmt.Sprintf("/api/v1/namespaces/%s/secrets/%s", ns, bound), nil)
+		var secret struct{ Metadata struct{ UID string } }
+		if code != 200 || json.Unmarshal(out, &secret) != nil {
+			t.Fatalf("get secret %s: %d %s", bound, code, out)
+		}
+		spec = fmt.Sprintf(`{"audiences":["https://kubernetes.default.svc"],"expirationSeconds":3600,"boundObjectRef":{"kind":"Secret","apiVersion":"v1","name":%q,"uid":%q}}`, bound, secret.Metadata.UID)
+	}
+	body := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":` + spec + `}`
+	code, out := k.Do(t, "POST", fmt.Sprintf("/api/v1/namespaces/%s/serviceaccounts/%s/token", ns, sa), []byte(body))
+	var tr struct{ Status struct{ Token string } }
+	if code != 201 || json.Unmarshal(out, &tr) != nil || tr.Status.Token == "" {
+		t.Fatalf("token request: %d %s", code, out)
+	}
+	return tr.Status.Token
+}
+
+// tokenFileKubeconfig writes a kubeconfig whose user reads its token from a
+// file, as the in-cluster configuration does, and returns both paths.
+func tokenFileKubeconfig(t *testing.T, k *testcluster.Kube, token string) (kubeconfig, tokenFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	tokenFile = filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\n    certificate-authority: %s\nusers:\n- name: u\n  user:\n    tokenFile: %s\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
+		k.URL(), k.CAFile(), tokenFile)
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig, tokenFile
+}
+
+// TestRBAC proves packaging/kubernetes/rbac.yaml sufficient, and checks
+// how refusals and credential changes are reported.
+func TestRBAC(t *testing.T) {
+	srv := startServer(t, testcluster.KubeUser{Name: "nobody", Groups: []string{"leaderrun-test"}})
+	manifest, err := os.ReadFile("../../packaging/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "jobs"
+	createNamespace(t, srv.kube, ns)
+	apply(t, srv.kube, ns, manifest)
+
+	// Two candidates with tokens of the example's service account, bound to
+	// exactly its Role, go through a whole leadership and a hand-over.
+	t.Run("ExampleRoleSuffices", func(t *testing.T) {
+		tok := serviceAccountToken(t, srv.kube, ns, "leaderrun", "")
+		cfg := srv.kube.Kubeconfig(t, tok, ns)
+		key := keyFor(t)
+		useSA := func(c *Config) { c.Kubeconfig, c.Namespace = cfg, "" }
+		l := srv.newLocker(t, key, useSA)
+		if l.Namespace() != ns {
+			t.Fatalf("namespace %q, want the kubeconfig context's %q", l.Namespace(), ns)
+		}
+		a := mustAcquire(t, l)
+		if _, err := l.Leader(ctxFor(t, 5*time.Second)); err != nil {
+			t.Fatalf("Leader: %v", err)
+		}
+		ch := acquireAsync(t, ctxFor(t, 30*time.Second), srv.newLocker(t, key, useSA))
+		// The standby takes over by observation: an update of a held Lease.
+		a.(*lease).stopWatch()
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("takeover with the example role: %v", r.err)
+		}
+		if _, err := r.lease.Renew(ctxFor(t, 5*time.Second)); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		if err := r.lease.Release(ctxFor(t, 5*time.Second)); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		g := srv.newLocker(t, key, useSA)
+		b := mustAcquire(t, g)
+		if err := g.ReleaseHandle(ctxFor(t, 5*time.Second), b.Handle()); err != nil {
+			t.Fatalf("ReleaseHandle: %v", err)
+		}
+	})
+
+	// A token without any role is refused (exit 125), naming the verb and
+	// the resource, and the token appears nowhere in the message.
+	t.Run("ForbiddenIsRefused", func(t *testing.T) {
+		tok := srv.kube.Token("nobody")
+		l := srv.newLocker(t, keyFor(t), func(c *Config) { c.Kubeconfig = srv.kube.Kubeconfig(t, tok, "") })
+		_, err := l.Acquire(ctxFor(t, 10*time.Second))
+		if !errors.Is(err, locker.ErrRefused) {
+			t.Fatalf("Acquire without RBAC = %v, want ErrRefused", err)
+		}
+		for _, want := range []string{"get", "leases", "RBAC"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %q", err, want)
+			}
+		}
+		if strings.Contains(err.Error(), tok) {
+			t.Fatal("the error contains the token")
+		}
+	})
+
+	// A rejected token (never valid, or expired) is refused.
+	t.Run("BadTokenIsRefused", func(t *testing.T) {
+		const bad = "not-a-valid-token-0123456789"
+		l := srv.newLocker(t, keyFor(t), func(c *Config) { c.Kubeconfig = srv.kube.Kubeconfig(t, bad, "") })
+		_, err := l.Acquire(ctxFor(t, 10*time.Second))
+		if !errors.Is(err, locker.ErrRefused) || strings.Contains(err.Error(), bad) {
+			t.Fatalf("Acquire with a bad token = %v, want ErrRefused without the token", err)
+		}
+	})
+
+	// A token file rotated under a running leader (as the kubelet rotates
+	// a pod's token), with the old token revoked, keeps renewals working.
+	t.Run("RotatedTokenFile", func(t *testing.T) {
+		for _, s := range []string{"first", "second"} {
+			apply(t, srv.kube, ns, []byte(fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n", s)))
+		}
+		first := serviceAccountToken(t, srv.kube, ns, "leaderrun", "first")
+		cfg, file := tokenFileKubeconfig(t, srv.kube, first)
+		l := srv.newLocker(t, keyFor(t), func(c *Config) { c.Kubeconfig, c.Namespace = cfg, ns })
+		a := mustAcquire(t, l)
+		if err := os.WriteFile(file, []byte(serviceAccountToken(t, srv.kube, ns, "leaderrun", "second")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := srv.kube.Do(t, "DELETE", "/api/v1/namespaces/"+ns+"/secrets/first", nil); code != 200 {
+			t.Fatalf("delete secret: %d %s", code, out)
+		}
+		// The old token is refused from now on (its Secret is gone).
+		eventually(t, 30*time.Second, "the first token still works", func() bool {
+			code, _ := srv.kube.DoAs(t, first, "GET", "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases/"+l.name, nil)
+			return code == 401
+		})
+		if _, err := a.Renew(ctxFor(t, 5*time.Second)); err != nil {
+			t.Fatalf("Renew after the token was rotated: %v", err)
+		}
+	})
+}

@@ -1,0 +1,156 @@
+package kubernetes
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/leaderrun/leaderrun/locker/observe"
+)
+
+// Annotations of the holder's record on the Lease.
+const (
+	annPrefix   = "leaderrun/"
+	annKey      = annPrefix + "key"            // the key, as given (the name is its encoding)
+	annContract = annPrefix + "contract"       // observe.Contract: standbys may take over by observation
+	annTTL      = annPrefix + "ttl"            // the holder's TTL, a Go duration
+	annTerm     = annPrefix + "term"           // random: tells this leadership from any other
+	annEpoch    = annPrefix + "epoch"          // the holder's epoch, written by its first renewal
+	annPrevious = annPrefix + "previous-epoch" // the epoch of the holder before
+	annHost     = annPrefix + "host"
+	annPID      = annPrefix + "pid"
+	annVersion  = annPrefix + "version"
+)
+
+// newTerm returns a random token naming one leadership.
+func newTerm() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // never fails on Linux
+	return hex.EncodeToString(b)
+}
+
+// holderOf returns the holder of a Lease; empty when nobody holds it.
+func holderOf(ls *coordinationv1.Lease) string {
+	if ls == nil || ls.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *ls.Spec.HolderIdentity
+}
+
+// termOf returns the term token of the Lease's holder.
+func termOf(ls *coordinationv1.Lease) string {
+	if ls == nil || holderOf(ls) == "" {
+		return ""
+	}
+	return ls.Annotations[annTerm]
+}
+
+// declaredTTL returns the TTL a holder that follows the observer-clock
+// contract declares: the larger of its TTL annotation and
+// leaseDurationSeconds. ok is false for a holder that does not declare the
+// contract; such a Lease is never taken over by observation.
+func declaredTTL(ls *coordinationv1.Lease) (time.Duration, bool) {
+	if ls.Annotations[annContract] != observe.Contract {
+		return 0, false
+	}
+	ttl, err := time.ParseDuration(ls.Annotations[annTTL])
+	if err != nil || ttl <= 0 {
+		return 0, false
+	}
+	if ls.Spec.LeaseDurationSeconds != nil {
+		ttl = max(ttl, time.Duration(*ls.Spec.LeaseDurationSeconds)*time.Second)
+	}
+	return ttl, true
+}
+
+// parseEpoch reads an epoch annotation; zero when absent or malformed.
+func parseEpoch(s string) uint64 {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// epochOf turns a resourceVersion into an epoch. kube-apiserver's
+// resourceVersion is the etcd revision of the write; anything else does
+// not give the ordering the epoch needs (DESIGN §1.1).
+func epochOf(rv string) (uint64, error) {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("the server's resourceVersion %q is not a positive integer, so it cannot serve as an increasing epoch", rv)
+	}
+	return n, nil
+}
+
+// claim returns cur (nil: a new Lease) rewritten to name this candidate,
+// with the given term, as holder. The write that stores it makes us leader;
+// its resourceVersion is our epoch.
+func (l *Locker) claim(cur *coordinationv1.Lease, term string) *coordinationv1.Lease {
+	var ls *coordinationv1.Lease
+	if cur == nil {
+		ls = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.namespace}}
+	} else {
+		ls = cur.DeepCopy()
+	}
+	ann := ls.Annotations
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	previous := ann[annEpoch]
+	if previous == "" {
+		previous = ann[annPrevious]
+	}
+	delete(ann, annEpoch)
+	if previous != "" {
+		ann[annPrevious] = previous
+	}
+	host, _ := os.Hostname()
+	ann[annKey] = l.opts.Key
+	ann[annContract] = observe.Contract
+	ann[annTTL] = l.ttl.String()
+	ann[annTerm] = term
+	ann[annHost] = host
+	ann[annPID] = strconv.Itoa(os.Getpid())
+	if l.opts.Version != "" {
+		ann[annVersion] = l.opts.Version
+	} else {
+		delete(ann, annVersion)
+	}
+	ls.Annotations = ann
+
+	id := l.opts.ID
+	secs := int32((l.ttl + time.Second - 1) / time.Second)
+	now := metav1.NewMicroTime(time.Now())
+	if holderOf(cur) != id {
+		n := int32(0)
+		if cur != nil && cur.Spec.LeaseTransitions != nil {
+			n = *cur.Spec.LeaseTransitions + 1
+		}
+		ls.Spec.LeaseTransitions = &n
+	}
+	ls.Spec.HolderIdentity = &id
+	ls.Spec.LeaseDurationSeconds = &secs
+	ls.Spec.AcquireTime = &now
+	ls.Spec.RenewTime = &now
+	return ls
+}
+
+// released returns cur with no holder, keeping the epoch so that the next
+// holder can check its own is greater.
+func released(cur *coordinationv1.Lease) *coordinationv1.Lease {
+	ls := cur.DeepCopy()
+	ls.Spec.HolderIdentity = nil
+	ls.Spec.AcquireTime = nil
+	ls.Spec.RenewTime = nil
+	for _, a := range []string{annTerm, annHost, annPID, annVersion, annContract, annTTL} {
+		delete(ls.Annotations, a)
+	}
+	return ls
+}
