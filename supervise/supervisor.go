@@ -74,7 +74,7 @@ func New(cfg Config) (*Supervisor, error) {
 // signal, then SIGKILL after the kill grace, and leadership is released once
 // the job is gone.
 func (s *Supervisor) Run(ctx context.Context) int {
-	noGuard := locker.Backoff{Min: time.Second, Max: MaxRestartDelay}
+	noGuard := retry.Backoff{Min: time.Second, Max: MaxRestartDelay}
 	for {
 		lease, deadline, code, ok := s.campaign(ctx)
 		if !ok {

@@ -484,6 +484,8 @@ func TestReadyMeansTheBackendAnswered(t *testing.T) {
 		append(append([]string{"--etcd-endpoints", strings.Join(c.Endpoints(), ",")}, backend...), "--", "true")...)
 
 	expectNotify(t, msgs, "READY=1", 10*time.Second)
+	// Its log line may reach us a moment after its notification.
+	waitFor(t, 2*time.Second, "the standby's campaigning line", func() bool { return strings.Contains(standby.Output(), "campaigning") })
 	if out := standby.Output(); strings.Contains(out, "acquired") || !strings.Contains(out, "campaigning") {
 		t.Fatalf("READY=1 came from a standby that is not campaigning:\n%s", standby.Output())
 	}

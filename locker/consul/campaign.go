@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
@@ -62,7 +63,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 // holder that follows the observer-clock contract and has not written the
 // key for its TTL + allowance is taken over (observe.go, DESIGN §1.12).
 func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
-	retry := locker.Backoff{Min: 50 * time.Millisecond, Max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
+	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
 	var (
 		index   uint64
 		wait    = blockWait
@@ -81,7 +82,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			if failures++; failures >= len(l.ep.addrs) || !movable(ctx, err) {
 				return nil, err
 			}
-			if !locker.Sleep(ctx, retry.Next()) {
+			if !retry.Sleep(ctx, backoff.Next()) {
 				return nil, ctx.Err()
 			}
 			continue
@@ -95,7 +96,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			if ls, err := l.confirm(ctx, id); ls != nil || err != nil {
 				return ls, err
 			}
-			if !locker.Sleep(ctx, retry.Next()) {
+			if !retry.Sleep(ctx, backoff.Next()) {
 				return nil, ctx.Err()
 			}
 			index = 0
@@ -120,7 +121,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 				return nil, fmt.Errorf("acquire %s: %w: %s leads (epoch %d)", l.path, locker.ErrHeld, h.ID, epochOf(pair, follows))
 			}
 			index = nextIndex(index, meta.LastIndex)
-			retry.Reset()
+			backoff.Reset()
 			if !follows {
 				l.log.Debug("key held; waiting", "key", l.path, "holder_session", pair.Session)
 				continue
@@ -154,7 +155,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 		}
 		// Lost a race, or the key is in its lock-delay: Consul wakes no
 		// blocking query when that ends, so look again after a pause.
-		if !l.opts.NoWait && !locker.Sleep(ctx, retry.Next()) {
+		if !l.opts.NoWait && !retry.Sleep(ctx, backoff.Next()) {
 			return nil, ctx.Err()
 		}
 		index = 0

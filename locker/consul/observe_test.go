@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
@@ -73,7 +74,7 @@ func startHolder(ls *lease, interval time.Duration) *holderLoop {
 				h.lastOK, h.oks = sent, h.oks+1
 				h.mu.Unlock()
 			}
-			if errors.Is(err, locker.ErrLost) || !locker.Sleep(ctx, interval) {
+			if errors.Is(err, locker.ErrLost) || !retry.Sleep(ctx, interval) {
 				return
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leaderrun/leaderrun/internal/chaos"
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
 	"github.com/leaderrun/leaderrun/locker"
 )
@@ -113,7 +114,7 @@ func TestWaiterRidesOutShortOutage(t *testing.T) {
 	defer func() { stop(); <-renewed }()
 	go func() {
 		defer close(renewed)
-		for locker.Sleep(renewing, time.Second) {
+		for retry.Sleep(renewing, time.Second) {
 			rctx, cancel := context.WithTimeout(renewing, time.Second)
 			_, _ = held.Renew(rctx)
 			cancel()

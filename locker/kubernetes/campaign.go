@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
@@ -219,14 +220,14 @@ func (l *Locker) get(ctx context.Context) (*coordinationv1.Lease, error) {
 // getRetrying reads the Lease, retrying failures that are worth retrying
 // until ctx ends.
 func (l *Locker) getRetrying(ctx context.Context) (*coordinationv1.Lease, error) {
-	retry := locker.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		ls, err := l.get(ctx)
 		if err == nil || errors.Is(err, locker.ErrRefused) || ctx.Err() != nil {
 			return ls, err
 		}
 		l.log.Debug("reading the Lease failed; retrying", "error", err)
-		if !locker.Sleep(ctx, retry.Next()) {
+		if !retry.Sleep(ctx, backoff.Next()) {
 			return nil, ctx.Err()
 		}
 	}
@@ -236,7 +237,7 @@ func (l *Locker) getRetrying(ctx context.Context) (*coordinationv1.Lease, error)
 // Lease does not exist: from now on). A field selector on the name lets
 // RBAC authorise it as a watch of that one Lease.
 func (l *Locker) watch(ctx context.Context, rv string) (watch.Interface, error) {
-	retry := locker.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	secs := int64(watchTimeout / time.Second)
 	for {
 		w, err := l.client.Watch(ctx, metav1.ListOptions{
@@ -255,7 +256,7 @@ func (l *Locker) watch(ctx context.Context, rv string) (watch.Interface, error) 
 			return nil, err
 		}
 		l.log.Debug("watching the Lease failed; retrying", "error", err)
-		if !locker.Sleep(ctx, retry.Next()) {
+		if !retry.Sleep(ctx, backoff.Next()) {
 			return nil, ctx.Err()
 		}
 	}

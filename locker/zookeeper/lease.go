@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -170,7 +171,7 @@ func (s *lease) watch(ctx context.Context) {
 				return
 			case err != nil:
 				// Disconnected or slow: look at the state again shortly.
-				if !locker.Sleep(ctx, 100*time.Millisecond) {
+				if !retry.Sleep(ctx, 100*time.Millisecond) {
 					return
 				}
 				continue
