@@ -46,7 +46,7 @@ func TestSafetyMarginMustBePositive(t *testing.T) {
 	cfg := Config{TTL: 15 * time.Second, RenewInterval: 5 * time.Second, KillGrace: 5 * time.Second,
 		SafetyMargin: 0, StopSignal: syscall.SIGTERM, RestartDelay: time.Second, Restart: RestartNever, OnLost: LostExit}
 	err := cfg.ValidateOptions()
-	if err == nil || !strings.Contains(err.Error(), "--safety-margin") {
+	if err == nil || !strings.Contains(err.Error(), "SafetyMargin") {
 		t.Fatalf("--safety-margin 0 accepted (err %v)", err)
 	}
 }
