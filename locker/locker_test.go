@@ -67,3 +67,25 @@ func TestConfigErrorWrapsRefused(t *testing.T) {
 		})
 	}
 }
+
+func TestLostSignal(t *testing.T) {
+	var s LostSignal
+	select {
+	case <-s.Lost():
+		t.Fatal("a new LostSignal is closed")
+	default:
+	}
+	if s.LostReason() != "" {
+		t.Fatalf("reason %q before Mark", s.LostReason())
+	}
+	if !s.Mark("key deleted") {
+		t.Fatal("the first Mark reports it did nothing")
+	}
+	if s.Mark("session expired") {
+		t.Fatal("a second Mark reports it closed Lost")
+	}
+	<-s.Lost()
+	if got := s.LostReason(); got != "key deleted" {
+		t.Fatalf("reason %q, want the first one", got)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -27,10 +26,7 @@ type lease struct {
 	beat  uint64
 	index uint64
 
-	lost     chan struct{}
-	lostOnce sync.Once
-	mu       sync.Mutex
-	reason   string
+	locker.LostSignal
 
 	stopWatch context.CancelFunc
 	watching  chan struct{} // closed when the watch goroutine returned
@@ -48,7 +44,6 @@ func (l *Locker) newLease(session string, epoch, written, index uint64, rec reco
 		epoch:     epoch,
 		rec:       rec,
 		index:     written,
-		lost:      make(chan struct{}),
 		stopWatch: cancel,
 		watching:  make(chan struct{}),
 	}
@@ -79,17 +74,6 @@ func (ls *lease) Renew(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	return granted, nil
-}
-
-// Lost is closed once the key is deleted, released or held by another
-// session.
-func (ls *lease) Lost() <-chan struct{} { return ls.lost }
-
-// LostReason says why Lost was closed; empty while it is open.
-func (ls *lease) LostReason() string {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.reason
 }
 
 // Handle names the session and the key for ReleaseHandle.
@@ -143,13 +127,9 @@ func (l *Locker) giveBack(ctx context.Context, session string) error {
 
 // markLost closes Lost once, keeping the first reason.
 func (ls *lease) markLost(reason string) {
-	ls.lostOnce.Do(func() {
-		ls.mu.Lock()
-		ls.reason = reason
-		ls.mu.Unlock()
-		close(ls.lost)
+	if ls.Mark(reason) {
 		ls.l.log.Debug("leadership lost", "key", ls.l.path, "epoch", ls.epoch, "reason", reason)
-	})
+	}
 }
 
 // watch follows the key with blocking queries and closes Lost when it is no

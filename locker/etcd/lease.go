@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -27,10 +26,7 @@ type lease struct {
 	timeout time.Duration
 	log     hclog.Logger
 
-	lost     chan struct{}
-	lostOnce sync.Once
-	mu       sync.Mutex
-	reason   string
+	locker.LostSignal
 
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
@@ -50,7 +46,6 @@ func newLease(c *candidate, seen int64) *lease {
 		rev:       c.rev,
 		timeout:   c.l.timeout,
 		log:       c.l.log,
-		lost:      make(chan struct{}),
 		stopWatch: cancel,
 		watchDone: make(chan struct{}),
 	}
@@ -67,7 +62,7 @@ func (s *lease) Epoch() uint64 { return uint64(s.rev) }
 // returns the TTL etcd granted. A lease etcd no longer knows is lost for good.
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	select {
-	case <-s.lost:
+	case <-s.Lost():
 		// Leadership ended; a renewal must not look like a success (§1.3).
 		return 0, fmt.Errorf("etcd: renew lease %x: %w: %s", s.id, locker.ErrLost, s.LostReason())
 	default:
@@ -83,24 +78,10 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	return time.Duration(ttl) * time.Second, nil
 }
 
-// Lost is closed when etcd shows that leadership is gone.
-func (s *lease) Lost() <-chan struct{} { return s.lost }
-
-// LostReason says why Lost was closed; empty while it is open.
-func (s *lease) LostReason() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reason
-}
-
 func (s *lease) markLost(reason string) {
-	s.lostOnce.Do(func() {
-		s.mu.Lock()
-		s.reason = reason
-		s.mu.Unlock()
+	if s.Mark(reason) {
 		s.log.Debug("leadership lost", "key", s.key, "reason", reason)
-		close(s.lost)
-	})
+	}
 }
 
 // Handle is "<lease-id-hex>:<election key>"; see Locker.ReleaseHandle.

@@ -27,11 +27,9 @@ type lease struct {
 
 	mu       sync.Mutex
 	cur      *coordinationv1.Lease // as our last successful write left it
-	reason   string
-	released bool // Release was called: no more writes
+	released bool                  // Release was called: no more writes
 
-	lost      chan struct{}
-	lostOnce  sync.Once
+	locker.LostSignal
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 }
@@ -42,7 +40,7 @@ var _ locker.Lease = (*lease)(nil)
 // before the leadership is handed to the caller.
 func newLease(l *Locker, got *coordinationv1.Lease, epoch uint64, term string) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &lease{l: l, epoch: epoch, term: term, cur: got, lost: make(chan struct{}), stopWatch: cancel, watchDone: make(chan struct{})}
+	s := &lease{l: l, epoch: epoch, term: term, cur: got, stopWatch: cancel, watchDone: make(chan struct{})}
 	go s.watchLease(ctx, got.ResourceVersion)
 	return s
 }
@@ -76,7 +74,7 @@ func (s *lease) update(ctx context.Context, op string, change func(*coordination
 	authRetried := false
 	for range 3 {
 		select {
-		case <-s.lost:
+		case <-s.Lost():
 			// Leadership ended; a write must not look like a success (§1.3).
 			return nil, fmt.Errorf("kubernetes: %s: %w: %s", op, locker.ErrLost, s.LostReason())
 		default:
@@ -135,24 +133,10 @@ func (s *lease) check(ls *coordinationv1.Lease) string {
 	return ""
 }
 
-// Lost is closed when the Lease shows that leadership is gone.
-func (s *lease) Lost() <-chan struct{} { return s.lost }
-
-// LostReason says why Lost was closed; empty while it is open.
-func (s *lease) LostReason() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reason
-}
-
 func (s *lease) markLost(reason string) {
-	s.lostOnce.Do(func() {
-		s.mu.Lock()
-		s.reason = reason
-		s.mu.Unlock()
+	if s.Mark(reason) {
 		s.l.log.Debug("leadership lost", "lease", s.l.namespace+"/"+s.l.name, "reason", reason)
-		close(s.lost)
-	})
+	}
 }
 
 // watchLease reports a loss as soon as the Lease is deleted or names

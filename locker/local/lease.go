@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/leaderrun/leaderrun/locker"
@@ -20,9 +19,7 @@ type Lease struct {
 	epoch uint64
 	ttl   time.Duration
 
-	once   sync.Once
-	lost   chan struct{}
-	reason string
+	lost locker.LostSignal
 }
 
 // Epoch is the persisted counter's value for this leadership.
@@ -41,25 +38,13 @@ func (l *Lease) Renew(ctx context.Context) (time.Duration, error) {
 	return l.ttl, nil
 }
 
-func (l *Lease) markLost(reason string) {
-	l.once.Do(func() {
-		l.reason = reason
-		close(l.lost)
-	})
-}
+func (l *Lease) markLost(reason string) { l.lost.Mark(reason) }
 
 // Lost is closed once Renew found the lock file replaced.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+func (l *Lease) Lost() <-chan struct{} { return l.lost.Lost() }
 
 // LostReason says why Lost was closed.
-func (l *Lease) LostReason() string {
-	select {
-	case <-l.lost:
-		return l.reason
-	default:
-		return ""
-	}
-}
+func (l *Lease) LostReason() string { return l.lost.LostReason() }
 
 // Handle names the lock file; there is nothing to release from outside.
 func (l *Lease) Handle() string { return l.path }

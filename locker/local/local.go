@@ -269,7 +269,7 @@ func (l *Locker) lead(f *os.File) (*Lease, error) {
 	if _, err := f.WriteAt(h.Record(), 0); err != nil {
 		return nil, fmt.Errorf("write holder record: %w", err)
 	}
-	return &Lease{file: f, path: l.lockPath, epoch: epoch, ttl: l.opts.TTL, lost: make(chan struct{})}, nil
+	return &Lease{file: f, path: l.lockPath, epoch: epoch, ttl: l.opts.TTL}, nil
 }
 
 // nextEpoch reads the durable counter and its copy beside the lock file,

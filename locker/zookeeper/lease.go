@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -28,10 +27,7 @@ type lease struct {
 	timeout time.Duration // per-call bound of the watch's own calls
 	log     hclog.Logger
 
-	lost     chan struct{}
-	lostOnce sync.Once
-	mu       sync.Mutex
-	reason   string
+	locker.LostSignal
 
 	stop      context.CancelFunc
 	watchDone chan struct{}
@@ -43,8 +39,7 @@ var _ locker.Lease = (*lease)(nil)
 func newLease(c *candidate, czxid int64) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &lease{
-		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, log: c.l.log,
-		lost: make(chan struct{}), stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
+		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
 	}
 	go s.watch(ctx)
 	go s.touch(ctx)
@@ -85,7 +80,7 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 // request recent; see the README's ZooKeeper safety notes.
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	select {
-	case <-s.lost:
+	case <-s.Lost():
 		// Leadership ended; a renewal must not look like a success (§1.3).
 		return 0, fmt.Errorf("zookeeper: renew %s: %w: %s", s.node, locker.ErrLost, s.LostReason())
 	default:
@@ -117,24 +112,10 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	return timeout, nil
 }
 
-// Lost is closed when ZooKeeper shows that leadership is gone.
-func (s *lease) Lost() <-chan struct{} { return s.lost }
-
-// LostReason says why Lost was closed; empty while it is open.
-func (s *lease) LostReason() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reason
-}
-
 func (s *lease) markLost(reason string) {
-	s.lostOnce.Do(func() {
-		s.mu.Lock()
-		s.reason = reason
-		s.mu.Unlock()
+	if s.Mark(reason) {
 		s.log.Debug("leadership lost", "znode", s.node, "reason", reason)
-		close(s.lost)
-	})
+	}
 }
 
 // watch closes Lost when our znode is deleted, our session expires, or the

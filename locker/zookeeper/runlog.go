@@ -171,7 +171,7 @@ func (l *Locker) readRunsWith(ctx context.Context, s *zkSession, slot string) (m
 // isLost reports whether the lease already knows it is lost.
 func isLost(s *lease) bool {
 	select {
-	case <-s.lost:
+	case <-s.Lost():
 		return true
 	default:
 		return false
