@@ -15,6 +15,7 @@ import (
 	"github.com/leaderrun/leaderrun/internal/testcluster"
 	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // secret is a password that must never show up in an error.
@@ -108,7 +109,7 @@ func TestParseHandle(t *testing.T) {
 func TestAuth(t *testing.T) {
 	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	cli := rawClient(t, eps)
-	ctx := ctxFor(t, 10*time.Second)
+	ctx := lockertest.Ctx(t, 10*time.Second)
 	for _, step := range []func() error{
 		func() error { _, err := cli.RoleAdd(ctx, "root"); return err },
 		func() error { _, err := cli.UserAdd(ctx, "root", secret); return err },
@@ -131,9 +132,9 @@ func TestAuth(t *testing.T) {
 	}
 	for _, tc := range refused {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLocker(t, eps, keyFor(t), func(c *Config) { c.Username, c.Password = tc.user, tc.password })
+			l := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.Username, c.Password = tc.user, tc.password })
 			start := time.Now()
-			_, err := l.Acquire(ctxFor(t, 10*time.Second))
+			_, err := l.Acquire(lockertest.Ctx(t, 10*time.Second))
 			took := time.Since(start)
 			t.Logf("%v after %v", err, took)
 			if !errors.Is(err, locker.ErrRefused) {
@@ -149,23 +150,23 @@ func TestAuth(t *testing.T) {
 	}
 
 	t.Run("right password", func(t *testing.T) {
-		l := newLocker(t, eps, keyFor(t), func(c *Config) { c.Username, c.Password = "root", secret })
-		lease := mustAcquire(t, l)
+		l := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.Username, c.Password = "root", secret })
+		lease := lockertest.MustAcquire(t, l)
 		// The first renewal opens the keep-alive stream and so
 		// authenticates; later ones reuse it.
 		start := time.Now()
-		if _, err := lease.Renew(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := lease.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
 		first := time.Since(start)
 		start = time.Now()
 		for i := 0; i < 5; i++ {
-			if _, err := lease.Renew(ctxFor(t, 5*time.Second)); err != nil {
+			if _, err := lease.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
 		}
 		t.Logf("renew round trip with auth: first %v, then %v on average", first, time.Since(start)/5)
-		h, err := l.Leader(ctxFor(t, 5*time.Second))
+		h, err := l.Leader(lockertest.Ctx(t, 5*time.Second))
 		if err != nil || h.Epoch != lease.Epoch() {
 			t.Fatalf("Leader = %+v, %v", h, err)
 		}
@@ -197,9 +198,9 @@ func TestTransportMismatch(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLocker(t, tc.endpoints, keyFor(t), func(c *Config) { c.CACert = tc.ca })
+			l := newLocker(t, tc.endpoints, lockertest.Key(t), func(c *Config) { c.CACert = tc.ca })
 			start := time.Now()
-			_, err := l.Acquire(ctxFor(t, 10*time.Second))
+			_, err := l.Acquire(lockertest.Ctx(t, 10*time.Second))
 			took := time.Since(start)
 			t.Logf("%v after %v", err, took)
 			if !errors.Is(err, locker.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
@@ -229,7 +230,7 @@ func TestUnreachable(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := newLocker(t, tc.endpoints, keyFor(t))
+			l := newLocker(t, tc.endpoints, lockertest.Key(t))
 			for _, call := range []struct {
 				name string
 				do   func(context.Context) error
@@ -238,7 +239,7 @@ func TestUnreachable(t *testing.T) {
 				{"Leader", func(ctx context.Context) error { _, err := l.Leader(ctx); return err }},
 			} {
 				start := time.Now()
-				err := call.do(ctxFor(t, 2*time.Second))
+				err := call.do(lockertest.Ctx(t, 2*time.Second))
 				took := time.Since(start)
 				t.Logf("%s: %v after %v", call.name, err, took)
 				if err == nil || errors.Is(err, locker.ErrRefused) {
@@ -338,7 +339,7 @@ func TestRenewBoundedByContext(t *testing.T) {
 	k := newKeeper(rawClient(t, []string{startSilentServer(t)}), 0x694d7c)
 	defer k.close()
 	start := time.Now()
-	_, err := k.renew(ctxFor(t, 500*time.Millisecond))
+	_, err := k.renew(lockertest.Ctx(t, 500*time.Millisecond))
 	took := time.Since(start)
 	t.Logf("%v after %v", err, took)
 	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
@@ -379,8 +380,8 @@ func TestTLSHandshakeCutIsRetryable(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLocker(t, []string{listen(t, tc.greet)}, keyFor(t), func(c *Config) { c.CACert = ca })
-			_, err := l.Acquire(ctxFor(t, 2*time.Second))
+			l := newLocker(t, []string{listen(t, tc.greet)}, lockertest.Key(t), func(c *Config) { c.CACert = ca })
+			_, err := l.Acquire(lockertest.Ctx(t, 2*time.Second))
 			t.Logf("Acquire: %v", err)
 			if err == nil || errors.Is(err, locker.ErrRefused) {
 				t.Fatalf("Acquire = %v, want a retryable error", err)

@@ -144,11 +144,7 @@ func RunLogContract(t *testing.T, newLocker NewLocker) {
 	}
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+func ctx(t *testing.T) context.Context { return Ctx(t, 10*time.Second) }
 
 func runLog(t *testing.T, l locker.Locker) locker.RunLog {
 	t.Helper()
