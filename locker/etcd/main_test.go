@@ -41,15 +41,7 @@ func newLocker(t testing.TB, endpoints []string, key string, mods ...func(*Confi
 		DialTimeout: 2 * time.Second,
 	}
 	cfg.Logger = lockertest.DebugLogger(key)
-	for _, m := range mods {
-		m(&cfg)
-	}
-	l, err := New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	return lockertest.Open(t, New, cfg, mods...)
 }
 
 // rawClient is a plain etcd client for poking at the cluster by hand.

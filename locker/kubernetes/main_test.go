@@ -47,15 +47,7 @@ func (s *server) newLocker(t testing.TB, key string, mods ...func(*Config)) *Loc
 		Timeout:    5 * time.Second,
 	}
 	cfg.Logger = lockertest.DebugLogger(key)
-	for _, m := range mods {
-		m(&cfg)
-	}
-	l, err := New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	return lockertest.Open(t, New, cfg, mods...)
 }
 
 // mustAcquire acquires and confirms (the supervisor's first renewal), or

@@ -100,3 +100,18 @@ func IsClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// Open applies mods to cfg in order, builds a Locker from it with the
+// backend's New, or fails the test, and closes it when the test ends.
+func Open[C any, L locker.Locker](t testing.TB, newLocker func(C) (L, error), cfg C, mods ...func(*C)) L {
+	t.Helper()
+	for _, m := range mods {
+		m(&cfg)
+	}
+	l, err := newLocker(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}

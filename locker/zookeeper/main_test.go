@@ -42,15 +42,7 @@ func newLocker(t testing.TB, servers []string, key string, mods ...func(*Config)
 		DialTimeout: 3 * time.Second,
 	}
 	cfg.Logger = lockertest.DebugLogger(key)
-	for _, m := range mods {
-		m(&cfg)
-	}
-	l, err := New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	return lockertest.Open(t, New, cfg, mods...)
 }
 
 // rawConn is a plain go-zookeeper connection for poking at the ensemble.
