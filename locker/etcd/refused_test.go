@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -218,7 +217,7 @@ func TestTransportMismatch(t *testing.T) {
 // at once, a server that accepts and never answers fails at the deadline.
 func TestUnreachable(t *testing.T) {
 	closed := closedPort(t)
-	silent := startSilentServer(t)
+	silent := testsupport.SilentServer(t)
 	tests := []struct {
 		name      string
 		endpoints []string
@@ -270,56 +269,8 @@ func startTLSServer(t testing.TB, _ string, ca *testsupport.CA) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, ln, func(c net.Conn) { _ = c.(*tls.Conn).Handshake() })
+	testsupport.Serve(t, ln, func(c net.Conn) { _ = c.(*tls.Conn).Handshake() })
 	return ln.Addr().String()
-}
-
-// startSilentServer accepts connections and never says a word.
-func startSilentServer(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve(t, ln, func(net.Conn) {})
-	return ln.Addr().String()
-}
-
-// serve accepts on ln, runs greet on each connection and keeps it open
-// until the test ends, when everything is closed and waited for.
-func serve(t testing.TB, ln net.Listener, greet func(net.Conn)) {
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				greet(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
 }
 
 // closedPort returns a loopback address nothing listens on.
@@ -336,7 +287,7 @@ func closedPort(t testing.TB) string {
 
 // A renewal against a server that never answers ends with its context.
 func TestRenewBoundedByContext(t *testing.T) {
-	k := newKeeper(rawClient(t, []string{startSilentServer(t)}), 0x694d7c)
+	k := newKeeper(rawClient(t, []string{testsupport.SilentServer(t)}), 0x694d7c)
 	defer k.close()
 	start := time.Now()
 	_, err := k.renew(lockertest.Ctx(t, 500*time.Millisecond))
@@ -358,7 +309,7 @@ func TestTLSHandshakeCutIsRetryable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		serve(t, ln, greet)
+		testsupport.Serve(t, ln, greet)
 		return ln.Addr().String()
 	}
 	tests := []struct {
