@@ -386,18 +386,6 @@ var notifyListener = testsupport.NotifySocket
 // expectNotify waits for a notification containing want.
 var expectNotify = testsupport.ExpectNotify
 
-// drainNotify discards notifications for d.
-func drainNotify(msgs <-chan string, d time.Duration) {
-	end := time.After(d)
-	for {
-		select {
-		case <-msgs:
-		case <-end:
-			return
-		}
-	}
-}
-
 func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -436,7 +424,7 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 		return code == 503
 	})
 	// A ping decided just before the verdict flipped may still arrive.
-	drainNotify(msgs, 300*time.Millisecond)
+	testsupport.DrainNotify(msgs, 300*time.Millisecond)
 	quiet := time.After(1200 * time.Millisecond) // six ping intervals
 	for done := false; !done; {
 		select {

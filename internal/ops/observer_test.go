@@ -290,7 +290,7 @@ func TestSystemdNotifications(t *testing.T) {
 	ticking.Store(false)
 	waitHealth(t, o, false, 3*time.Second)
 	// A ping decided just before the verdict flipped may still arrive.
-	drain(msgs, 150*time.Millisecond)
+	testsupport.DrainNotify(msgs, 150*time.Millisecond)
 	quiet := time.After(500 * time.Millisecond) // five ping intervals
 	for done := false; !done; {
 		select {
@@ -329,18 +329,6 @@ func TestCloseSaysStoppingWhenNoStopSequenceDid(t *testing.T) {
 	}
 	o.Close()
 	expect(t, msgs, "STOPPING=1", 2*time.Second)
-}
-
-// drain discards messages for d.
-func drain(msgs <-chan string, d time.Duration) {
-	end := time.After(d)
-	for {
-		select {
-		case <-msgs:
-		case <-end:
-			return
-		}
-	}
 }
 
 func waitHealth(t *testing.T, o *Observer, ok bool, within time.Duration) {

@@ -58,3 +58,15 @@ func ExpectNotify(t testing.TB, msgs <-chan string, want string, within time.Dur
 		}
 	}
 }
+
+// DrainNotify discards the messages that arrive within d.
+func DrainNotify(msgs <-chan string, d time.Duration) {
+	end := time.After(d)
+	for {
+		select {
+		case <-msgs:
+		case <-end:
+			return
+		}
+	}
+}
