@@ -65,7 +65,7 @@ func TestEtcdLeaderKilled(t *testing.T) {
 			t.Fatalf("Renew %d after recovery: %v", i, err)
 		}
 	}
-	if lockertest.IsClosed(lease.Lost()) {
+	if testsupport.IsClosed(lease.Lost()) {
 		t.Fatalf("Lost closed after a member failure: %s", lease.LostReason())
 	}
 
@@ -122,7 +122,7 @@ func TestEtcdQuorumLost(t *testing.T) {
 		}
 	}
 	t.Logf("%d renewals failed in time during the outage", failures)
-	if lockertest.IsClosed(lease.Lost()) {
+	if testsupport.IsClosed(lease.Lost()) {
 		t.Fatalf("Lost closed without a quorum: %s", lease.LostReason())
 	}
 
@@ -140,7 +140,7 @@ func TestEtcdQuorumLost(t *testing.T) {
 	if !renewed {
 		t.Fatal("Renew still fails after the quorum came back")
 	}
-	if lockertest.IsClosed(lease.Lost()) {
+	if testsupport.IsClosed(lease.Lost()) {
 		t.Fatalf("Lost closed across quorum loss and recovery: %s", lease.LostReason())
 	}
 

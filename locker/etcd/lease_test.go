@@ -70,7 +70,7 @@ func TestLease(t *testing.T) {
 		if !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew of a revoked lease = %v, want ErrLost", err)
 		}
-		if !lockertest.IsClosed(lease.Lost()) {
+		if !testsupport.IsClosed(lease.Lost()) {
 			t.Error("Renew saw the lease gone but Lost stays open")
 		}
 	})
@@ -90,7 +90,7 @@ func TestLease(t *testing.T) {
 			}
 		}
 		t.Logf("renew round trip: %v on average", time.Since(start)/rounds)
-		if lockertest.IsClosed(lease.Lost()) {
+		if testsupport.IsClosed(lease.Lost()) {
 			t.Errorf("Lost closed: %s", lease.LostReason())
 		}
 	})

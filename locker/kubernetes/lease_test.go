@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
@@ -260,7 +261,7 @@ func TestLease(t *testing.T) {
 		if _, err := a.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Renew after our own unseen write = %v, want success", err)
 		}
-		if lockertest.IsClosed(a.Lost()) {
+		if testsupport.IsClosed(a.Lost()) {
 			t.Fatalf("Lost closed: %s", a.LostReason())
 		}
 	})

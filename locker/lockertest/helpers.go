@@ -91,16 +91,6 @@ func AcquireAsync(t testing.TB, ctx context.Context, l locker.Locker) <-chan Acq
 	return ch
 }
 
-// IsClosed reports whether ch is closed, without waiting.
-func IsClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // Open applies mods to cfg in order, builds a Locker from it with the
 // backend's New, or fails the test, and closes it when the test ends.
 func Open[C any, L locker.Locker](t testing.TB, newLocker func(C) (L, error), cfg C, mods ...func(*C)) L {

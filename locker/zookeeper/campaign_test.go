@@ -46,7 +46,7 @@ func TestCampaign(t *testing.T) {
 			t.Fatalf("epoch went from %d to %d; want it to grow", la.Epoch(), r.Lease.Epoch())
 		}
 		t.Logf("hand-over took %v", r.At.Sub(released))
-		if lockertest.IsClosed(r.Lease.Lost()) {
+		if testsupport.IsClosed(r.Lease.Lost()) {
 			t.Fatalf("new lease lost at once: %s", r.Lease.LostReason())
 		}
 	})
@@ -102,7 +102,7 @@ func TestCampaign(t *testing.T) {
 		la := lockertest.MustAcquire(t, a)
 		c := rawConn(t, servers, "")
 		deleteTree(t, c, "/"+testPrefix)
-		testsupport.WaitFor(t, 10*time.Second, "Lost after the key path was deleted", func() bool { return lockertest.IsClosed(la.Lost()) })
+		testsupport.WaitFor(t, 10*time.Second, "Lost after the key path was deleted", func() bool { return testsupport.IsClosed(la.Lost()) })
 		if _, err := renew(la, 5*time.Second); !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew after delete = %v; want ErrLost", err)
 		}
@@ -127,7 +127,7 @@ func TestCampaign(t *testing.T) {
 		if r.Err != nil || r.Lease.Epoch() <= la.Epoch() {
 			t.Fatalf("standby after ReleaseHandle: %v (epoch %v)", r.Err, r.Lease)
 		}
-		testsupport.WaitFor(t, 10*time.Second, "old lease notices its session ended", func() bool { return lockertest.IsClosed(la.Lost()) })
+		testsupport.WaitFor(t, 10*time.Second, "old lease notices its session ended", func() bool { return testsupport.IsClosed(la.Lost()) })
 		if _, err := renew(la, 5*time.Second); !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew on an ended session = %v; want ErrLost", err)
 		}

@@ -37,7 +37,7 @@ func TestEnsembleLeaderKilled(t *testing.T) {
 		t.Fatal("no renewal succeeded within 30s of the leader's death")
 	}
 	t.Logf("first renewal through the new leader %v after the kill", ok.Sub(killed))
-	if lockertest.IsClosed(lease.Lost()) || lease.Epoch() != epoch {
+	if testsupport.IsClosed(lease.Lost()) || lease.Epoch() != epoch {
 		t.Fatalf("lease lost (%s) or epoch changed (%d -> %d)", lease.LostReason(), epoch, lease.Epoch())
 	}
 	h, err := l.Leader(lockertest.Ctx(t, 10*time.Second))
@@ -64,7 +64,7 @@ func TestEnsembleQuorumLost(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	testsupport.WaitFor(t, 2*testTTL, "Lost after the quorum was gone for longer than the session", func() bool {
-		return lockertest.IsClosed(lease.Lost())
+		return testsupport.IsClosed(lease.Lost())
 	})
 	t.Logf("lost: %s", lease.LostReason())
 }
@@ -118,7 +118,7 @@ func TestFollowerCutOff(t *testing.T) {
 		t.Logf("the cut-off follower still says %s exists, after the standby took over", node)
 	}
 	z.Heal(follower)
-	testsupport.WaitFor(t, 30*time.Second, "the cut-off lease learns its loss once healed", func() bool { return lockertest.IsClosed(lease.Lost()) })
+	testsupport.WaitFor(t, 30*time.Second, "the cut-off lease learns its loss once healed", func() bool { return testsupport.IsClosed(lease.Lost()) })
 	t.Logf("lost: %s", lease.LostReason())
 }
 
@@ -165,7 +165,7 @@ func TestSilentServer(t *testing.T) {
 	if took > ttl/2 {
 		t.Errorf("renewals failed for %v after one server went silent; the session should have moved at once", took)
 	}
-	if lockertest.IsClosed(lease.Lost()) {
+	if testsupport.IsClosed(lease.Lost()) {
 		t.Fatalf("lease lost: %s", lease.LostReason())
 	}
 }
