@@ -273,16 +273,8 @@ func TestSystemdNotifications(t *testing.T) {
 	waitHealth(t, o, false, 3*time.Second)
 	// A ping decided just before the verdict flipped may still arrive.
 	testsupport.DrainNotify(msgs, 150*time.Millisecond)
-	quiet := time.After(500 * time.Millisecond) // five ping intervals
-	for done := false; !done; {
-		select {
-		case m := <-msgs:
-			if strings.Contains(m, "WATCHDOG=1") {
-				t.Fatalf("watchdog ping while the loop is stuck (%s)", o.Health())
-			}
-		case <-quiet:
-			done = true
-		}
+	if _, ok := testsupport.NextNotify(msgs, "WATCHDOG=1", 500*time.Millisecond); ok { // five ping intervals
+		t.Fatalf("watchdog ping while the loop is stuck (%s)", o.Health())
 	}
 
 	// It turns again: pings resume.
