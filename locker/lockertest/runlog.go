@@ -1,5 +1,7 @@
 // Package lockertest holds contract tests that every backend runs against
-// its own real server, so that all backends keep the same promises.
+// its own real server, so that all backends keep the same promises, and the
+// helpers the backends' own tests share over locker.Locker and
+// locker.Lease (acquire, release, acquire in the background).
 package lockertest
 
 import (
