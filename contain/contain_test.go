@@ -3,6 +3,7 @@
 package contain
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
 func TestMain(m *testing.M) {
@@ -23,44 +26,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// zombieMainC exits its main thread while another thread keeps working:
-// /proc/PID/stat then says "Z" although the process runs on.
-const zombieMainC = `
-#include <pthread.h>
-#include <stdio.h>
-#include <unistd.h>
-static void *work(void *arg) {
-	FILE *f = fopen((const char *)arg, "a");
-	fprintf(f, "%d\n", getpid());
-	fclose(f);
-	for (;;) sleep(1);
-	return 0;
-}
-int main(int argc, char **argv) {
-	pthread_t t;
-	pthread_create(&t, 0, work, argv[1]);
-	pthread_exit(0);
-}
-`
-
-// buildZombieMain compiles zombieMainC with the system C compiler.
+// buildZombieMain builds the zombie-main-thread program of testsupport.
 func buildZombieMain(t *testing.T) string {
 	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no C compiler: install gcc (scripts/install-deps.sh) to build the zombie-main-thread program")
-		}
+	bin, err := testsupport.ZombieMain()
+	if errors.Is(err, testsupport.ErrNoCC) && os.Getenv("CI") != "true" {
 		t.Skip("no C compiler (cc) to build the zombie-main-thread program")
 	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "zmain.c")
-	if err := os.WriteFile(src, []byte(zombieMainC), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "zmain")
-	if out, err := exec.Command(cc, "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, out)
+	if err != nil {
+		t.Fatalf("build the zombie-main-thread program: %v", err)
 	}
 	return bin
 }
@@ -91,7 +65,7 @@ func startJob(t *testing.T, j *Job, script string) (pids []int, cmd *exec.Cmd) {
 	}
 	j.Started(cmd.Process.Pid)
 	go cmd.Wait()
-	waitFor(t, 5*time.Second, "the job to write its pids", func() bool {
+	testsupport.WaitFor(t, 5*time.Second, "the job to write its pids", func() bool {
 		b, _ := os.ReadFile(pfile)
 		pids = nil
 		for _, f := range strings.Fields(string(b)) {
@@ -104,17 +78,6 @@ func startJob(t *testing.T, j *Job, script string) (pids []int, cmd *exec.Cmd) {
 	// what escaped the group.
 	time.Sleep(300 * time.Millisecond)
 	return pids, cmd
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func openMode(t *testing.T, m Mode) *Box {

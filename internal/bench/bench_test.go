@@ -1,14 +1,10 @@
 package bench
 
 import (
-	"flag"
-	"fmt"
 	"os"
 	"syscall"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/leaderrun/leaderrun/internal/chaos"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
@@ -17,26 +13,7 @@ import (
 // bins are the binaries built for this test process.
 var bins chaos.Binaries
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	b, cleanup, err := chaos.BuildForTests()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins = b
-	code := m.Run()
-	if code == 0 {
-		// Every proxy, fence, process waiter and output reader must be
-		// gone once the tests have cleaned up.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
-			code = 1
-		}
-	}
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(chaos.RunTests(m, &bins)) }
 
 // newEnv starts the clusters the benchmark needs (0 servers: none).
 func newEnv(t *testing.T, etcdServers, consulServers, zkServers int) *Env {

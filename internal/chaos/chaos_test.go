@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/leaderrun/leaderrun/internal/fence"
 )
 
@@ -31,26 +29,7 @@ var bins Binaries
 // startCommit is the tree TestChaos started from.
 var startCommit string
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	b, cleanup, err := BuildForTests()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins = b
-	code := m.Run()
-	if code == 0 {
-		// Every proxy, fence, process waiter and output reader must be
-		// gone once the tests have cleaned up.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
-			code = 1
-		}
-	}
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(RunTests(m, &bins)) }
 
 // shortPlan is what the default `go test ./...` runs per backend: every
 // fault once on etcd, whose 3s lease makes each one quick; on Consul,

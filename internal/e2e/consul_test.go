@@ -3,16 +3,13 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
 // consulTTL is Consul's minimum session TTL; the tests' kill point is the
@@ -268,35 +265,6 @@ func TestConsulAddressList(t *testing.T) {
 	t.Logf("quorum lost: child died %v before the last renewal + ttl", lastRenewal.Add(consulTTL).Sub(died).Round(time.Millisecond))
 }
 
-// faultyConsul is a reverse proxy to a Consul agent. Once fail holds a
-// path prefix, it answers 500 to every request except those whose path
-// starts with that prefix.
-type faultyConsul struct {
-	addr string
-	fail atomic.Value // string: the one prefix still let through
-}
-
-func newFaultyConsul(t *testing.T, target string) *faultyConsul {
-	t.Helper()
-	u, err := url.Parse("http://" + target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &faultyConsul{}
-	f.fail.Store("")
-	rp := httputil.NewSingleHostReverseProxy(u)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := f.fail.Load().(string); p != "" && !strings.HasPrefix(r.URL.Path, p) {
-			http.Error(w, "injected fault", http.StatusInternalServerError)
-			return
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	f.addr = strings.TrimPrefix(srv.URL, "http://")
-	return f
-}
-
 // TestConsulObserverTakeover: every request of the leader fails except its
 // session renewals (so the heartbeat, the watch and the release fail, and
 // the session stays alive), or except its heartbeat writes (which it then
@@ -313,10 +281,10 @@ func TestConsulObserverTakeover(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			proxy := newFaultyConsul(t, c.HTTPAddr(0))
+			proxy := testsupport.NewFaultyHTTP(t, c.HTTPAddr(0))
 			key := newKey("observe")
 			dir := t.TempDir()
-			a := startHost(t, dir, "a", "b", consulArgs(proxy.addr, key, "--log-level", "debug"))
+			a := startHost(t, dir, "a", "b", consulArgs(proxy.Addr, key, "--log-level", "debug"))
 			a.waitStarted(t, 30*time.Second)
 			b := startHost(t, dir, "b", "a", consulArgs(c.HTTPAddr(0), key))
 			waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "campaigning") })
@@ -325,7 +293,7 @@ func TestConsulObserverTakeover(t *testing.T) {
 				t.Fatal("the standby's child started while the leader renewed")
 			}
 
-			proxy.fail.Store(tc.only)
+			proxy.FailExcept(tc.only)
 			cut := time.Now()
 			b.waitStarted(t, 3*consulTTL)
 			took := b.stamp(t, "start").Sub(cut)

@@ -4,10 +4,8 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,59 +14,18 @@ import (
 
 	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
-// zombieMainC exits its main thread while another thread keeps working:
-// /proc/PID/stat then says "Z" although the process runs on.
-const zombieMainC = `
-#include <pthread.h>
-#include <stdio.h>
-#include <unistd.h>
-static void *work(void *arg) {
-	FILE *f = fopen((const char *)arg, "a");
-	fprintf(f, "%d\n", getpid());
-	fclose(f);
-	for (;;) sleep(1);
-	return 0;
-}
-int main(int argc, char **argv) {
-	pthread_t t;
-	pthread_create(&t, 0, work, argv[1]);
-	pthread_exit(0);
-}
-`
-
-var (
-	zmainOnce sync.Once
-	zmainPath string
-	zmainErr  error
-)
-
-// zombieMain compiles zombieMainC once; the C compiler comes from
-// scripts/install-deps.sh.
+// zombieMain is the zombie-main-thread program of testsupport; the C
+// compiler comes from scripts/install-deps.sh.
 func zombieMain(t *testing.T) string {
 	t.Helper()
-	zmainOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "leaderrun-zmain-")
-		if err != nil {
-			zmainErr = err
-			return
-		}
-		src := filepath.Join(dir, "zmain.c")
-		if zmainErr = os.WriteFile(src, []byte(zombieMainC), 0o644); zmainErr != nil {
-			return
-		}
-		zmainPath = filepath.Join(dir, "zmain")
-		out, err := exec.Command("cc", "-pthread", "-o", zmainPath, src).CombinedOutput()
-		if err != nil {
-			zmainErr = err
-			zmainPath = string(out)
-		}
-	})
-	if zmainErr != nil {
-		t.Fatalf("build the zombie-main-thread program (needs cc: scripts/install-deps.sh): %v %s", zmainErr, zmainPath)
+	bin, err := testsupport.ZombieMain()
+	if err != nil {
+		t.Fatalf("build the zombie-main-thread program: %v", err)
 	}
-	return zmainPath
+	return bin
 }
 
 // escapingJob is a job of processes that each outlive a process-group

@@ -1,52 +1,20 @@
 package e2e
 
 import (
-	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
 // Distributed cron: one attempt with --no-wait, quiet runs and skips, a
 // chosen exit code for "someone else has it" (issue: cron done right).
 
-// silentListener accepts connections on loopback and never answers: a
-// backend that hangs rather than refuses.
-func silentListener(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 func TestNoWaitUnreachableBackendExits125AtOnce(t *testing.T) {
 	t.Parallel()
-	silent := silentListener(t)
+	silent := testsupport.SilentServer(t)
 	cases := []struct {
 		name string
 		args []string

@@ -137,14 +137,7 @@ func (p *Proc) Wait(timeout time.Duration) int {
 }
 
 // Exited reports whether leaderrun has exited.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *Proc) Exited() bool { return testsupport.IsClosed(p.done) }
 
 // Signal sends sig to leaderrun itself.
 func (p *Proc) Signal(sig syscall.Signal) {

@@ -10,9 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -251,41 +249,14 @@ func httpAddr(t *testing.T, p *Proc) string {
 	return addr
 }
 
-var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-
-func httpGet(t *testing.T, addr, path string) (int, string) {
-	t.Helper()
-	resp, err := httpClient.Get("http://" + addr + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
-
-// series reads one sample of a Prometheus text exposition.
-func series(body, name string) (float64, bool) {
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
-}
-
 // waitMetrics polls /metrics until every series has the wanted value.
 func waitMetrics(t *testing.T, addr string, within time.Duration, want map[string]float64) string {
 	t.Helper()
 	var body string
 	waitFor(t, within, fmt.Sprintf("metrics %v", want), func() bool {
-		_, body = httpGet(t, addr, "/metrics")
+		_, body = testsupport.HTTPGet(t, addr, "/metrics")
 		for name, v := range want {
-			if got, ok := series(body, name); !ok || got != v {
+			if got, ok := testsupport.Metric(body, name); !ok || got != v {
 				return false
 			}
 		}
@@ -317,12 +288,12 @@ func TestMetricsAndHealthzThroughLossAndFreeze(t *testing.T) {
 		ChildPID int     `json:"child_pid"`
 		ID       string  `json:"id"`
 	}
-	code, body := httpGet(t, addr, "/status")
+	code, body := testsupport.HTTPGet(t, addr, "/status")
 	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || st.Role != "leader" || st.Key != key ||
 		st.Epoch != e1 || st.ChildPID == 0 || st.Left <= 0 || st.Left > 8 || st.ID == "" {
 		t.Fatalf("/status while leading: %d %v\n%s", code, err, body)
 	}
-	if code, body := httpGet(t, addr, "/healthz"); code != 200 {
+	if code, body := testsupport.HTTPGet(t, addr, "/healthz"); code != 200 {
 		t.Fatalf("/healthz while leading: %d %s", code, body)
 	}
 
@@ -342,7 +313,7 @@ func TestMetricsAndHealthzThroughLossAndFreeze(t *testing.T) {
 		"leaderrun_is_leader": 0, "leaderrun_leadership_lost_total": 1, "leaderrun_epoch": 0,
 	})
 	waitFor(t, 5*time.Second, "/status to say campaigning", func() bool {
-		_, body := httpGet(t, addr, "/status")
+		_, body := testsupport.HTTPGet(t, addr, "/status")
 		return strings.Contains(body, `"role": "campaigning"`)
 	})
 
@@ -351,7 +322,7 @@ func TestMetricsAndHealthzThroughLossAndFreeze(t *testing.T) {
 	body = waitMetrics(t, addr, 10*time.Second, map[string]float64{
 		"leaderrun_is_leader": 1, "leaderrun_leadership_acquired_total": 2, "leaderrun_child_starts_total": 2,
 	})
-	if e2, _ := series(body, "leaderrun_epoch"); e2 <= float64(e1) {
+	if e2, _ := testsupport.Metric(body, "leaderrun_epoch"); e2 <= float64(e1) {
 		t.Fatalf("epoch after rejoining %v, want > %d", e2, e1)
 	}
 
@@ -362,15 +333,15 @@ func TestMetricsAndHealthzThroughLossAndFreeze(t *testing.T) {
 	}
 	frozenAt := time.Now()
 	waitFor(t, 5*time.Second, "/healthz 503 for a stuck loop", func() bool {
-		code, body := httpGet(t, addr, "/healthz")
+		code, body := testsupport.HTTPGet(t, addr, "/healthz")
 		return code == 503 && strings.Contains(body, "event loop stuck")
 	})
 	t.Logf("/healthz said 503 (stuck) %v after the freeze", time.Since(frozenAt).Round(time.Millisecond))
 	waitFor(t, 15*time.Second, "/healthz 503 for a lease past its deadline", func() bool {
-		code, body := httpGet(t, addr, "/healthz")
+		code, body := testsupport.HTTPGet(t, addr, "/healthz")
 		return code == 503 && strings.Contains(body, "lease past its deadline")
 	})
-	if _, body := httpGet(t, addr, "/metrics"); !regexp.MustCompile(`(?m)^leaderrun_lease_remaining_seconds -`).MatchString(body) {
+	if _, body := testsupport.HTTPGet(t, addr, "/metrics"); !regexp.MustCompile(`(?m)^leaderrun_lease_remaining_seconds -`).MatchString(body) {
 		t.Errorf("lease_remaining_seconds not negative past the deadline:\n%s", body)
 	}
 	if err := os.Remove(freeze); err != nil {
@@ -385,18 +356,6 @@ var notifyListener = testsupport.NotifySocket
 
 // expectNotify waits for a notification containing want.
 var expectNotify = testsupport.ExpectNotify
-
-// drainNotify discards notifications for d.
-func drainNotify(msgs <-chan string, d time.Duration) {
-	end := time.After(d)
-	for {
-		select {
-		case <-msgs:
-		case <-end:
-			return
-		}
-	}
-}
 
 func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	t.Parallel()
@@ -432,21 +391,13 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "/healthz 503 for a stuck loop", func() bool {
-		code, _ := httpGet(t, addr, "/healthz")
+		code, _ := testsupport.HTTPGet(t, addr, "/healthz")
 		return code == 503
 	})
 	// A ping decided just before the verdict flipped may still arrive.
-	drainNotify(msgs, 300*time.Millisecond)
-	quiet := time.After(1200 * time.Millisecond) // six ping intervals
-	for done := false; !done; {
-		select {
-		case m := <-msgs:
-			if strings.Contains(m, "WATCHDOG=1") {
-				t.Fatalf("watchdog ping while the event loop is blocked")
-			}
-		case <-quiet:
-			done = true
-		}
+	testsupport.DrainNotify(msgs, 300*time.Millisecond)
+	if _, ok := testsupport.NextNotify(msgs, "WATCHDOG=1", 1200*time.Millisecond); ok { // six ping intervals
+		t.Fatalf("watchdog ping while the event loop is blocked")
 	}
 
 	// It turns again before the kill point: pings resume.

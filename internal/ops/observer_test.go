@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -100,37 +99,20 @@ func TestHealth(t *testing.T) {
 	}
 }
 
-var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-
 func get(t *testing.T, o *Observer, path string) (int, string) {
 	t.Helper()
-	resp, err := client.Get("http://" + o.Addr().String() + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	return resp.StatusCode, string(b)
+	return testsupport.HTTPGet(t, o.Addr().String(), path)
 }
 
 // metric returns the value of one exposition line, e.g.
 // `leaderrun_renewals_total{result="ok"}`.
 func metric(t *testing.T, body, series string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return f
-		}
+	v, ok := testsupport.Metric(body, series)
+	if !ok {
+		t.Fatalf("no series %s in:\n%s", series, body)
 	}
-	t.Fatalf("no series %s in:\n%s", series, body)
-	return 0
+	return v
 }
 
 func TestEndpointsFollowTheEvents(t *testing.T) {
@@ -290,17 +272,9 @@ func TestSystemdNotifications(t *testing.T) {
 	ticking.Store(false)
 	waitHealth(t, o, false, 3*time.Second)
 	// A ping decided just before the verdict flipped may still arrive.
-	drain(msgs, 150*time.Millisecond)
-	quiet := time.After(500 * time.Millisecond) // five ping intervals
-	for done := false; !done; {
-		select {
-		case m := <-msgs:
-			if strings.Contains(m, "WATCHDOG=1") {
-				t.Fatalf("watchdog ping while the loop is stuck (%s)", o.Health())
-			}
-		case <-quiet:
-			done = true
-		}
+	testsupport.DrainNotify(msgs, 150*time.Millisecond)
+	if _, ok := testsupport.NextNotify(msgs, "WATCHDOG=1", 500*time.Millisecond); ok { // five ping intervals
+		t.Fatalf("watchdog ping while the loop is stuck (%s)", o.Health())
 	}
 
 	// It turns again: pings resume.
@@ -329,18 +303,6 @@ func TestCloseSaysStoppingWhenNoStopSequenceDid(t *testing.T) {
 	}
 	o.Close()
 	expect(t, msgs, "STOPPING=1", 2*time.Second)
-}
-
-// drain discards messages for d.
-func drain(msgs <-chan string, d time.Duration) {
-	end := time.After(d)
-	for {
-		select {
-		case <-msgs:
-		case <-end:
-			return
-		}
-	}
 }
 
 func waitHealth(t *testing.T, o *Observer, ok bool, within time.Duration) {

@@ -45,16 +45,37 @@ func NotifySocket(t testing.TB) (path string, msgs <-chan string) {
 // returns it; the test fails if none arrives within the time given.
 func ExpectNotify(t testing.TB, msgs <-chan string, want string, within time.Duration) string {
 	t.Helper()
+	m, ok := NextNotify(msgs, want, within)
+	if !ok {
+		t.Fatalf("no notification with %q within %v", want, within)
+	}
+	return m
+}
+
+// NextNotify waits up to within for a message containing want, skipping
+// others; ok is false when none came. A test asserting silence fails on ok.
+func NextNotify(msgs <-chan string, want string, within time.Duration) (m string, ok bool) {
 	timeout := time.After(within)
 	for {
 		select {
 		case m := <-msgs:
 			if strings.Contains(m, want) {
-				return m
+				return m, true
 			}
 		case <-timeout:
-			t.Fatalf("no notification with %q within %v", want, within)
-			return ""
+			return "", false
+		}
+	}
+}
+
+// DrainNotify discards the messages that arrive within d.
+func DrainNotify(msgs <-chan string, d time.Duration) {
+	end := time.After(d)
+	for {
+		select {
+		case <-msgs:
+		case <-end:
+			return
 		}
 	}
 }

@@ -41,3 +41,13 @@ func ExitStatus(err error) int {
 	}
 	return -1
 }
+
+// IsClosed reports whether ch is closed, without waiting.
+func IsClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -245,28 +246,9 @@ func TestUnreachableAgentIsRetryable(t *testing.T) {
 // TestSilentAgentCallsEndWithCtx: an agent that accepts connections and
 // never answers (a frozen process) must not hold any call past its ctx.
 func TestSilentAgentCallsEndWithCtx(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		var conns []net.Conn
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				break
-			}
-			conns = append(conns, c) // held open, never answered
-		}
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	defer func() { ln.Close(); <-served }()
+	silent := testsupport.SilentServer(t) // held open, never answered
 
-	l, err := New(testConfig("silent", ln.Addr().String()))
+	l, err := New(testConfig("silent", silent))
 	if err != nil {
 		t.Fatal(err)
 	}

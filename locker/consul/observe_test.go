@@ -15,37 +15,10 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
-
-// faultyProxy forwards to a Consul agent and answers 500 to every request
-// whose path starts with the prefix in fail (none while it is empty).
-type faultyProxy struct {
-	addr string
-	fail atomic.Value // string
-}
-
-func newFaultyProxy(t *testing.T, target string) *faultyProxy {
-	t.Helper()
-	u, err := url.Parse("http://" + target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultyProxy{}
-	p.fail.Store("")
-	rp := httputil.NewSingleHostReverseProxy(u)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if f := p.fail.Load().(string); f != "" && strings.HasPrefix(r.URL.Path, f) {
-			http.Error(w, "injected fault", http.StatusInternalServerError)
-			return
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	p.addr = strings.TrimPrefix(srv.URL, "http://")
-	return p
-}
 
 // holderLoop renews ls the way the supervisor does (one attempt per
 // interval, each bounded by a tenth of the TTL) and keeps the send time of
@@ -113,9 +86,9 @@ func TestObserverTakeover(t *testing.T) {
 }
 
 func testTakeover(t *testing.T, c *cluster, fail string) {
-	proxy := newFaultyProxy(t, c.HTTPAddr(0))
+	proxy := testsupport.NewFaultyHTTP(t, c.HTTPAddr(0))
 	key := "takeover" + strings.ReplaceAll(fail, "/", "-")
-	a := c.locker(t, key, proxy.addr, func(cfg *Config) { cfg.LockDelay = MinTTL })
+	a := c.locker(t, key, proxy.Addr, func(cfg *Config) { cfg.LockDelay = MinTTL })
 	b := c.locker(t, key, c.HTTPAddr(0), func(cfg *Config) { cfg.LockDelay = MinTTL })
 	la := acquire(t, a)
 	h := startHolder(la, 2*time.Second)
@@ -141,7 +114,7 @@ func testTakeover(t *testing.T, c *cluster, fail string) {
 	default:
 	}
 
-	proxy.fail.Store(fail)
+	proxy.FailPrefix(fail)
 	cut := time.Now()
 	r := <-done
 	if r.err != nil {
@@ -166,7 +139,7 @@ func testTakeover(t *testing.T, c *cluster, fail string) {
 
 	// The old holder learns it lost, and never renews again.
 	h.halt()
-	proxy.fail.Store("")
+	proxy.FailPrefix("")
 	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer rcancel()
 	if _, err := la.Renew(rctx); !errors.Is(err, locker.ErrLost) {

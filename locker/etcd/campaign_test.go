@@ -14,7 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // TestCampaign runs the election tests against one shared single-member
@@ -26,54 +28,54 @@ func TestCampaign(t *testing.T) {
 	// The second candidate waits while the first leads, and takes over
 	// promptly with a higher epoch once the first releases.
 	t.Run("SecondWaitsThenTakesOver", func(t *testing.T) {
-		a := newLocker(t, eps, keyFor(t))
-		b := newLocker(t, eps, keyFor(t))
-		first := mustAcquire(t, a)
+		a := newLocker(t, eps, lockertest.Key(t))
+		b := newLocker(t, eps, lockertest.Key(t))
+		first := lockertest.MustAcquire(t, a)
 
-		ch := acquireAsync(t, ctxFor(t, 20*time.Second), b)
-		eventually(t, 5*time.Second, "second candidate's key appears", func() bool {
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 20*time.Second), b)
+		testsupport.WaitFor(t, 5*time.Second, "second candidate's key appears", func() bool {
 			return len(candidateKeys(t, cli, a)) == 2
 		})
 		select {
 		case r := <-ch:
-			t.Fatalf("second Acquire returned while the first leads: %v", r.err)
+			t.Fatalf("second Acquire returned while the first leads: %v", r.Err)
 		case <-time.After(300 * time.Millisecond): // a window in which it must stay blocked
 		}
 
 		released := time.Now()
-		if err := first.Release(ctxFor(t, 2*time.Second)); err != nil {
+		if err := first.Release(lockertest.Ctx(t, 2*time.Second)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 		r := <-ch
-		if r.err != nil {
-			t.Fatalf("second Acquire: %v", r.err)
+		if r.Err != nil {
+			t.Fatalf("second Acquire: %v", r.Err)
 		}
-		defer r.lease.Release(ctxFor(t, 2*time.Second))
-		latency := r.at.Sub(released)
+		defer r.Lease.Release(lockertest.Ctx(t, 2*time.Second))
+		latency := r.At.Sub(released)
 		t.Logf("acquire after release: %v", latency)
 		if latency > time.Second {
 			t.Errorf("second candidate took %v after the release, want < 1s", latency)
 		}
-		if r.lease.Epoch() <= first.Epoch() {
-			t.Errorf("epoch %d after %d, want strictly greater", r.lease.Epoch(), first.Epoch())
+		if r.Lease.Epoch() <= first.Epoch() {
+			t.Errorf("epoch %d after %d, want strictly greater", r.Lease.Epoch(), first.Epoch())
 		}
 		// The epoch is the key's CreateRevision, not a later revision
 		// (the release above moved the cluster's revision on).
-		resp, err := cli.Get(ctxFor(t, 5*time.Second), r.lease.(*lease).key)
-		if err != nil || len(resp.Kvs) != 1 || uint64(resp.Kvs[0].CreateRevision) != r.lease.Epoch() {
-			t.Errorf("epoch %d is not the CreateRevision of our key (%v, %v)", r.lease.Epoch(), resp, err)
+		resp, err := cli.Get(lockertest.Ctx(t, 5*time.Second), r.Lease.(*lease).key)
+		if err != nil || len(resp.Kvs) != 1 || uint64(resp.Kvs[0].CreateRevision) != r.Lease.Epoch() {
+			t.Errorf("epoch %d is not the CreateRevision of our key (%v, %v)", r.Lease.Epoch(), resp, err)
 		}
 	})
 
 	// NoWait gives up at once with ErrHeld and leaves nothing behind.
 	t.Run("NoWaitHeld", func(t *testing.T) {
-		a := newLocker(t, eps, keyFor(t))
-		b := newLocker(t, eps, keyFor(t), func(c *Config) { c.NoWait = true })
-		mustAcquire(t, a)
+		a := newLocker(t, eps, lockertest.Key(t))
+		b := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.NoWait = true })
+		lockertest.MustAcquire(t, a)
 		before := leaseCount(t, cli)
 
 		start := time.Now()
-		lease, err := b.Acquire(ctxFor(t, 10*time.Second))
+		lease, err := b.Acquire(lockertest.Ctx(t, 10*time.Second))
 		if !errors.Is(err, locker.ErrHeld) {
 			t.Fatalf("Acquire with NoWait while held = %v, %v; want ErrHeld", lease, err)
 		}
@@ -88,28 +90,28 @@ func TestCampaign(t *testing.T) {
 			t.Errorf("%d leases before NoWait, %d after: its lease was not revoked", before, after)
 		}
 		// And without a holder, NoWait acquires.
-		c := newLocker(t, eps, keyFor(t)+"-free", func(c *Config) { c.NoWait = true })
-		mustAcquire(t, c)
+		c := newLocker(t, eps, lockertest.Key(t)+"-free", func(c *Config) { c.NoWait = true })
+		lockertest.MustAcquire(t, c)
 	})
 
 	// Cancelling a waiting Acquire returns ctx.Err() at once, revokes the
 	// candidate's lease and leaves no goroutine behind.
 	t.Run("CancelWhileWaiting", func(t *testing.T) {
-		a := newLocker(t, eps, keyFor(t))
-		b := newLocker(t, eps, keyFor(t))
-		mustAcquire(t, a)
+		a := newLocker(t, eps, lockertest.Key(t))
+		b := newLocker(t, eps, lockertest.Key(t))
+		lockertest.MustAcquire(t, a)
 		// Dial b's client first: its connection goroutines live until
 		// Close and are not what this test looks for.
-		if _, err := b.Leader(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := b.Leader(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Leader: %v", err)
 		}
 		baseline := goleak.IgnoreCurrent()
 
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		ch := acquireAsync(t, ctx, b)
+		ch := lockertest.AcquireAsync(t, ctx, b)
 		var waiting string
-		eventually(t, 5*time.Second, "second candidate's key appears", func() bool {
+		testsupport.WaitFor(t, 5*time.Second, "second candidate's key appears", func() bool {
 			keys := candidateKeys(t, cli, a)
 			if len(keys) == 2 {
 				waiting = keys[1]
@@ -119,16 +121,16 @@ func TestCampaign(t *testing.T) {
 		cancel()
 		cancelled := time.Now()
 		r := <-ch
-		if !errors.Is(r.err, context.Canceled) || r.lease != nil {
-			t.Fatalf("cancelled Acquire = %v, %v; want context.Canceled", r.lease, r.err)
+		if !errors.Is(r.Err, context.Canceled) || r.Lease != nil {
+			t.Fatalf("cancelled Acquire = %v, %v; want context.Canceled", r.Lease, r.Err)
 		}
 		// The revocation is one Raft write; a loaded machine gets slack.
-		t.Logf("Acquire returned %v after cancel", r.at.Sub(cancelled))
-		if d := r.at.Sub(cancelled); d > time.Second {
+		t.Logf("Acquire returned %v after cancel", r.At.Sub(cancelled))
+		if d := r.At.Sub(cancelled); d > time.Second {
 			t.Errorf("Acquire returned %v after cancel, want < 1s", d)
 		}
 		id := leaseOfKey(t, waiting)
-		ttl, err := cli.TimeToLive(ctxFor(t, 5*time.Second), id)
+		ttl, err := cli.TimeToLive(lockertest.Ctx(t, 5*time.Second), id)
 		if err != nil || ttl.TTL != -1 {
 			t.Errorf("TimeToLive of the cancelled candidate's lease %x = %+v, %v; want revoked (-1)", id, ttl, err)
 		}
@@ -149,10 +151,10 @@ func TestCampaign(t *testing.T) {
 	// Epochs strictly increase across successive leaderships, also when the
 	// whole prefix is deleted by hand in between (DESIGN §1.1).
 	t.Run("EpochsIncrease", func(t *testing.T) {
-		l := newLocker(t, eps, keyFor(t))
+		l := newLocker(t, eps, lockertest.Key(t))
 		var last uint64
 		for i := 0; i < 20; i++ {
-			lease, err := l.Acquire(ctxFor(t, 10*time.Second))
+			lease, err := l.Acquire(lockertest.Ctx(t, 10*time.Second))
 			if err != nil {
 				t.Fatalf("leadership %d: %v", i, err)
 			}
@@ -160,11 +162,11 @@ func TestCampaign(t *testing.T) {
 				t.Errorf("leadership %d: epoch %d after %d", i, lease.Epoch(), last)
 			}
 			last = lease.Epoch()
-			if err := lease.Release(ctxFor(t, 2*time.Second)); err != nil {
+			if err := lease.Release(lockertest.Ctx(t, 2*time.Second)); err != nil {
 				t.Fatalf("release %d: %v", i, err)
 			}
 			if i%2 == 0 {
-				if _, err := cli.Delete(ctxFor(t, 5*time.Second), "/"+testPrefix+"/", clientv3.WithPrefix()); err != nil {
+				if _, err := cli.Delete(lockertest.Ctx(t, 5*time.Second), "/"+testPrefix+"/", clientv3.WithPrefix()); err != nil {
 					t.Fatalf("delete prefix: %v", err)
 				}
 			}
@@ -175,28 +177,28 @@ func TestCampaign(t *testing.T) {
 	// once it leads, only Renew keeps the lease: without renewals it runs
 	// out within about a TTL and Lost closes.
 	t.Run("StandbyKeepAliveOnlyWhileWaiting", func(t *testing.T) {
-		a := newLocker(t, eps, keyFor(t))
-		b := newLocker(t, eps, keyFor(t), func(c *Config) { c.TTL = 2 * time.Second })
-		first := mustAcquire(t, a)
-		ch := acquireAsync(t, ctxFor(t, 20*time.Second), b)
-		eventually(t, 5*time.Second, "second candidate's key appears", func() bool {
+		a := newLocker(t, eps, lockertest.Key(t))
+		b := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.TTL = 2 * time.Second })
+		first := lockertest.MustAcquire(t, a)
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 20*time.Second), b)
+		testsupport.WaitFor(t, 5*time.Second, "second candidate's key appears", func() bool {
 			return len(candidateKeys(t, cli, a)) == 2
 		})
 		select {
 		case r := <-ch: // two TTLs of waiting
-			t.Fatalf("second Acquire returned while the first leads: %v", r.err)
+			t.Fatalf("second Acquire returned while the first leads: %v", r.Err)
 		case <-time.After(4 * time.Second):
 		}
-		if err := first.Release(ctxFor(t, 2*time.Second)); err != nil {
+		if err := first.Release(lockertest.Ctx(t, 2*time.Second)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 		r := <-ch
-		if r.err != nil {
-			t.Fatalf("Acquire after waiting two TTLs: %v", r.err)
+		if r.Err != nil {
+			t.Fatalf("Acquire after waiting two TTLs: %v", r.Err)
 		}
 		select {
-		case <-r.lease.Lost():
-			t.Logf("unrenewed lease lost %v after Acquire: %s", time.Since(r.at), r.lease.LostReason())
+		case <-r.Lease.Lost():
+			t.Logf("unrenewed lease lost %v after Acquire: %s", time.Since(r.At), r.Lease.LostReason())
 		case <-time.After(6 * time.Second):
 			t.Fatal("a 2s lease nobody renews is still alive 6s after Acquire: something else renews it")
 		}
@@ -206,31 +208,31 @@ func TestCampaign(t *testing.T) {
 	// predecessor goes, even though it then has no predecessor; a later
 	// candidate leads instead.
 	t.Run("VerifyAfterWait", func(t *testing.T) {
-		a := newLocker(t, eps, keyFor(t))
-		b := newLocker(t, eps, keyFor(t))
-		first := mustAcquire(t, a)
-		ch := acquireAsync(t, ctxFor(t, 20*time.Second), b)
+		a := newLocker(t, eps, lockertest.Key(t))
+		b := newLocker(t, eps, lockertest.Key(t))
+		first := lockertest.MustAcquire(t, a)
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 20*time.Second), b)
 		var waiting string
-		eventually(t, 5*time.Second, "second candidate's key appears", func() bool {
+		testsupport.WaitFor(t, 5*time.Second, "second candidate's key appears", func() bool {
 			if keys := candidateKeys(t, cli, a); len(keys) == 2 {
 				waiting = keys[1]
 			}
 			return waiting != ""
 		})
-		if _, err := cli.Delete(ctxFor(t, 5*time.Second), waiting); err != nil {
+		if _, err := cli.Delete(lockertest.Ctx(t, 5*time.Second), waiting); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
-		if err := first.Release(ctxFor(t, 2*time.Second)); err != nil {
+		if err := first.Release(lockertest.Ctx(t, 2*time.Second)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 		r := <-ch
-		if r.err == nil || errors.Is(r.err, locker.ErrRefused) || errors.Is(r.err, locker.ErrHeld) {
-			t.Fatalf("Acquire of a candidate whose key vanished = %v, %v; want a retryable error", r.lease, r.err)
+		if r.Err == nil || errors.Is(r.Err, locker.ErrRefused) || errors.Is(r.Err, locker.ErrHeld) {
+			t.Fatalf("Acquire of a candidate whose key vanished = %v, %v; want a retryable error", r.Lease, r.Err)
 		}
-		t.Logf("Acquire: %v", r.err)
-		c := newLocker(t, eps, keyFor(t), func(c *Config) { c.NoWait = true })
-		mustAcquire(t, c)
-		if ttl, err := cli.TimeToLive(ctxFor(t, 5*time.Second), leaseOfKey(t, waiting)); err != nil || ttl.TTL != -1 {
+		t.Logf("Acquire: %v", r.Err)
+		c := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.NoWait = true })
+		lockertest.MustAcquire(t, c)
+		if ttl, err := cli.TimeToLive(lockertest.Ctx(t, 5*time.Second), leaseOfKey(t, waiting)); err != nil || ttl.TTL != -1 {
 			t.Errorf("lease of the failed candidate: %+v, %v; want revoked", ttl, err)
 		}
 	})
@@ -238,26 +240,26 @@ func TestCampaign(t *testing.T) {
 	// A waiting candidate whose lease is revoked notices it through its own
 	// keep-alive and gives up, instead of waiting for the leader.
 	t.Run("CandidateLeaseRevoked", func(t *testing.T) {
-		a := newLocker(t, eps, keyFor(t))
-		b := newLocker(t, eps, keyFor(t), func(c *Config) { c.TTL = 3 * time.Second })
-		mustAcquire(t, a)
-		ch := acquireAsync(t, ctxFor(t, 20*time.Second), b)
+		a := newLocker(t, eps, lockertest.Key(t))
+		b := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.TTL = 3 * time.Second })
+		lockertest.MustAcquire(t, a)
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 20*time.Second), b)
 		var waiting string
-		eventually(t, 5*time.Second, "second candidate's key appears", func() bool {
+		testsupport.WaitFor(t, 5*time.Second, "second candidate's key appears", func() bool {
 			if keys := candidateKeys(t, cli, a); len(keys) == 2 {
 				waiting = keys[1]
 			}
 			return waiting != ""
 		})
 		revoked := time.Now()
-		if _, err := cli.Revoke(ctxFor(t, 5*time.Second), leaseOfKey(t, waiting)); err != nil {
+		if _, err := cli.Revoke(lockertest.Ctx(t, 5*time.Second), leaseOfKey(t, waiting)); err != nil {
 			t.Fatalf("revoke: %v", err)
 		}
 		select {
 		case r := <-ch:
-			t.Logf("Acquire returned %v after the revoke: %v", r.at.Sub(revoked), r.err)
-			if r.err == nil || errors.Is(r.err, locker.ErrRefused) {
-				t.Fatalf("Acquire = %v, %v; want a retryable error", r.lease, r.err)
+			t.Logf("Acquire returned %v after the revoke: %v", r.At.Sub(revoked), r.Err)
+			if r.Err == nil || errors.Is(r.Err, locker.ErrRefused) {
+				t.Fatalf("Acquire = %v, %v; want a retryable error", r.Lease, r.Err)
 			}
 		case <-time.After(3 * time.Second): // the keep-alive runs every TTL/3 = 1s
 			t.Fatal("a candidate whose lease was revoked still waits 3s later")
@@ -277,28 +279,28 @@ func TestCampaign(t *testing.T) {
 		wakes := make([]atomic.Int64, n)
 		lockers := make([]*Locker, n)
 		for i := range lockers {
-			lockers[i] = newLocker(t, eps, keyFor(t))
+			lockers[i] = newLocker(t, eps, lockertest.Key(t))
 			lockers[i].onWake = func() { wakes[i].Add(1) }
 		}
 		leases := make([]locker.Lease, n)
-		leases[0] = mustAcquire(t, lockers[0])
-		results := make([]<-chan acquired, n)
-		ctx := ctxFor(t, 60*time.Second)
+		leases[0] = lockertest.MustAcquire(t, lockers[0])
+		results := make([]<-chan lockertest.Acquired, n)
+		ctx := lockertest.Ctx(t, 60*time.Second)
 		for i := 1; i < n; i++ {
-			results[i] = acquireAsync(t, ctx, lockers[i])
-			eventually(t, 5*time.Second, fmt.Sprintf("candidate %d queues", i), func() bool {
+			results[i] = lockertest.AcquireAsync(t, ctx, lockers[i])
+			testsupport.WaitFor(t, 5*time.Second, fmt.Sprintf("candidate %d queues", i), func() bool {
 				return len(candidateKeys(t, cli, lockers[0])) == i+1
 			})
 		}
 		for i := 1; i < n; i++ {
-			if err := leases[i-1].Release(ctxFor(t, 2*time.Second)); err != nil {
+			if err := leases[i-1].Release(lockertest.Ctx(t, 2*time.Second)); err != nil {
 				t.Fatalf("release %d: %v", i-1, err)
 			}
 			r := <-results[i]
-			if r.err != nil {
-				t.Fatalf("candidate %d: %v", i, r.err)
+			if r.Err != nil {
+				t.Fatalf("candidate %d: %v", i, r.Err)
 			}
-			leases[i] = r.lease
+			leases[i] = r.Lease
 			if got := wakes[i].Load(); got != 1 {
 				t.Errorf("hand-over %d: successor woke %d times, want 1", i, got)
 			}
@@ -308,7 +310,7 @@ func TestCampaign(t *testing.T) {
 				}
 			}
 		}
-		if err := leases[n-1].Release(ctxFor(t, 2*time.Second)); err != nil {
+		if err := leases[n-1].Release(lockertest.Ctx(t, 2*time.Second)); err != nil {
 			t.Fatalf("release last: %v", err)
 		}
 		var counts []string
@@ -333,7 +335,7 @@ func leaseOfKey(t testing.TB, key string) clientv3.LeaseID {
 // leaseCount counts the cluster's live leases.
 func leaseCount(t testing.TB, cli *clientv3.Client) int {
 	t.Helper()
-	resp, err := cli.Leases(ctxFor(t, 5*time.Second))
+	resp, err := cli.Leases(lockertest.Ctx(t, 5*time.Second))
 	if err != nil {
 		t.Fatalf("list leases: %v", err)
 	}

@@ -8,7 +8,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // etcdLeader returns the index of the member that leads the Raft group, or
@@ -16,7 +18,7 @@ import (
 func etcdLeader(t testing.TB, cli *clientv3.Client, e *testcluster.Etcd, members int) int {
 	t.Helper()
 	for i := 0; i < members; i++ {
-		st, err := cli.Status(ctxFor(t, time.Second), e.Member(i))
+		st, err := cli.Status(lockertest.Ctx(t, time.Second), e.Member(i))
 		if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
 			return i
 		}
@@ -30,13 +32,13 @@ func etcdLeader(t testing.TB, cli *clientv3.Client, e *testcluster.Etcd, members
 func TestEtcdLeaderKilled(t *testing.T) {
 	e := testcluster.StartEtcd(t, 3)
 	cli := rawClient(t, e.Endpoints())
-	lease := mustAcquire(t, newLocker(t, e.Endpoints(), keyFor(t)))
-	if _, err := lease.Renew(ctxFor(t, time.Second)); err != nil {
+	lease := lockertest.MustAcquire(t, newLocker(t, e.Endpoints(), lockertest.Key(t)))
+	if _, err := lease.Renew(lockertest.Ctx(t, time.Second)); err != nil {
 		t.Fatalf("Renew before the kill: %v", err)
 	}
 
 	victim := -1
-	eventually(t, 10*time.Second, "an etcd leader is known", func() bool {
+	testsupport.WaitFor(t, 10*time.Second, "an etcd leader is known", func() bool {
 		victim = etcdLeader(t, cli, e, 3)
 		return victim >= 0
 	})
@@ -48,7 +50,7 @@ func TestEtcdLeaderKilled(t *testing.T) {
 	attempts := 0
 	for {
 		attempts++
-		_, err := lease.Renew(ctxFor(t, time.Second))
+		_, err := lease.Renew(lockertest.Ctx(t, time.Second))
 		if err == nil {
 			break
 		}
@@ -59,16 +61,16 @@ func TestEtcdLeaderKilled(t *testing.T) {
 	}
 	t.Logf("killed etcd leader member %d; Renew succeeded on attempt %d, %v after the kill", victim, attempts, time.Since(killed))
 	for i := 0; i < 5; i++ {
-		if _, err := lease.Renew(ctxFor(t, time.Second)); err != nil {
+		if _, err := lease.Renew(lockertest.Ctx(t, time.Second)); err != nil {
 			t.Fatalf("Renew %d after recovery: %v", i, err)
 		}
 	}
-	if isClosed(lease.Lost()) {
+	if testsupport.IsClosed(lease.Lost()) {
 		t.Fatalf("Lost closed after a member failure: %s", lease.LostReason())
 	}
 
 	// The watch behind Lost survived the failure: a delete is still seen.
-	if _, err := cli.Delete(ctxFor(t, 5*time.Second), lease.(*etcdLease).key); err != nil {
+	if _, err := cli.Delete(lockertest.Ctx(t, 5*time.Second), lease.(*etcdLease).key); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
 	select {
@@ -85,14 +87,14 @@ func TestEtcdLeaderKilled(t *testing.T) {
 func TestEtcdQuorumLost(t *testing.T) {
 	e := testcluster.StartEtcd(t, 3)
 	cli := rawClient(t, e.Endpoints())
-	lease := mustAcquire(t, newLocker(t, e.Endpoints(), keyFor(t)))
+	lease := lockertest.MustAcquire(t, newLocker(t, e.Endpoints(), lockertest.Key(t)))
 	loseQuorum := func() {
 		e.Kill(1)
 		e.Kill(2)
 		// A lone former Raft leader renews locally until it notices it
 		// lost the quorum (CheckQuorum, one election timeout).
-		eventually(t, 10*time.Second, "member 0 has no leader", func() bool {
-			st, err := cli.Status(ctxFor(t, time.Second), e.Member(0))
+		testsupport.WaitFor(t, 10*time.Second, "member 0 has no leader", func() bool {
+			st, err := cli.Status(lockertest.Ctx(t, time.Second), e.Member(0))
 			return err == nil && st.Leader == 0
 		})
 	}
@@ -106,7 +108,7 @@ func TestEtcdQuorumLost(t *testing.T) {
 	defer pace.Stop()
 	for outage := time.Now(); time.Since(outage) < 5*time.Second; <-pace.C {
 		start := time.Now()
-		_, err := lease.Renew(ctxFor(t, time.Second))
+		_, err := lease.Renew(lockertest.Ctx(t, time.Second))
 		took := time.Since(start)
 		failures++
 		if failures == 1 {
@@ -120,7 +122,7 @@ func TestEtcdQuorumLost(t *testing.T) {
 		}
 	}
 	t.Logf("%d renewals failed in time during the outage", failures)
-	if isClosed(lease.Lost()) {
+	if testsupport.IsClosed(lease.Lost()) {
 		t.Fatalf("Lost closed without a quorum: %s", lease.LostReason())
 	}
 
@@ -129,7 +131,7 @@ func TestEtcdQuorumLost(t *testing.T) {
 	e.WaitHealthy(t)
 	renewed := false
 	for i := 0; i < 6 && !renewed; i++ {
-		_, err := lease.Renew(ctxFor(t, time.Second))
+		_, err := lease.Renew(lockertest.Ctx(t, time.Second))
 		renewed = err == nil
 		if errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew after the quorum came back: %v", err)
@@ -138,13 +140,13 @@ func TestEtcdQuorumLost(t *testing.T) {
 	if !renewed {
 		t.Fatal("Renew still fails after the quorum came back")
 	}
-	if isClosed(lease.Lost()) {
+	if testsupport.IsClosed(lease.Lost()) {
 		t.Fatalf("Lost closed across quorum loss and recovery: %s", lease.LostReason())
 	}
 
 	loseQuorum()
 	start := time.Now()
-	err := lease.Release(ctxFor(t, time.Second))
+	err := lease.Release(lockertest.Ctx(t, time.Second))
 	if took := time.Since(start); took > 1500*time.Millisecond {
 		t.Fatalf("Release with a 1s context took %v", took)
 	}

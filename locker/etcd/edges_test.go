@@ -19,21 +19,23 @@ import (
 	"github.com/leaderrun/leaderrun/internal/chaos"
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // A waiting candidate whose caller gives up ends within 1s (DESIGN §3),
 // even when etcd cannot be reached to revoke its lease.
 func TestWithdrawWhileUnreachable(t *testing.T) {
 	e := testcluster.StartEtcd(t, 1)
-	holder := newLocker(t, e.Endpoints(), keyFor(t))
-	mustAcquire(t, holder)
-	waiter := newLocker(t, e.Endpoints(), keyFor(t))
+	holder := newLocker(t, e.Endpoints(), lockertest.Key(t))
+	lockertest.MustAcquire(t, holder)
+	waiter := newLocker(t, e.Endpoints(), lockertest.Key(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch := acquireAsync(t, ctx, waiter)
+	ch := lockertest.AcquireAsync(t, ctx, waiter)
 	cli := rawClient(t, e.Endpoints())
-	eventually(t, 10*time.Second, "the waiter's election key", func() bool { return len(candidateKeys(t, cli, waiter)) == 2 })
+	testsupport.WaitFor(t, 10*time.Second, "the waiter's election key", func() bool { return len(candidateKeys(t, cli, waiter)) == 2 })
 
 	e.Kill(0)
 	time.Sleep(200 * time.Millisecond)
@@ -41,9 +43,9 @@ func TestWithdrawWhileUnreachable(t *testing.T) {
 	cancel()
 	r := <-ch
 	took := time.Since(start)
-	t.Logf("cancelled wait with etcd down: %v after %v", r.err, took)
-	if !errors.Is(r.err, context.Canceled) {
-		t.Errorf("Acquire = %v, want context.Canceled", r.err)
+	t.Logf("cancelled wait with etcd down: %v after %v", r.Err, took)
+	if !errors.Is(r.Err, context.Canceled) {
+		t.Errorf("Acquire = %v, want context.Canceled", r.Err)
 	}
 	if took > time.Second {
 		t.Fatalf("a cancelled wait took %v with etcd unreachable, want within 1s", took)
@@ -55,14 +57,14 @@ func TestWithdrawWhileUnreachable(t *testing.T) {
 // is lost leadership.
 func TestKeyDetachedFromLeaseIsLost(t *testing.T) {
 	e := testcluster.StartEtcd(t, 1)
-	l := newLocker(t, e.Endpoints(), keyFor(t))
-	lease := mustAcquire(t, l)
+	l := newLocker(t, e.Endpoints(), lockertest.Key(t))
+	lease := lockertest.MustAcquire(t, l)
 	cli := rawClient(t, e.Endpoints())
 	keys := candidateKeys(t, cli, l)
 	if len(keys) != 1 {
 		t.Fatalf("election keys %v", keys)
 	}
-	if _, err := cli.Put(ctxFor(t, 5*time.Second), keys[0], "by hand"); err != nil {
+	if _, err := cli.Put(lockertest.Ctx(t, 5*time.Second), keys[0], "by hand"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -71,7 +73,7 @@ func TestKeyDetachedFromLeaseIsLost(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Lost not closed after the election key was detached from its lease")
 	}
-	if _, err := lease.Renew(ctxFor(t, time.Second)); !errors.Is(err, locker.ErrLost) {
+	if _, err := lease.Renew(lockertest.Ctx(t, time.Second)); !errors.Is(err, locker.ErrLost) {
 		t.Fatalf("Renew after the key was detached: %v, want ErrLost", err)
 	}
 }
@@ -80,18 +82,18 @@ func TestKeyDetachedFromLeaseIsLost(t *testing.T) {
 // as alive (TimeToLive <= 0): its key goes with the lease any moment.
 func TestLeaderIgnoresExpiringLease(t *testing.T) {
 	e := testcluster.StartEtcd(t, 1)
-	l := newLocker(t, e.Endpoints(), keyFor(t))
+	l := newLocker(t, e.Endpoints(), lockertest.Key(t))
 	cli := rawClient(t, e.Endpoints())
 	// A holder that stopped renewing: a lease of 2s and its election key.
-	grant, err := cli.Grant(ctxFor(t, 5*time.Second), 2)
+	grant, err := cli.Grant(lockertest.Ctx(t, 5*time.Second), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(ctxFor(t, 5*time.Second), l.dir+"dead", string(locker.NewHolder(l.opts).Record()), clientv3.WithLease(grant.ID)); err != nil {
+	if _, err := cli.Put(lockertest.Ctx(t, 5*time.Second), l.dir+"dead", string(locker.NewHolder(l.opts).Record()), clientv3.WithLease(grant.ID)); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		h, err := l.Leader(ctxFor(t, 2*time.Second))
+		h, err := l.Leader(lockertest.Ctx(t, 2*time.Second))
 		switch {
 		case errors.Is(err, locker.ErrNoLeader):
 		case err != nil:
@@ -107,8 +109,8 @@ func TestLeaderIgnoresExpiringLease(t *testing.T) {
 // instead of once per interval, which would find the lease gone.
 func TestWaiterRidesOutShortOutage(t *testing.T) {
 	e := testcluster.StartEtcd(t, 1)
-	holder := newLocker(t, e.Endpoints(), keyFor(t))
-	held := mustAcquire(t, holder)
+	holder := newLocker(t, e.Endpoints(), lockertest.Key(t))
+	held := lockertest.MustAcquire(t, holder)
 	renewing, stop := context.WithCancel(context.Background())
 	renewed := make(chan struct{})
 	defer func() { stop(); <-renewed }()
@@ -125,22 +127,22 @@ func TestWaiterRidesOutShortOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	waiter := newLocker(t, []string{proxy.Addr()}, keyFor(t))
-	ch := acquireAsync(t, context.Background(), waiter)
+	waiter := newLocker(t, []string{proxy.Addr()}, lockertest.Key(t))
+	ch := lockertest.AcquireAsync(t, context.Background(), waiter)
 	cli := rawClient(t, e.Endpoints())
-	eventually(t, 10*time.Second, "the waiter's election key", func() bool { return len(candidateKeys(t, cli, waiter)) == 2 })
+	testsupport.WaitFor(t, 10*time.Second, "the waiter's election key", func() bool { return len(candidateKeys(t, cli, waiter)) == 2 })
 
 	// Cut right after a renewal went through: the lease then has a TTL
 	// (5s) left, and the outage (3.6s) spans two renewal intervals.
 	out, _ := proxy.Bytes()
-	eventually(t, 5*time.Second, "a renewal through the proxy", func() bool { o, _ := proxy.Bytes(); return o > out })
+	testsupport.WaitFor(t, 5*time.Second, "a renewal through the proxy", func() bool { o, _ := proxy.Bytes(); return o > out })
 	proxy.Cut(chaos.Blackhole)
 	time.Sleep(3600 * time.Millisecond)
 	proxy.Heal()
 	time.Sleep(3 * time.Second)
 	select {
 	case r := <-ch:
-		t.Fatalf("the waiter's Acquire ended: %v", r.err)
+		t.Fatalf("the waiter's Acquire ended: %v", r.Err)
 	default:
 	}
 	if keys := candidateKeys(t, cli, waiter); len(keys) != 2 {
@@ -176,7 +178,7 @@ func TestKeepAliveSurvivesTokenExpiry(t *testing.T) {
 	e := testcluster.StartEtcdWith(t, 1, "--auth-token", "jwt,pub-key="+pubPath+",priv-key="+priv+",sign-method=ES256,ttl=2s")
 	eps := e.Endpoints()
 	cli := rawClient(t, eps)
-	ctx := ctxFor(t, 10*time.Second)
+	ctx := lockertest.Ctx(t, 10*time.Second)
 	for _, step := range []func() error{
 		func() error { _, err := cli.RoleAdd(ctx, "root"); return err },
 		func() error { _, err := cli.UserAdd(ctx, "root", secret); return err },
@@ -187,10 +189,10 @@ func TestKeepAliveSurvivesTokenExpiry(t *testing.T) {
 			t.Fatalf("set up auth: %v", err)
 		}
 	}
-	l := newLocker(t, eps, keyFor(t), func(c *Config) { c.Username, c.Password = "root", secret })
-	lease := mustAcquire(t, l)
+	l := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.Username, c.Password = "root", secret })
+	lease := lockertest.MustAcquire(t, l)
 	for i := 0; i < 8; i++ { // 8 x 700ms: past the 2s token TTL, twice
-		if _, err := lease.Renew(ctxFor(t, time.Second)); err != nil {
+		if _, err := lease.Renew(lockertest.Ctx(t, time.Second)); err != nil {
 			t.Fatalf("renewal %d failed: %v", i, err)
 		}
 		time.Sleep(700 * time.Millisecond)

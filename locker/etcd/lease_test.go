@@ -11,6 +11,7 @@ import (
 	"github.com/leaderrun/leaderrun/internal/testcluster"
 	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // TestLease runs the tests of a held lease against one shared
@@ -22,11 +23,11 @@ func TestLease(t *testing.T) {
 	// Deleting our election key by hand closes Lost promptly, and Renew
 	// then reports the loss instead of a success.
 	t.Run("KeyDeletedByHand", func(t *testing.T) {
-		l := newLocker(t, eps, keyFor(t))
-		lease := mustAcquire(t, l)
+		l := newLocker(t, eps, lockertest.Key(t))
+		lease := lockertest.MustAcquire(t, l)
 		key := lease.(*etcdLease).key
 		deleted := time.Now()
-		if _, err := cli.Delete(ctxFor(t, 5*time.Second), key); err != nil {
+		if _, err := cli.Delete(lockertest.Ctx(t, 5*time.Second), key); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
 		select {
@@ -38,15 +39,15 @@ func TestLease(t *testing.T) {
 		if !strings.Contains(lease.LostReason(), "deleted") {
 			t.Errorf("LostReason = %q, want it to say the key was deleted", lease.LostReason())
 		}
-		if _, err := lease.Renew(ctxFor(t, time.Second)); !errors.Is(err, locker.ErrLost) {
+		if _, err := lease.Renew(lockertest.Ctx(t, time.Second)); !errors.Is(err, locker.ErrLost) {
 			t.Errorf("Renew after the key was deleted = %v, want ErrLost", err)
 		}
 	})
 
 	// Revoking our lease by hand closes Lost (etcd deletes the key with it).
 	t.Run("LeaseRevokedByHandClosesLost", func(t *testing.T) {
-		lease := mustAcquire(t, newLocker(t, eps, keyFor(t)))
-		if _, err := cli.Revoke(ctxFor(t, 5*time.Second), lease.(*etcdLease).id); err != nil {
+		lease := lockertest.MustAcquire(t, newLocker(t, eps, lockertest.Key(t)))
+		if _, err := cli.Revoke(lockertest.Ctx(t, 5*time.Second), lease.(*etcdLease).id); err != nil {
 			t.Fatalf("revoke: %v", err)
 		}
 		select {
@@ -59,28 +60,28 @@ func TestLease(t *testing.T) {
 	// Renew's own round trip reports a revoked lease as ErrLost. The watch
 	// is stopped first, so the answer cannot come from Lost instead.
 	t.Run("LeaseRevokedByHandRenewLost", func(t *testing.T) {
-		lease := mustAcquire(t, newLocker(t, eps, keyFor(t))).(*etcdLease)
+		lease := lockertest.MustAcquire(t, newLocker(t, eps, lockertest.Key(t))).(*etcdLease)
 		lease.stopWatch()
 		<-lease.watchDone
-		if _, err := cli.Revoke(ctxFor(t, 5*time.Second), lease.id); err != nil {
+		if _, err := cli.Revoke(lockertest.Ctx(t, 5*time.Second), lease.id); err != nil {
 			t.Fatalf("revoke: %v", err)
 		}
-		_, err := lease.Renew(ctxFor(t, 2*time.Second))
+		_, err := lease.Renew(lockertest.Ctx(t, 2*time.Second))
 		if !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew of a revoked lease = %v, want ErrLost", err)
 		}
-		if !isClosed(lease.Lost()) {
+		if !testsupport.IsClosed(lease.Lost()) {
 			t.Error("Renew saw the lease gone but Lost stays open")
 		}
 	})
 
 	// Renew returns the TTL etcd granted, and measures one round trip.
 	t.Run("RenewGrantedTTL", func(t *testing.T) {
-		lease := mustAcquire(t, newLocker(t, eps, keyFor(t), func(c *Config) { c.TTL = 3 * time.Second }))
+		lease := lockertest.MustAcquire(t, newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.TTL = 3 * time.Second }))
 		const rounds = 20
 		start := time.Now()
 		for i := 0; i < rounds; i++ {
-			granted, err := lease.Renew(ctxFor(t, time.Second))
+			granted, err := lease.Renew(lockertest.Ctx(t, time.Second))
 			if err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
@@ -89,7 +90,7 @@ func TestLease(t *testing.T) {
 			}
 		}
 		t.Logf("renew round trip: %v on average", time.Since(start)/rounds)
-		if isClosed(lease.Lost()) {
+		if testsupport.IsClosed(lease.Lost()) {
 			t.Errorf("Lost closed: %s", lease.LostReason())
 		}
 	})
@@ -100,8 +101,8 @@ func TestLease(t *testing.T) {
 	// of 0s (only reachable from inside the package) shows the server's
 	// raise and the one-time warning.
 	t.Run("MinimumTTL", func(t *testing.T) {
-		short := mustAcquire(t, newLocker(t, eps, keyFor(t)+"-short", func(c *Config) { c.TTL = 300 * time.Millisecond }))
-		granted, err := short.Renew(ctxFor(t, time.Second))
+		short := lockertest.MustAcquire(t, newLocker(t, eps, lockertest.Key(t)+"-short", func(c *Config) { c.TTL = 300 * time.Millisecond }))
+		granted, err := short.Renew(lockertest.Ctx(t, time.Second))
 		if err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
@@ -111,17 +112,17 @@ func TestLease(t *testing.T) {
 		}
 
 		var logs syncBuffer
-		l := newLocker(t, eps, keyFor(t)+"-zero", func(c *Config) {
+		l := newLocker(t, eps, lockertest.Key(t)+"-zero", func(c *Config) {
 			c.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
 		})
 		l.ttl = 0
 		for i := 0; i < 2; i++ {
-			lease, err := l.Acquire(ctxFor(t, 5*time.Second))
+			lease, err := l.Acquire(lockertest.Ctx(t, 5*time.Second))
 			if err != nil {
 				t.Fatalf("Acquire: %v", err)
 			}
-			granted, err := lease.Renew(ctxFor(t, time.Second))
-			release(lease)
+			granted, err := lease.Renew(lockertest.Ctx(t, time.Second))
+			lockertest.Release(lease)
 			if err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
@@ -138,27 +139,27 @@ func TestLease(t *testing.T) {
 	// Leader names the holder, its epoch and the lease time left; with no
 	// holder it says ErrNoLeader.
 	t.Run("Leader", func(t *testing.T) {
-		l := newLocker(t, eps, keyFor(t))
-		if h, err := l.Leader(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
+		l := newLocker(t, eps, lockertest.Key(t))
+		if h, err := l.Leader(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
 			t.Fatalf("Leader with no holder = %+v, %v; want ErrNoLeader", h, err)
 		}
-		lease := mustAcquire(t, l)
-		other := newLocker(t, eps, keyFor(t))
-		h, err := other.Leader(ctxFor(t, 5*time.Second))
+		lease := lockertest.MustAcquire(t, l)
+		other := newLocker(t, eps, lockertest.Key(t))
+		h, err := other.Leader(lockertest.Ctx(t, 5*time.Second))
 		if err != nil {
 			t.Fatalf("Leader: %v", err)
 		}
 		if h.ID != l.opts.ID || h.Epoch != lease.Epoch() || h.LeaseRemaining <= 0 || h.Hostname == "" || h.Version != "test" {
 			t.Errorf("Leader = %+v; want ID %q, epoch %d, lease remaining > 0", h, l.opts.ID, lease.Epoch())
 		}
-		resp, err := cli.Get(ctxFor(t, 5*time.Second), lease.(*etcdLease).key)
+		resp, err := cli.Get(lockertest.Ctx(t, 5*time.Second), lease.(*etcdLease).key)
 		if err != nil || len(resp.Kvs) != 1 || uint64(resp.Kvs[0].CreateRevision) != lease.Epoch() {
 			t.Errorf("epoch %d is not our key's CreateRevision (%v, %v)", lease.Epoch(), resp, err)
 		}
-		if err := lease.Release(ctxFor(t, 2*time.Second)); err != nil {
+		if err := lease.Release(lockertest.Ctx(t, 2*time.Second)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		if h, err := other.Leader(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
+		if h, err := other.Leader(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
 			t.Fatalf("Leader after release = %+v, %v; want ErrNoLeader", h, err)
 		}
 	})
@@ -166,9 +167,9 @@ func TestLease(t *testing.T) {
 	// Another process releases our lease from its handle; releasing it again
 	// is fine, and a handle for another key is refused.
 	t.Run("ReleaseHandle", func(t *testing.T) {
-		lease := mustAcquire(t, newLocker(t, eps, keyFor(t)))
-		guard := newLocker(t, eps, keyFor(t))
-		if err := guard.ReleaseHandle(ctxFor(t, 5*time.Second), lease.Handle()); err != nil {
+		lease := lockertest.MustAcquire(t, newLocker(t, eps, lockertest.Key(t)))
+		guard := newLocker(t, eps, lockertest.Key(t))
+		if err := guard.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), lease.Handle()); err != nil {
 			t.Fatalf("ReleaseHandle: %v", err)
 		}
 		select {
@@ -176,14 +177,14 @@ func TestLease(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatal("Lost still open 2s after ReleaseHandle")
 		}
-		if err := guard.ReleaseHandle(ctxFor(t, 5*time.Second), lease.Handle()); err != nil {
+		if err := guard.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), lease.Handle()); err != nil {
 			t.Errorf("ReleaseHandle of a gone lease: %v", err)
 		}
-		stranger := newLocker(t, eps, keyFor(t)+"-other")
-		if err := stranger.ReleaseHandle(ctxFor(t, 5*time.Second), lease.Handle()); !errors.Is(err, locker.ErrRefused) {
+		stranger := newLocker(t, eps, lockertest.Key(t)+"-other")
+		if err := stranger.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), lease.Handle()); !errors.Is(err, locker.ErrRefused) {
 			t.Errorf("ReleaseHandle of another key's handle = %v, want ErrRefused", err)
 		}
-		if _, err := lease.Renew(ctxFor(t, time.Second)); !errors.Is(err, locker.ErrLost) {
+		if _, err := lease.Renew(lockertest.Ctx(t, time.Second)); !errors.Is(err, locker.ErrLost) {
 			t.Errorf("Renew after ReleaseHandle = %v, want ErrLost", err)
 		}
 	})

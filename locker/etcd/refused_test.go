@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leaderrun/leaderrun/internal/testcluster"
 	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // secret is a password that must never show up in an error.
@@ -108,7 +108,7 @@ func TestParseHandle(t *testing.T) {
 func TestAuth(t *testing.T) {
 	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	cli := rawClient(t, eps)
-	ctx := ctxFor(t, 10*time.Second)
+	ctx := lockertest.Ctx(t, 10*time.Second)
 	for _, step := range []func() error{
 		func() error { _, err := cli.RoleAdd(ctx, "root"); return err },
 		func() error { _, err := cli.UserAdd(ctx, "root", secret); return err },
@@ -131,9 +131,9 @@ func TestAuth(t *testing.T) {
 	}
 	for _, tc := range refused {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLocker(t, eps, keyFor(t), func(c *Config) { c.Username, c.Password = tc.user, tc.password })
+			l := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.Username, c.Password = tc.user, tc.password })
 			start := time.Now()
-			_, err := l.Acquire(ctxFor(t, 10*time.Second))
+			_, err := l.Acquire(lockertest.Ctx(t, 10*time.Second))
 			took := time.Since(start)
 			t.Logf("%v after %v", err, took)
 			if !errors.Is(err, locker.ErrRefused) {
@@ -149,23 +149,23 @@ func TestAuth(t *testing.T) {
 	}
 
 	t.Run("right password", func(t *testing.T) {
-		l := newLocker(t, eps, keyFor(t), func(c *Config) { c.Username, c.Password = "root", secret })
-		lease := mustAcquire(t, l)
+		l := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.Username, c.Password = "root", secret })
+		lease := lockertest.MustAcquire(t, l)
 		// The first renewal opens the keep-alive stream and so
 		// authenticates; later ones reuse it.
 		start := time.Now()
-		if _, err := lease.Renew(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := lease.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
 		first := time.Since(start)
 		start = time.Now()
 		for i := 0; i < 5; i++ {
-			if _, err := lease.Renew(ctxFor(t, 5*time.Second)); err != nil {
+			if _, err := lease.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
 		}
 		t.Logf("renew round trip with auth: first %v, then %v on average", first, time.Since(start)/5)
-		h, err := l.Leader(ctxFor(t, 5*time.Second))
+		h, err := l.Leader(lockertest.Ctx(t, 5*time.Second))
 		if err != nil || h.Epoch != lease.Epoch() {
 			t.Fatalf("Leader = %+v, %v", h, err)
 		}
@@ -197,9 +197,9 @@ func TestTransportMismatch(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLocker(t, tc.endpoints, keyFor(t), func(c *Config) { c.CACert = tc.ca })
+			l := newLocker(t, tc.endpoints, lockertest.Key(t), func(c *Config) { c.CACert = tc.ca })
 			start := time.Now()
-			_, err := l.Acquire(ctxFor(t, 10*time.Second))
+			_, err := l.Acquire(lockertest.Ctx(t, 10*time.Second))
 			took := time.Since(start)
 			t.Logf("%v after %v", err, took)
 			if !errors.Is(err, locker.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
@@ -217,7 +217,7 @@ func TestTransportMismatch(t *testing.T) {
 // at once, a server that accepts and never answers fails at the deadline.
 func TestUnreachable(t *testing.T) {
 	closed := closedPort(t)
-	silent := startSilentServer(t)
+	silent := testsupport.SilentServer(t)
 	tests := []struct {
 		name      string
 		endpoints []string
@@ -229,7 +229,7 @@ func TestUnreachable(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := newLocker(t, tc.endpoints, keyFor(t))
+			l := newLocker(t, tc.endpoints, lockertest.Key(t))
 			for _, call := range []struct {
 				name string
 				do   func(context.Context) error
@@ -238,7 +238,7 @@ func TestUnreachable(t *testing.T) {
 				{"Leader", func(ctx context.Context) error { _, err := l.Leader(ctx); return err }},
 			} {
 				start := time.Now()
-				err := call.do(ctxFor(t, 2*time.Second))
+				err := call.do(lockertest.Ctx(t, 2*time.Second))
 				took := time.Since(start)
 				t.Logf("%s: %v after %v", call.name, err, took)
 				if err == nil || errors.Is(err, locker.ErrRefused) {
@@ -269,56 +269,8 @@ func startTLSServer(t testing.TB, _ string, ca *testsupport.CA) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, ln, func(c net.Conn) { _ = c.(*tls.Conn).Handshake() })
+	testsupport.Serve(t, ln, func(c net.Conn) { _ = c.(*tls.Conn).Handshake() })
 	return ln.Addr().String()
-}
-
-// startSilentServer accepts connections and never says a word.
-func startSilentServer(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve(t, ln, func(net.Conn) {})
-	return ln.Addr().String()
-}
-
-// serve accepts on ln, runs greet on each connection and keeps it open
-// until the test ends, when everything is closed and waited for.
-func serve(t testing.TB, ln net.Listener, greet func(net.Conn)) {
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				greet(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
 }
 
 // closedPort returns a loopback address nothing listens on.
@@ -335,10 +287,10 @@ func closedPort(t testing.TB) string {
 
 // A renewal against a server that never answers ends with its context.
 func TestRenewBoundedByContext(t *testing.T) {
-	k := newKeeper(rawClient(t, []string{startSilentServer(t)}), 0x694d7c)
+	k := newKeeper(rawClient(t, []string{testsupport.SilentServer(t)}), 0x694d7c)
 	defer k.close()
 	start := time.Now()
-	_, err := k.renew(ctxFor(t, 500*time.Millisecond))
+	_, err := k.renew(lockertest.Ctx(t, 500*time.Millisecond))
 	took := time.Since(start)
 	t.Logf("%v after %v", err, took)
 	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
@@ -357,7 +309,7 @@ func TestTLSHandshakeCutIsRetryable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		serve(t, ln, greet)
+		testsupport.Serve(t, ln, greet)
 		return ln.Addr().String()
 	}
 	tests := []struct {
@@ -379,8 +331,8 @@ func TestTLSHandshakeCutIsRetryable(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLocker(t, []string{listen(t, tc.greet)}, keyFor(t), func(c *Config) { c.CACert = ca })
-			_, err := l.Acquire(ctxFor(t, 2*time.Second))
+			l := newLocker(t, []string{listen(t, tc.greet)}, lockertest.Key(t), func(c *Config) { c.CACert = ca })
+			_, err := l.Acquire(lockertest.Ctx(t, 2*time.Second))
 			t.Logf("Acquire: %v", err)
 			if err == nil || errors.Is(err, locker.ErrRefused) {
 				t.Fatalf("Acquire = %v, want a retryable error", err)

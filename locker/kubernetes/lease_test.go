@@ -10,7 +10,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
@@ -22,19 +24,19 @@ func TestLease(t *testing.T) {
 	// The first candidate creates the Lease; its epoch is the create's
 	// resourceVersion, and status reads holder and epoch back.
 	t.Run("AcquireAndLeader", func(t *testing.T) {
-		l := srv.newLocker(t, keyFor(t))
+		l := srv.newLocker(t, lockertest.Key(t))
 		lease := mustAcquire(t, l)
 		if lease.Epoch() == 0 {
 			t.Fatal("epoch 0")
 		}
-		h, err := l.Leader(ctxFor(t, 5*time.Second))
+		h, err := l.Leader(lockertest.Ctx(t, 5*time.Second))
 		if err != nil {
 			t.Fatalf("Leader: %v", err)
 		}
 		if h.ID != l.opts.ID || h.Epoch != lease.Epoch() || h.PID == 0 || h.Hostname == "" || h.LeaseRemaining <= 0 {
 			t.Fatalf("Leader = %+v, want ID %s epoch %d with pid, host and time left", h, l.opts.ID, lease.Epoch())
 		}
-		ls, err := l.client.Get(ctxFor(t, 5*time.Second), l.name, metav1.GetOptions{})
+		ls, err := l.client.Get(lockertest.Ctx(t, 5*time.Second), l.name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,9 +48,9 @@ func TestLease(t *testing.T) {
 	// Release hands over at once to a waiting candidate, with a higher
 	// epoch.
 	t.Run("HandOverOnRelease", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		a := mustAcquire(t, srv.newLocker(t, key))
-		ch := acquireAsync(t, ctxFor(t, 30*time.Second), srv.newLocker(t, key))
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), srv.newLocker(t, key))
 		time.Sleep(300 * time.Millisecond) // let b watch
 		select {
 		case r := <-ch:
@@ -56,26 +58,26 @@ func TestLease(t *testing.T) {
 		default:
 		}
 		released := time.Now()
-		release(a)
+		lockertest.Release(a)
 		r := <-ch
-		if r.err != nil {
-			t.Fatalf("second Acquire: %v", r.err)
+		if r.Err != nil {
+			t.Fatalf("second Acquire: %v", r.Err)
 		}
-		if d := r.at.Sub(released); d > 2*time.Second {
+		if d := r.At.Sub(released); d > 2*time.Second {
 			t.Errorf("hand-over took %v after release, want it at once", d)
 		}
-		if r.lease.Epoch() <= a.Epoch() {
-			t.Fatalf("epoch %d after hand-over, want > %d", r.lease.Epoch(), a.Epoch())
+		if r.Lease.Epoch() <= a.Epoch() {
+			t.Fatalf("epoch %d after hand-over, want > %d", r.Lease.Epoch(), a.Epoch())
 		}
 	})
 
 	// NoWait gives up at once while a live holder renews.
 	t.Run("NoWaitHeld", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		mustAcquire(t, srv.newLocker(t, key))
 		b := srv.newLocker(t, key, func(c *Config) { c.NoWait = true })
 		start := time.Now()
-		_, err := b.Acquire(ctxFor(t, 10*time.Second))
+		_, err := b.Acquire(lockertest.Ctx(t, 10*time.Second))
 		if !errors.Is(err, locker.ErrHeld) {
 			t.Fatalf("Acquire with NoWait = %v, want ErrHeld", err)
 		}
@@ -86,19 +88,19 @@ func TestLease(t *testing.T) {
 
 	// Cancelling a waiting Acquire returns promptly.
 	t.Run("CancelWhileWaiting", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		mustAcquire(t, srv.newLocker(t, key))
 		ctx, cancel := context.WithCancel(context.Background())
-		ch := acquireAsync(t, ctx, srv.newLocker(t, key))
+		ch := lockertest.AcquireAsync(t, ctx, srv.newLocker(t, key))
 		time.Sleep(300 * time.Millisecond)
 		cancelled := time.Now()
 		cancel()
 		select {
 		case r := <-ch:
-			if !errors.Is(r.err, context.Canceled) {
-				t.Fatalf("Acquire = %v, want context.Canceled", r.err)
+			if !errors.Is(r.Err, context.Canceled) {
+				t.Fatalf("Acquire = %v, want context.Canceled", r.Err)
 			}
-			if d := r.at.Sub(cancelled); d > time.Second {
+			if d := r.At.Sub(cancelled); d > time.Second {
 				t.Errorf("Acquire returned %v after cancel", d)
 			}
 		case <-time.After(5 * time.Second):
@@ -110,10 +112,10 @@ func TestLease(t *testing.T) {
 	// loss; a Lease created again gives a higher epoch, although
 	// leaseTransitions starts over.
 	t.Run("DeletedByHandAndRecreated", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		l := srv.newLocker(t, key)
 		a := mustAcquire(t, l)
-		if err := l.client.Delete(ctxFor(t, 5*time.Second), l.name, metav1.DeleteOptions{}); err != nil {
+		if err := l.client.Delete(lockertest.Ctx(t, 5*time.Second), l.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
 		select {
@@ -124,14 +126,14 @@ func TestLease(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Lost still open 5s after the Lease was deleted")
 		}
-		if _, err := a.Renew(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrLost) {
+		if _, err := a.Renew(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew after delete = %v, want ErrLost", err)
 		}
 		b := mustAcquire(t, srv.newLocker(t, key))
 		if b.Epoch() <= a.Epoch() {
 			t.Fatalf("epoch %d after the Lease was re-created, want > %d", b.Epoch(), a.Epoch())
 		}
-		ls, err := l.client.Get(ctxFor(t, 5*time.Second), l.name, metav1.GetOptions{})
+		ls, err := l.client.Get(lockertest.Ctx(t, 5*time.Second), l.name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,14 +145,14 @@ func TestLease(t *testing.T) {
 	// Renew's own round trip reports a Lease deleted behind its back as
 	// lost, even with the watch stopped.
 	t.Run("RenewSeesDelete", func(t *testing.T) {
-		l := srv.newLocker(t, keyFor(t))
+		l := srv.newLocker(t, lockertest.Key(t))
 		a := mustAcquire(t, l).(*lease)
 		a.stopWatch()
 		<-a.watchDone
-		if err := l.client.Delete(ctxFor(t, 5*time.Second), l.name, metav1.DeleteOptions{}); err != nil {
+		if err := l.client.Delete(lockertest.Ctx(t, 5*time.Second), l.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Renew(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrLost) {
+		if _, err := a.Renew(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew = %v, want ErrLost", err)
 		}
 	})
@@ -159,15 +161,15 @@ func TestLease(t *testing.T) {
 	// before its last renewal's send time + TTL, and soon after TTL plus
 	// the allowance. The old holder then sees the takeover.
 	t.Run("TakeOverSilentHolder", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		a := mustAcquire(t, srv.newLocker(t, key))
 		b := srv.newLocker(t, key)
-		ch := acquireAsync(t, ctxFor(t, 60*time.Second), b)
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 60*time.Second), b)
 		// a renews for three TTLs: b must not take over meanwhile.
 		var lastSent time.Time
 		for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 			sent := time.Now()
-			if _, err := a.Renew(ctxFor(t, 2*time.Second)); err != nil {
+			if _, err := a.Renew(lockertest.Ctx(t, 2*time.Second)); err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
 			lastSent = sent
@@ -178,11 +180,11 @@ func TestLease(t *testing.T) {
 			}
 		}
 		r := <-ch
-		if r.err != nil {
-			t.Fatalf("standby Acquire: %v", r.err)
+		if r.Err != nil {
+			t.Fatalf("standby Acquire: %v", r.Err)
 		}
 		ttl := 2 * time.Second
-		waited := r.at.Sub(lastSent)
+		waited := r.At.Sub(lastSent)
 		t.Logf("taken over %v after the last renewal was sent (TTL %v, allowance %v)", waited, ttl, observe.Allowance(ttl))
 		if waited < ttl {
 			t.Fatalf("taken over %v after the holder's last renewal, before its TTL of %v", waited, ttl)
@@ -190,8 +192,8 @@ func TestLease(t *testing.T) {
 		if waited > ttl+observe.Allowance(ttl)+5*time.Second {
 			t.Errorf("takeover took %v", waited)
 		}
-		if r.lease.Epoch() <= a.Epoch() {
-			t.Fatalf("epoch %d after takeover, want > %d", r.lease.Epoch(), a.Epoch())
+		if r.Lease.Epoch() <= a.Epoch() {
+			t.Fatalf("epoch %d after takeover, want > %d", r.Lease.Epoch(), a.Epoch())
 		}
 		select {
 		case <-a.Lost():
@@ -199,7 +201,7 @@ func TestLease(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("old holder's Lost still open 5s after the takeover")
 		}
-		if _, err := a.Renew(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrLost) {
+		if _, err := a.Renew(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("old holder's Renew = %v, want ErrLost", err)
 		}
 	})
@@ -207,21 +209,21 @@ func TestLease(t *testing.T) {
 	// A Lease held by something that does not declare the observer-clock
 	// contract (another tool) is never taken over by observation.
 	t.Run("ForeignHolderNotTakenOver", func(t *testing.T) {
-		l := srv.newLocker(t, keyFor(t))
+		l := srv.newLocker(t, lockertest.Key(t))
 		id, secs := "other-tool", int32(1)
 		old := metav1.NewMicroTime(time.Now().Add(-time.Hour))
-		_, err := l.client.Create(ctxFor(t, 5*time.Second), &coordinationv1.Lease{
+		_, err := l.client.Create(lockertest.Ctx(t, 5*time.Second), &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: l.name},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, RenewTime: &old},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = l.Acquire(ctxFor(t, 4*time.Second))
+		_, err = l.Acquire(lockertest.Ctx(t, 4*time.Second))
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire over a foreign holder = %v, want it still waiting at the deadline", err)
 		}
-		if _, err := srv.newLocker(t, l.opts.Key, func(c *Config) { c.NoWait = true }).Acquire(ctxFor(t, 4*time.Second)); !errors.Is(err, locker.ErrHeld) {
+		if _, err := srv.newLocker(t, l.opts.Key, func(c *Config) { c.NoWait = true }).Acquire(lockertest.Ctx(t, 4*time.Second)); !errors.Is(err, locker.ErrHeld) {
 			t.Fatalf("NoWait over a foreign holder = %v, want ErrHeld", err)
 		}
 	})
@@ -229,18 +231,18 @@ func TestLease(t *testing.T) {
 	// A takeover written by someone else makes our next Renew report the
 	// loss (conditional update conflict).
 	t.Run("RenewConflictIsLost", func(t *testing.T) {
-		l := srv.newLocker(t, keyFor(t))
+		l := srv.newLocker(t, lockertest.Key(t))
 		a := mustAcquire(t, l).(*lease)
 		a.stopWatch()
 		<-a.watchDone
-		ls, err := l.client.Get(ctxFor(t, 5*time.Second), l.name, metav1.GetOptions{})
+		ls, err := l.client.Get(lockertest.Ctx(t, 5*time.Second), l.name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.client.Update(ctxFor(t, 5*time.Second), l.claim(ls, newTerm()), metav1.UpdateOptions{}); err != nil {
+		if _, err := l.client.Update(lockertest.Ctx(t, 5*time.Second), l.claim(ls, newTerm()), metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Renew(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrLost) {
+		if _, err := a.Renew(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew after a takeover = %v, want ErrLost", err)
 		}
 	})
@@ -249,17 +251,17 @@ func TestLease(t *testing.T) {
 	// stale; the next renewal's conflict must be recognised as our own
 	// write, not a loss.
 	t.Run("RenewAfterLostAnswer", func(t *testing.T) {
-		l := srv.newLocker(t, keyFor(t))
+		l := srv.newLocker(t, lockertest.Key(t))
 		a := mustAcquire(t, l).(*lease)
 		stale := a.cur
-		if _, err := a.Renew(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := a.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		a.cur = stale
-		if _, err := a.Renew(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := a.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Renew after our own unseen write = %v, want success", err)
 		}
-		if isClosed(a.Lost()) {
+		if testsupport.IsClosed(a.Lost()) {
 			t.Fatalf("Lost closed: %s", a.LostReason())
 		}
 	})
@@ -267,42 +269,42 @@ func TestLease(t *testing.T) {
 	// The dead-man guard's ReleaseHandle, from another Locker, frees the
 	// Lease for a waiting candidate; a stale handle does nothing.
 	t.Run("ReleaseHandle", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		a := mustAcquire(t, srv.newLocker(t, key)).(*lease)
 		a.stopWatch()
 		guard := srv.newLocker(t, key)
-		if err := guard.ReleaseHandle(ctxFor(t, 5*time.Second), "default/"+guard.name+"/not-our-term"); err != nil {
+		if err := guard.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), "default/"+guard.name+"/not-our-term"); err != nil {
 			t.Fatalf("stale handle: %v", err)
 		}
-		if _, err := guard.Leader(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := guard.Leader(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("a stale handle released the Lease: %v", err)
 		}
-		if err := guard.ReleaseHandle(ctxFor(t, 5*time.Second), "default/other/x"); !errors.Is(err, locker.ErrRefused) {
+		if err := guard.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), "default/other/x"); !errors.Is(err, locker.ErrRefused) {
 			t.Fatalf("a handle for another Lease = %v, want ErrRefused", err)
 		}
-		ch := acquireAsync(t, ctxFor(t, 30*time.Second), srv.newLocker(t, key))
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), srv.newLocker(t, key))
 		time.Sleep(200 * time.Millisecond)
 		start := time.Now()
-		if err := guard.ReleaseHandle(ctxFor(t, 5*time.Second), a.Handle()); err != nil {
+		if err := guard.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), a.Handle()); err != nil {
 			t.Fatalf("ReleaseHandle: %v", err)
 		}
 		r := <-ch
-		if r.err != nil || r.at.Sub(start) > 2*time.Second {
-			t.Fatalf("standby after ReleaseHandle: %v after %v", r.err, r.at.Sub(start))
+		if r.Err != nil || r.At.Sub(start) > 2*time.Second {
+			t.Fatalf("standby after ReleaseHandle: %v after %v", r.Err, r.At.Sub(start))
 		}
-		if _, err := guard.Leader(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := guard.Leader(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Leader: %v", err)
 		}
 	})
 
 	// Leader says "no leader" for a missing and for a released Lease.
 	t.Run("NoLeader", func(t *testing.T) {
-		l := srv.newLocker(t, keyFor(t))
-		if _, err := l.Leader(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
+		l := srv.newLocker(t, lockertest.Key(t))
+		if _, err := l.Leader(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
 			t.Fatalf("Leader of a missing Lease = %v, want ErrNoLeader", err)
 		}
-		release(mustAcquire(t, l))
-		if _, err := l.Leader(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
+		lockertest.Release(mustAcquire(t, l))
+		if _, err := l.Leader(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
 			t.Fatalf("Leader of a released Lease = %v, want ErrNoLeader", err)
 		}
 	})

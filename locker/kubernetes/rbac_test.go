@@ -13,7 +13,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // resources maps the kinds of packaging/kubernetes to their API paths.
@@ -115,32 +117,32 @@ func TestRBAC(t *testing.T) {
 	t.Run("ExampleRoleSuffices", func(t *testing.T) {
 		tok := serviceAccountToken(t, srv.kube, ns, "leaderrun", "")
 		cfg := srv.kube.Kubeconfig(t, tok, ns)
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		useSA := func(c *Config) { c.Kubeconfig, c.Namespace = cfg, "" }
 		l := srv.newLocker(t, key, useSA)
 		if l.Namespace() != ns {
 			t.Fatalf("namespace %q, want the kubeconfig context's %q", l.Namespace(), ns)
 		}
 		a := mustAcquire(t, l)
-		if _, err := l.Leader(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := l.Leader(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Leader: %v", err)
 		}
-		ch := acquireAsync(t, ctxFor(t, 30*time.Second), srv.newLocker(t, key, useSA))
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), srv.newLocker(t, key, useSA))
 		// The standby takes over by observation: an update of a held Lease.
 		a.(*lease).stopWatch()
 		r := <-ch
-		if r.err != nil {
-			t.Fatalf("takeover with the example role: %v", r.err)
+		if r.Err != nil {
+			t.Fatalf("takeover with the example role: %v", r.Err)
 		}
-		if _, err := r.lease.Renew(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := r.Lease.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
-		if err := r.lease.Release(ctxFor(t, 5*time.Second)); err != nil {
+		if err := r.Lease.Release(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 		g := srv.newLocker(t, key, useSA)
 		b := mustAcquire(t, g)
-		if err := g.ReleaseHandle(ctxFor(t, 5*time.Second), b.Handle()); err != nil {
+		if err := g.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), b.Handle()); err != nil {
 			t.Fatalf("ReleaseHandle: %v", err)
 		}
 	})
@@ -149,8 +151,8 @@ func TestRBAC(t *testing.T) {
 	// the resource, and the token appears nowhere in the message.
 	t.Run("ForbiddenIsRefused", func(t *testing.T) {
 		tok := srv.kube.Token("nobody")
-		l := srv.newLocker(t, keyFor(t), func(c *Config) { c.Kubeconfig = srv.kube.Kubeconfig(t, tok, "") })
-		_, err := l.Acquire(ctxFor(t, 10*time.Second))
+		l := srv.newLocker(t, lockertest.Key(t), func(c *Config) { c.Kubeconfig = srv.kube.Kubeconfig(t, tok, "") })
+		_, err := l.Acquire(lockertest.Ctx(t, 10*time.Second))
 		if !errors.Is(err, locker.ErrRefused) {
 			t.Fatalf("Acquire without RBAC = %v, want ErrRefused", err)
 		}
@@ -167,8 +169,8 @@ func TestRBAC(t *testing.T) {
 	// A rejected token (never valid, or expired) is refused.
 	t.Run("BadTokenIsRefused", func(t *testing.T) {
 		const bad = "not-a-valid-token-0123456789"
-		l := srv.newLocker(t, keyFor(t), func(c *Config) { c.Kubeconfig = srv.kube.Kubeconfig(t, bad, "") })
-		_, err := l.Acquire(ctxFor(t, 10*time.Second))
+		l := srv.newLocker(t, lockertest.Key(t), func(c *Config) { c.Kubeconfig = srv.kube.Kubeconfig(t, bad, "") })
+		_, err := l.Acquire(lockertest.Ctx(t, 10*time.Second))
 		if !errors.Is(err, locker.ErrRefused) || strings.Contains(err.Error(), bad) {
 			t.Fatalf("Acquire with a bad token = %v, want ErrRefused without the token", err)
 		}
@@ -182,7 +184,7 @@ func TestRBAC(t *testing.T) {
 		}
 		first := serviceAccountToken(t, srv.kube, ns, "leaderrun", "first")
 		cfg, file := tokenFileKubeconfig(t, srv.kube, first)
-		l := srv.newLocker(t, keyFor(t), func(c *Config) { c.Kubeconfig, c.Namespace = cfg, ns })
+		l := srv.newLocker(t, lockertest.Key(t), func(c *Config) { c.Kubeconfig, c.Namespace = cfg, ns })
 		a := mustAcquire(t, l)
 		if err := os.WriteFile(file, []byte(serviceAccountToken(t, srv.kube, ns, "leaderrun", "second")), 0o600); err != nil {
 			t.Fatal(err)
@@ -191,11 +193,11 @@ func TestRBAC(t *testing.T) {
 			t.Fatalf("delete secret: %d %s", code, out)
 		}
 		// The old token is refused from now on (its Secret is gone).
-		eventually(t, 30*time.Second, "the first token still works", func() bool {
+		testsupport.WaitFor(t, 30*time.Second, "the first token still works", func() bool {
 			code, _ := srv.kube.DoAs(t, first, "GET", "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases/"+l.name, nil)
 			return code == 401
 		})
-		if _, err := a.Renew(ctxFor(t, 5*time.Second)); err != nil {
+		if _, err := a.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Renew after the token was rotated: %v", err)
 		}
 	})

@@ -1,5 +1,7 @@
 // Package lockertest holds contract tests that every backend runs against
-// its own real server, so that all backends keep the same promises.
+// its own real server, so that all backends keep the same promises, and the
+// helpers the backends' own tests share over locker.Locker and
+// locker.Lease (acquire, release, acquire in the background).
 package lockertest
 
 import (
@@ -144,11 +146,7 @@ func RunLogContract(t *testing.T, newLocker NewLocker) {
 	}
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+func ctx(t *testing.T) context.Context { return Ctx(t, 10*time.Second) }
 
 func runLog(t *testing.T, l locker.Locker) locker.RunLog {
 	t.Helper()

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // TestCampaign runs the single-server behaviour against one real server.
@@ -18,69 +20,69 @@ func TestCampaign(t *testing.T) {
 	servers := z.Addrs()
 
 	t.Run("HandOverWithHigherEpoch", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		a, b := newLocker(t, servers, key), newLocker(t, servers, key)
-		la := mustAcquire(t, a)
+		la := lockertest.MustAcquire(t, a)
 		if d, err := renew(la, 5*time.Second); err != nil || d != testTTL {
 			t.Fatalf("Renew = %v, %v; want the negotiated %v", d, err, testTTL)
 		}
-		ch := acquireAsync(t, ctxFor(t, 30*time.Second), b)
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), b)
 		select {
 		case r := <-ch:
-			t.Fatalf("second candidate acquired while the first leads: %v", r.err)
+			t.Fatalf("second candidate acquired while the first leads: %v", r.Err)
 		case <-time.After(500 * time.Millisecond):
 		}
-		h, err := a.Leader(ctxFor(t, 5*time.Second))
+		h, err := a.Leader(lockertest.Ctx(t, 5*time.Second))
 		if err != nil || h.ID != a.opts.ID || h.Epoch != la.Epoch() {
 			t.Fatalf("Leader = %+v, %v; want %s at epoch %d", h, err, a.opts.ID, la.Epoch())
 		}
 		released := time.Now()
-		release(la)
+		lockertest.Release(la)
 		r := <-ch
-		if r.err != nil {
-			t.Fatalf("second Acquire: %v", r.err)
+		if r.Err != nil {
+			t.Fatalf("second Acquire: %v", r.Err)
 		}
-		if r.lease.Epoch() <= la.Epoch() {
-			t.Fatalf("epoch went from %d to %d; want it to grow", la.Epoch(), r.lease.Epoch())
+		if r.Lease.Epoch() <= la.Epoch() {
+			t.Fatalf("epoch went from %d to %d; want it to grow", la.Epoch(), r.Lease.Epoch())
 		}
-		t.Logf("hand-over took %v", r.at.Sub(released))
-		if isClosed(r.lease.Lost()) {
-			t.Fatalf("new lease lost at once: %s", r.lease.LostReason())
+		t.Logf("hand-over took %v", r.At.Sub(released))
+		if testsupport.IsClosed(r.Lease.Lost()) {
+			t.Fatalf("new lease lost at once: %s", r.Lease.LostReason())
 		}
 	})
 
 	t.Run("NoWait", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		a := newLocker(t, servers, key)
-		la := mustAcquire(t, a)
+		la := lockertest.MustAcquire(t, a)
 		b := newLocker(t, servers, key, func(c *Config) { c.NoWait = true })
-		_, err := b.Acquire(ctxFor(t, 10*time.Second))
+		_, err := b.Acquire(lockertest.Ctx(t, 10*time.Second))
 		if !errors.Is(err, locker.ErrHeld) || !strings.Contains(err.Error(), a.opts.ID) {
 			t.Fatalf("NoWait Acquire = %v; want ErrHeld naming %s", err, a.opts.ID)
 		}
-		release(la)
-		lb := mustAcquire(t, b)
+		lockertest.Release(la)
+		lb := lockertest.MustAcquire(t, b)
 		if lb.Epoch() <= la.Epoch() {
 			t.Fatalf("epoch %d after %d", lb.Epoch(), la.Epoch())
 		}
 	})
 
 	t.Run("CancelWhileWaiting", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		a, b := newLocker(t, servers, key), newLocker(t, servers, key)
-		la := mustAcquire(t, a)
+		la := lockertest.MustAcquire(t, a)
 		ctx, cancel := context.WithCancel(context.Background())
-		ch := acquireAsync(t, ctx, b)
+		ch := lockertest.AcquireAsync(t, ctx, b)
 		time.Sleep(300 * time.Millisecond)
 		cancelled := time.Now()
 		cancel()
 		r := <-ch
-		if !errors.Is(r.err, context.Canceled) {
-			t.Fatalf("cancelled Acquire = %v", r.err)
+		if !errors.Is(r.Err, context.Canceled) {
+			t.Fatalf("cancelled Acquire = %v", r.Err)
 		}
 		// Withdrawing closes the session: one round trip, which
 		// go-zookeeper bounds at a second.
-		if d := r.at.Sub(cancelled); d > 2*time.Second {
+		if d := r.At.Sub(cancelled); d > 2*time.Second {
 			t.Fatalf("cancelled Acquire returned after %v", d)
 		}
 		// The withdrawn candidate left no znode behind.
@@ -95,90 +97,90 @@ func TestCampaign(t *testing.T) {
 	})
 
 	t.Run("KeyPathDeleted", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		a := newLocker(t, servers, key)
-		la := mustAcquire(t, a)
+		la := lockertest.MustAcquire(t, a)
 		c := rawConn(t, servers, "")
 		deleteTree(t, c, "/"+testPrefix)
-		eventually(t, 10*time.Second, "Lost after the key path was deleted", func() bool { return isClosed(la.Lost()) })
+		testsupport.WaitFor(t, 10*time.Second, "Lost after the key path was deleted", func() bool { return testsupport.IsClosed(la.Lost()) })
 		if _, err := renew(la, 5*time.Second); !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew after delete = %v; want ErrLost", err)
 		}
 		// The path is created again, and the epoch still grows (§1.1).
-		lb := mustAcquire(t, newLocker(t, servers, key))
+		lb := lockertest.MustAcquire(t, newLocker(t, servers, key))
 		if lb.Epoch() <= la.Epoch() {
 			t.Fatalf("epoch %d after the path was deleted, was %d; want it to grow", lb.Epoch(), la.Epoch())
 		}
 	})
 
 	t.Run("SessionExpiredByForce", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		a, b := newLocker(t, servers, key), newLocker(t, servers, key)
-		la := mustAcquire(t, a)
-		ch := acquireAsync(t, ctxFor(t, 30*time.Second), b)
+		la := lockertest.MustAcquire(t, a)
+		ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), b)
 		// Another process ends the session with its id and password, as
 		// the guard does.
-		if err := b.ReleaseHandle(ctxFor(t, 5*time.Second), la.Handle()); err != nil {
+		if err := b.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), la.Handle()); err != nil {
 			t.Fatalf("ReleaseHandle: %v", err)
 		}
 		r := <-ch
-		if r.err != nil || r.lease.Epoch() <= la.Epoch() {
-			t.Fatalf("standby after ReleaseHandle: %v (epoch %v)", r.err, r.lease)
+		if r.Err != nil || r.Lease.Epoch() <= la.Epoch() {
+			t.Fatalf("standby after ReleaseHandle: %v (epoch %v)", r.Err, r.Lease)
 		}
-		eventually(t, 10*time.Second, "old lease notices its session ended", func() bool { return isClosed(la.Lost()) })
+		testsupport.WaitFor(t, 10*time.Second, "old lease notices its session ended", func() bool { return testsupport.IsClosed(la.Lost()) })
 		if _, err := renew(la, 5*time.Second); !errors.Is(err, locker.ErrLost) {
 			t.Fatalf("Renew on an ended session = %v; want ErrLost", err)
 		}
 		// Releasing again is not an error.
-		if err := b.ReleaseHandle(ctxFor(t, 5*time.Second), la.Handle()); err != nil {
+		if err := b.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), la.Handle()); err != nil {
 			t.Fatalf("second ReleaseHandle: %v", err)
 		}
-		if err := b.ReleaseHandle(ctxFor(t, 5*time.Second), "1:00:/elsewhere/@x"); !errors.Is(err, locker.ErrRefused) {
+		if err := b.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), "1:00:/elsewhere/@x"); !errors.Is(err, locker.ErrRefused) {
 			t.Fatalf("foreign handle = %v; want ErrRefused", err)
 		}
 	})
 
 	t.Run("PredecessorOnlyWakeUp", func(t *testing.T) {
-		key := keyFor(t)
+		key := lockertest.Key(t)
 		lead := newLocker(t, servers, key)
-		ll := mustAcquire(t, lead)
+		ll := lockertest.MustAcquire(t, lead)
 		var wakes atomic.Int64
-		var chans []<-chan acquired
+		var chans []<-chan lockertest.Acquired
 		for i := 0; i < 4; i++ {
 			w := newLocker(t, servers, key)
 			w.onWake = func() { wakes.Add(1) }
-			chans = append(chans, acquireAsync(t, ctxFor(t, 60*time.Second), w))
+			chans = append(chans, lockertest.AcquireAsync(t, lockertest.Ctx(t, 60*time.Second), w))
 			time.Sleep(100 * time.Millisecond) // a fixed queue order
 		}
 		time.Sleep(300 * time.Millisecond)
 		last := ll
 		for i, ch := range chans {
-			release(last)
+			lockertest.Release(last)
 			r := <-ch
-			if r.err != nil {
-				t.Fatalf("waiter %d: %v", i, r.err)
+			if r.Err != nil {
+				t.Fatalf("waiter %d: %v", i, r.Err)
 			}
-			if r.lease.Epoch() <= last.Epoch() {
-				t.Fatalf("waiter %d epoch %d after %d", i, r.lease.Epoch(), last.Epoch())
+			if r.Lease.Epoch() <= last.Epoch() {
+				t.Fatalf("waiter %d epoch %d after %d", i, r.Lease.Epoch(), last.Epoch())
 			}
-			last = r.lease
+			last = r.Lease
 		}
-		release(last)
+		lockertest.Release(last)
 		if n := wakes.Load(); n != 4 {
 			t.Fatalf("%d wake-ups for 4 hand-overs; each release must wake one waiter", n)
 		}
 	})
 
 	t.Run("LeaderWithoutCandidates", func(t *testing.T) {
-		_, err := newLocker(t, servers, keyFor(t)).Leader(ctxFor(t, 5*time.Second))
+		_, err := newLocker(t, servers, lockertest.Key(t)).Leader(lockertest.Ctx(t, 5*time.Second))
 		if !errors.Is(err, locker.ErrNoLeader) {
 			t.Fatalf("Leader of an unused key = %v; want ErrNoLeader", err)
 		}
 	})
 
 	t.Run("TTLAboveMaxSession", func(t *testing.T) {
-		l := newLocker(t, servers, keyFor(t), func(c *Config) { c.TTL = time.Minute })
-		_, err := l.Acquire(ctxFor(t, 10*time.Second))
+		l := newLocker(t, servers, lockertest.Key(t), func(c *Config) { c.TTL = time.Minute })
+		_, err := l.Acquire(lockertest.Ctx(t, 10*time.Second))
 		var ce *locker.ConfigError
 		if !errors.As(err, &ce) || ce.Field != "TTL" || !strings.Contains(ce.Rule, "4s") {
 			t.Fatalf("Acquire with a TTL over 20 ticks = %v; want a TTL ConfigError naming 4s", err)
@@ -186,15 +188,15 @@ func TestCampaign(t *testing.T) {
 	})
 
 	t.Run("TTLBelowMinSession", func(t *testing.T) {
-		l := newLocker(t, servers, keyFor(t), func(c *Config) { c.TTL = 100 * time.Millisecond })
-		lease := mustAcquire(t, l)
+		l := newLocker(t, servers, lockertest.Key(t), func(c *Config) { c.TTL = 100 * time.Millisecond })
+		lease := lockertest.MustAcquire(t, l)
 		if d, err := renew(lease, 5*time.Second); err != nil || d != 400*time.Millisecond {
 			t.Fatalf("Renew = %v, %v; want the 2-tick minimum, 400ms", d, err)
 		}
 	})
 
 	t.Run("Unreachable", func(t *testing.T) {
-		l := newLocker(t, []string{"127.0.0.1:1"}, keyFor(t), func(c *Config) { c.DialTimeout = 500 * time.Millisecond })
+		l := newLocker(t, []string{"127.0.0.1:1"}, lockertest.Key(t), func(c *Config) { c.DialTimeout = 500 * time.Millisecond })
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		_, err := l.Acquire(ctx)
@@ -207,10 +209,10 @@ func TestCampaign(t *testing.T) {
 func TestAuth(t *testing.T) {
 	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
 	servers := z.Addrs()
-	key := keyFor(t)
+	key := lockertest.Key(t)
 	const good, bad = "alice:s3cret-good", "alice:s3cret-wrong"
 	a := newLocker(t, servers, key, func(c *Config) { c.Auth = good })
-	la := mustAcquire(t, a)
+	la := lockertest.MustAcquire(t, a)
 
 	// The znodes are the creator's only.
 	c := rawConn(t, servers, "")
@@ -224,14 +226,14 @@ func TestAuth(t *testing.T) {
 
 	for _, auth := range []string{bad, ""} {
 		b := newLocker(t, servers, key, func(c *Config) { c.Auth = auth })
-		_, err := b.Acquire(ctxFor(t, 10*time.Second))
+		_, err := b.Acquire(lockertest.Ctx(t, 10*time.Second))
 		if !errors.Is(err, locker.ErrRefused) {
 			t.Fatalf("Acquire with auth %q = %v; want ErrRefused", auth, err)
 		}
 		if strings.Contains(err.Error(), "s3cret") {
 			t.Fatalf("error shows the password: %v", err)
 		}
-		if _, err := b.Leader(ctxFor(t, 5*time.Second)); !errors.Is(err, locker.ErrRefused) {
+		if _, err := b.Leader(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrRefused) {
 			t.Fatalf("Leader with auth %q = %v; want ErrRefused", auth, err)
 		}
 	}

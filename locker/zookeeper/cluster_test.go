@@ -9,15 +9,17 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/chaos"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // TestEnsembleLeaderKilled: sessions outlive the ensemble's leader, so the
 // lease stays and renews through the new leader.
 func TestEnsembleLeaderKilled(t *testing.T) {
 	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3})
-	l := newLocker(t, z.Addrs(), keyFor(t), func(c *Config) { c.TTL = 4 * time.Second })
-	lease := mustAcquire(t, l)
+	l := newLocker(t, z.Addrs(), lockertest.Key(t), func(c *Config) { c.TTL = 4 * time.Second })
+	lease := lockertest.MustAcquire(t, l)
 	epoch := lease.Epoch()
 	z.Kill(z.Leader(t))
 	killed := time.Now()
@@ -35,10 +37,10 @@ func TestEnsembleLeaderKilled(t *testing.T) {
 		t.Fatal("no renewal succeeded within 30s of the leader's death")
 	}
 	t.Logf("first renewal through the new leader %v after the kill", ok.Sub(killed))
-	if isClosed(lease.Lost()) || lease.Epoch() != epoch {
+	if testsupport.IsClosed(lease.Lost()) || lease.Epoch() != epoch {
 		t.Fatalf("lease lost (%s) or epoch changed (%d -> %d)", lease.LostReason(), epoch, lease.Epoch())
 	}
-	h, err := l.Leader(ctxFor(t, 10*time.Second))
+	h, err := l.Leader(lockertest.Ctx(t, 10*time.Second))
 	if err != nil || h.Epoch != epoch {
 		t.Fatalf("Leader = %+v, %v; want epoch %d", h, err, epoch)
 	}
@@ -49,8 +51,8 @@ func TestEnsembleLeaderKilled(t *testing.T) {
 // alive any more.
 func TestEnsembleQuorumLost(t *testing.T) {
 	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3})
-	l := newLocker(t, z.Addrs(), keyFor(t))
-	lease := mustAcquire(t, l)
+	l := newLocker(t, z.Addrs(), lockertest.Key(t))
+	lease := lockertest.MustAcquire(t, l)
 	leader := z.Leader(t)
 	z.Kill(leader)
 	z.Kill((leader + 1) % 3)
@@ -61,8 +63,8 @@ func TestEnsembleQuorumLost(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	eventually(t, 2*testTTL, "Lost after the quorum was gone for longer than the session", func() bool {
-		return isClosed(lease.Lost())
+	testsupport.WaitFor(t, 2*testTTL, "Lost after the quorum was gone for longer than the session", func() bool {
+		return testsupport.IsClosed(lease.Lost())
 	})
 	t.Logf("lost: %s", lease.LostReason())
 }
@@ -78,9 +80,9 @@ func TestFollowerCutOff(t *testing.T) {
 	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, SyncLimit: 40})
 	leader := z.Leader(t)
 	follower := (leader + 1) % 3
-	key := keyFor(t)
+	key := lockertest.Key(t)
 	a := newLocker(t, []string{z.Addr(follower)}, key)
-	lease := mustAcquire(t, a)
+	lease := lockertest.MustAcquire(t, a)
 	if _, err := renew(lease, 2*time.Second); err != nil {
 		t.Fatalf("Renew before the cut: %v", err)
 	}
@@ -89,14 +91,14 @@ func TestFollowerCutOff(t *testing.T) {
 
 	z.Isolate(follower)
 	cut := time.Now()
-	standby := acquireAsync(t, ctxFor(t, 60*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
+	standby := lockertest.AcquireAsync(t, lockertest.Ctx(t, 60*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
 
-	var took acquired
-	for took.at.IsZero() {
+	var took lockertest.Acquired
+	for took.At.IsZero() {
 		select {
 		case took = <-standby:
-			if took.err != nil {
-				t.Fatalf("standby: %v", took.err)
+			if took.Err != nil {
+				t.Fatalf("standby: %v", took.Err)
 			}
 		default:
 		}
@@ -107,7 +109,7 @@ func TestFollowerCutOff(t *testing.T) {
 			t.Fatal("standby did not take over within 30s of the cut")
 		}
 	}
-	t.Logf("standby took over %v after the cut (session %v)", took.at.Sub(cut), testTTL)
+	t.Logf("standby took over %v after the cut (session %v)", took.At.Sub(cut), testTTL)
 	// The follower still answers reads from its stale copy: a renewal made
 	// of a read would have succeeded here.
 	if ok, _, err := reader.Exists(node); err != nil || !ok {
@@ -116,7 +118,7 @@ func TestFollowerCutOff(t *testing.T) {
 		t.Logf("the cut-off follower still says %s exists, after the standby took over", node)
 	}
 	z.Heal(follower)
-	eventually(t, 30*time.Second, "the cut-off lease learns its loss once healed", func() bool { return isClosed(lease.Lost()) })
+	testsupport.WaitFor(t, 30*time.Second, "the cut-off lease learns its loss once healed", func() bool { return testsupport.IsClosed(lease.Lost()) })
 	t.Logf("lost: %s", lease.LostReason())
 }
 
@@ -138,8 +140,8 @@ func TestSilentServer(t *testing.T) {
 		addrs = append(addrs, p.Addr())
 	}
 	const ttl = 4 * time.Second // go-zookeeper gives up on a silent server after 2.67s
-	l := newLocker(t, addrs, keyFor(t), func(c *Config) { c.TTL = ttl })
-	lease := mustAcquire(t, l)
+	l := newLocker(t, addrs, lockertest.Key(t), func(c *Config) { c.TTL = ttl })
+	lease := lockertest.MustAcquire(t, l)
 	busiest, most := 0, int64(-1)
 	for i, p := range proxies {
 		if n := p.Requests(); n > most {
@@ -163,7 +165,7 @@ func TestSilentServer(t *testing.T) {
 	if took > ttl/2 {
 		t.Errorf("renewals failed for %v after one server went silent; the session should have moved at once", took)
 	}
-	if isClosed(lease.Lost()) {
+	if testsupport.IsClosed(lease.Lost()) {
 		t.Fatalf("lease lost: %s", lease.LostReason())
 	}
 }
@@ -185,21 +187,21 @@ func TestRelayGap(t *testing.T) {
 	follower := (leader + 1) % 3
 	const ttl = 3 * time.Second
 	for trial := 0; trial < 6; trial++ {
-		key := fmt.Sprintf("%s-%d", keyFor(t), trial)
+		key := fmt.Sprintf("%s-%d", lockertest.Key(t), trial)
 		a := newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl })
-		lease := mustAcquire(t, a)
+		lease := lockertest.MustAcquire(t, a)
 		time.Sleep(ttl / 2)
 		sent := time.Now()
 		if _, err := renew(lease, 2*time.Second); err != nil {
 			t.Fatalf("trial %d: renew: %v", trial, err)
 		}
 		z.Isolate(follower)
-		r := <-acquireAsync(t, ctxFor(t, 30*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
-		if r.err != nil {
-			t.Fatalf("trial %d: standby: %v", trial, r.err)
+		r := <-lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
+		if r.Err != nil {
+			t.Fatalf("trial %d: standby: %v", trial, r.Err)
 		}
-		early := sent.Add(ttl).Sub(r.at)
-		t.Logf("trial %d: the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, r.at.Sub(sent), early)
+		early := sent.Add(ttl).Sub(r.At)
+		t.Logf("trial %d: the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, r.At.Sub(sent), early)
 		if early > tick/2 {
 			t.Errorf("trial %d: the standby led %v before leaderrun's deadline, more than half a tick (%v)", trial, early, tick/2)
 		}

@@ -21,8 +21,8 @@ func TestRunLogContract(t *testing.T) {
 // before its watch has told it so.
 func TestRecordRunNeedsOwnZnode(t *testing.T) {
 	servers := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1}).Addrs()
-	l := newLocker(t, servers, keyFor(t))
-	ls := mustAcquire(t, l)
+	l := newLocker(t, servers, lockertest.Key(t))
+	ls := lockertest.MustAcquire(t, l)
 	node := ls.(*lease).node
 	// Keep the lease from noticing: only the write's own check stands.
 	ls.(*lease).stop()
@@ -31,10 +31,10 @@ func TestRecordRunNeedsOwnZnode(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := locker.NewRun(locker.Options{ID: "late"}, "s1", locker.RunSucceeded, ls.Epoch(), time.Hour)
-	if err := l.RecordRun(ctxFor(t, 5*time.Second), ls, run); !errors.Is(err, locker.ErrLost) {
+	if err := l.RecordRun(lockertest.Ctx(t, 5*time.Second), ls, run); !errors.Is(err, locker.ErrLost) {
 		t.Fatalf("RecordRun after the znode was deleted = %v; want ErrLost", err)
 	}
-	if _, err := l.LookupRun(ctxFor(t, 5*time.Second), "s1"); !errors.Is(err, locker.ErrNoRun) {
+	if _, err := l.LookupRun(lockertest.Ctx(t, 5*time.Second), "s1"); !errors.Is(err, locker.ErrNoRun) {
 		t.Fatalf("a refused record is visible: %v", err)
 	}
 }

@@ -1,0 +1,107 @@
+package lockertest
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// Key turns the test's name into a leadership key that every backend
+// accepts and no other test uses.
+func Key(t testing.TB) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '.', r == '_':
+			return r
+		}
+		return '-'
+	}, t.Name())
+}
+
+// DebugLogger is a debug-level logger on stderr named name when
+// LEADERRUN_TEST_DEBUG is set, and nil (the backend's silent default)
+// otherwise.
+func DebugLogger(name string) hclog.Logger {
+	if os.Getenv("LEADERRUN_TEST_DEBUG") == "" {
+		return nil
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Debug, Output: os.Stderr})
+}
+
+// Ctx returns a context that ends after d or with the test.
+func Ctx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// MustAcquire acquires within 20s or fails the test; the lease is released
+// when the test ends.
+func MustAcquire(t testing.TB, l locker.Locker) locker.Lease {
+	t.Helper()
+	lease, err := l.Acquire(Ctx(t, 20*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	t.Cleanup(func() { Release(lease) })
+	return lease
+}
+
+// Release releases lease within 3s, ignoring errors; for cleanups.
+func Release(lease locker.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	lease.Release(ctx)
+}
+
+// Acquired is the outcome of an Acquire run in the background.
+type Acquired struct {
+	Lease locker.Lease
+	Err   error
+	At    time.Time // when Acquire returned
+}
+
+// AcquireAsync runs Acquire in a goroutine; the result arrives on the
+// channel. When the test ends, a still waiting Acquire is cancelled and a
+// lease it won is released.
+func AcquireAsync(t testing.TB, ctx context.Context, l locker.Locker) <-chan Acquired {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan Acquired, 1)
+	done := make(chan struct{})
+	var won locker.Lease
+	go func() {
+		defer close(done)
+		lease, err := l.Acquire(ctx)
+		won = lease
+		ch <- Acquired{lease, err, time.Now()}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if won != nil {
+			Release(won)
+		}
+	})
+	return ch
+}
+
+// Open applies mods to cfg in order, builds a Locker from it with the
+// backend's New, or fails the test, and closes it when the test ends.
+func Open[C any, L locker.Locker](t testing.TB, newLocker func(C) (L, error), cfg C, mods ...func(*C)) L {
+	t.Helper()
+	for _, m := range mods {
+		m(&cfg)
+	}
+	l, err := newLocker(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
