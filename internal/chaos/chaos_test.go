@@ -182,6 +182,7 @@ const standbyAge = time.Second
 func (w *world) run(i, n int, f fault) {
 	t := w.t
 	t.Helper()
+	w.setEscape(f.escape)
 	w.ensureHosts()
 	h, in := w.waitStable(0, 0, w.stableTimeout())
 	w.waitStandbys()
