@@ -57,7 +57,7 @@ func TestMain(m *testing.M) {
 // whose minimum session TTL is 10s, the faults that do not wait for a
 // session to expire, and one that does.
 var shortPlan = map[string][]string{
-	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
+	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend", "escape"},
 	"consul": {"kill-leader", "kill-child", "freeze-host", "partition", "kill-server"},
 	// ZooKeeper is not in the default -chaos.backends; this is the set
 	// `-chaos.backends=zookeeper` runs without -chaos.faults.
