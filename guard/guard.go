@@ -201,9 +201,13 @@ func (g *state) killJob(reason string) bool {
 	_ = j.Remove()
 	if cg := j.Cgroup(); cg != "" {
 		// leaderrun's own parent cgroup of its jobs, if it made one and
-		// died before removing it.
-		if parent := filepath.Dir(cg); strings.HasPrefix(filepath.Base(parent), "leaderrun.") {
-			contain.RemoveTree(parent)
+		// died before removing it. A live leaderrun (frozen, cut off) needs
+		// it for its next leadership.
+		parent := filepath.Dir(cg)
+		if pid, ok := strings.CutPrefix(filepath.Base(parent), "leaderrun."); ok {
+			if n, err := strconv.Atoi(pid); err == nil && !contain.ProcessAlive(n) {
+				contain.RemoveTree(parent)
+			}
 		}
 	}
 	return true

@@ -269,3 +269,60 @@ func TestMessagesRoundTrip(t *testing.T) {
 		t.Errorf("release request round trip: %q %q %v", hello, handle, err)
 	}
 }
+
+// When the kill point passes while leaderrun still runs (frozen or cut
+// off), the guard kills the job and removes the job's cgroup, but not the
+// cgroup leaderrun keeps its jobs under: leaderrun needs it for its next
+// leadership. Here the test process plays leaderrun.
+func TestKillPointKeepsLiveLeaderrunsCgroup(t *testing.T) {
+	b, err := contain.Open(contain.Cgroup, contain.Options{})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("open cgroup: %v", err)
+		}
+		t.Skipf("open cgroup: %v", err)
+	}
+	defer b.Close()
+	cj, err := b.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cj.SysProcAttr(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cj.Started(cmd.Process.Pid)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	defer func() { _ = cj.Kill(); <-done }()
+	parent := filepath.Dir(cj.Cgroup())
+	if !strings.HasPrefix(filepath.Base(parent), "leaderrun.") {
+		t.Fatalf("job cgroup %s is not under a leaderrun.PID cgroup", cj.Cgroup())
+	}
+
+	j := Job{Pgid: cj.Pgid(), Since: cj.Since(), Token: cj.Token(), Cgroup: cj.Cgroup()}
+	g := startGuard(t)
+	g.send(t, Hello([]byte(`{}`))+Lease("h1")+Watch(MonoNow()+int64(100*time.Millisecond), j))
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("job not killed 5s after the kill point")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for g.replies.String() != "released\n" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no release reported; replies %q", g.replies.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := os.Stat(parent); err != nil {
+		t.Errorf("the live leaderrun's cgroup was removed by its guard: %v", err)
+	}
+	if _, err := os.Stat(cj.Cgroup()); err == nil {
+		t.Errorf("the job's cgroup %s is still there after the kill", cj.Cgroup())
+	}
+	g.send(t, Done())
+	g.wait(t)
+}

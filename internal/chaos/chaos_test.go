@@ -36,7 +36,7 @@ func TestMain(m *testing.M) { os.Exit(RunTests(m, &bins)) }
 // whose minimum session TTL is 10s, the faults that do not wait for a
 // session to expire, and one that does.
 var shortPlan = map[string][]string{
-	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend"},
+	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend", "escape"},
 	"consul": {"kill-leader", "kill-child", "freeze-host", "partition", "kill-server"},
 	// ZooKeeper is not in the default -chaos.backends; this is the set
 	// `-chaos.backends=zookeeper` runs without -chaos.faults.
@@ -161,6 +161,7 @@ const standbyAge = time.Second
 func (w *world) run(i, n int, f fault) {
 	t := w.t
 	t.Helper()
+	w.setEscape(f.escape)
 	w.ensureHosts()
 	h, in := w.waitStable(0, 0, w.stableTimeout())
 	w.waitStandbys()

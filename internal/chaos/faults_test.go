@@ -20,6 +20,9 @@ type fault struct {
 	twoAlive bool
 	// backends, when set, lists the backends the fault applies to.
 	backends []string
+	// escape runs the fault with hosts whose writer escapes its process
+	// group (world.setEscape).
+	escape bool
 	// inject causes the fault on leader h, whose child is in, holds it as
 	// long as the fault lasts, heals it and returns what it measured.
 	inject func(w *world, h *host, in fence.Instance) outcome
@@ -46,6 +49,7 @@ var faults = []fault{
 	{name: "partition", doc: "the leader's proxies cut (refuse or blackhole, at random) until another host leads, then healed", inject: partition},
 	{name: "silent-server", doc: "the one server carrying the leader's traffic blackholed from the leader's host for TTL + 2s, the others reachable", inject: silentServer},
 	{name: "restart-backend", doc: "`kill -9` of every server, then restart of all", inject: restartBackend},
+	{name: "escape", doc: "the leader's writer is a daemon (setsid and a double fork, its parent gone) outside the job's process group; then `kill -9` of the leader's leaderrun or a partition (at random)", escape: true, inject: escape},
 }
 
 // faultByName finds a fault type.
@@ -237,4 +241,22 @@ func silentServer(w *world, h *host, _ fence.Instance) outcome {
 	time.Sleep(w.tm.TTL + 2*time.Second) // the fault's duration
 	h.link.Proxies[busiest].Heal()
 	return outcome{at: at}
+}
+
+// escape takes leadership away from a host whose writer escaped its process
+// group and session: leaderrun is killed (only its guard, through the
+// job's cgroup or marker, can still find the writer) or cut off (leaderrun
+// itself must stop the job). The next leader's writer checks through /proc
+// that the escaped one is dead, the fence's record shows whether it wrote
+// again, and the stray check finds it if it survived.
+func escape(w *world, h *host, in fence.Instance) outcome {
+	// The escaped writer leads a process group of its own in a session
+	// of its own, not the job's.
+	if st, ok := Stat(in.Pid); !ok || st.PGid != in.Pid {
+		w.t.Errorf("escape: the leader's writer %d is not in a process group of its own (%+v)", in.Pid, st)
+	}
+	if w.rng.IntN(2) == 0 {
+		return partition(w, h, in)
+	}
+	return killLeader(w, h, in)
 }

@@ -25,8 +25,12 @@ type world struct {
 	check *fence.Checker
 	fed   int // writes already fed to check
 	hosts []*host
-	rng   *rand.Rand
-	stats map[string]*faultStats
+	// escape is set while the hosts' command is a writer that escapes its
+	// process group (FENCE_ESCAPE=1): the process leaderrun starts stays
+	// as the job's main process, the writer is a daemon beside it.
+	escape bool
+	rng    *rand.Rand
+	stats  map[string]*faultStats
 }
 
 // host is one leaderrun "host": its proxies and its current leaderrun.
@@ -128,8 +132,12 @@ func (w *world) start(h *host) {
 	w.t.Helper()
 	args := append(w.cl.LeaderrunArgs(h.link.Addrs()), w.tm.Args()...)
 	args = append(args, "--key", key, "--id", h.id, "--log-level", "debug", "--", w.bins.Writer)
+	env := w.fence.Env(h.id)
+	if w.escape {
+		env = append(env, "FENCE_ESCAPE=1")
+	}
 	p, err := Start(ProcSpec{
-		Name: h.id, Path: w.bins.Leaderrun, Args: args, Env: w.fence.Env(h.id),
+		Name: h.id, Path: w.bins.Leaderrun, Args: args, Env: env,
 		LogPath: filepath.Join(w.dir, h.id+".log"),
 	})
 	if err != nil {
@@ -154,6 +162,22 @@ func (w *world) ensureHosts() {
 		}
 		w.start(h)
 	}
+}
+
+// setEscape makes the hosts' command the escaping writer, or the plain one
+// again: it stops every host gracefully, checks that nothing is left, and
+// lets ensureHosts start them anew.
+func (w *world) setEscape(on bool) {
+	w.t.Helper()
+	if w.escape == on {
+		return
+	}
+	w.stopHosts()
+	w.waitNoneLeft()
+	for _, h := range w.hosts {
+		h.proc = nil
+	}
+	w.escape = on
 }
 
 // host returns the host named id, or nil.
@@ -263,7 +287,9 @@ func (w *world) guardOf(h *host) int {
 
 // strays lists processes of the suite's binaries that should not exist:
 // anything but the hosts' leaderruns, the leader's guard and the leader's
-// child.
+// child (with escaping writers: the leader's writer and the job's main
+// process, leaderrun's child, which never writes). An escaped writer that
+// outlived its leadership is a stray like any other writer.
 func (w *world) strays() []Process {
 	lh, in, ok := w.leader()
 	var bad []Process
@@ -272,6 +298,9 @@ func (w *world) strays() []Process {
 		case p.Exe == w.bins.Writer:
 			if ok && p.Pid == in.Pid {
 				continue
+			}
+			if ok && w.escape && p.PPid == lh.proc.Pid() && len(p.Cmdline) == 1 {
+				continue // the launcher of the leader's escaped writer
 			}
 		case p.IsGuard():
 			if ok && p.PPid == lh.proc.Pid() {
@@ -324,6 +353,14 @@ func (w *world) checkStrays() bool {
 // suite is left running.
 func (w *world) shutdown() {
 	w.t.Helper()
+	w.stopHosts()
+	w.waitNoneLeft()
+}
+
+// stopHosts sends SIGTERM to every host's leaderrun and checks how each
+// exited.
+func (w *world) stopHosts() {
+	w.t.Helper()
 	for _, h := range w.hosts {
 		if h.proc != nil {
 			_ = h.proc.Signal(syscall.SIGTERM)
@@ -343,6 +380,12 @@ func (w *world) shutdown() {
 			w.t.Errorf("%s: leaderrun exited %d after SIGTERM\n%s", h.id, code, h.proc.Output(8<<10))
 		}
 	}
+}
+
+// waitNoneLeft checks that nothing of the suite runs once every leaderrun
+// has exited.
+func (w *world) waitNoneLeft() {
+	w.t.Helper()
 	deadline := time.Now().Add(strayTimeout)
 	for {
 		left := Scan(w.bins.Leaderrun, w.bins.Writer, w.bins.Guard)

@@ -12,6 +12,8 @@
 //	FENCE_ADDR     the fence's address
 //	FENCE_WRITER   this writer's name (default hostname:parent-pid)
 //	LEADER_EPOCH   the fencing token; 0 when absent (rival lock tools)
+//	FENCE_ESCAPE   1: write from a daemon that left the process group and
+//	               session (setsid and a double fork; see escape.go)
 package main
 
 import (
@@ -34,7 +36,11 @@ const dialTimeout = 5 * time.Second
 
 func main() {
 	started := fence.Now() // first: this is "the child started"
-	if err := run(started); err != nil {
+	ok, err := escapeStage(started)
+	if !ok {
+		err = run(started)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "writer:", err)
 		os.Exit(1)
 	}
