@@ -40,7 +40,7 @@ func (b *Box) openCgroup() error {
 	if own == "/" {
 		// The root cgroup may hold processes beside child cgroups.
 		removeStale(dir)
-		parent := fmt.Sprintf("%s/leaderrun.%d", dir, pid)
+		parent := dir + "/" + ownerDirName(pid)
 		if err := os.Mkdir(parent, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", parent, err)
 		}
@@ -63,19 +63,24 @@ func (b *Box) openCgroup() error {
 }
 
 // removeStale removes the empty cgroups that leaderruns killed before they
-// could clean up left under dir (leaderrun.PID, whose PID is gone).
+// could clean up left under dir (see ownerDirName), only those of this PID
+// namespace whose pid is gone: another namespace's pid cannot be checked.
 func removeStale(dir string) {
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		pid, ok := strings.CutPrefix(e.Name(), "leaderrun.")
-		if !ok || !e.IsDir() {
-			continue
-		}
-		if n, err := strconv.Atoi(pid); err != nil || syscall.Kill(n, 0) == nil || errors.Is(err, syscall.EPERM) {
+		pid, sameNS, ok := OwnerPID(e.Name())
+		if !ok || !sameNS || !e.IsDir() || pidExists(pid) {
 			continue
 		}
 		RemoveTree(dir + "/" + e.Name())
 	}
+}
+
+// pidExists tells whether pid names a process of this PID namespace, also
+// one of another user (EPERM) or a zombie: when unsure, keep its cgroup.
+func pidExists(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // RemoveTree removes an empty cgroup and its empty children; a cgroup with
@@ -102,7 +107,7 @@ func (b *Box) probeKill() error {
 // intoLeaf moves this process out of dir into dir/leaderrun.PID, so that
 // dir holds only child cgroups.
 func intoLeaf(dir string, pid int) error {
-	leaf := fmt.Sprintf("%s/leaderrun.%d", dir, pid)
+	leaf := dir + "/" + ownerDirName(pid)
 	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("create %s: %w", leaf, err)
 	}

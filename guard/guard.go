@@ -204,10 +204,8 @@ func (g *state) killJob(reason string) bool {
 		// died before removing it. A live leaderrun (frozen, cut off) needs
 		// it for its next leadership.
 		parent := filepath.Dir(cg)
-		if pid, ok := strings.CutPrefix(filepath.Base(parent), "leaderrun."); ok {
-			if n, err := strconv.Atoi(pid); err == nil && !contain.ProcessAlive(n) {
-				contain.RemoveTree(parent)
-			}
+		if pid, sameNS, ok := contain.OwnerPID(filepath.Base(parent)); ok && sameNS && !contain.ProcessAlive(pid) {
+			contain.RemoveTree(parent)
 		}
 	}
 	return true
