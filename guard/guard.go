@@ -73,8 +73,8 @@ func Run(in io.Reader, reply io.Writer, release Releaser, log Logger) int {
 		}
 	}()
 
-	kill := time.NewTimer(time.Hour)
-	kill.Stop()
+	kill := newAlarm()
+	defer kill.stop()
 	for {
 		select {
 		case line, ok := <-lines:
@@ -85,8 +85,12 @@ func Run(in io.Reader, reply io.Writer, release Releaser, log Logger) int {
 			if done := g.apply(line, kill); done {
 				return 0
 			}
-		case <-kill.C:
-			g.killPointPassed()
+		case <-kill.c:
+			// A report can trail an extension that moved the kill point
+			// later: only the clock decides.
+			if MonoNow() >= g.killAt {
+				g.killPointPassed()
+			}
 		}
 	}
 }
@@ -107,7 +111,7 @@ type state struct {
 }
 
 // apply applies one message and reports whether the guard is done.
-func (g *state) apply(line string, kill *time.Timer) bool {
+func (g *state) apply(line string, kill *alarm) bool {
 	verb, rest, _ := strings.Cut(line, " ")
 	switch verb {
 	case verbHello:
@@ -129,7 +133,7 @@ func (g *state) apply(line string, kill *time.Timer) bool {
 		}
 		g.job, g.killAt = contain.Attach(j.Cgroup, j.Pgid, j.Token, j.Since), at
 		g.job.AdoptFrom(g.supervisor)
-		kill.Reset(time.Duration(at - MonoNow()))
+		kill.set(at)
 	case verbExtend:
 		at, err := strconv.ParseInt(rest, 10, 64)
 		if err != nil {
@@ -139,7 +143,7 @@ func (g *state) apply(line string, kill *time.Timer) bool {
 		// Extensions come in the order of the renewals they follow; a
 		// shorter granted TTL may move the kill point earlier.
 		g.killAt = at
-		kill.Reset(time.Duration(at - MonoNow()))
+		kill.set(at)
 	case verbGone:
 		// Forget the job: once empty, its process group id may be reused.
 		g.job = nil

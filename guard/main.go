@@ -36,7 +36,19 @@ func Main(release Releaser, log Logger) int {
 	if _, err := unix.FcntlInt(ReplyFD, unix.F_GETFD, 0); err == nil {
 		reply = os.NewFile(ReplyFD, "reply")
 	}
-	return Run(os.Stdin, reply, release, log)
+	return Run(pollable(unix.Stdin, "stdin"), reply, release, log)
+}
+
+// pollable opens fd in non-blocking mode, so that a read waiting on it parks
+// in the runtime's poller instead of holding a thread in read(2). A blocked
+// read(2) keeps the runtime's monitor thread awake after every message (it
+// polls every 20µs until it hands the processor off), tens of wake-ups a
+// message; parked in the poller, the guard sleeps until a line or a timer.
+// The descriptor is the guard's own end of its pipe: leaderrun writes
+// through another open file, unaffected.
+func pollable(fd int, name string) *os.File {
+	_ = unix.SetNonblock(fd, true)
+	return os.NewFile(uintptr(fd), name)
 }
 
 // ReleaseRequest is what the guard writes on the stdin of the release
