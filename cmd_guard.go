@@ -42,6 +42,7 @@ func guardCommand() *cli.Command {
 			if err != nil {
 				return usage(err)
 			}
+			trimResidentLater()
 			return exitCode(guard.Main(releaseFromHello, log.Named("guard")))
 		},
 	}

@@ -190,6 +190,7 @@ func runAction(c *cli.Context) error {
 	}
 	ctx, stop := stopOnSignal()
 	defer stop()
+	trimResidentLater()
 	code := sup.Run(ctx)
 	if code == supervise.ExitNotHeld && campaigning {
 		code = conflict
