@@ -221,8 +221,12 @@ func (g *state) releaseLease(why string) bool {
 	g.released = true
 	if g.hold >= 0 {
 		// Unlocking the shared open file drops the flock for leaderrun's
-		// descriptor too.
+		// descriptor too. A frozen leaderrun still has the file open, so
+		// no close tells the waiting candidates: touching its times does
+		// (locker/local watches for either).
 		_ = unix.Flock(g.hold, unix.LOCK_UN)
+		now := unix.NsecToTimeval(time.Now().UnixNano())
+		_ = unix.Futimes(g.hold, []unix.Timeval{now, now})
 		g.closeHold()
 	}
 	if g.handle == "" || g.release == nil {

@@ -34,9 +34,9 @@ import (
 	"github.com/leaderrun/leaderrun/locker"
 )
 
-// pollInterval is how often a waiting candidate retries the flock. A
-// non-blocking try keeps Acquire cancellable; 20ms costs nothing and makes
-// the takeover look instant.
+// pollInterval is how often a waiting candidate retries the flock when it
+// cannot watch the lock file (no inotify instance left): a non-blocking
+// try keeps Acquire cancellable.
 const pollInterval = 20 * time.Millisecond
 
 // Config configures the local backend.
@@ -205,12 +205,30 @@ func volatile(dir string) bool {
 }
 
 // Acquire takes the flock, waiting unless NoWait, then bumps the epoch.
+// A waiting candidate keeps its lock file open between tries (closing it
+// would itself be an event that wakes every other waiter) and sleeps until
+// the file shows a sign of being let go (wait.go).
 func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	if l.readOnly {
 		return nil, fmt.Errorf("local: %w: opened read-only", locker.ErrRefused)
 	}
+	var w *lockWatch
+	if !l.opts.NoWait {
+		// Watching starts before the first try, so a release between the
+		// try and the wait is not missed.
+		if w = watchLock(l.lockPath); w != nil {
+			defer w.close()
+		}
+	}
+	var f *os.File
 	for {
-		f, err := l.tryLock()
+		if f == nil {
+			var err error
+			if f, err = l.openLock(); err != nil {
+				return nil, err
+			}
+		}
+		err := l.tryLock(f)
 		if err == nil {
 			lease, err := l.lead(f)
 			if err != nil {
@@ -218,41 +236,70 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			}
 			return lease, err
 		}
+		if errors.Is(err, errReplaced) {
+			_ = f.Close()
+			f = nil
+			continue
+		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
+			_ = f.Close()
 			return nil, err
 		}
 		if l.opts.NoWait {
+			_ = f.Close()
 			return nil, fmt.Errorf("%s: %w", l.lockPath, locker.ErrHeld)
 		}
-		t := time.NewTimer(pollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := l.sleep(ctx, w); err != nil {
+			_ = f.Close()
+			return nil, err
 		}
 	}
 }
 
-// tryLock opens the lock file and takes a non-blocking exclusive flock. A
-// file replaced at the path while we waited for it is retried.
-func (l *Locker) tryLock() (*os.File, error) {
+// sleep waits for a sign that the lock was let go, or polls without inotify.
+func (l *Locker) sleep(ctx context.Context, w *lockWatch) error {
+	if w != nil {
+		return w.wait(ctx)
+	}
+	t := time.NewTimer(pollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// errReplaced: the file we locked is no longer the one at the path.
+var errReplaced = errors.New("lock file replaced")
+
+// openLock opens (creating) the lock file.
+func (l *Locker) openLock() (*os.File, error) {
 	f, err := os.OpenFile(l.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w: %w", locker.ErrRefused, err)
 	}
+	return f, nil
+}
+
+// tryLock takes a non-blocking exclusive flock on f. A file replaced at
+// the path while we waited for it yields errReplaced (and no lock).
+func (l *Locker) tryLock(f *os.File) error {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		_ = f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, unix.EWOULDBLOCK
+			if !samePath(f, l.lockPath) {
+				return errReplaced
+			}
+			return unix.EWOULDBLOCK
 		}
-		return nil, fmt.Errorf("flock %s: %w", l.lockPath, err)
+		return fmt.Errorf("flock %s: %w", l.lockPath, err)
 	}
 	if !samePath(f, l.lockPath) {
-		_ = f.Close()
-		return nil, unix.EWOULDBLOCK
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		return errReplaced
 	}
-	return f, nil
+	return nil
 }
 
 // lead bumps the epoch under the lock and records us as the holder.
