@@ -14,12 +14,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// settleTime is how long after start leaderrun trims its resident memory:
-// by then package init, flag parsing and the first campaign are over.
-const settleTime = 2 * time.Second
+// trimTimes are when, after start, leaderrun trims its resident memory: by
+// the first, package init and flag parsing are over; by the second, the
+// first campaign and the start of a job, whose code a long-running leader
+// or standby does not run again.
+var trimTimes = []time.Duration{2 * time.Second, 30 * time.Second}
 
 // trimResidentLater trims the process's resident memory once it has settled.
-func trimResidentLater() { time.AfterFunc(settleTime, trimResident) }
+func trimResidentLater() {
+	for _, d := range trimTimes {
+		time.AfterFunc(d, trimResident)
+	}
+}
 
 // trimResident gives back what start-up touched once and never needs again.
 //
