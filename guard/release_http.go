@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -9,10 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // BackendHello is the part of leaderrun's hello (its backend spec) that a
@@ -58,31 +60,160 @@ func DirectRelease(ctx context.Context, hello []byte, handle string) error {
 	}
 }
 
-// httpClient is a client that trusts ca (or the system roots) and presents
-// cert/key when given.
-func httpClient(ca, cert, key, serverName string) (*http.Client, bool, error) {
+// dialer opens a connection for a base URL: TLS trusting ca (or the
+// system roots) and presenting cert/key when given. The guard speaks just
+// enough HTTP/1.1 itself: net/http would more than double its resident
+// memory for the whole life of the job.
+type dialer struct{ tls *tls.Config }
+
+func newDialer(ca, cert, key, serverName string) (*dialer, error) {
 	if ca == "" && cert == "" && key == "" && serverName == "" {
-		return &http.Client{}, false, nil
+		return &dialer{}, nil
 	}
 	cfg := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
 	if ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, false, fmt.Errorf("%s: no PEM certificate", ca)
+			return nil, fmt.Errorf("%s: no PEM certificate", ca)
 		}
 	}
 	if cert != "" || key != "" {
 		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, Proxy: nil}}, true, nil
+	return &dialer{tls: cfg}, nil
+}
+
+// do sends one request with Connection: close and returns the status code
+// and body of the answer.
+func (d *dialer) do(ctx context.Context, method, url, token string, body []byte) (int, []byte, error) {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return 0, nil, fmt.Errorf("%q: no scheme", url)
+	}
+	host, path, _ := strings.Cut(rest, "/")
+	path = "/" + path
+	addr := host
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		addr = net.JoinHostPort(strings.Trim(host, "[]"), map[bool]string{true: "443", false: "80"}[scheme == "https"])
+	}
+	var nd net.Dialer
+	conn, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if scheme == "https" {
+		cfg := &tls.Config{}
+		if d.tls != nil {
+			cfg = d.tls.Clone()
+		}
+		if cfg.ServerName == "" {
+			h, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				h = addr
+			}
+			cfg.ServerName = h
+		}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return 0, nil, err
+		}
+		conn = tc
+	} else if scheme != "http" {
+		return 0, nil, fmt.Errorf("%q: scheme %s", url, scheme)
+	}
+	var req bytes.Buffer
+	fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Length: %d\r\n", method, path, host, len(body))
+	if body != nil {
+		req.WriteString("Content-Type: application/json\r\n")
+	}
+	if token != "" {
+		req.WriteString(token + "\r\n")
+	}
+	req.WriteString("\r\n")
+	req.Write(body)
+	if _, err := conn.Write(req.Bytes()); err != nil {
+		return 0, nil, err
+	}
+	return readResponse(bufio.NewReader(io.LimitReader(conn, 1<<20)))
+}
+
+// readResponse reads an HTTP/1.1 answer: status line, headers, and a body
+// sized by Content-Length, chunked, or ending at EOF.
+func readResponse(r *bufio.Reader) (int, []byte, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/1.") {
+		return 0, nil, fmt.Errorf("not an HTTP answer: %q", strings.TrimSpace(line))
+	}
+	code, err := strconv.Atoi(f[1])
+	if err != nil {
+		return 0, nil, fmt.Errorf("not an HTTP answer: %q", strings.TrimSpace(line))
+	}
+	length, chunked := -1, false
+	for {
+		h, err := r.ReadString('\n')
+		if err != nil {
+			return 0, nil, fmt.Errorf("reading the answer: %w", err)
+		}
+		h = strings.TrimSpace(h)
+		if h == "" {
+			break
+		}
+		k, v, _ := strings.Cut(h, ":")
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "content-length":
+			length, _ = strconv.Atoi(strings.TrimSpace(v))
+		case "transfer-encoding":
+			chunked = strings.Contains(strings.ToLower(v), "chunked")
+		}
+	}
+	switch {
+	case chunked:
+		var body []byte
+		for {
+			sz, err := r.ReadString('\n')
+			if err != nil {
+				return code, body, err
+			}
+			sz, _, _ = strings.Cut(strings.TrimSpace(sz), ";")
+			n, err := strconv.ParseInt(sz, 16, 32)
+			if err != nil || n < 0 {
+				return code, body, fmt.Errorf("bad chunk size %q", sz)
+			}
+			if n == 0 {
+				return code, body, nil
+			}
+			chunk := make([]byte, n+2)
+			if _, err := io.ReadFull(r, chunk); err != nil {
+				return code, body, err
+			}
+			body = append(body, chunk[:n]...)
+		}
+	case length >= 0:
+		body := make([]byte, length)
+		_, err := io.ReadFull(r, body)
+		return code, body, err
+	default:
+		body, err := io.ReadAll(r)
+		return code, body, err
+	}
 }
 
 // etcdHandle splits an etcd lease handle "<lease id hex>:<key>" into the
@@ -103,7 +234,8 @@ func releaseEtcd(ctx context.Context, h BackendHello, handle string) error {
 	if err != nil {
 		return err
 	}
-	cli, tlsOn, err := httpClient(h.EtcdCACert, h.EtcdCert, h.EtcdKey, "")
+	cli, err := newDialer(h.EtcdCACert, h.EtcdCert, h.EtcdKey, "")
+	tlsOn := cli != nil && cli.tls != nil
 	if err != nil {
 		return fmt.Errorf("etcd: tls: %w", err)
 	}
@@ -138,7 +270,7 @@ func endpointURL(ep string, tlsOn bool) string {
 	return "http://" + ep
 }
 
-func revokeAt(ctx context.Context, cli *http.Client, base string, h BackendHello, id int64) error {
+func revokeAt(ctx context.Context, cli *dialer, base string, h BackendHello, id int64) error {
 	token := ""
 	if h.EtcdUser != "" {
 		var out struct {
@@ -160,26 +292,20 @@ func revokeAt(ctx context.Context, cli *http.Client, base string, h BackendHello
 
 // postJSON posts body as JSON and decodes a 200 answer into out. An error
 // quotes only the server's message.
-func postJSON(ctx context.Context, cli *http.Client, url, token string, body, out any) error {
+func postJSON(ctx context.Context, cli *dialer, url, token string, body, out any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
+	header := ""
 	if token != "" {
-		req.Header.Set("Authorization", token)
+		header = "Authorization: " + token
 	}
-	resp, err := cli.Do(req)
+	code, data, err := cli.do(ctx, "POST", url, header, b)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
+	if code != 200 {
 		var e struct {
 			Message string `json:"message"`
 			Error   string `json:"error"`
@@ -190,9 +316,9 @@ func postJSON(ctx context.Context, cli *http.Client, url, token string, body, ou
 			msg = e.Error
 		}
 		if msg == "" {
-			msg = http.StatusText(resp.StatusCode)
+			msg = "HTTP " + strconv.Itoa(code)
 		}
-		return fmt.Errorf("%s: %s", resp.Status, msg)
+		return fmt.Errorf("HTTP %d: %s", code, msg)
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/leaderrun/leaderrun/guard"
 )
@@ -49,5 +50,8 @@ func main() {
 		}
 		return nil
 	}
+	// Package init (TLS, networking) touched pages the guard never needs
+	// while it sleeps; give them back once it has settled.
+	time.AfterFunc(2*time.Second, guard.TrimResident)
 	os.Exit(guard.Main(release, guard.StderrLogger{Level: *level}))
 }
