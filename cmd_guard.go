@@ -92,7 +92,7 @@ func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
 	logArgs := []string{"--log-level", c.String("log-level"), "--log-format", c.String("log-format")}
 	self, err := os.Executable()
 	// The small guard releases local locks (by unlocking the descriptor it
-	// holds) and etcd leases (over etcd's HTTP gateway) itself. For the
+	// holds), etcd leases and Consul sessions (over their HTTP APIs) itself. For the
 	// other network backends it would have to execute leaderrun, which adds
 	// that start-up to a crash failover (about 100ms, measured); there the
 	// guard is leaderrun itself, so failover stays as fast as the backend
@@ -123,7 +123,7 @@ func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
 // smallGuardReleases says whether leaderrun-guard gives back this backend's
 // lease without running leaderrun.
 func smallGuardReleases(backend string) bool {
-	return backend == "local" || backend == "etcd"
+	return backend == "local" || backend == "etcd" || backend == "consul"
 }
 
 // errFullGuard says the backend's release needs leaderrun's own clients.

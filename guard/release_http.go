@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -28,6 +29,15 @@ type BackendHello struct {
 	EtcdCACert    string   `json:"etcd_cacert"`
 	EtcdCert      string   `json:"etcd_cert"`
 	EtcdKey       string   `json:"etcd_key"`
+
+	ConsulAddr          string `json:"consul_addr"`
+	ConsulToken         string `json:"consul_token"`
+	ConsulTokenFile     string `json:"consul_token_file"`
+	ConsulCACert        string `json:"consul_ca_file"`
+	ConsulClientCert    string `json:"consul_client_cert"`
+	ConsulClientKey     string `json:"consul_client_key"`
+	ConsulTLSServerName string `json:"consul_tls_server_name"`
+	ConsulDatacenter    string `json:"consul_datacenter"`
 }
 
 // ParseBackendHello reads the fields of a hello that a direct release needs.
@@ -45,7 +55,8 @@ var ErrNoDirectRelease = errors.New("no direct release for this backend")
 
 // DirectRelease gives up a lease with the standard library alone, without
 // starting leaderrun: on etcd it revokes the lease through etcd's JSON
-// gateway. Other backends return ErrNoDirectRelease. Errors never carry a
+// gateway; on Consul it frees the key and destroys the session over the
+// HTTP API. Other backends return ErrNoDirectRelease. Errors never carry a
 // password or token.
 func DirectRelease(ctx context.Context, hello []byte, handle string) error {
 	h, err := ParseBackendHello(hello)
@@ -55,6 +66,8 @@ func DirectRelease(ctx context.Context, hello []byte, handle string) error {
 	switch h.Backend {
 	case "etcd":
 		return releaseEtcd(ctx, h, handle)
+	case "consul":
+		return releaseConsul(ctx, h, handle)
 	default:
 		return ErrNoDirectRelease
 	}
@@ -324,4 +337,107 @@ func postJSON(ctx context.Context, cli *dialer, url, token string, body, out any
 		return json.Unmarshal(data, out)
 	}
 	return nil
+}
+
+// releaseConsul frees the key held by the session (at once, without a
+// lock-delay), then destroys the session, on the first address that
+// answers, like leaderrun's own release: only the destroy must succeed.
+func releaseConsul(ctx context.Context, h BackendHello, handle string) error {
+	rest, ok := strings.CutPrefix(handle, "consul:")
+	session, key, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 || session == "" || key == "" {
+		return fmt.Errorf("consul: %q is not a lease handle", handle)
+	}
+	list := h.ConsulAddr
+	if list == "" {
+		list = os.Getenv("CONSUL_HTTP_ADDR")
+	}
+	if list == "" {
+		list = "127.0.0.1:8500"
+	}
+	if strings.Contains(list, "unix://") {
+		return ErrNoDirectRelease
+	}
+	token, err := consulToken(h)
+	if err != nil {
+		return err
+	}
+	header := ""
+	if token != "" {
+		header = "X-Consul-Token: " + token
+	}
+	cli, err := newDialer(h.ConsulCACert, h.ConsulClientCert, h.ConsulClientKey, h.ConsulTLSServerName)
+	if err != nil {
+		return fmt.Errorf("consul: tls: %w", err)
+	}
+	tlsOn := cli.tls != nil
+	dc := ""
+	if h.ConsulDatacenter != "" {
+		dc = "dc=" + url.QueryEscape(h.ConsulDatacenter)
+	}
+	var errs []error
+	for _, a := range strings.Split(list, ",") {
+		base := endpointURL(a, tlsOn)
+		// The KV release may fail (the key moved on); the destroy decides.
+		_, _, _ = cli.do(ctx, "PUT", base+"/v1/kv/"+escapePath(key)+"?release="+url.QueryEscape(session)+amp(dc), header, nil)
+		code, body, err := cli.do(ctx, "PUT", base+"/v1/session/destroy/"+url.PathEscape(session)+query(dc), header, nil)
+		if err == nil && code == 200 {
+			return nil
+		}
+		if err == nil {
+			msg := strings.TrimSpace(string(body))
+			if len(msg) > 200 {
+				msg = msg[:200]
+			}
+			if token != "" {
+				msg = strings.ReplaceAll(msg, token, "<token>")
+			}
+			err = fmt.Errorf("HTTP %d: %s", code, msg)
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", base, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("consul: destroy session %s: %w", session, errors.Join(errs...))
+}
+
+// consulToken follows Consul's precedence: token file, token, then the
+// CONSUL_HTTP_TOKEN_FILE and CONSUL_HTTP_TOKEN environment.
+func consulToken(h BackendHello) (string, error) {
+	file, token := h.ConsulTokenFile, h.ConsulToken
+	if file == "" && token == "" {
+		file, token = os.Getenv("CONSUL_HTTP_TOKEN_FILE"), os.Getenv("CONSUL_HTTP_TOKEN")
+	}
+	if file == "" {
+		return token, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("consul: token file: %w", err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+// escapePath escapes each segment of a KV path.
+func escapePath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, s := range parts {
+		parts[i] = url.PathEscape(s)
+	}
+	return strings.Join(parts, "/")
+}
+
+func amp(q string) string {
+	if q == "" {
+		return ""
+	}
+	return "&" + q
+}
+
+func query(q string) string {
+	if q == "" {
+		return ""
+	}
+	return "?" + q
 }
