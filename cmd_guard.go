@@ -91,12 +91,13 @@ func releaseFromHello(ctx context.Context, hello []byte, handle string) error {
 func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
 	logArgs := []string{"--log-level", c.String("log-level"), "--log-format", c.String("log-format")}
 	self, err := os.Executable()
-	// The small guard releases a network backend's lease by executing
-	// leaderrun, which adds that start-up to a crash failover (about
-	// 100ms, measured); there the guard is leaderrun itself, so failover
-	// stays as fast as the backend allows. On the local backend the guard
-	// releases by closing the lock it holds, so the small one costs nothing.
-	if spec.Backend != "local" {
+	// The small guard releases local locks (by unlocking the descriptor it
+	// holds), etcd leases and Consul sessions (over their HTTP APIs) itself. For the
+	// other network backends it would have to execute leaderrun, which adds
+	// that start-up to a crash failover (about 100ms, measured); there the
+	// guard is leaderrun itself, so failover stays as fast as the backend
+	// allows.
+	if !smallGuardReleases(spec.Backend) {
 		err = errFullGuard
 	}
 	if err == nil {
@@ -117,6 +118,12 @@ func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
 		Env:   os.Environ(),
 		Hello: spec.encode(),
 	}, fullGuardReason(err)
+}
+
+// smallGuardReleases says whether leaderrun-guard gives back this backend's
+// lease without running leaderrun.
+func smallGuardReleases(backend string) bool {
+	return backend == "local" || backend == "etcd" || backend == "consul"
 }
 
 // errFullGuard says the backend's release needs leaderrun's own clients.

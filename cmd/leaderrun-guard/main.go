@@ -3,8 +3,9 @@
 // Command leaderrun-guard is leaderrun's dead-man guard (package guard): a
 // process of a few MiB that sleeps while the job runs and kills it if
 // leaderrun misses its kill point or dies. It links only the standard
-// library, golang.org/x/sys and leaderrun's guard and contain packages; to
-// release a lease it runs `leaderrun __release`, the one moment it needs a
+// library, golang.org/x/sys and leaderrun's guard and contain packages. It
+// releases an etcd lease itself over HTTP (guard.DirectRelease); for other
+// network backends it runs `leaderrun __release`, the one moment it needs a
 // backend client. leaderrun starts it; it is not meant to be run by hand.
 package main
 
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/leaderrun/leaderrun/guard"
 )
@@ -33,6 +35,9 @@ func main() {
 		os.Exit(125)
 	}
 	release := func(ctx context.Context, hello []byte, handle string) error {
+		if err := guard.DirectRelease(ctx, hello, handle); !errors.Is(err, guard.ErrNoDirectRelease) {
+			return err
+		}
 		cmd := exec.CommandContext(ctx, *releaseWith, "__release")
 		cmd.Stdin = strings.NewReader(guard.ReleaseRequest(hello, handle))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -45,5 +50,8 @@ func main() {
 		}
 		return nil
 	}
+	// Package init (TLS, networking) touched pages the guard never needs
+	// while it sleeps; give them back once it has settled.
+	time.AfterFunc(2*time.Second, guard.TrimResident)
 	os.Exit(guard.Main(release, guard.StderrLogger{Level: *level}))
 }

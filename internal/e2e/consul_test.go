@@ -65,7 +65,7 @@ func TestConsul(t *testing.T) {
 	t.Run("kill -9 fails over fast", func(t *testing.T) {
 		t.Parallel()
 		// The guard releases the session: no waiting for the TTL.
-		failoverAfterKill9(t, consulArgs(addr, newKey("kill9")), 2*time.Second)
+		failoverAfterKill9Guarded(t, consulArgs(addr, newKey("kill9")), 2*time.Second, true)
 	})
 	t.Run("graceful handoff", func(t *testing.T) {
 		t.Parallel()

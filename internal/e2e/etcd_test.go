@@ -47,7 +47,7 @@ func TestEtcd(t *testing.T) {
 
 	t.Run("kill -9 fails over fast", func(t *testing.T) {
 		t.Parallel()
-		failoverAfterKill9(t, etcdArgs(eps, newKey("kill9")), 2*time.Second)
+		failoverAfterKill9Guarded(t, etcdArgs(eps, newKey("kill9")), 2*time.Second, true)
 	})
 	t.Run("graceful handoff", func(t *testing.T) {
 		t.Parallel()

@@ -52,6 +52,23 @@ func guardOf(t *testing.T, p *Proc) int {
 	return g[0]
 }
 
+// wantSmallGuard asserts that p's guard runs the leaderrun-guard binary
+// built next to leaderrun, and logs its resident memory.
+func wantSmallGuard(t *testing.T, p *Proc) {
+	t.Helper()
+	g := guardOf(t, p)
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(g) + "/exe")
+	if err != nil || exe != guardBinary {
+		t.Fatalf("guard %d runs %q (%v), want %s", g, exe, err, guardBinary)
+	}
+	status, _ := os.ReadFile("/proc/" + strconv.Itoa(g) + "/status")
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			t.Logf("guard %d (%s) %s", g, filepath.Base(exe), strings.Join(strings.Fields(line), " "))
+		}
+	}
+}
+
 // The timeline of these tests: ttl 4s, margin 500ms, so the kill point is
 // the last renewal's send time + 3.5s.
 

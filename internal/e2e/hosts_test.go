@@ -110,7 +110,17 @@ func pair(t *testing.T, args []string, env ...string) (a, b *host) {
 // child and releases, and the standby's child starts within the bound, with
 // a higher epoch, never while the old child lived.
 func failoverAfterKill9(t *testing.T, args []string, bound time.Duration) {
+	failoverAfterKill9Guarded(t, args, bound, false)
+}
+
+// failoverAfterKill9Guarded is failoverAfterKill9; with small it also
+// asserts that the leader's guard is the leaderrun-guard binary, which
+// then released the lease itself.
+func failoverAfterKill9Guarded(t *testing.T, args []string, bound time.Duration, small bool) {
 	a, b := pair(t, args)
+	if small {
+		wantSmallGuard(t, a.p)
+	}
 	if b.started() {
 		t.Fatal("standby's child runs while the leader leads")
 	}
