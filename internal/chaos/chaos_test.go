@@ -38,8 +38,8 @@ func TestMain(m *testing.M) { os.Exit(RunTests(m, &bins)) }
 // crash, a frozen supervisor, a partition and a server's death, the faults
 // that go through the guard, the kill point and the observer's clock.
 var shortPlan = map[string][]string{
-	"etcd":   {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend", "escape"},
-	"consul": {"kill-leader", "kill-child", "freeze-host", "partition", "kill-server"},
+	"etcd":       {"kill-leader", "kill-child", "freeze-leaderrun", "freeze-host", "kill-server", "lose-quorum", "partition", "silent-server", "restart-backend", "escape"},
+	"consul":     {"kill-leader", "kill-child", "freeze-host", "partition", "kill-server"},
 	"zookeeper":  {"kill-leader", "freeze-leaderrun", "partition", "kill-server"},
 	"kubernetes": {"kill-leader", "freeze-leaderrun", "partition", "kill-server"},
 }
