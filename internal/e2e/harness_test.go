@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +24,12 @@ import (
 var binary, guardBinary string
 
 func TestMain(m *testing.M) {
+	// Under nohup the test binary starts with SIGHUP ignored, and every
+	// leaderrun it starts would inherit that (leaderrun keeps signals that
+	// were ignored at start ignored, DESIGN §1.11), so the tests of
+	// forwarding would fail. A handler here is reset to the default in
+	// each process the tests start.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	dir, err := os.MkdirTemp("", "leaderrun-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
