@@ -99,25 +99,33 @@ type Proc struct {
 // end of the test if still running.
 func start(t testing.TB, name string, env []string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{t: t, name: name, stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return launch(t, name, cmd)
+}
+
+// launch starts cmd (a leaderrun, or a wrapper that execs one) in its own
+// process group, so a test's signals reach only it, with its output
+// collected; it is killed at the end of the test if still running, and its
+// output shown if the test failed.
+func launch(t testing.TB, name string, cmd *exec.Cmd) *Proc {
+	t.Helper()
+	p := &Proc{t: t, name: name, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout = p.stderr
 	p.cmd.Stderr = p.stderr
-	// Its own group, so a test's signals reach only this leaderrun.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if p.cmd.SysProcAttr == nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	p.cmd.SysProcAttr.Setpgid = true
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start leaderrun %s: %v", name, err)
 	}
 	go func() {
-		err := p.cmd.Wait()
-		p.code = exitStatus(err)
+		p.code = exitStatus(p.cmd.Wait())
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
+		if !p.Exited() {
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
 			<-p.done
 		}

@@ -160,29 +160,9 @@ func TestKubernetesInCluster(t *testing.T) {
 // with exactly the environment env.
 func startEnv(t *testing.T, name string, env []string, prog string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{t: t, name: name, stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(prog, args...)
-	p.cmd.Env = env
-	p.cmd.Stdout = p.stderr
-	p.cmd.Stderr = p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", prog, err)
-	}
-	go func() {
-		p.code = exitStatus(p.cmd.Wait())
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.Exited() {
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("--- leaderrun %s output:\n%s", name, p.stderr.String())
-		}
-	})
-	return p
+	cmd := exec.Command(prog, args...)
+	cmd.Env = env
+	return launch(t, name, cmd)
 }
 
 // inClusterSetup makes namespace ns with packaging/kubernetes/rbac.yaml

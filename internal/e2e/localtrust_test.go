@@ -68,29 +68,10 @@ func newOtherUser(t *testing.T) otherUser {
 // start runs leaderrun as this user with a clean environment plus env.
 func (u otherUser) start(t *testing.T, name string, env []string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{t: t, name: name, stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(u.binary, args...)
-	p.cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + u.home}, env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true,
-		Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.uid)}}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start leaderrun %s: %v", name, err)
-	}
-	go func() {
-		p.code = exitStatus(p.cmd.Wait())
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.Exited() {
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("--- leaderrun %s output:\n%s", name, p.stderr.String())
-		}
-	})
-	return p
+	cmd := exec.Command(u.binary, args...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + u.home}, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.uid)}}
+	return launch(t, name, cmd)
 }
 
 func TestLocalLockPathIgnoresXDGRuntimeDir(t *testing.T) {
