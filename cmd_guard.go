@@ -92,8 +92,9 @@ func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
 	logArgs := []string{"--log-level", c.String("log-level"), "--log-format", c.String("log-format")}
 	self, err := os.Executable()
 	// The small guard releases local locks (by unlocking the descriptor it
-	// holds), etcd leases and Consul sessions (over their HTTP APIs) itself. For the
-	// other network backends it would have to execute leaderrun, which adds
+	// holds), etcd leases and Consul sessions (over their HTTP APIs) and
+	// ZooKeeper sessions (closeSession) itself. For the other network
+	// backends it would have to execute leaderrun, which adds
 	// that start-up to a crash failover (about 100ms, measured); there the
 	// guard is leaderrun itself, so failover stays as fast as the backend
 	// allows.
@@ -123,7 +124,7 @@ func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
 // smallGuardReleases says whether leaderrun-guard gives back this backend's
 // lease without running leaderrun.
 func smallGuardReleases(backend string) bool {
-	return backend == "local" || backend == "etcd" || backend == "consul"
+	return backend == "local" || backend == "etcd" || backend == "consul" || backend == "zookeeper"
 }
 
 // errFullGuard says the backend's release needs leaderrun's own clients.

@@ -17,6 +17,10 @@ import (
 
 	"github.com/leaderrun/leaderrun/guard"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/locker/zookeeper"
 )
 
 // The guard reads leaderrun's hello with its own struct; a renamed field
@@ -208,4 +212,46 @@ func TestGuardReleasesConsulSession(t *testing.T) {
 			t.Errorf("error shows the token: %v", err)
 		}
 	})
+}
+
+// TestGuardClosesZooKeeperSession has the guard end a leader's session by
+// its handle: the waiting candidate takes over at once with a higher epoch,
+// the old lease is lost, and a second release of the same handle succeeds.
+func TestGuardClosesZooKeeperSession(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
+	newLocker := func() *zookeeper.Locker {
+		l, err := zookeeper.New(zookeeper.Config{Servers: z.Addrs(), Options: locker.Options{Key: "guard-release", TTL: 4 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	leader := lockertest.MustAcquire(t, newLocker())
+	ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker())
+	// A dead server first: the next one answers.
+	spec := backendSpec{Backend: "zookeeper", ZKServers: append([]string{"127.0.0.1:1"}, z.Addrs()...),
+		Options: locker.Options{TTL: 4 * time.Second}}
+	released := time.Now()
+	for i := range 2 {
+		if err := guard.DirectRelease(lockertest.Ctx(t, 10*time.Second), spec.encode(), leader.Handle()); err != nil {
+			t.Fatalf("release %d: %v", i+1, err)
+		}
+	}
+	r := <-ch
+	if r.Err != nil {
+		t.Fatalf("standby after the guard's release: %v", r.Err)
+	}
+	defer r.Lease.Release(lockertest.Ctx(t, 5*time.Second))
+	// Well before the session's 4s timeout: the release ended it.
+	if took := time.Since(released); took > 2*time.Second {
+		t.Errorf("standby took over %v after the release; the session was not closed", took)
+	}
+	if r.Lease.Epoch() <= leader.Epoch() {
+		t.Errorf("epoch %d after the guard's release, want > %d", r.Lease.Epoch(), leader.Epoch())
+	}
+	testsupport.WaitFor(t, 10*time.Second, "old lease lost", func() bool { return testsupport.IsClosed(leader.Lost()) })
+	if err := guard.DirectRelease(lockertest.Ctx(t, 5*time.Second), spec.encode(), "zz:00:/x"); err == nil {
+		t.Error("a malformed handle was accepted")
+	}
 }

@@ -38,6 +38,12 @@ type BackendHello struct {
 	ConsulClientKey     string `json:"consul_client_key"`
 	ConsulTLSServerName string `json:"consul_tls_server_name"`
 	ConsulDatacenter    string `json:"consul_datacenter"`
+
+	ZKServers []string `json:"zk_servers"`
+
+	Options struct {
+		TTL time.Duration
+	} `json:"options"`
 }
 
 // ParseBackendHello reads the fields of a hello that a direct release needs.
@@ -56,7 +62,8 @@ var ErrNoDirectRelease = errors.New("no direct release for this backend")
 // DirectRelease gives up a lease with the standard library alone, without
 // starting leaderrun: on etcd it revokes the lease through etcd's JSON
 // gateway; on Consul it frees the key and destroys the session over the
-// HTTP API. Other backends return ErrNoDirectRelease. Errors never carry a
+// HTTP API; on ZooKeeper it closes the session with the client protocol's
+// closeSession. Other backends return ErrNoDirectRelease. Errors never carry a
 // password or token.
 func DirectRelease(ctx context.Context, hello []byte, handle string) error {
 	h, err := ParseBackendHello(hello)
@@ -68,6 +75,8 @@ func DirectRelease(ctx context.Context, hello []byte, handle string) error {
 		return releaseEtcd(ctx, h, handle)
 	case "consul":
 		return releaseConsul(ctx, h, handle)
+	case "zookeeper":
+		return releaseZooKeeper(ctx, h, handle)
 	default:
 		return ErrNoDirectRelease
 	}

@@ -63,7 +63,7 @@ func TestZooKeeper(t *testing.T) {
 
 	t.Run("kill -9 fails over fast", func(t *testing.T) {
 		t.Parallel()
-		failoverAfterKill9(t, zkArgs(servers, newKey("kill9")), time.Second)
+		failoverAfterKill9Guarded(t, zkArgs(servers, newKey("kill9")), time.Second, true)
 	})
 	t.Run("graceful handoff", func(t *testing.T) {
 		t.Parallel()

@@ -2,9 +2,7 @@ package zookeeper
 
 import (
 	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -12,10 +10,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
 )
 
 // DefaultServer is used when Config.Servers is empty, as zkCli.sh does.
-const DefaultServer = "127.0.0.1:2181"
+const DefaultServer = zkwire.DefaultServer
 
 // DefaultPrefix is used when Options.Prefix is empty.
 const DefaultPrefix = "leaderrun"
@@ -97,7 +96,7 @@ func New(cfg Config) (*Locker, error) {
 		host, _ := os.Hostname()
 		opts.ID = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
-	servers, chroot, err := parseServers(cfg.Servers)
+	servers, chroot, err := zkwire.SplitServers(cfg.Servers)
 	if err != nil {
 		return refuse("Servers", "%v", err)
 	}
@@ -133,39 +132,6 @@ func New(cfg Config) (*Locker, error) {
 	}
 	l.reader.l = l
 	return l, nil
-}
-
-// parseServers splits host:port entries (a single entry may hold a whole
-// comma-separated connect string) and the chroot that may end the last one.
-func parseServers(raw []string) (servers []string, chroot string, err error) {
-	var parts []string
-	for _, r := range raw {
-		for _, p := range strings.Split(r, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				parts = append(parts, p)
-			}
-		}
-	}
-	if len(parts) == 0 {
-		parts = []string{DefaultServer}
-	}
-	for i, p := range parts {
-		if at := strings.IndexByte(p, '/'); at >= 0 {
-			if i != len(parts)-1 {
-				return nil, "", fmt.Errorf("%q: a chroot path may only end the last server", p)
-			}
-			p, chroot = p[:at], p[at:]
-		}
-		host, port, err := net.SplitHostPort(p)
-		if err != nil || host == "" {
-			return nil, "", fmt.Errorf("%q: want host:port", p)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, "", fmt.Errorf("%q: port is not a number from 1 to 65535", p)
-		}
-		servers = append(servers, p)
-	}
-	return servers, chroot, nil
 }
 
 // validateChroot accepts "" or an absolute znode path without a trailing

@@ -2,17 +2,14 @@ package zookeeper
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
 )
 
 // session is the Locker's own session for Leader, opened on first use and
@@ -104,93 +101,7 @@ func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, server := range l.servers {
-		err := closeSession(ctx, server, id, passwd, l.opts.TTL, l.timeout)
-		if err == nil {
-			return nil
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return fmt.Errorf("zookeeper: close session %x: %w", id, errors.Join(errs...))
-}
-
-// closeSession speaks just enough of ZooKeeper's client protocol to take
-// over a session and close it: a ConnectRequest with the session's id and
-// password, then a closeSession request (op -11).
-func closeSession(ctx context.Context, server string, id int64, passwd []byte, ttl, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", server)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-	defer stop()
-
-	req := binary.BigEndian.AppendUint32(nil, 0)                         // protocol version
-	req = binary.BigEndian.AppendUint64(req, 0)                          // last zxid seen
-	req = binary.BigEndian.AppendUint32(req, uint32(ttl.Milliseconds())) // timeout
-	req = binary.BigEndian.AppendUint64(req, uint64(id))
-	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
-	req = append(req, passwd...)
-	req = append(req, 0) // not read-only
-	if err := writeFrame(c, req); err != nil {
-		return err
-	}
-	resp, err := readFrame(c)
-	if err != nil {
-		return err
-	}
-	if len(resp) < 16 {
-		return fmt.Errorf("%s: short connect response", server)
-	}
-	if binary.BigEndian.Uint64(resp[8:]) == 0 {
-		return nil // the server no longer knows the session: it is gone
-	}
-	closeReq := binary.BigEndian.AppendUint32(nil, 1)              // xid
-	closeReq = binary.BigEndian.AppendUint32(closeReq, 0xfffffff5) // -11: closeSession
-	if err := writeFrame(c, closeReq); err != nil {
-		return err
-	}
-	reply, err := readFrame(c)
-	if err != nil {
-		return err
-	}
-	if len(reply) < 16 {
-		return fmt.Errorf("%s: short closeSession reply", server)
-	}
-	if code := int32(binary.BigEndian.Uint32(reply[12:])); code != 0 {
-		return fmt.Errorf("%s: closeSession answered with error code %d", server, code)
-	}
-	return nil
-}
-
-func writeFrame(w io.Writer, b []byte) error {
-	_, err := w.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
-	return err
-}
-
-func readFrame(r io.Reader) ([]byte, error) {
-	var n [4]byte
-	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return nil, err
-	}
-	size := binary.BigEndian.Uint32(n[:])
-	if size > 1<<20 {
-		return nil, fmt.Errorf("frame of %d bytes is not a ZooKeeper reply", size)
-	}
-	b := make([]byte, size)
-	_, err := io.ReadFull(r, b)
-	return b, err
+	return zkwire.CloseSessionAny(ctx, l.servers, id, passwd, l.opts.TTL, l.timeout)
 }
 
 // Close frees the Locker's own session. It does not release a held lease.

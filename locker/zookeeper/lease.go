@@ -2,10 +2,8 @@ package zookeeper
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
 )
 
 // lease is one ZooKeeper leadership: our session and the znode it created.
@@ -242,29 +241,16 @@ func (s *lease) touch(ctx context.Context) {
 func (s *lease) Handle() string {
 	s.s.mu.Lock()
 	defer s.s.mu.Unlock()
-	return fmt.Sprintf("%x:%x:%s", s.sid, s.s.passwd, s.node)
+	return zkwire.Handle(s.sid, s.s.passwd, s.node)
 }
 
 // parseHandle undoes Handle, accepting only handles for znodes under dir.
 func parseHandle(handle, dir string) (id int64, passwd []byte, node string, err error) {
-	parts := strings.SplitN(handle, ":", 3)
-	bad := fmt.Errorf("zookeeper: %w: not a session handle for %s", locker.ErrRefused, dir)
-	if len(parts) != 3 {
-		return 0, nil, "", bad
+	id, passwd, node, err = zkwire.ParseHandle(handle)
+	if err != nil || !strings.HasPrefix(node, dir+"/"+fmt.Sprintf("@%016x-", uint64(id))) {
+		return 0, nil, "", fmt.Errorf("zookeeper: %w: not a session handle for %s", locker.ErrRefused, dir)
 	}
-	u, err := strconv.ParseUint(parts[0], 16, 64)
-	if err != nil || u == 0 {
-		return 0, nil, "", bad
-	}
-	passwd, err = hex.DecodeString(parts[1])
-	if err != nil {
-		return 0, nil, "", bad
-	}
-	node = parts[2]
-	if !strings.HasPrefix(node, dir+"/"+fmt.Sprintf("@%016x-", u)) {
-		return 0, nil, "", bad
-	}
-	return int64(u), passwd, node, nil
+	return id, passwd, node, nil
 }
 
 // Release deletes our znode, so the successor wakes at once, then closes

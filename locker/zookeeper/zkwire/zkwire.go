@@ -1,0 +1,175 @@
+// Package zkwire is the part of ZooKeeper's client protocol that needs no
+// client library: reading a server list and closing a session by its id
+// and password. The small guard binary releases a leaderrun lease with it
+// (DESIGN §1.4) without linking a ZooKeeper client; locker/zookeeper uses
+// the same code for its ReleaseHandle.
+package zkwire
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultServer is the server used when none is given.
+const DefaultServer = "127.0.0.1:2181"
+
+// SplitServers splits host:port entries (a single entry may hold a whole
+// comma-separated connect string) and the chroot that may end the last one.
+func SplitServers(raw []string) (servers []string, chroot string, err error) {
+	var parts []string
+	for _, r := range raw {
+		for _, p := range strings.Split(r, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+	}
+	if len(parts) == 0 {
+		parts = []string{DefaultServer}
+	}
+	for i, p := range parts {
+		if at := strings.IndexByte(p, '/'); at >= 0 {
+			if i != len(parts)-1 {
+				return nil, "", fmt.Errorf("%q: a chroot path may only end the last server", p)
+			}
+			p, chroot = p[:at], p[at:]
+		}
+		host, port, err := net.SplitHostPort(p)
+		if err != nil || host == "" {
+			return nil, "", fmt.Errorf("%q: want host:port", p)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, "", fmt.Errorf("%q: port is not a number from 1 to 65535", p)
+		}
+		servers = append(servers, p)
+	}
+	return servers, chroot, nil
+}
+
+// Handle names a leadership's session and znode: "<id>:<password>:<znode>",
+// id and password in hex.
+func Handle(id int64, passwd []byte, node string) string {
+	return fmt.Sprintf("%x:%x:%s", id, passwd, node)
+}
+
+// ErrBadHandle says a string is not a Handle.
+var ErrBadHandle = errors.New("not a session handle")
+
+// ParseHandle undoes Handle.
+func ParseHandle(handle string) (id int64, passwd []byte, node string, err error) {
+	parts := strings.SplitN(handle, ":", 3)
+	if len(parts) != 3 {
+		return 0, nil, "", ErrBadHandle
+	}
+	u, err := strconv.ParseUint(parts[0], 16, 64)
+	if err != nil || u == 0 {
+		return 0, nil, "", ErrBadHandle
+	}
+	if passwd, err = hex.DecodeString(parts[1]); err != nil {
+		return 0, nil, "", ErrBadHandle
+	}
+	return int64(u), passwd, parts[2], nil
+}
+
+// CloseSessionAny closes the session on the first server that answers,
+// giving each server at most perServer. ttl is the session timeout sent
+// when taking the session over; the server keeps the session's own.
+func CloseSessionAny(ctx context.Context, servers []string, id int64, passwd []byte, ttl, perServer time.Duration) error {
+	var errs []error
+	for _, server := range servers {
+		sctx, cancel := context.WithTimeout(ctx, perServer)
+		err := CloseSession(sctx, server, id, passwd, ttl)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("zookeeper: close session %x: %w", id, errors.Join(errs...))
+}
+
+// CloseSession takes over the session on server with a ConnectRequest
+// carrying its id and password, then sends closeSession (op -11). A server
+// that no longer knows the session answers the connect with session id 0:
+// the session is gone already, which is success. ctx bounds the whole
+// exchange.
+func CloseSession(ctx context.Context, server string, id int64, passwd []byte, ttl time.Duration) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", server)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+
+	req := binary.BigEndian.AppendUint32(nil, 0)                         // protocol version
+	req = binary.BigEndian.AppendUint64(req, 0)                          // last zxid seen
+	req = binary.BigEndian.AppendUint32(req, uint32(ttl.Milliseconds())) // timeout
+	req = binary.BigEndian.AppendUint64(req, uint64(id))
+	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
+	req = append(req, passwd...)
+	req = append(req, 0) // not read-only
+	if err := writeFrame(c, req); err != nil {
+		return err
+	}
+	resp, err := readFrame(c)
+	if err != nil {
+		return err
+	}
+	if len(resp) < 16 {
+		return fmt.Errorf("%s: short connect response", server)
+	}
+	if binary.BigEndian.Uint64(resp[8:]) == 0 {
+		return nil // the server no longer knows the session: it is gone
+	}
+	closeReq := binary.BigEndian.AppendUint32(nil, 1)              // xid
+	closeReq = binary.BigEndian.AppendUint32(closeReq, 0xfffffff5) // -11: closeSession
+	if err := writeFrame(c, closeReq); err != nil {
+		return err
+	}
+	reply, err := readFrame(c)
+	if err != nil {
+		return err
+	}
+	if len(reply) < 16 {
+		return fmt.Errorf("%s: short closeSession reply", server)
+	}
+	if code := int32(binary.BigEndian.Uint32(reply[12:])); code != 0 {
+		return fmt.Errorf("%s: closeSession answered with error code %d", server, code)
+	}
+	return nil
+}
+
+func writeFrame(w io.Writer, b []byte) error {
+	_, err := w.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	return err
+}
+
+func readFrame(r io.Reader) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > 1<<20 {
+		return nil, fmt.Errorf("frame of %d bytes is not a ZooKeeper reply", size)
+	}
+	b := make([]byte, size)
+	_, err := io.ReadFull(r, b)
+	return b, err
+}
