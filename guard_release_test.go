@@ -43,6 +43,9 @@ func TestGuardReadsBackendSpec(t *testing.T) {
 		ConsulClientKey:     "/consul-key.pem",
 		ConsulTLSServerName: "consul.example",
 		ConsulDatacenter:    "dc2",
+
+		ZKServers: []string{"127.0.0.1:2181", "127.0.0.2:2181/chroot"},
+		Options:   locker.Options{TTL: 7 * time.Second},
 	}
 	got, err := guard.ParseBackendHello(spec.encode())
 	if err != nil {
@@ -65,7 +68,10 @@ func TestGuardReadsBackendSpec(t *testing.T) {
 		ConsulClientKey:     spec.ConsulClientKey,
 		ConsulTLSServerName: spec.ConsulTLSServerName,
 		ConsulDatacenter:    spec.ConsulDatacenter,
+
+		ZKServers: spec.ZKServers,
 	}
+	want.Options.TTL = spec.Options.TTL
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("guard read %+v, want %+v", got, want)
 	}
