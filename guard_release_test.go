@@ -261,3 +261,92 @@ func TestGuardClosesZooKeeperSession(t *testing.T) {
 		t.Error("a malformed handle was accepted")
 	}
 }
+
+// TestGuardReleasesOverTLS has the guard release an etcd lease and a Consul
+// session over TLS, against servers that require a client certificate
+// signed by their CA; a guard that trusts another CA, or has no client
+// certificate, is refused and leaves the lease alone.
+func TestGuardReleasesOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testsupport.NewCA(t, dir, "ca")
+	other := testsupport.NewCA(t, dir, "other")
+	serverCert, serverKey := ca.WriteCert(t, dir, "server")
+	clientCert, clientKey := ca.WriteCert(t, dir, "client")
+	files := testcluster.TLSFiles{Cert: serverCert, Key: serverKey, CA: ca.Path}
+
+	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
+		e := testcluster.StartEtcdTLS(t, files)
+		admin, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		l, err := admin.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handle := fmt.Sprintf("%x:/guard-release/@%x", int64(l.ID), int64(l.ID))
+		for name, bad := range map[string]backendSpec{
+			"another CA":            {EtcdCACert: other.Path, EtcdCert: clientCert, EtcdKey: clientKey},
+			"no client certificate": {EtcdCACert: ca.Path},
+		} {
+			bad.Backend, bad.EtcdEndpoints = "etcd", e.TLSEndpoints()
+			if err := guard.DirectRelease(ctx, bad.encode(), handle); err == nil {
+				t.Errorf("%s: release succeeded", name)
+			}
+			if ttl, err := admin.TimeToLive(ctx, l.ID); err != nil || ttl.TTL <= 0 {
+				t.Errorf("%s: lease after a refused release: %v, %v; want alive", name, ttl, err)
+			}
+		}
+		guardEtcdRelease(t, admin, backendSpec{Backend: "etcd", EtcdEndpoints: e.TLSEndpoints(),
+			EtcdCACert: ca.Path, EtcdCert: clientCert, EtcdKey: clientKey})
+	})
+
+	t.Run("consul", func(t *testing.T) {
+		t.Parallel()
+		c := testcluster.StartConsul(t, testcluster.ConsulOptions{TLS: &files})
+		cfg := api.DefaultConfig()
+		cfg.Address = c.HTTPAddr(0)
+		admin, err := api.NewClient(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		session, _, err := admin.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: api.SessionBehaviorRelease}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := "guard-release/tls"
+		if ok, _, err := admin.KV().Acquire(&api.KVPair{Key: key, Session: session}, nil); err != nil || !ok {
+			t.Fatalf("acquire %s: %v %v", key, ok, err)
+		}
+		handle := "consul:" + session + ":" + key
+		for name, bad := range map[string]backendSpec{
+			"another CA":            {ConsulCACert: other.Path, ConsulClientCert: clientCert, ConsulClientKey: clientKey},
+			"no client certificate": {ConsulCACert: ca.Path},
+		} {
+			bad.Backend, bad.ConsulAddr = "consul", c.HTTPSAddr(0)
+			if err := guard.DirectRelease(ctx, bad.encode(), handle); err == nil {
+				t.Errorf("%s: release succeeded", name)
+			}
+			if s, _, err := admin.Session().Info(session, nil); err != nil || s == nil {
+				t.Errorf("%s: session after a refused release: %+v, %v; want alive", name, s, err)
+			}
+		}
+		spec := backendSpec{Backend: "consul", ConsulAddr: c.HTTPSAddr(0),
+			ConsulCACert: ca.Path, ConsulClientCert: clientCert, ConsulClientKey: clientKey}
+		if err := guard.DirectRelease(ctx, spec.encode(), handle); err != nil {
+			t.Fatalf("release over TLS: %v", err)
+		}
+		if s, _, err := admin.Session().Info(session, nil); err != nil || s != nil {
+			t.Errorf("session %s after the guard's release: %+v, %v; want gone", session, s, err)
+		}
+		if p, _, err := admin.KV().Get(key, nil); err != nil || p == nil || p.Session != "" {
+			t.Errorf("key %s after the guard's release: %+v, %v; want free", key, p, err)
+		}
+	})
+}

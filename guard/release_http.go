@@ -379,7 +379,15 @@ func releaseConsul(ctx context.Context, h BackendHello, handle string) error {
 	if err != nil {
 		return fmt.Errorf("consul: tls: %w", err)
 	}
-	tlsOn := cli.tls != nil
+	// consul/api's own switches: CONSUL_HTTP_SSL makes a bare address
+	// https, CONSUL_HTTP_SSL_VERIFY=false skips the server's certificate.
+	tlsOn := cli.tls != nil || envBool("CONSUL_HTTP_SSL", false)
+	if !envBool("CONSUL_HTTP_SSL_VERIFY", true) {
+		if cli.tls == nil {
+			cli.tls = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		cli.tls.InsecureSkipVerify = true
+	}
 	dc := ""
 	if h.ConsulDatacenter != "" {
 		dc = "dc=" + url.QueryEscape(h.ConsulDatacenter)
@@ -409,6 +417,16 @@ func releaseConsul(ctx context.Context, h BackendHello, handle string) error {
 		}
 	}
 	return fmt.Errorf("consul: destroy session %s: %w", session, errors.Join(errs...))
+}
+
+// envBool reads a boolean environment variable as strconv.ParseBool does;
+// unset or unreadable gives def.
+func envBool(name string, def bool) bool {
+	v, err := strconv.ParseBool(os.Getenv(name))
+	if err != nil {
+		return def
+	}
+	return v
 }
 
 // consulToken follows Consul's precedence: token file, token, then the

@@ -28,6 +28,9 @@ type ConsulOptions struct {
 	// default is 10s), e.g. "1s", for tests that want sessions to expire
 	// quickly. Empty keeps the default.
 	SessionTTLMin string
+	// TLS, when set, also serves the HTTP API over TLS (HTTPSAddr) with
+	// these files, requiring client certificates signed by TLS.CA.
+	TLS *TLSFiles
 }
 
 // Consul is a Consul server cluster started by StartConsul. Its methods
@@ -42,8 +45,9 @@ type Consul struct {
 
 // consulServer is one server agent's fixed identity: restarts reuse it all.
 type consulServer struct {
-	httpPort int
-	proc     *proc
+	httpPort  int
+	httpsPort int
+	proc      *proc
 }
 
 // StartConsul starts Consul server agents on free 127.0.0.1 ports and
@@ -93,14 +97,14 @@ func startConsulOnce(t testing.TB, bin string, opts ConsulOptions) (*Consul, err
 		c.token = uuid()
 	}
 	n := opts.Servers
-	// Per server: HTTP, Serf LAN (TCP and UDP), server RPC.
-	ports, err := freePorts(3*n, true)
+	// Per server: HTTP, Serf LAN (TCP and UDP), server RPC, HTTPS.
+	ports, err := freePorts(4*n, true)
 	if err != nil {
 		return c, err
 	}
 	var serfAddrs []string
 	for i := 0; i < n; i++ {
-		serfAddrs = append(serfAddrs, fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]))
+		serfAddrs = append(serfAddrs, fmt.Sprintf("127.0.0.1:%d", ports[4*i+1]))
 	}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("s%d", i)
@@ -110,13 +114,18 @@ func startConsulOnce(t testing.TB, bin string, opts ConsulOptions) (*Consul, err
 				join = append(join, a)
 			}
 		}
-		cfg := c.agentConfig(name, filepath.Join(dir, name+".data"), ports[3*i], ports[3*i+1], ports[3*i+2], join)
+		httpsPort := -1
+		if opts.TLS != nil {
+			httpsPort = ports[4*i+3]
+		}
+		cfg := c.agentConfig(name, filepath.Join(dir, name+".data"), ports[4*i], ports[4*i+1], ports[4*i+2], httpsPort, join)
 		cfgPath := filepath.Join(dir, name+".json")
 		if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
 			return c, err
 		}
 		c.servers = append(c.servers, &consulServer{
-			httpPort: ports[3*i],
+			httpPort:  ports[4*i],
+			httpsPort: httpsPort,
 			proc: &proc{
 				name:    "consul server " + strconv.Itoa(i),
 				bin:     bin,
@@ -141,7 +150,7 @@ func startConsulOnce(t testing.TB, bin string, opts ConsulOptions) (*Consul, err
 
 // agentConfig renders one server's configuration as JSON, which Consul
 // reads like HCL and which needs no escaping rules of our own.
-func (c *Consul) agentConfig(name, dataDir string, httpPort, serfPort, serverPort int, join []string) []byte {
+func (c *Consul) agentConfig(name, dataDir string, httpPort, serfPort, serverPort, httpsPort int, join []string) []byte {
 	cfg := map[string]any{
 		"node_name":        name,
 		"datacenter":       "dc1",
@@ -157,7 +166,7 @@ func (c *Consul) agentConfig(name, dataDir string, httpPort, serfPort, serverPor
 			"server":   serverPort,
 			"serf_wan": -1, // one datacenter: no WAN pool to bind
 			"dns":      -1,
-			"https":    -1,
+			"https":    httpsPort,
 			"grpc":     -1,
 			"grpc_tls": -1,
 		},
@@ -190,6 +199,11 @@ func (c *Consul) agentConfig(name, dataDir string, httpPort, serfPort, serverPor
 	if len(join) > 0 {
 		cfg["retry_join"] = join
 		cfg["retry_interval"] = "250ms" // default 30s would stall formation
+	}
+	if f := c.opts.TLS; f != nil {
+		cfg["tls"] = map[string]any{"https": map[string]any{
+			"ca_file": f.CA, "cert_file": f.Cert, "key_file": f.Key, "verify_incoming": true,
+		}}
 	}
 	if c.opts.SessionTTLMin != "" {
 		cfg["session_ttl_min"] = c.opts.SessionTTLMin
@@ -236,6 +250,12 @@ func (c *Consul) server(i int) *consulServer {
 // CONSUL_HTTP_ADDR and consul/api's Config.Address take.
 func (c *Consul) HTTPAddr(i int) string {
 	return fmt.Sprintf("127.0.0.1:%d", c.server(i).httpPort)
+}
+
+// HTTPSAddr returns server i's HTTPS API address as host:port, for a
+// cluster started with ConsulOptions.TLS.
+func (c *Consul) HTTPSAddr(i int) string {
+	return fmt.Sprintf("127.0.0.1:%d", c.server(i).httpsPort)
 }
 
 // Addrs returns every server's HTTP API address (running or not) as

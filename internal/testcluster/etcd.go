@@ -51,8 +51,14 @@ type etcdMember struct {
 	cluster    string // the --initial-cluster value shared by all members
 	token      string // the --initial-cluster-token of this cluster
 	extra      []string
+	tls        *TLSFiles // when set, the member also serves clients over TLS on tlsPort
+	tlsPort    int
 	proc       *proc
 }
+
+// TLSFiles are a server's certificate, key and the CA it trusts for client
+// certificates, as PEM files.
+type TLSFiles struct{ Cert, Key, CA string }
 
 // httpClient is used for readiness probes. Keep-alives are off because
 // members are killed and restarted under the tests' feet; a fresh connection
@@ -71,16 +77,29 @@ func StartEtcd(t testing.TB, members int) *Etcd {
 	return StartEtcdWith(t, members)
 }
 
+// StartEtcdTLS starts a one-member etcd that serves clients on plain HTTP
+// (Endpoints) and also over TLS with files, requiring a client certificate
+// signed by files.CA (TLSEndpoints).
+func StartEtcdTLS(t testing.TB, files TLSFiles) *Etcd {
+	t.Helper()
+	return startEtcd(t, 1, &files, nil)
+}
+
 // StartEtcdWith is StartEtcd with extra etcd flags for every member (e.g.
 // --auth-token), kept across restarts.
 func StartEtcdWith(t testing.TB, members int, extra ...string) *Etcd {
+	t.Helper()
+	return startEtcd(t, members, nil, extra)
+}
+
+func startEtcd(t testing.TB, members int, files *TLSFiles, extra []string) *Etcd {
 	t.Helper()
 	if members < 1 {
 		t.Fatalf("testcluster: StartEtcd needs at least 1 member, got %d", members)
 	}
 	bin := Bin(t, "etcd")
 	for attempt := 1; ; attempt++ {
-		e, err := startEtcdOnce(t, bin, members, extra)
+		e, err := startEtcdOnce(t, bin, members, files, extra)
 		if err == nil {
 			return e
 		}
@@ -99,11 +118,11 @@ func StartEtcdWith(t testing.TB, members int, extra ...string) *Etcd {
 
 // startEtcdOnce makes one attempt with fresh ports and directories. It
 // returns the cluster even on error so the caller can inspect and kill it.
-func startEtcdOnce(t testing.TB, bin string, n int, extra []string) (*Etcd, error) {
+func startEtcdOnce(t testing.TB, bin string, n int, files *TLSFiles, extra []string) (*Etcd, error) {
 	t.Helper()
 	dir := t.TempDir()
 	e := &Etcd{t: t}
-	ports, err := freePorts(2*n, false)
+	ports, err := freePorts(3*n, false)
 	if err != nil {
 		return e, err
 	}
@@ -113,10 +132,13 @@ func startEtcdOnce(t testing.TB, bin string, n int, extra []string) (*Etcd, erro
 		m := &etcdMember{
 			name:       fmt.Sprintf("m%d", i),
 			dataDir:    filepath.Join(dir, fmt.Sprintf("m%d.data", i)),
-			clientPort: ports[2*i],
-			peerPort:   ports[2*i+1],
+			clientPort: ports[3*i],
+			peerPort:   ports[3*i+1],
 			token:      token,
 			extra:      extra,
+		}
+		if files != nil {
+			m.tls, m.tlsPort = files, ports[3*i+2]
 		}
 		m.proc = &proc{
 			name:    "etcd member " + strconv.Itoa(i),
@@ -148,14 +170,24 @@ func (m *etcdMember) peerURL() string { return fmt.Sprintf("http://127.0.0.1:%d"
 // clientURL is the member's client (gRPC and HTTP) address.
 func (m *etcdMember) clientURL() string { return fmt.Sprintf("http://127.0.0.1:%d", m.clientPort) }
 
+// tlsURL is the member's client address over TLS, when it has one.
+func (m *etcdMember) tlsURL() string { return fmt.Sprintf("https://127.0.0.1:%d", m.tlsPort) }
+
 // args builds the member's command line. state is "new" for the first start
 // and "existing" for restarts; etcd ignores the initial-cluster settings once
 // the data directory exists, but "existing" states the intent.
 func (m *etcdMember) args(state string) []string {
-	return append([]string{
+	listen := m.clientURL()
+	var tlsArgs []string
+	if m.tls != nil {
+		listen += "," + m.tlsURL()
+		tlsArgs = []string{"--cert-file", m.tls.Cert, "--key-file", m.tls.Key,
+			"--trusted-ca-file", m.tls.CA, "--client-cert-auth"}
+	}
+	return append(append([]string{
 		"--name", m.name,
 		"--data-dir", m.dataDir,
-		"--listen-client-urls", m.clientURL(),
+		"--listen-client-urls", listen,
 		"--advertise-client-urls", m.clientURL(),
 		"--listen-peer-urls", m.peerURL(),
 		"--initial-advertise-peer-urls", m.peerURL(),
@@ -171,7 +203,7 @@ func (m *etcdMember) args(state string) []string {
 		"--logger", "zap",
 		"--log-outputs", "stderr",
 		"--log-level", "info",
-	}, m.extra...)
+	}, tlsArgs...), m.extra...)
 }
 
 // procs lists the members' processes.
@@ -189,6 +221,18 @@ func (e *Etcd) Endpoints() []string {
 	urls := make([]string, len(e.members))
 	for i, m := range e.members {
 		urls[i] = m.clientURL()
+	}
+	return urls
+}
+
+// TLSEndpoints returns the TLS client URLs of the members started by
+// StartEtcdTLS.
+func (e *Etcd) TLSEndpoints() []string {
+	var urls []string
+	for _, m := range e.members {
+		if m.tls != nil {
+			urls = append(urls, m.tlsURL())
+		}
 	}
 	return urls
 }
