@@ -99,9 +99,11 @@ chaos: deps servers
 		-chaos.command='make chaos CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_BACKENDS=$(CHAOS_BACKENDS)'
 
 # Benchmark (internal/bench, docs/BENCHMARKS.md): leaderrun against
-# `etcdctl lock` and `consul lock` on the same real 3-server clusters;
-# writes the results into docs/BENCHMARKS.md. Takes about 25 minutes; not
-# part of `make test` (TestBenchSmoke is).
+# `etcdctl lock` and `consul lock` on the same real 3-server clusters, on a
+# 3-server ZooKeeper ensemble, and against client-go's leaderelection on a
+# kube-apiserver; writes the results into docs/BENCHMARKS.md. Takes about
+# 35 minutes; not part of `make test` (TestBenchSmoke,
+# TestBenchZooKeeper and TestBenchKubernetes are).
 .PHONY: bench
 bench: deps servers
 	$(GO) test -count=1 -timeout 60m -run 'TestBenchmark$$' -v ./internal/bench/ -args \

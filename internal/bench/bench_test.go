@@ -1,7 +1,11 @@
 package bench
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,12 +17,48 @@ import (
 // bins are the binaries built for this test process.
 var bins chaos.Binaries
 
-func TestMain(m *testing.M) { os.Exit(chaos.RunTests(m, &bins)) }
+func TestMain(m *testing.M) {
+	code := chaos.RunTests(m, &bins)
+	if k8slock.dir != "" {
+		os.RemoveAll(k8slock.dir)
+	}
+	os.Exit(code)
+}
 
-// newEnv starts the clusters the benchmark needs (0 servers: none).
-func newEnv(t *testing.T, etcdServers, consulServers, zkServers int) *Env {
+// k8slock is the client-go leader-election wrapper (./k8slock), built the
+// first time a test needs it: client-go's full client takes a while to
+// build.
+var k8slock struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// buildK8sLock builds k8slock once per test binary and returns its path.
+func buildK8sLock(t *testing.T) string {
+	t.Helper()
+	k8slock.once.Do(func() {
+		if k8slock.dir, k8slock.err = os.MkdirTemp("", "leaderrun-bench-"); k8slock.err != nil {
+			return
+		}
+		k8slock.path = filepath.Join(k8slock.dir, "k8slock")
+		out, err := exec.Command("go", "build", "-o", k8slock.path, "github.com/leaderrun/leaderrun/internal/bench/k8slock").CombinedOutput()
+		if err != nil {
+			k8slock.err = fmt.Errorf("go build k8slock: %v\n%s", err, out)
+		}
+	})
+	if k8slock.err != nil {
+		t.Fatal(k8slock.err)
+	}
+	return k8slock.path
+}
+
+// newEnv starts the clusters the benchmark needs (0 servers: none); with
+// kube, a kube-apiserver on an etcd member of its own, and k8slock.
+func newEnv(t *testing.T, etcdServers, consulServers, zkServers int, kube bool) *Env {
 	t.Helper()
 	e := &Env{T: t, Bins: bins, Dir: t.TempDir()}
+	exes := []string{bins.Leaderrun, bins.Writer, bins.Guard}
 	if etcdServers > 0 {
 		e.Etcdctl = testcluster.Bin(t, "etcdctl")
 		e.Etcd = chaos.StartEtcd(t, etcdServers)
@@ -30,14 +70,20 @@ func newEnv(t *testing.T, etcdServers, consulServers, zkServers int) *Env {
 	if zkServers > 0 {
 		e.ZooKeeper = chaos.StartZooKeeper(t, zkServers)
 	}
+	if kube {
+		e.K8sLock = buildK8sLock(t)
+		exes = append(exes, e.K8sLock)
+		k := chaos.StartKube(t)
+		e.Kube = &k
+	}
 	t.Cleanup(func() {
 		// Lanes close their own processes and wait for the guards; this
 		// catches anything left.
 		deadline := time.Now().Add(20 * time.Second)
-		for len(chaos.Scan(bins.Leaderrun, bins.Writer, bins.Guard)) > 0 && time.Now().Before(deadline) {
+		for len(chaos.Scan(exes...)) > 0 && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
-		for _, p := range chaos.Scan(bins.Leaderrun, bins.Writer, bins.Guard) {
+		for _, p := range chaos.Scan(exes...) {
 			t.Errorf("left running: %v", p)
 			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
 		}
@@ -62,7 +108,7 @@ func contender(t *testing.T, tool, backend, config string) *Contender {
 // what leaderrun promises and what etcdctl lock is documented to do, never
 // a timing.
 func TestBenchSmoke(t *testing.T) {
-	e := newEnv(t, 1, 0, 0)
+	e := newEnv(t, 1, 0, 0, false)
 	lr := contender(t, "leaderrun", "etcd", "")
 	res := NewResults([]*Contender{lr})
 

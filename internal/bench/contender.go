@@ -14,16 +14,18 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/leaderrun/leaderrun/internal/chaos"
+	"github.com/leaderrun/leaderrun/internal/testcluster"
 )
 
 // Contender is one lock tool in one configuration: leaderrun, or a rival
 // that also runs a command while it holds a lock.
 type Contender struct {
-	// Tool is "leaderrun", "etcdctl lock" or "consul lock".
+	// Tool is "leaderrun", "etcdctl lock", "consul lock" or "k8s
+	// leaderelection" (k8slock: client-go's leader election on a Lease).
 	Tool string
 	// Config says how it is set up, e.g. "--ttl 3 (matched)".
 	Config string
-	// Backend is "etcd" or "consul".
+	// Backend is "etcd", "consul", "zookeeper" or "kubernetes".
 	Backend string
 	// TTL is the lease or session TTL in effect.
 	TTL time.Duration
@@ -35,7 +37,10 @@ type Contender struct {
 	MaxScale int
 	NoScale  bool
 
-	argv     func(e *Env, lock, id string, addrs []string) (string, []string)
+	argv func(e *Env, lock, id string, addrs []string) (string, []string)
+	// members lists the candidates the backend knows; nil on a Kubernetes
+	// Lease, which names its holder only: there a candidate counts once
+	// it is connected to the server (Lane.members).
 	members  func(e *Env, lock string) ([]string, error)
 	blocking func(lock, line string) bool
 }
@@ -109,6 +114,54 @@ func Contenders() []*Contender {
 			},
 			members: func(e *Env, lock string) ([]string, error) { return e.zkCandidates("/leaderrun/" + lock) },
 		},
+		{
+			Tool: "leaderrun", Config: "(kubernetes, ttl 3s)", Backend: "kubernetes", TTL: chaos.KubeTiming.TTL, Leaderrun: true,
+			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
+				args := append(e.Kube.LeaderrunArgs(addrs), chaos.KubeTiming.Args()...)
+				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
+			},
+		},
+		{
+			// client-go's leaderelection on a LeaseLock, as operators use
+			// it (k8slock): it starts the command when it starts leading
+			// and exits when it stops, leaving the command running.
+			Tool: "k8s leaderelection", Config: "(defaults: lease 15s, renew 10s, retry 2s)", Backend: "kubernetes", TTL: K8sDefaults.Lease,
+			NoScale: true, // the matched one stands for both in the scale runs
+			argv:    k8slockArgv(K8sDefaults),
+		},
+		{
+			Tool: "k8s leaderelection", Config: "(lease 3s, matched)", Backend: "kubernetes", TTL: K8sMatched.Lease,
+			argv: k8slockArgv(K8sMatched),
+		},
+	}
+}
+
+// K8sTiming is a client-go leader election's timeline.
+type K8sTiming struct{ Lease, Renew, Retry time.Duration }
+
+// Args renders the timing as k8slock flags.
+func (tm K8sTiming) Args() []string {
+	return []string{"-lease-duration", tm.Lease.String(), "-renew-deadline", tm.Renew.String(), "-retry-period", tm.Retry.String()}
+}
+
+var (
+	// K8sDefaults are the durations client-go's users are told to start
+	// from (and kube-controller-manager's defaults).
+	K8sDefaults = K8sTiming{Lease: 15 * time.Second, Renew: 10 * time.Second, Retry: 2 * time.Second}
+	// K8sMatched has leaderrun's 3s TTL as its lease duration, and the
+	// defaults' renew deadline and retry period scaled by the same factor
+	// (1/5), so that client-go's ratios hold: lease > renew deadline >
+	// 1.2 x retry period.
+	K8sMatched = K8sTiming{Lease: 3 * time.Second, Renew: 2 * time.Second, Retry: 400 * time.Millisecond}
+)
+
+// k8slockArgv runs k8slock with timing tm, through a kubeconfig that
+// reaches the server through the candidate's proxy.
+func k8slockArgv(tm K8sTiming) func(e *Env, lock, id string, addrs []string) (string, []string) {
+	return func(e *Env, lock, id string, addrs []string) (string, []string) {
+		cfg := e.Kube.KubeconfigAt(e.T, addrs[0], e.Kube.Token(testcluster.KubeAdmin), "default")
+		args := append([]string{"-kubeconfig", cfg, "-namespace", "default", "-lease", lock, "-identity", id}, tm.Args()...)
+		return e.K8sLock, append(args, "--", e.Bins.Writer)
 	}
 }
 

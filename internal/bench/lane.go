@@ -32,6 +32,10 @@ type Env struct {
 	ConsulCl chaos.Cluster
 	// ZooKeeper is the ZooKeeper ensemble; nil when not started.
 	ZooKeeper chaos.Cluster
+	// Kube is a kube-apiserver (on an etcd of its own) and K8sLock the
+	// client-go leader-election wrapper; nil and empty when not started.
+	Kube    *chaos.Kube
+	K8sLock string
 	// Dir holds the processes' logs.
 	Dir string
 
@@ -45,9 +49,17 @@ func (e *Env) cluster(c *Contender) chaos.Cluster {
 		return e.Etcd
 	case "zookeeper":
 		return e.ZooKeeper
+	case "kubernetes":
+		if e.Kube != nil {
+			return *e.Kube
+		}
+		return nil
 	}
 	return e.ConsulCl
 }
+
+// Has reports whether the backend of contender c was started.
+func (e *Env) Has(c *Contender) bool { return e.cluster(c) != nil }
 
 // Bounds of the waits around a trial.
 const (
@@ -224,7 +236,7 @@ func (ln *Lane) Start() error {
 // addStandby starts a candidate and waits until the backend lists it
 // waiting for the lock (and, on Consul, until it blocks on the lock key).
 func (ln *Lane) addStandby() (*Candidate, error) {
-	before, err := ln.c.members(ln.e, ln.lock)
+	before, err := ln.members()
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +258,7 @@ func (ln *Lane) addStandby() (*Candidate, error) {
 	}
 	deadline := time.Now().Add(startTimeout)
 	for {
-		now, err := ln.c.members(ln.e, ln.lock)
+		now, err := ln.members()
 		registered := err == nil && len(newIDs(before, now)) > 0
 		select {
 		case <-blocked:
@@ -262,6 +274,30 @@ func (ln *Lane) addStandby() (*Candidate, error) {
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// members lists the candidates waiting for the lane's lock, or holding it:
+// those the backend lists, or, on a Kubernetes Lease, which names only its
+// holder, those that are running and connected to the server (a candidate
+// reads the Lease on the connection it opens, and then watches or polls it).
+func (ln *Lane) members() ([]string, error) {
+	if ln.c.members != nil {
+		return ln.c.members(ln.e, ln.lock)
+	}
+	var ids []string
+	for _, c := range ln.all {
+		if c.Proc.Exited() {
+			continue
+		}
+		ok, err := connectedTo(c.Proc.Pid(), c.Link.Addrs())
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids, nil
 }
 
 // newIDs are the ids in now that are not in before.

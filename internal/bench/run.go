@@ -276,7 +276,7 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 	}
 	deadline := time.Now().Add(3 * startTimeout)
 	for {
-		ids, err := c.members(e, ln.lock)
+		ids, err := ln.members()
 		// A candidate may give up while the others start: a leader starved
 		// of CPU by a hundred process starts loses its lease and exits 123,
 		// as it should. Count those that still run.

@@ -16,7 +16,7 @@ var flagZK = flag.Bool("bench.zk", false, "measure leaderrun on ZooKeeper with t
 // runs the benchmark's sizes and prints the tables. It asserts what
 // leaderrun promises, never a timing.
 func TestBenchZooKeeper(t *testing.T) {
-	e := newEnv(t, 0, 0, 3)
+	e := newEnv(t, 0, 0, 3, false)
 	lr := contender(t, "leaderrun", "zookeeper", "")
 	res := NewResults([]*Contender{lr})
 	trials, loss, window, sizes := 1, 1, 3*time.Second, []int{3}

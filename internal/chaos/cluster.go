@@ -175,8 +175,9 @@ func (Kube) Servers() int { return 1 }
 // ServerAddr implements Cluster.
 func (k Kube) ServerAddr(int) string { return strings.TrimPrefix(k.URL(), "https://") }
 
-// Protocol implements Cluster: TLS, so the proxies count connections.
-func (Kube) Protocol() Protocol { return Raw }
+// Protocol implements Cluster: TLS, so the proxies count the records the
+// clients send.
+func (Kube) Protocol() Protocol { return TLSRecords }
 
 // Kill implements Cluster.
 func (k Kube) Kill(int) { k.Kube.Kill() }

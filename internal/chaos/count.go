@@ -24,6 +24,10 @@ const (
 	// Framed counts 4-byte length-prefixed frames (ZooKeeper's client
 	// protocol: the connect request, then one frame per request or ping).
 	Framed
+	// TLSRecords counts the TLS application-data records a client sends
+	// (kube-apiserver, whose traffic the proxy cannot read): a request is
+	// one record or a few, and a connection's set-up adds a few more.
+	TLSRecords
 )
 
 // maxHeader bounds an HTTP/1 request head; a longer one stops counting on
@@ -40,6 +44,8 @@ func newCounter(proto Protocol, n *atomic.Int64, onReq func() *func(string)) io.
 		return &http2Counter{n: n, preface: len(http2Preface)}
 	case Framed:
 		return &frameCounter{n: n}
+	case TLSRecords:
+		return &tlsCounter{n: n}
 	}
 	n.Add(1)
 	return io.Discard
@@ -319,6 +325,41 @@ func (c *frameCounter) Write(p []byte) (int, error) {
 		if len(c.hdr) == 4 {
 			c.n.Add(1)
 			c.remain = int(c.hdr[0])<<24 | int(c.hdr[1])<<16 | int(c.hdr[2])<<8 | int(c.hdr[3])
+			c.hdr = c.hdr[:0]
+		}
+	}
+	return n, nil
+}
+
+// tlsCounter walks TLS records (5-byte header: type, version, length) and
+// counts those of type application data.
+type tlsCounter struct {
+	n      *atomic.Int64
+	hdr    []byte
+	remain int
+}
+
+// tlsApplicationData is the record type of encrypted traffic (RFC 8446).
+const tlsApplicationData = 23
+
+// Write consumes client bytes; it never fails.
+func (c *tlsCounter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if c.remain > 0 {
+			k := min(c.remain, len(p))
+			c.remain -= k
+			p = p[k:]
+			continue
+		}
+		k := min(5-len(c.hdr), len(p))
+		c.hdr = append(c.hdr, p[:k]...)
+		p = p[k:]
+		if len(c.hdr) == 5 {
+			if c.hdr[0] == tlsApplicationData {
+				c.n.Add(1)
+			}
+			c.remain = int(c.hdr[3])<<8 | int(c.hdr[4])
 			c.hdr = c.hdr[:0]
 		}
 	}

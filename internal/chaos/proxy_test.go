@@ -190,3 +190,16 @@ func TestFrameCounter(t *testing.T) {
 		t.Fatalf("counted %d frames, want 2", got)
 	}
 }
+
+func TestTLSCounter(t *testing.T) {
+	var n atomic.Int64
+	w := newCounter(TLSRecords, &n, nil)
+	// A handshake record, then two application-data records (2 and 0
+	// bytes), fed a byte at a time.
+	for _, b := range []byte{22, 3, 1, 0, 1, 'h', 23, 3, 3, 0, 2, 'a', 'b', 23, 3, 3, 0, 0} {
+		_, _ = w.Write([]byte{b})
+	}
+	if got := n.Load(); got != 2 {
+		t.Fatalf("counted %d application-data records, want 2", got)
+	}
+}
