@@ -332,3 +332,35 @@ func TestDirectReleaseKubernetesConflict(t *testing.T) {
 		wantHeld(t, l, "host-a", "term-a")
 	})
 }
+
+// TestDirectReleaseKubernetesClientCert authenticates the guard by a
+// client certificate, from files and inline.
+func TestDirectReleaseKubernetesClientCert(t *testing.T) {
+	s := startKubeServer(t)
+	certFile, keyFile := s.k.ClientCert(t, "cert-admin", "system:masters")
+	cert, _ := os.ReadFile(certFile)
+	key, _ := os.ReadFile(keyFile)
+	for name, mod := range map[string]func(*BackendHello){
+		"files":  func(h *BackendHello) { h.K8sToken, h.K8sCertFile, h.K8sKeyFile = "", certFile, keyFile },
+		"inline": func(h *BackendHello) { h.K8sToken, h.K8sCertData, h.K8sKeyData = "", string(cert), string(key) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			lease := s.hold(t, "host-a", "term-a")
+			if err := DirectRelease(kubeCtx(t), s.hello(mod), "default/"+lease+"/term-a"); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+			l, _ := s.get(t, lease)
+			wantReleased(t, l)
+		})
+	}
+	t.Run("no credentials", func(t *testing.T) {
+		lease := s.hold(t, "host-a", "term-a")
+		err := DirectRelease(kubeCtx(t), s.hello(func(h *BackendHello) { h.K8sToken = "" }), "default/"+lease+"/term-a")
+		if err == nil {
+			t.Fatal("an anonymous release succeeded")
+		}
+		t.Logf("anonymous: %v", err)
+		l, _ := s.get(t, lease)
+		wantHeld(t, l, "host-a", "term-a")
+	})
+}
