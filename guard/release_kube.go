@@ -23,15 +23,13 @@ const (
 // kubeReleasedAnnotations are the annotations a release removes (with
 // the term), as locker/kubernetes' released() does; the key and epochs
 // stay, so that the next holder can check its epoch is greater.
+// TestGuardReleasesKubernetesLease (package main) keeps the two in step:
+// it compares a Lease released here with one leaderrun released itself.
 var kubeReleasedAnnotations = []string{kubeAnnTerm, "leaderrun/host", "leaderrun/pid", "leaderrun/version", "leaderrun/contract", "leaderrun/ttl"}
 
 // kubeAttempts bounds the writes of one release, as locker/kubernetes'
 // release does.
 const kubeAttempts = 3
-
-// beforeKubeUpdate, when set by a test, runs before each conditional
-// update of a release.
-var beforeKubeUpdate func()
 
 // releaseKubernetes clears the holder of the Lease the handle
 // "<namespace>/<name>/<term>" names if its term is still ours, with an
@@ -79,9 +77,6 @@ func releaseKubernetes(ctx context.Context, h BackendHello, handle string) error
 		}
 		if !ours {
 			return nil // not ours any more
-		}
-		if beforeKubeUpdate != nil {
-			beforeKubeUpdate()
 		}
 		code, body, err = cli.do(ctx, "PUT", path, auth, next)
 		switch {

@@ -3,11 +3,20 @@
 package guard
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,14 +27,23 @@ import (
 
 // kubeServer is a kube-apiserver shared by the subtests of one test.
 type kubeServer struct {
-	k   *testcluster.Kube
-	seq atomic.Int64
+	k     *testcluster.Kube
+	admin string // KubeAdmin's token
+	https *http.Transport
+	seq   atomic.Int64
 }
 
 func startKubeServer(t *testing.T) *kubeServer {
 	t.Helper()
 	e := testcluster.StartEtcd(t, 1)
-	return &kubeServer{k: testcluster.StartKube(t, e, testcluster.KubeUser{Name: "nobody"})}
+	k := testcluster.StartKube(t, e, testcluster.KubeUser{Name: "nobody"})
+	pem, err := os.ReadFile(k.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return &kubeServer{k: k, admin: k.Token(testcluster.KubeAdmin), https: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 }
 
 const leasesPath = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
@@ -74,24 +92,9 @@ func (s *kubeServer) get(t *testing.T, name string) (leaseObj, []byte) {
 	return l, out
 }
 
-// edit rewrites the Lease with change applied, as another writer would.
-func (s *kubeServer) edit(t *testing.T, name string, change func(obj map[string]any)) {
-	t.Helper()
-	_, raw := s.get(t, name)
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		t.Fatal(err)
-	}
-	change(obj)
-	body, _ := json.Marshal(obj)
-	if code, out := s.k.Do(t, "PUT", leasesPath+"/"+name, body); code != 200 {
-		t.Fatalf("edit Lease %s: %d %s", name, code, out)
-	}
-}
-
 // hello is the guard's hello for this server with the admin's token.
 func (s *kubeServer) hello(mods ...func(*BackendHello)) []byte {
-	h := BackendHello{Backend: "kubernetes", K8sServer: s.k.URL(), K8sCAFile: s.k.CAFile(), K8sToken: s.k.Token(testcluster.KubeAdmin)}
+	h := BackendHello{Backend: "kubernetes", K8sServer: s.k.URL(), K8sCAFile: s.k.CAFile(), K8sToken: s.admin}
 	for _, m := range mods {
 		m(&h)
 	}
@@ -259,33 +262,95 @@ func TestDirectReleaseKubernetes(t *testing.T) {
 	})
 }
 
+// interposer is a plain-HTTP proxy in front of the API server that calls
+// before(n) ahead of the n-th PUT it forwards, as if another writer's
+// update landed between the guard's read and its write. It returns the
+// proxy's URL and the count of PUTs.
+func (s *kubeServer) interposer(t *testing.T, before func(n int) error) (string, *atomic.Int32) {
+	t.Helper()
+	u, err := url.Parse(s.k.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = s.https
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "PUT" {
+			if err := before(int(n.Add(1))); err != nil {
+				t.Errorf("the other writer: %v", err)
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, &n
+}
+
+// otherWrite updates the Lease with change applied, as another writer;
+// it may run outside the test's goroutine.
+func (s *kubeServer) otherWrite(name string, change func(obj map[string]any)) error {
+	tc := &http.Client{Timeout: 10 * time.Second, Transport: s.https}
+	do := func(method string, body []byte) ([]byte, error) {
+		req, err := http.NewRequest(method, s.k.URL()+leasesPath+"/"+name, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+s.admin)
+		resp, err := tc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != 200 {
+			err = fmt.Errorf("%s: %d %s", method, resp.StatusCode, out)
+		}
+		return out, err
+	}
+	raw, err := do("GET", nil)
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return err
+	}
+	change(obj)
+	body, _ := json.Marshal(obj)
+	_, err = do("PUT", body)
+	return err
+}
+
+func annotate(key, value string) func(map[string]any) {
+	return func(obj map[string]any) {
+		obj["metadata"].(map[string]any)["annotations"].(map[string]any)[key] = value
+	}
+}
+
 // TestDirectReleaseKubernetesConflict has another writer update the Lease
 // between the guard's read and its write: the guard reads again and
 // releases if the term is still its own, gives up the write if it is not,
 // and stops after three conflicting writes.
 func TestDirectReleaseKubernetesConflict(t *testing.T) {
 	s := startKubeServer(t)
-	hook := func(t *testing.T, f func(n int)) *atomic.Int32 {
-		var n atomic.Int32
-		beforeKubeUpdate = func() { f(int(n.Add(1))) }
-		t.Cleanup(func() { beforeKubeUpdate = nil })
-		return &n
+	viaProxy := func(proxy string) []byte {
+		return s.hello(func(h *BackendHello) { h.K8sServer, h.K8sCAFile = proxy, "" })
 	}
 
 	t.Run("term still ours", func(t *testing.T) {
 		name := s.hold(t, "host-a", "term-a")
-		n := hook(t, func(n int) {
-			if n == 1 {
-				s.edit(t, name, func(obj map[string]any) {
-					obj["metadata"].(map[string]any)["annotations"].(map[string]any)["someone.else/edit"] = "1"
-				})
+		proxy, puts := s.interposer(t, func(n int) error {
+			if n > 1 {
+				return nil
 			}
+			return s.otherWrite(name, annotate("someone.else/edit", "1"))
 		})
-		if err := DirectRelease(kubeCtx(t), s.hello(), "default/"+name+"/term-a"); err != nil {
+		if err := DirectRelease(kubeCtx(t), viaProxy(proxy), "default/"+name+"/term-a"); err != nil {
 			t.Fatalf("release: %v", err)
 		}
-		if n.Load() != 2 {
-			t.Errorf("%d writes, want 2 (a conflict, then the release)", n.Load())
+		if puts.Load() != 2 {
+			t.Errorf("%d writes, want 2 (a conflict, then the release)", puts.Load())
 		}
 		l, _ := s.get(t, name)
 		wantReleased(t, l)
@@ -296,19 +361,20 @@ func TestDirectReleaseKubernetesConflict(t *testing.T) {
 
 	t.Run("taken over in between", func(t *testing.T) {
 		name := s.hold(t, "host-a", "term-a")
-		n := hook(t, func(n int) {
-			if n == 1 {
-				s.edit(t, name, func(obj map[string]any) {
-					obj["spec"].(map[string]any)["holderIdentity"] = "host-b"
-					obj["metadata"].(map[string]any)["annotations"].(map[string]any)["leaderrun/term"] = "term-b"
-				})
+		proxy, puts := s.interposer(t, func(n int) error {
+			if n > 1 {
+				return nil
 			}
+			return s.otherWrite(name, func(obj map[string]any) {
+				obj["spec"].(map[string]any)["holderIdentity"] = "host-b"
+				annotate("leaderrun/term", "term-b")(obj)
+			})
 		})
-		if err := DirectRelease(kubeCtx(t), s.hello(), "default/"+name+"/term-a"); err != nil {
+		if err := DirectRelease(kubeCtx(t), viaProxy(proxy), "default/"+name+"/term-a"); err != nil {
 			t.Fatalf("release: %v", err)
 		}
-		if n.Load() != 1 {
-			t.Errorf("%d writes attempted, want 1", n.Load())
+		if puts.Load() != 1 {
+			t.Errorf("%d writes attempted, want 1", puts.Load())
 		}
 		l, _ := s.get(t, name)
 		wantHeld(t, l, "host-b", "term-b")
@@ -316,17 +382,15 @@ func TestDirectReleaseKubernetesConflict(t *testing.T) {
 
 	t.Run("conflicts keep coming", func(t *testing.T) {
 		name := s.hold(t, "host-a", "term-a")
-		n := hook(t, func(n int) {
-			s.edit(t, name, func(obj map[string]any) {
-				obj["metadata"].(map[string]any)["annotations"].(map[string]any)["someone.else/edit"] = fmt.Sprint(n)
-			})
+		proxy, puts := s.interposer(t, func(n int) error {
+			return s.otherWrite(name, annotate("someone.else/edit", strconv.Itoa(n)))
 		})
-		err := DirectRelease(kubeCtx(t), s.hello(), "default/"+name+"/term-a")
+		err := DirectRelease(kubeCtx(t), viaProxy(proxy), "default/"+name+"/term-a")
 		if err == nil || !strings.Contains(err.Error(), "conflicting writes kept coming") {
 			t.Fatalf("release: %v, want conflicting writes kept coming", err)
 		}
-		if n.Load() != kubeAttempts {
-			t.Errorf("%d writes, want %d", n.Load(), kubeAttempts)
+		if puts.Load() != kubeAttempts {
+			t.Errorf("%d writes, want %d", puts.Load(), kubeAttempts)
 		}
 		l, _ := s.get(t, name)
 		wantHeld(t, l, "host-a", "term-a")
