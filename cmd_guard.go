@@ -94,11 +94,11 @@ func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
 	// The small guard releases local locks (by unlocking the descriptor it
 	// holds), etcd leases and Consul sessions (over their HTTP APIs),
 	// ZooKeeper sessions (closeSession) and, when leaderrun's credentials
-	// allow, Kubernetes Leases (kubeSmallGuardReleases) itself. For the
-	// other network backends it would have to execute leaderrun, which adds
-	// that start-up to a crash failover (about 100ms, measured); there the
-	// guard is leaderrun itself, so failover stays as fast as the backend
-	// allows.
+	// allow, Kubernetes Leases (kubeSmallGuardReleases) itself. Otherwise
+	// (a Kubernetes user behind an exec plugin, say) it would have to
+	// execute leaderrun, which adds that start-up to a crash failover
+	// (about 100ms, measured); there the guard is leaderrun itself, so
+	// failover stays as fast as the backend allows.
 	if !smallGuardReleases(spec.Backend) && !kubeSmallGuardReleases(spec) {
 		err = errFullGuard
 	}
