@@ -55,6 +55,21 @@ type backendSpec struct {
 	K8sNamespace  string `json:"k8s_namespace,omitempty"`
 	K8sKubeconfig string `json:"kubeconfig,omitempty"`
 	K8sContext    string `json:"k8s_context,omitempty"`
+
+	// How the small guard reaches the API server, as the kubeconfig or the
+	// pod's service account resolved (kubernetes.Connection); set only
+	// when a plain HTTPS client can do it (withConnection).
+	K8sServer        string `json:"k8s_server,omitempty"`
+	K8sCAData        string `json:"k8s_ca_data,omitempty"`
+	K8sCAFile        string `json:"k8s_ca_file,omitempty"`
+	K8sCertData      string `json:"k8s_cert_data,omitempty"`
+	K8sKeyData       string `json:"k8s_key_data,omitempty"`
+	K8sCertFile      string `json:"k8s_cert_file,omitempty"`
+	K8sKeyFile       string `json:"k8s_key_file,omitempty"`
+	K8sToken         string `json:"k8s_token,omitempty"`
+	K8sTokenFile     string `json:"k8s_token_file,omitempty"`
+	K8sTLSServerName string `json:"k8s_tls_server_name,omitempty"`
+	K8sInsecure      bool   `json:"k8s_insecure,omitempty"`
 }
 
 // specFromCLI reads the backend flags.
@@ -156,6 +171,36 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 	default:
 		return nil, fmt.Errorf("--backend must be consul, etcd, zookeeper, kubernetes or local, got %q", s.Backend)
 	}
+}
+
+// withConnection adds to the spec how lk, once built, reaches its server,
+// where the small guard needs it to release by itself: the Kubernetes
+// connection that kubeconfig or the service account resolved to (the
+// guard cannot read a kubeconfig). It is left out, and the guard is then
+// leaderrun itself, when a plain HTTPS client cannot act as that user.
+// The credentials travel only in the guard's hello, over its pipe.
+func (s backendSpec) withConnection(lk locker.Locker) backendSpec {
+	for lk != nil {
+		if kl, ok := lk.(*kubernetes.Locker); ok {
+			conn, err := kl.Connection()
+			if err != nil {
+				return s
+			}
+			s.K8sServer = conn.Server
+			s.K8sCAData, s.K8sCAFile = string(conn.CAData), conn.CAFile
+			s.K8sCertData, s.K8sKeyData = string(conn.CertData), string(conn.KeyData)
+			s.K8sCertFile, s.K8sKeyFile = conn.CertFile, conn.KeyFile
+			s.K8sToken, s.K8sTokenFile = conn.Token, conn.TokenFile
+			s.K8sTLSServerName, s.K8sInsecure = conn.ServerName, conn.Insecure
+			return s
+		}
+		u, ok := lk.(interface{ Unwrap() locker.Locker })
+		if !ok {
+			return s
+		}
+		lk = u.Unwrap()
+	}
+	return s
 }
 
 // encode is the spec as the guard's hello payload.

@@ -92,13 +92,14 @@ func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
 	logArgs := []string{"--log-level", c.String("log-level"), "--log-format", c.String("log-format")}
 	self, err := os.Executable()
 	// The small guard releases local locks (by unlocking the descriptor it
-	// holds), etcd leases and Consul sessions (over their HTTP APIs) and
-	// ZooKeeper sessions (closeSession) itself. For the other network
-	// backends it would have to execute leaderrun, which adds
-	// that start-up to a crash failover (about 100ms, measured); there the
-	// guard is leaderrun itself, so failover stays as fast as the backend
-	// allows.
-	if !smallGuardReleases(spec.Backend) {
+	// holds), etcd leases and Consul sessions (over their HTTP APIs),
+	// ZooKeeper sessions (closeSession) and, when leaderrun's credentials
+	// allow, Kubernetes Leases (kubeSmallGuardReleases) itself. Otherwise
+	// (a Kubernetes user behind an exec plugin, say) it would have to
+	// execute leaderrun, which adds that start-up to a crash failover
+	// (about 100ms, measured); there the guard is leaderrun itself, so
+	// failover stays as fast as the backend allows.
+	if !smallGuardReleases(spec.Backend) && !kubeSmallGuardReleases(spec) {
 		err = errFullGuard
 	}
 	if err == nil {
@@ -125,6 +126,14 @@ func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
 // lease without running leaderrun.
 func smallGuardReleases(backend string) bool {
 	return backend == "local" || backend == "etcd" || backend == "consul" || backend == "zookeeper"
+}
+
+// kubeSmallGuardReleases says whether leaderrun-guard clears this
+// Kubernetes Lease itself: when leaderrun passed it a connection a plain
+// HTTPS client can use (bearer token or client certificate; an exec
+// plugin or auth provider needs leaderrun).
+func kubeSmallGuardReleases(spec backendSpec) bool {
+	return spec.Backend == "kubernetes" && spec.K8sServer != ""
 }
 
 // errFullGuard says the backend's release needs leaderrun's own clients.

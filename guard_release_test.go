@@ -4,10 +4,14 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +23,7 @@ import (
 	"github.com/leaderrun/leaderrun/internal/testcluster"
 	"github.com/leaderrun/leaderrun/internal/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/kubernetes"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/zookeeper"
 )
@@ -46,6 +51,18 @@ func TestGuardReadsBackendSpec(t *testing.T) {
 
 		ZKServers: []string{"127.0.0.1:2181", "127.0.0.2:2181/chroot"},
 		Options:   locker.Options{TTL: 7 * time.Second},
+
+		K8sServer:        "https://127.0.0.1:6443/prefix",
+		K8sCAData:        "ca-pem",
+		K8sCAFile:        "/k8s-ca.pem",
+		K8sCertData:      "cert-pem",
+		K8sKeyData:       "key-pem",
+		K8sCertFile:      "/k8s-cert.pem",
+		K8sKeyFile:       "/k8s-key.pem",
+		K8sToken:         "k8s-token",
+		K8sTokenFile:     "/k8s-token",
+		K8sTLSServerName: "kubernetes.default.svc",
+		K8sInsecure:      true,
 	}
 	got, err := guard.ParseBackendHello(spec.encode())
 	if err != nil {
@@ -70,6 +87,18 @@ func TestGuardReadsBackendSpec(t *testing.T) {
 		ConsulDatacenter:    spec.ConsulDatacenter,
 
 		ZKServers: spec.ZKServers,
+
+		K8sServer:        spec.K8sServer,
+		K8sCAData:        spec.K8sCAData,
+		K8sCAFile:        spec.K8sCAFile,
+		K8sCertData:      spec.K8sCertData,
+		K8sKeyData:       spec.K8sKeyData,
+		K8sCertFile:      spec.K8sCertFile,
+		K8sKeyFile:       spec.K8sKeyFile,
+		K8sToken:         spec.K8sToken,
+		K8sTokenFile:     spec.K8sTokenFile,
+		K8sTLSServerName: spec.K8sTLSServerName,
+		K8sInsecure:      spec.K8sInsecure,
 	}
 	want.Options.TTL = spec.Options.TTL
 	if !reflect.DeepEqual(got, want) {
@@ -349,4 +378,162 @@ func TestGuardReleasesOverTLS(t *testing.T) {
 			t.Errorf("key %s after the guard's release: %+v, %v; want free", key, p, err)
 		}
 	})
+}
+
+// kubeconfigFor writes a kubeconfig for k whose cluster and user entries
+// are the given YAML lines (indented under "cluster:" and "user:").
+func kubeconfigFor(t *testing.T, cluster, user string) string {
+	t.Helper()
+	cfg := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n" + cluster +
+		"users:\n- name: u\n  user:\n" + user +
+		"contexts:\n- name: x\n  context: {cluster: c, user: u, namespace: default}\ncurrent-context: x\n"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// kubeLocker opens a Kubernetes Locker for key with the kubeconfig.
+func kubeLocker(t *testing.T, kubeconfig, key, id string) *kubernetes.Locker {
+	t.Helper()
+	lk, err := kubernetes.New(kubernetes.Config{
+		Options:    locker.Options{Key: key, ID: id, TTL: 30 * time.Second, NoWait: true},
+		Kubeconfig: kubeconfig,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lk
+}
+
+// leaseShape is what a released Lease keeps: its spec fields and its
+// annotations (names only, and the epoch's value).
+func leaseShape(t *testing.T, k *testcluster.Kube, lk *kubernetes.Locker) string {
+	t.Helper()
+	code, body := k.Do(t, "GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/"+lk.Name(), nil)
+	if code != 200 {
+		t.Fatalf("get Lease: %d %s", code, body)
+	}
+	var l struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+		Spec map[string]any `json:"spec"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for f := range l.Spec {
+		names = append(names, "spec."+f)
+	}
+	for a := range l.Metadata.Annotations {
+		names = append(names, a)
+	}
+	slices.Sort(names)
+	return strings.Join(names, " ")
+}
+
+// TestGuardReleasesKubernetesLease gives the guard the connection
+// leaderrun resolved from a kubeconfig (token, token file, client
+// certificate, CA inline or in a file), has it release a Lease held by
+// leaderrun's own Locker, and checks that another candidate takes it at
+// once with a higher epoch, and that the Lease looks exactly as the
+// Locker's own release leaves it. A kubeconfig whose user a plain HTTPS
+// client cannot be (exec plugin, proxy) keeps the guard leaderrun itself.
+func TestGuardReleasesKubernetesLease(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	k := testcluster.StartKube(t, e)
+	admin := k.Token(testcluster.KubeAdmin)
+	ca, err := os.ReadFile(k.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(admin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := k.ClientCert(t, "cert-admin", "system:masters")
+	cert, _ := os.ReadFile(certFile)
+	key, _ := os.ReadFile(keyFile)
+	b64 := func(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+	server := "    server: " + k.URL() + "\n"
+	caFile := "    certificate-authority: " + k.CAFile() + "\n"
+
+	for _, tc := range []struct {
+		name, cluster, user string
+	}{
+		{"token", server + caFile, "    token: " + admin + "\n"},
+		{"token file", server + caFile, "    tokenFile: " + tokenFile + "\n"},
+		{"client certificate files", server + caFile, "    client-certificate: " + certFile + "\n    client-key: " + keyFile + "\n"},
+		{"inline CA and client certificate", server + "    certificate-authority-data: " + b64(ca) + "\n    tls-server-name: kubernetes.default.svc\n",
+			"    client-certificate-data: " + b64(cert) + "\n    client-key-data: " + b64(key) + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			kc := kubeconfigFor(t, tc.cluster, tc.user)
+			key := "guard-" + strings.ReplaceAll(tc.name, " ", "-")
+			spec := backendSpec{Backend: "kubernetes"}.withConnection(locker.OneAttempt(kubeLocker(t, kc, key, "a"), key, "", 0))
+			if !kubeSmallGuardReleases(spec) {
+				t.Fatalf("the small guard would not release: %+v", spec.K8sServer)
+			}
+			// The guard's release and the Locker's own, on two Leases.
+			var shapes []string
+			var epochA uint64
+			for i, own := range []bool{false, true} {
+				lk := kubeLocker(t, kc, key+strconv.Itoa(i), "a")
+				lease, err := lk.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := lease.Renew(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if own {
+					err = lease.Release(ctx)
+				} else {
+					epochA = lease.Epoch()
+					for n := range 2 { // the second finds nothing to do
+						if err = guard.DirectRelease(ctx, spec.encode(), lease.Handle()); err != nil {
+							t.Fatalf("guard's release %d: %v", n+1, err)
+						}
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				shapes = append(shapes, leaseShape(t, k, lk))
+			}
+			if shapes[0] != shapes[1] {
+				t.Errorf("Lease after the guard's release:\n  %s\nafter leaderrun's own:\n  %s", shapes[0], shapes[1])
+			}
+			b, err := kubeLocker(t, kc, key+"0", "b").Acquire(ctx)
+			if err != nil {
+				t.Fatalf("another candidate cannot take the Lease the guard released: %v", err)
+			}
+			if b.Epoch() <= epochA {
+				t.Errorf("epoch %d after the guard's release, want > %d", b.Epoch(), epochA)
+			}
+			_ = b.Release(ctx)
+		})
+	}
+
+	for _, tc := range []struct {
+		name, cluster, user string
+	}{
+		{"exec plugin", server + caFile, "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/false\n      interactiveMode: Never\n"},
+		{"proxy", server + caFile + "    proxy-url: http://127.0.0.1:1\n", "    token: " + admin + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := backendSpec{Backend: "kubernetes"}.withConnection(kubeLocker(t, kubeconfigFor(t, tc.cluster, tc.user), "guard-full", "a"))
+			if kubeSmallGuardReleases(spec) {
+				t.Fatalf("the small guard would release with %s", tc.name)
+			}
+			if spec.K8sToken != "" || spec.K8sServer != "" {
+				t.Errorf("the hello carries a connection the small guard will not use")
+			}
+		})
+	}
 }

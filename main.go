@@ -154,7 +154,7 @@ func runAction(c *cli.Context) error {
 	if err := supervise.BecomeSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)
 	}
-	cfg.Guard = runGuard(c, specFromCLI(c, opts), log)
+	cfg.Guard = runGuard(c, specFromCLI(c, opts).withConnection(lk), log)
 	cfg.Command = supervise.Command{Path: path, Args: c.Args().Slice(), Env: childEnv(c, opts)}
 	forward := make(chan os.Signal, 8)
 	// Signals ignored when leaderrun started stay ignored, for leaderrun and

@@ -44,6 +44,18 @@ type BackendHello struct {
 	Options struct {
 		TTL time.Duration
 	} `json:"options"`
+
+	K8sServer        string `json:"k8s_server"`
+	K8sCAData        string `json:"k8s_ca_data"`
+	K8sCAFile        string `json:"k8s_ca_file"`
+	K8sCertData      string `json:"k8s_cert_data"`
+	K8sKeyData       string `json:"k8s_key_data"`
+	K8sCertFile      string `json:"k8s_cert_file"`
+	K8sKeyFile       string `json:"k8s_key_file"`
+	K8sToken         string `json:"k8s_token"`
+	K8sTokenFile     string `json:"k8s_token_file"`
+	K8sTLSServerName string `json:"k8s_tls_server_name"`
+	K8sInsecure      bool   `json:"k8s_insecure"`
 }
 
 // ParseBackendHello reads the fields of a hello that a direct release needs.
@@ -63,8 +75,9 @@ var ErrNoDirectRelease = errors.New("no direct release for this backend")
 // starting leaderrun: on etcd it revokes the lease through etcd's JSON
 // gateway; on Consul it frees the key and destroys the session over the
 // HTTP API; on ZooKeeper it closes the session with the client protocol's
-// closeSession. Other backends return ErrNoDirectRelease. Errors never carry a
-// password or token.
+// closeSession; on Kubernetes it clears the Lease's holder (when leaderrun
+// passed the connection). Other backends return ErrNoDirectRelease. Errors
+// never carry a password or token.
 func DirectRelease(ctx context.Context, hello []byte, handle string) error {
 	h, err := ParseBackendHello(hello)
 	if err != nil {
@@ -77,6 +90,8 @@ func DirectRelease(ctx context.Context, hello []byte, handle string) error {
 		return releaseConsul(ctx, h, handle)
 	case "zookeeper":
 		return releaseZooKeeper(ctx, h, handle)
+	case "kubernetes":
+		return releaseKubernetes(ctx, h, handle)
 	default:
 		return ErrNoDirectRelease
 	}

@@ -27,7 +27,8 @@ const saDir = "/run/secrets/kubernetes.io/serviceaccount"
 // mount (token of packaging/kubernetes/rbac.yaml's account, the server's CA,
 // a namespace file) on a tmpfs in a private mount namespace. The Lease lands
 // in the mount's namespace, and a token rotated the way the kubelet does it
-// keeps the leader leading after the old token is revoked.
+// keeps the leader leading after the old token is revoked; after kill -9,
+// the small guard releases the Lease with the rotated token.
 func TestKubernetesInCluster(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Fatalf("unshare (util-linux) is needed: %v", err)
@@ -150,9 +151,25 @@ func TestKubernetesInCluster(t *testing.T) {
 			t.Fatal("a service-account token appears in the child's environment")
 		}
 	}
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(15 * time.Second); code != 143 && code != 0 {
-		t.Fatalf("exit %d after SIGTERM\n%s", code, p.Output())
+
+	// kill -9 of leaderrun: its guard, the small leaderrun-guard, kills the
+	// child and clears the Lease itself, as the account of rbac.yaml (get
+	// and update), with the rotated token it reads from the mount then.
+	wantSmallGuard(t, p)
+	pid := readPID(t, filepath.Join(dir, "pid"))
+	p.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	waitFor(t, kubeTTL, "the guard to clear the Lease's holder", func() bool {
+		h, _ := readLease(t, k, leasePath)
+		return h == ""
+	})
+	t.Logf("kill -9 of leaderrun -> Lease released by its guard: %v", time.Since(killed).Round(time.Millisecond))
+	if alive(pid) {
+		t.Fatal("the child outlived the release of its Lease")
+	}
+	p.Wait(10 * time.Second)
+	if strings.Contains(p.Output(), second) {
+		t.Fatal("the service-account token appears in the output of leaderrun or its guard")
 	}
 }
 

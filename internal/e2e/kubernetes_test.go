@@ -41,7 +41,8 @@ func TestKubernetes(t *testing.T) {
 
 	t.Run("kill -9 fails over through the guard", func(t *testing.T) {
 		t.Parallel()
-		failoverAfterKill9(t, kubeArgs(admin, newKey("kill9")), time.Second)
+		// The guard is leaderrun-guard, which clears the Lease itself.
+		failoverAfterKill9Guarded(t, kubeArgs(admin, newKey("kill9")), time.Second, true)
 	})
 	t.Run("graceful handoff", func(t *testing.T) {
 		t.Parallel()

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
 // KubeUser is a test identity that StartKube writes into the API server's
@@ -45,13 +47,15 @@ type Kube struct {
 	tokens map[string]string // user name -> bearer token
 	proc   *proc
 	client *http.Client
+	ca     *testsupport.CA // signs the client certificates the server accepts
 }
 
 // StartKube starts kube-apiserver against etcd (which must keep running)
 // and returns once its /readyz answers ok. It serves HTTPS on a free
 // 127.0.0.1 port with a self-signed certificate (see CAFile), authenticates
-// the given users and KubeAdmin by static bearer tokens, authorises with
-// RBAC only, and issues service-account tokens with a key pair made here.
+// the given users and KubeAdmin by static bearer tokens and anyone by a
+// client certificate from ClientCert, authorises with RBAC only, and
+// issues service-account tokens with a key pair made here.
 // The service CIDR is a flag value only: no traffic goes there. Logs live in
 // t.TempDir(); the server is killed when the test ends, and its log is
 // printed if the test failed.
@@ -95,6 +99,7 @@ func startKubeOnce(t testing.TB, bin string, etcd *Etcd, users []KubeUser) (*Kub
 	if err := os.WriteFile(tokenFile, []byte(csv.String()), 0o600); err != nil {
 		return k, err
 	}
+	k.ca = testsupport.NewCA(t, dir, "client-ca")
 	saKey := filepath.Join(dir, "sa.key")
 	if err := writeECKey(saKey); err != nil {
 		return k, err
@@ -112,6 +117,7 @@ func startKubeOnce(t testing.TB, bin string, etcd *Etcd, users []KubeUser) (*Kub
 		"--service-account-key-file", saKey,
 		"--service-account-signing-key-file", saKey,
 		"--token-auth-file", tokenFile,
+		"--client-ca-file", k.ca.Path,
 		"--authorization-mode", "RBAC",
 		"--enable-priority-and-fairness=false",
 		"--v", "1",
@@ -158,6 +164,13 @@ func (k *Kube) Token(user string) string {
 		k.t.Fatalf("testcluster: kube-apiserver has no user %q", user)
 	}
 	return tok
+}
+
+// ClientCert writes a client certificate and key for user, in groups,
+// which the server accepts (it trusts their CA), and returns their paths.
+func (k *Kube) ClientCert(t testing.TB, user string, groups ...string) (certFile, keyFile string) {
+	t.Helper()
+	return k.ca.WriteCert(t, t.TempDir(), user, groups...)
 }
 
 // Kubeconfig writes a kubeconfig file for the given bearer token and

@@ -81,8 +81,9 @@ func (ca *CA) ServerCert(t testing.TB) tls.Certificate {
 
 // WriteCert issues a certificate signed by the CA for both server and
 // client use, valid for 127.0.0.1 and localhost, and writes it and its key
-// as PEM files dir/name.pem and dir/name-key.pem.
-func (ca *CA) WriteCert(t testing.TB, dir, name string) (certPath, keyPath string) {
+// as PEM files dir/name.pem and dir/name-key.pem. The subject's common name
+// is name and its organizations orgs (a Kubernetes user and its groups).
+func (ca *CA) WriteCert(t testing.TB, dir, name string, orgs ...string) (certPath, keyPath string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -94,7 +95,7 @@ func (ca *CA) WriteCert(t testing.TB, dir, name string) (certPath, keyPath strin
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name},
+		Subject:      pkix.Name{CommonName: name, Organization: orgs},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},

@@ -66,6 +66,11 @@ type Locker struct {
 	rest      *rest.Config
 	log       hclog.Logger
 
+	// conn is how the server is reached, for the guard; connErr says why a
+	// plain HTTPS client cannot (see Connection).
+	conn    Connection
+	connErr error
+
 	// onObserve, when set by a test, is called each time a waiting
 	// candidate reads the holder's Lease.
 	onObserve func()
@@ -137,6 +142,7 @@ func New(cfg Config) (*Locker, error) {
 		ns = "default"
 	}
 	l.namespace = ns
+	l.conn, l.connErr = connectionOf(rc)
 	rc = rest.CopyConfig(rc)
 	rc.UserAgent = "leaderrun"
 	// Our own timeouts bound every call (DESIGN §1.8); the client's

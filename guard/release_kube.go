@@ -1,0 +1,225 @@
+package guard
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// Annotations of the holder's record on a Lease, as locker/kubernetes
+// writes them: annTerm tells one leadership from any other, and a release
+// removes the holder's annotations.
+const (
+	kubeAnnTerm = "leaderrun/term"
+)
+
+// kubeReleasedAnnotations are the annotations a release removes (with
+// the term), as locker/kubernetes' released() does; the key and epochs
+// stay, so that the next holder can check its epoch is greater.
+// TestGuardReleasesKubernetesLease (package main) keeps the two in step:
+// it compares a Lease released here with one leaderrun released itself.
+var kubeReleasedAnnotations = []string{kubeAnnTerm, "leaderrun/host", "leaderrun/pid", "leaderrun/version", "leaderrun/contract", "leaderrun/ttl"}
+
+// kubeAttempts bounds the writes of one release, as locker/kubernetes'
+// release does.
+const kubeAttempts = 3
+
+// releaseKubernetes clears the holder of the Lease the handle
+// "<namespace>/<name>/<term>" names if its term is still ours, with an
+// update conditioned on the resourceVersion read, as leaderrun's
+// Locker.ReleaseHandle does: a conflict reads the Lease again, up to three
+// writes; a Lease that is gone or held by another term needs nothing.
+//
+// The update is a PUT of the whole object as read, with the holder
+// removed: the RBAC rule leaderrun documents grants get, create, update and
+// watch, not patch, and the object is kept as raw JSON so that fields this
+// code does not know survive the round trip.
+func releaseKubernetes(ctx context.Context, h BackendHello, handle string) error {
+	if h.K8sServer == "" {
+		return ErrNoDirectRelease // leaderrun gave no connection: it releases itself
+	}
+	parts := strings.Split(handle, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return fmt.Errorf("kubernetes: %q is not a lease handle", handle)
+	}
+	ns, name, term := parts[0], parts[1], parts[2]
+	cli, err := kubeDialer(h)
+	if err != nil {
+		return fmt.Errorf("kubernetes: tls: %w", err)
+	}
+	auth, err := kubeAuth(h)
+	if err != nil {
+		return err
+	}
+	path := strings.TrimSuffix(h.K8sServer, "/") + "/apis/coordination.k8s.io/v1/namespaces/" +
+		url.PathEscape(ns) + "/leases/" + url.PathEscape(name)
+	what := "lease " + ns + "/" + name
+	for range kubeAttempts {
+		code, body, err := cli.do(ctx, "GET", path, auth, nil)
+		switch {
+		case err != nil:
+			return fmt.Errorf("kubernetes: get %s: %w", what, err)
+		case code == 404:
+			return nil // gone: nothing to give back
+		case code != 200:
+			return fmt.Errorf("kubernetes: get %s: %w", what, kubeStatus(code, body))
+		}
+		next, ours, err := kubeReleased(body, term)
+		if err != nil {
+			return fmt.Errorf("kubernetes: get %s: %w", what, err)
+		}
+		if !ours {
+			return nil // not ours any more
+		}
+		code, body, err = cli.do(ctx, "PUT", path, auth, next)
+		switch {
+		case err != nil:
+			return fmt.Errorf("kubernetes: update %s: %w", what, err)
+		case code == 200 || code == 404:
+			return nil
+		case code != 409:
+			return fmt.Errorf("kubernetes: update %s: %w", what, kubeStatus(code, body))
+		}
+	}
+	return fmt.Errorf("kubernetes: release %s: conflicting writes kept coming", what)
+}
+
+// kubeReleased reads a Lease and returns it without its holder, ready for
+// an update conditioned on the resourceVersion it carries; ours is false
+// when the Lease has no holder or another term.
+func kubeReleased(lease []byte, term string) (next []byte, ours bool, err error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(lease, &obj); err != nil {
+		return nil, false, err
+	}
+	var meta, spec map[string]json.RawMessage
+	var ann map[string]string
+	if err := unmarshalIfSet(obj["metadata"], &meta); err != nil {
+		return nil, false, fmt.Errorf("metadata: %w", err)
+	}
+	if err := unmarshalIfSet(obj["spec"], &spec); err != nil {
+		return nil, false, fmt.Errorf("spec: %w", err)
+	}
+	if err := unmarshalIfSet(meta["annotations"], &ann); err != nil {
+		return nil, false, fmt.Errorf("annotations: %w", err)
+	}
+	var holder string
+	if err := unmarshalIfSet(spec["holderIdentity"], &holder); err != nil {
+		return nil, false, fmt.Errorf("holderIdentity: %w", err)
+	}
+	if holder == "" || ann[kubeAnnTerm] != term {
+		return nil, false, nil
+	}
+	if _, ok := meta["resourceVersion"]; !ok {
+		return nil, false, errors.New("the Lease has no resourceVersion")
+	}
+	for _, f := range []string{"holderIdentity", "acquireTime", "renewTime"} {
+		delete(spec, f)
+	}
+	for _, a := range kubeReleasedAnnotations {
+		delete(ann, a)
+	}
+	if obj["spec"], err = json.Marshal(spec); err != nil {
+		return nil, false, err
+	}
+	if meta["annotations"], err = json.Marshal(ann); err != nil {
+		return nil, false, err
+	}
+	if obj["metadata"], err = json.Marshal(meta); err != nil {
+		return nil, false, err
+	}
+	next, err = json.Marshal(obj)
+	return next, true, err
+}
+
+func unmarshalIfSet(raw json.RawMessage, v any) error {
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// kubeStatus turns an API server's error answer into an error quoting its
+// message (which names the user and the verb, never a credential).
+func kubeStatus(code int, body []byte) error {
+	var st struct {
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal(body, &st)
+	msg := st.Message
+	if msg == "" {
+		msg = fmt.Sprintf("HTTP %d", code)
+	}
+	if len(msg) > 300 {
+		msg = msg[:300]
+	}
+	return fmt.Errorf("HTTP %d: %s", code, msg)
+}
+
+// kubeDialer trusts the CA (data before file, as client-go) or the system
+// roots, presents the client certificate if any, and checks the server's
+// name unless told not to.
+func kubeDialer(h BackendHello) (*dialer, error) {
+	if !strings.HasPrefix(h.K8sServer, "https://") {
+		return &dialer{}, nil
+	}
+	cfg := &tls.Config{ServerName: h.K8sTLSServerName, MinVersion: tls.VersionTLS12, InsecureSkipVerify: h.K8sInsecure}
+	ca := []byte(h.K8sCAData)
+	if len(ca) == 0 && h.K8sCAFile != "" {
+		var err error
+		if ca, err = os.ReadFile(h.K8sCAFile); err != nil {
+			return nil, err
+		}
+	}
+	if len(ca) > 0 {
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(ca) {
+			return nil, errors.New("the CA holds no PEM certificate")
+		}
+	}
+	cert, key := []byte(h.K8sCertData), []byte(h.K8sKeyData)
+	var err error
+	if len(cert) == 0 && h.K8sCertFile != "" {
+		if cert, err = os.ReadFile(h.K8sCertFile); err != nil {
+			return nil, err
+		}
+	}
+	if len(key) == 0 && h.K8sKeyFile != "" {
+		if key, err = os.ReadFile(h.K8sKeyFile); err != nil {
+			return nil, err
+		}
+	}
+	if len(cert) > 0 || len(key) > 0 {
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			// The error of X509KeyPair never quotes the key.
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return &dialer{tls: cfg}, nil
+}
+
+// kubeAuth is the Authorization header: the token file read now (a pod's
+// token rotates), else the token.
+func kubeAuth(h BackendHello) (string, error) {
+	token := h.K8sToken
+	if h.K8sTokenFile != "" {
+		b, err := os.ReadFile(h.K8sTokenFile)
+		if err != nil {
+			return "", fmt.Errorf("kubernetes: token file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		return "", nil
+	}
+	return "Authorization: Bearer " + token, nil
+}
