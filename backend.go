@@ -70,6 +70,10 @@ type backendSpec struct {
 	K8sTokenFile     string `json:"k8s_token_file,omitempty"`
 	K8sTLSServerName string `json:"k8s_tls_server_name,omitempty"`
 	K8sInsecure      bool   `json:"k8s_insecure,omitempty"`
+
+	// fullGuardWhy says why the small guard cannot release this lease
+	// itself (never sent to the guard).
+	fullGuardWhy string
 }
 
 // specFromCLI reads the backend flags.
@@ -184,6 +188,7 @@ func (s backendSpec) withConnection(lk locker.Locker) backendSpec {
 		if kl, ok := lk.(*kubernetes.Locker); ok {
 			conn, err := kl.Connection()
 			if err != nil {
+				s.fullGuardWhy = err.Error()
 				return s
 			}
 			s.K8sServer = conn.Server

@@ -50,6 +50,9 @@ func runGuard(c *cli.Context, spec backendSpec, log hclog.Logger) *guard.Spec {
 	if warning != "" {
 		log.Warn(warning)
 	}
+	if spec.fullGuardWhy != "" && g != nil && g.Path == "/proc/self/exe" {
+		log.Info("the guard is leaderrun itself: leaderrun-guard cannot release this lease alone", "why", spec.fullGuardWhy)
+	}
 	return g
 }
 

@@ -3,10 +3,13 @@
 // Command leaderrun-guard is leaderrun's dead-man guard (package guard): a
 // process of a few MiB that sleeps while the job runs and kills it if
 // leaderrun misses its kill point or dies. It links only the standard
-// library, golang.org/x/sys and leaderrun's guard and contain packages. It
-// releases an etcd lease itself over HTTP (guard.DirectRelease); for other
-// network backends it runs `leaderrun __release`, the one moment it needs a
-// backend client. leaderrun starts it; it is not meant to be run by hand.
+// library, golang.org/x/sys and leaderrun's guard, contain and zkwire
+// packages. It releases a lease itself (guard.DirectRelease): etcd and
+// Consul over their HTTP APIs, ZooKeeper by closing the session, a
+// Kubernetes Lease by a conditioned update; where it cannot (for example a
+// kubeconfig exec plugin), leaderrun is the guard instead, and `leaderrun
+// __release` remains the fallback. leaderrun starts it; it is not meant to
+// be run by hand.
 package main
 
 import (
