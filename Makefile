@@ -102,7 +102,7 @@ chaos: deps servers
 # `etcdctl lock` and `consul lock` on the same real 3-server clusters, on a
 # 3-server ZooKeeper ensemble, and against client-go's leaderelection on a
 # kube-apiserver; writes the results into docs/BENCHMARKS.md. Takes about
-# 35 minutes; not part of `make test` (TestBenchSmoke,
+# 20 minutes; not part of `make test` (TestBenchSmoke,
 # TestBenchZooKeeper and TestBenchKubernetes are).
 .PHONY: bench
 bench: deps servers
