@@ -43,9 +43,9 @@ func newCounter(proto Protocol, n *atomic.Int64, onReq func() *func(string)) io.
 	case HTTP2:
 		return &http2Counter{n: n, preface: len(http2Preface)}
 	case Framed:
-		return &frameCounter{n: n}
+		return frameCounter(n)
 	case TLSRecords:
-		return &tlsCounter{n: n}
+		return tlsCounter(n)
 	}
 	n.Add(1)
 	return io.Discard
@@ -302,48 +302,39 @@ func (m *grpcMsg) feed(p []byte, n *atomic.Int64) {
 	}
 }
 
-// frameCounter counts length-prefixed frames.
-type frameCounter struct {
+// recordCounter walks a stream of records, each a fixed-size header that
+// gives the length of the body after it, and counts the records counts
+// accepts.
+type recordCounter struct {
 	n      *atomic.Int64
+	hdrLen int
+	body   func(hdr []byte) int  // the body length the header gives
+	counts func(hdr []byte) bool // nil counts every record
 	hdr    []byte
 	remain int
 }
 
-// Write consumes client bytes; it never fails.
-func (c *frameCounter) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		if c.remain > 0 {
-			k := min(c.remain, len(p))
-			c.remain -= k
-			p = p[k:]
-			continue
-		}
-		k := min(4-len(c.hdr), len(p))
-		c.hdr = append(c.hdr, p[:k]...)
-		p = p[k:]
-		if len(c.hdr) == 4 {
-			c.n.Add(1)
-			c.remain = int(c.hdr[0])<<24 | int(c.hdr[1])<<16 | int(c.hdr[2])<<8 | int(c.hdr[3])
-			c.hdr = c.hdr[:0]
-		}
-	}
-	return n, nil
-}
-
-// tlsCounter walks TLS records (5-byte header: type, version, length) and
-// counts those of type application data.
-type tlsCounter struct {
-	n      *atomic.Int64
-	hdr    []byte
-	remain int
+// frameCounter counts length-prefixed frames (a 4-byte big-endian length).
+func frameCounter(n *atomic.Int64) *recordCounter {
+	return &recordCounter{n: n, hdrLen: 4, body: func(h []byte) int {
+		return int(h[0])<<24 | int(h[1])<<16 | int(h[2])<<8 | int(h[3])
+	}}
 }
 
 // tlsApplicationData is the record type of encrypted traffic (RFC 8446).
 const tlsApplicationData = 23
 
+// tlsCounter walks TLS records (5-byte header: type, version, length) and
+// counts those of type application data.
+func tlsCounter(n *atomic.Int64) *recordCounter {
+	return &recordCounter{n: n, hdrLen: 5,
+		body:   func(h []byte) int { return int(h[3])<<8 | int(h[4]) },
+		counts: func(h []byte) bool { return h[0] == tlsApplicationData },
+	}
+}
+
 // Write consumes client bytes; it never fails.
-func (c *tlsCounter) Write(p []byte) (int, error) {
+func (c *recordCounter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
 		if c.remain > 0 {
@@ -352,14 +343,14 @@ func (c *tlsCounter) Write(p []byte) (int, error) {
 			p = p[k:]
 			continue
 		}
-		k := min(5-len(c.hdr), len(p))
+		k := min(c.hdrLen-len(c.hdr), len(p))
 		c.hdr = append(c.hdr, p[:k]...)
 		p = p[k:]
-		if len(c.hdr) == 5 {
-			if c.hdr[0] == tlsApplicationData {
+		if len(c.hdr) == c.hdrLen {
+			if c.counts == nil || c.counts(c.hdr) {
 				c.n.Add(1)
 			}
-			c.remain = int(c.hdr[3])<<8 | int(c.hdr[4])
+			c.remain = c.body(c.hdr)
 			c.hdr = c.hdr[:0]
 		}
 	}
