@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -164,4 +165,16 @@ func TestBenchSmoke(t *testing.T) {
 	if errs := res.Errors(); len(errs) > 0 {
 		t.Errorf("errors: %v", errs)
 	}
+}
+
+// scaleSizes reads -bench.scale: the candidate counts of the scale runs.
+func scaleSizes() []int {
+	var sizes []int
+	for _, s := range strings.Split(*flagScale, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err == nil && n > 0 {
+			sizes = append(sizes, n)
+		}
+	}
+	return sizes
 }

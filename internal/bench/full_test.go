@@ -125,13 +125,7 @@ func TestBenchmark(t *testing.T) {
 
 	// 5. Scale: many candidates on one key, one contender at a time.
 	done = phase("scale")
-	var sizes []int
-	for _, s := range strings.Split(*flagScale, ",") {
-		var n int
-		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err == nil && n > 0 {
-			sizes = append(sizes, n)
-		}
-	}
+	sizes := scaleSizes()
 	for _, c := range cs {
 		if c.NoScale {
 			continue

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"flag"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 )
@@ -21,13 +19,7 @@ func TestBenchZooKeeper(t *testing.T) {
 	res := NewResults([]*Contender{lr})
 	trials, loss, window, sizes := 1, 1, 3*time.Second, []int{3}
 	if *flagZK {
-		trials, loss, window, sizes = *flagTrials, *flagLoss, *flagWindow, nil
-		for _, s := range strings.Split(*flagScale, ",") {
-			var n int
-			if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err == nil && n > 0 {
-				sizes = append(sizes, n)
-			}
-		}
+		trials, loss, window, sizes = *flagTrials, *flagLoss, *flagWindow, scaleSizes()
 	}
 	for _, kind := range []string{KindCrash, KindGraceful, KindRefuse, KindBlackhole} {
 		n := trials
