@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leaderrun/leaderrun/locker/consul/acltoken"
 )
 
 // BackendHello is the part of leaderrun's hello (its backend spec) that a
@@ -444,21 +446,13 @@ func envBool(name string, def bool) bool {
 	return v
 }
 
-// consulToken follows Consul's precedence: token file, token, then the
-// CONSUL_HTTP_TOKEN_FILE and CONSUL_HTTP_TOKEN environment.
+// consulToken follows Consul's precedence (acltoken.Read).
 func consulToken(h BackendHello) (string, error) {
-	file, token := h.ConsulTokenFile, h.ConsulToken
-	if file == "" && token == "" {
-		file, token = os.Getenv("CONSUL_HTTP_TOKEN_FILE"), os.Getenv("CONSUL_HTTP_TOKEN")
-	}
-	if file == "" {
-		return token, nil
-	}
-	data, err := os.ReadFile(file)
+	t, _, err := acltoken.Read(h.ConsulTokenFile, h.ConsulToken)
 	if err != nil {
 		return "", fmt.Errorf("consul: token file: %w", err)
 	}
-	return strings.TrimSpace(string(data)), nil
+	return t, nil
 }
 
 // escapePath escapes each segment of a KV path.

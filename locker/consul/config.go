@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/consul/acltoken"
 )
 
 // MinTTL is Consul's minimum session TTL (10s); New refuses a smaller TTL.
@@ -265,22 +266,14 @@ func ceilMillis(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
-// resolveToken applies Consul's own precedence: token file, token, then
-// CONSUL_HTTP_TOKEN_FILE and CONSUL_HTTP_TOKEN.
+// resolveToken applies Consul's own precedence (acltoken.Read) and refuses an
+// unreadable or empty token file.
 func resolveToken(cfg Config) (string, error) {
-	file, token := cfg.TokenFile, cfg.Token
-	if file == "" && token == "" {
-		file, token = os.Getenv("CONSUL_HTTP_TOKEN_FILE"), os.Getenv("CONSUL_HTTP_TOKEN")
-	}
-	if file == "" {
-		return token, nil
-	}
-	data, err := os.ReadFile(file)
+	t, file, err := acltoken.Read(cfg.TokenFile, cfg.Token)
 	if err != nil {
 		return "", configError("TokenFile", "must be a readable file", err)
 	}
-	t := strings.TrimSpace(string(data))
-	if t == "" {
+	if file != "" && t == "" {
 		return "", configError("TokenFile", fmt.Sprintf("%s is empty", file), nil)
 	}
 	return t, nil
