@@ -20,7 +20,7 @@ const DefaultServer = zkwire.DefaultServer
 const DefaultPrefix = "leaderrun"
 
 // defaultDialTimeout applies when Config.DialTimeout is zero.
-const defaultDialTimeout = 5 * time.Second
+const defaultDialTimeout = zkwire.DefaultTimeout
 
 // Config configures a ZooKeeper Locker.
 type Config struct {

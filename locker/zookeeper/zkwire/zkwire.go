@@ -21,6 +21,10 @@ import (
 // DefaultServer is the server used when none is given.
 const DefaultServer = "127.0.0.1:2181"
 
+// DefaultTimeout bounds a connection attempt to one server when no other
+// timeout is given.
+const DefaultTimeout = 5 * time.Second
+
 // SplitServers splits host:port entries (a single entry may hold a whole
 // comma-separated connect string) and the chroot that may end the last one.
 func SplitServers(raw []string) (servers []string, chroot string, err error) {
