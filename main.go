@@ -132,7 +132,7 @@ func runAction(c *cli.Context) error {
 		return usage(err)
 	}
 	if opts.NoWait {
-		addr, timeout := attemptTarget(c)
+		addr, timeout := attemptTarget(c, lk)
 		lk = locker.OneAttempt(lk, opts.Key, addr, timeout)
 	}
 	// A slot that already ran is done, not a conflict: exit 0 unless

@@ -64,8 +64,14 @@ func onceGate(c *cli.Context, opts locker.Options, lk locker.Locker, skipCode in
 }
 
 // attemptTarget is what a --no-wait attempt talks to, for its error line,
-// and how long it may take: the backend's dial timeout.
-func attemptTarget(c *cli.Context) (string, time.Duration) {
+// and how long it may take: the backend's dial timeout. A backend that knows
+// its own target says so (ZooKeeper, Kubernetes).
+func attemptTarget(c *cli.Context, lk locker.Locker) (string, time.Duration) {
+	if t, ok := lk.(interface {
+		Target() (string, time.Duration)
+	}); ok {
+		return t.Target()
+	}
 	switch c.String("backend") {
 	case "etcd":
 		return c.String("etcd-endpoints"), c.Duration("etcd-dial-timeout")
