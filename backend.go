@@ -5,6 +5,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -17,6 +18,16 @@ import (
 	"github.com/leaderrun/leaderrun/locker/local"
 	"github.com/leaderrun/leaderrun/locker/zookeeper"
 )
+
+// backendNames lists every backend --backend accepts, in the order help,
+// completions and errors name them.
+var backendNames = []string{"consul", "etcd", "zookeeper", "kubernetes", "local"}
+
+// backendList names the backends as prose: "consul, etcd, ... or local".
+func backendList() string {
+	n := len(backendNames)
+	return strings.Join(backendNames[:n-1], ", ") + " or " + backendNames[n-1]
+}
 
 // backendSpec is the chosen backend and its settings, as given by flags and
 // environment. It is what the dead-man guard receives (as JSON, over its
@@ -173,7 +184,7 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 		})
 		return l, err
 	default:
-		return nil, fmt.Errorf("--backend must be consul, etcd, zookeeper, kubernetes or local, got %q", s.Backend)
+		return nil, fmt.Errorf("--backend must be %s, got %q", backendList(), s.Backend)
 	}
 }
 

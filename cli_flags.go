@@ -99,7 +99,7 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key", Category: catLeadership, EnvVars: []string{"LEADERRUN_KEY"},
 			Usage: "the leadership `KEY` (required; see KEY below)"},
 		&cli.StringFlag{Name: "backend", Category: catLeadership, EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul",
-			Usage: "consul, etcd, zookeeper, kubernetes or local"},
+			Usage: backendList()},
 		&cli.StringFlag{Name: "prefix", Category: catLeadership, EnvVars: []string{"LEADERRUN_PREFIX"}, Value: "leaderrun",
 			Usage: "namespace of leaderrun's keys on the backend"},
 

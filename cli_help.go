@@ -255,8 +255,8 @@ const (
 	synopsisOther  = "leaderrun help [status|check] | leaderrun version"
 )
 
-const summary = "Runs COMMAND only while this host leads KEY in Consul, etcd or a local " +
-	"lock, and stops all of it before the lease could pass to another host."
+const summary = "Runs COMMAND only while this host leads KEY in Consul, etcd, ZooKeeper, " +
+	"a Kubernetes Lease or a local lock, and stops all of it before the lease could pass to another host."
 
 // envRule says how options map to environment variables.
 const envRule = "Environment: an option can also be set as LEADERRUN_<OPTION> " +

@@ -1,7 +1,7 @@
 //go:build linux
 
 // Command leaderrun runs a command only while this host leads a key in
-// Consul, etcd or a local lock file, and stops it before the lease could
+// Consul, etcd, ZooKeeper, a Kubernetes Lease or a local lock file, and stops it before the lease could
 // pass to anyone else. This file wires flags to packages; the logic lives in
 // supervise/, locker/ and signals/.
 package main

@@ -553,7 +553,7 @@ func TestGeneratedManPageAndCompletions(t *testing.T) {
 	}{
 		{[]string{""}, "status check version"},
 		{[]string{"--http"}, "--http-addr"},
-		{[]string{"--backend", ""}, "consul etcd local"},
+		{[]string{"--backend", ""}, "consul etcd zookeeper kubernetes local"},
 		{[]string{"check", "--ep"}, "--epoch"},
 		{[]string{"status", "--js"}, "--json"},
 	} {
