@@ -126,6 +126,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 	defer cancel()
 
 	retry := retry.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+	var failed error // the last attempt that failed for a reason of its own
 	for {
 		s.log.Info("campaigning")
 		call(s.cfg.Events.Campaigning)
@@ -152,9 +153,9 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			s.log.Error("backend refused", "error", err)
 			return nil, time.Time{}, ExitInternal, false
 		case actx.Err() != nil:
-			s.log.Info("not acquired within --acquire-timeout", "timeout", s.cfg.AcquireTimeout)
-			return nil, time.Time{}, ExitNotHeld, false
+			return nil, time.Time{}, s.timedOut(ctx, failed), false
 		}
+		failed = err
 		wait := retry.Next()
 		s.log.Warn("campaign failed, retrying", "error", err, "retry_in", wait)
 		t := s.clock.NewTimer(wait)
@@ -164,6 +165,31 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 		}
 		t.Stop()
 	}
+}
+
+// holderReadTimeout bounds the read that asks, once --acquire-timeout
+// passed, whether the backend answers at all.
+const holderReadTimeout = 2 * time.Second
+
+// timedOut is the outcome of an --acquire-timeout that passed. "Held
+// elsewhere" (124, or --conflict-exit) is said only when the backend
+// answers: it is asked once more who leads, and a backend that cannot say is
+// an outage (125), logged at WARN with the last error so that --quiet shows
+// it (DESIGN §4).
+func (s *Supervisor) timedOut(ctx context.Context, failed error) int {
+	rctx, cancel := context.WithTimeout(ctx, holderReadTimeout)
+	defer cancel()
+	h, err := s.cfg.Locker.Leader(rctx)
+	if err == nil {
+		s.log.Info("not acquired within --acquire-timeout", "timeout", s.cfg.AcquireTimeout, "holder", h.ID, "epoch", h.Epoch)
+		return ExitNotHeld
+	}
+	if failed == nil {
+		failed = err
+	}
+	s.log.Warn("not acquired within --acquire-timeout: the backend could not be reached",
+		"timeout", s.cfg.AcquireTimeout, "error", failed)
+	return ExitInternal
 }
 
 // confirm makes the first renewal of a new lease. Its send time, not the

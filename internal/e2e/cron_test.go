@@ -54,6 +54,28 @@ func TestNoWaitUnreachableBackendExits125AtOnce(t *testing.T) {
 	}
 }
 
+// unreachableIsAnOutage runs args (an unreachable backend, an acquire
+// timeout of 2s) as cron would: quiet, a conflict mapped to 0. An outage is
+// not a conflict: exit 125, and a WARN line that --quiet keeps, naming the
+// address, at the timeout plus one read of the holder.
+func unreachableIsAnOutage(t *testing.T, args []string) {
+	t.Helper()
+	p := start(t, "unreachable", nil, append(args, "-q", "--conflict-exit", "0", "--", "true")...)
+	began := time.Now()
+	code := p.Wait(20 * time.Second)
+	out := p.Output()
+	if code != 125 {
+		t.Fatalf("exit %d, want 125 (an outage is not a conflict)\n%s", code, out)
+	}
+	if took := time.Since(began); took > 7*time.Second {
+		t.Fatalf("took %v with --acquire-timeout 2s", took)
+	}
+	if !strings.Contains(out, "[WARN]  leaderrun: not acquired within --acquire-timeout: the backend could not be reached") ||
+		!strings.Contains(out, "127.0.0.1:1") {
+		t.Fatalf("want a WARN line naming the address under -q, got:\n%s", out)
+	}
+}
+
 // unreachableKubeconfig writes a kubeconfig whose only cluster is addr.
 func unreachableKubeconfig(t *testing.T, addr string) string {
 	t.Helper()

@@ -70,7 +70,7 @@ func (l *Locker) open(ctx context.Context) (*zkSession, error) {
 		case <-dctx.Done():
 			conn.Close()
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, fmt.Errorf("zookeeper: no session from %s yet: %w", strings.Join(l.servers, ","), ctx.Err())
 			}
 			return nil, fmt.Errorf("zookeeper: no session from %s within %s", strings.Join(l.servers, ","), l.timeout)
 		}
