@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,12 +26,59 @@ type world struct {
 	check *fence.Checker
 	fed   int // writes already fed to check
 	hosts []*host
-	// escape is set while the hosts' command is a writer that escapes its
-	// process group (FENCE_ESCAPE=1): the process leaderrun starts stays
-	// as the job's main process, the writer is a daemon beside it.
-	escape bool
-	rng    *rand.Rand
-	stats  map[string]*faultStats
+	// prof is how the hosts run now (setProfile).
+	prof  profile
+	rng   *rand.Rand
+	stats map[string]*faultStats
+}
+
+// profile is how every host of a world runs during a fault: how leaderrun
+// contains its job, what the job is, and its timing.
+type profile struct {
+	// contain is the hosts' --contain mode: cgroup, group or auto.
+	contain string
+	// job is the hosts' command: "" the plain writer; jobEscape a writer
+	// that escapes its process group (FENCE_ESCAPE=1: the process
+	// leaderrun starts stays as the job's main process, the writer is a
+	// daemon beside it); jobStorm a writer beside chains of relays that
+	// keep forking (FENCE_STORM).
+	job string
+	// guardFirst gives the hosts a kill grace shorter than the renew
+	// interval and --restart on-failure, for the guard-fires-first fault:
+	// a supervisor that missed its guard's kill would start the child
+	// again.
+	guardFirst bool
+}
+
+// The hosts' jobs (profile.job).
+const (
+	jobEscape = "escape"
+	jobStorm  = "storm"
+)
+
+// stormChains is how many relay chains a fork-storm job keeps going.
+const stormChains = 2
+
+// String names the profile for logs.
+func (p profile) String() string {
+	s := "--contain " + p.contain
+	if p.job != "" {
+		s += ", " + p.job + " job"
+	}
+	if p.guardFirst {
+		s += ", guard-first timing"
+	}
+	return s
+}
+
+// timing is the hosts' timeline under the profile: the backend's, with a
+// kill grace below the renew interval for guardFirst (half of it, and the
+// margin as it was; both only shrink, so the timing rule still holds).
+func (p profile) timing(tm Timing) Timing {
+	if p.guardFirst && tm.KillGrace >= tm.RenewInterval {
+		tm.KillGrace = tm.RenewInterval / 2
+	}
+	return tm
 }
 
 // host is one leaderrun "host": its proxies and its current leaderrun.
@@ -56,6 +104,9 @@ type faultStats struct {
 	stopAfter     Durations // fault → old child's death, where the fault cuts the lease
 	kept          int       // runs after which the same child still led
 	failover      Durations // fault → start of the next leader's child, where leadership moved
+	leftovers     int       // runs after which a process of an earlier job ran on
+	resumeLag     Durations // guard-fires-first: the guard's kill → the supervisor's SIGCONT
+	inDeadline    int       // guard-fires-first: runs whose supervisor resumed before its own deadline
 	failed        int       // runs with a violated check
 }
 
@@ -87,6 +138,7 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 	}
 	w := &world{
 		t: t, bins: own, cl: cl, tm: cl.Timing(), dir: dir, fence: f, check: fence.NewChecker(),
+		prof:  profile{contain: "auto"},
 		rng:   rand.New(rand.NewPCG(seed, uint64(len(cl.Name())))),
 		stats: map[string]*faultStats{},
 	}
@@ -119,22 +171,41 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 
 // killStrays SIGKILLs whatever the suite's binaries still run, as a last
 // resort after a failure; a passing run leaves nothing (checked elsewhere).
+// A fork storm's relay chain moves on between two scans, so it scans again
+// until nothing is found.
 func killStrays(t *testing.T, bins Binaries) {
-	for _, p := range Scan(bins.Leaderrun, bins.Writer, bins.Guard) {
-		t.Logf("killing leftover %v", p)
-		_ = syscall.Kill(p.Pid, syscall.SIGCONT)
-		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+	deadline := time.Now().Add(5 * time.Second)
+	for n := 0; time.Now().Before(deadline); n++ {
+		left := Scan(bins.Leaderrun, bins.Writer, bins.Guard)
+		if len(left) == 0 {
+			return
+		}
+		for _, p := range left {
+			if n == 0 {
+				t.Logf("killing leftover %v", p)
+			}
+			_ = syscall.Kill(p.Pid, syscall.SIGCONT)
+			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+		}
 	}
+	t.Logf("still running after 5s of killing: %v", Scan(bins.Leaderrun, bins.Writer, bins.Guard))
 }
 
 // start runs a new leaderrun on h.
 func (w *world) start(h *host) {
 	w.t.Helper()
-	args := append(w.cl.LeaderrunArgs(h.link.Addrs()), w.tm.Args()...)
+	args := append(w.cl.LeaderrunArgs(h.link.Addrs()), w.prof.timing(w.tm).Args()...)
+	args = append(args, "--contain", w.prof.contain)
+	if w.prof.guardFirst {
+		args = append(args, "--restart", "on-failure")
+	}
 	args = append(args, "--key", key, "--id", h.id, "--log-level", "debug", "--", w.bins.Writer)
 	env := w.fence.Env(h.id)
-	if w.escape {
+	switch w.prof.job {
+	case jobEscape:
 		env = append(env, "FENCE_ESCAPE=1")
+	case jobStorm:
+		env = append(env, "FENCE_STORM="+strconv.Itoa(stormChains))
 	}
 	p, err := Start(ProcSpec{
 		Name: h.id, Path: w.bins.Leaderrun, Args: args, Env: env,
@@ -164,12 +235,12 @@ func (w *world) ensureHosts() {
 	}
 }
 
-// setEscape makes the hosts' command the escaping writer, or the plain one
-// again: it stops every host gracefully, checks that nothing is left, and
+// setProfile makes the hosts run as p: if that differs from how they run
+// now, it stops every host gracefully, checks that nothing is left, and
 // lets ensureHosts start them anew.
-func (w *world) setEscape(on bool) {
+func (w *world) setProfile(p profile) {
 	w.t.Helper()
-	if w.escape == on {
+	if w.prof == p {
 		return
 	}
 	w.stopHosts()
@@ -177,7 +248,7 @@ func (w *world) setEscape(on bool) {
 	for _, h := range w.hosts {
 		h.proc = nil
 	}
-	w.escape = on
+	w.prof = p
 }
 
 // host returns the host named id, or nil.
@@ -287,11 +358,17 @@ func (w *world) guardOf(h *host) int {
 
 // strays lists processes of the suite's binaries that should not exist:
 // anything but the hosts' leaderruns, the leader's guard and the leader's
-// child (with escaping writers: the leader's writer and the job's main
-// process, leaderrun's child, which never writes). An escaped writer that
-// outlived its leadership is a stray like any other writer.
+// job. The job is told by leaderrun's marker (contain.EnvMarker) in each
+// process's environment, which every process of the job inherits: the
+// leader's writer, and with an escaping writer the job's main process, with
+// a fork storm its relays. A process of an earlier job (an escaped writer,
+// a relay) that outlived its leadership is a stray like any other.
 func (w *world) strays() []Process {
 	lh, in, ok := w.leader()
+	mark := ""
+	if ok {
+		mark = JobMarker(in.Pid)
+	}
 	var bad []Process
 	for _, p := range Scan(w.bins.Leaderrun, w.bins.Writer, w.bins.Guard) {
 		switch {
@@ -299,8 +376,8 @@ func (w *world) strays() []Process {
 			if ok && p.Pid == in.Pid {
 				continue
 			}
-			if ok && w.escape && p.PPid == lh.proc.Pid() && len(p.Cmdline) == 1 {
-				continue // the launcher of the leader's escaped writer
+			if m, alive := markerOf(p.Pid); !alive || ok && mark != "" && m == mark {
+				continue // gone since the scan, or the leader's job
 			}
 		case p.IsGuard():
 			if ok && p.PPid == lh.proc.Pid() {
@@ -314,6 +391,15 @@ func (w *world) strays() []Process {
 		bad = append(bad, p)
 	}
 	return bad
+}
+
+// markerOf is pid's job marker; alive is false when pid has none and is
+// gone (a relay of a fork storm lives a few milliseconds).
+func markerOf(pid int) (mark string, alive bool) {
+	if m := JobMarker(pid); m != "" {
+		return m, true
+	}
+	return "", Alive(pid)
 }
 
 func (w *world) isHost(pid int) bool {
@@ -374,7 +460,7 @@ func (w *world) stopHosts() {
 		switch {
 		case !ok:
 			w.t.Errorf("%s: leaderrun still running 30s after SIGTERM", h.id)
-		case code != 143 && code != 123 && code != 137 && (!w.escape || code != 1):
+		case code != 143 && code != 123 && code != 137 && (w.prof.job != jobEscape || code != 1):
 			// 143: the child's or the campaign's SIGTERM; 123 or 137 if it
 			// had just lost or been killed by the last fault. An escaping
 			// job's launcher exits 1 when the SIGTERM reached its escaped
