@@ -290,6 +290,10 @@ func (w *world) run(i, n int, f planned) {
 	for _, p := range early {
 		t.Errorf("%s: a process of an earlier job runs beside the child of epoch %d: %v", f.name, nin.Epoch, p)
 	}
+	if len(early) > 0 {
+		// Leftovers, reported: gone before the next fault, whatever they are.
+		killUntilGone(func() []Process { return w.earlierJobs(nin) })
+	}
 	if !w.checkStrays() || len(early) > 0 {
 		st.leftovers++
 	}
@@ -302,10 +306,14 @@ func (w *world) run(i, n int, f planned) {
 
 // note is what the outcome adds to the run's log line.
 func (o outcome) note() string {
-	if !o.resumed {
-		return ""
+	s := ""
+	if o.how != "" {
+		s += "; by " + o.how
 	}
-	return fmt.Sprintf("; supervisor resumed %v after the guard's kill", o.resumeLag.Round(time.Millisecond))
+	if o.resumed {
+		s += fmt.Sprintf("; supervisor resumed %v after the guard's kill", o.resumeLag.Round(time.Millisecond))
+	}
+	return s
 }
 
 // earlierJobs lists the writer's processes (writers, launchers, relays)

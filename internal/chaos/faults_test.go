@@ -1,7 +1,9 @@
 package chaos
 
 import (
+	"bytes"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,6 +50,8 @@ type outcome struct {
 	// before its own deadline if it is below the safety margin.
 	resumeLag time.Duration
 	resumed   bool
+	// how names the way a fault that picks one of several struck.
+	how string
 }
 
 // faults are every fault type, in report order.
@@ -279,28 +283,39 @@ func escape(w *world, h *host, in fence.Instance) outcome {
 		w.t.Errorf("escape: the leader's writer %d is not in a process group of its own (%+v)", in.Pid, st)
 	}
 	if w.cl.Name() != "local" && w.rng.IntN(2) == 0 {
-		return partition(w, h, in)
+		o := partition(w, h, in)
+		o.how = "partition"
+		return o
 	}
-	return killLeader(w, h, in)
+	o := killLeader(w, h, in)
+	o.how = "kill-leader"
+	return o
 }
 
 // guardFiresFirst stops the leader's leaderrun, and only it, until its guard
 // has killed the job at the kill point and released leadership, then lets
-// it run again at once: with a kill grace below the renew interval the
-// supervisor's own stop point has passed too, but its deadline, a safety
-// margin after the guard's kill, mostly has not, so from where it stands
-// the lease may still look alive (the local backend's flock cannot expire).
-// It must see that its term is over: exit 123 without starting the child
-// again, which --restart on-failure would otherwise do.
+// it run again at once. Where the host reaches its backend through proxies,
+// the stop strikes as a renewal is on its way (the proxy holds the
+// request's bytes until leaderrun is stopped, then passes them on): the
+// server grants it, the guard never hears of it, and with a kill grace
+// below the renew interval that renewal's stop point lies after the
+// guard's kill point, so the supervisor wakes up, reads the grant and
+// finds itself inside its own deadline although its guard fired. On the
+// local backend, which has no request to hold, the stop strikes at a
+// random point and the supervisor wakes a moment after the guard's kill,
+// within the safety margin before its own deadline, while its flock, which
+// cannot expire, may look alive to it. Either way it must see that its
+// term is over: exit 123 without starting the child again, which --restart
+// on-failure would otherwise do.
 func guardFiresFirst(w *world, h *host, in fence.Instance) outcome {
 	tm := w.prof.timing(w.tm)
 	if w.guardOf(h) == 0 {
 		w.t.Errorf("guard-fires-first: %s leads without a dead-man guard", h.id)
 	}
 	h.frozen = true
-	at := fence.Now()
-	_ = h.proc.Signal(syscall.SIGSTOP)
-	// The guard's kill point is at most TTL - margin after the fault.
+	at, how := w.stopAtRenewal(h, tm)
+	// The guard's kill point is at most TTL - margin after the last
+	// renewal it heard of.
 	dead := waitDead(in.Pid, tm.TTL+5*time.Second)
 	_ = h.proc.Signal(syscall.SIGCONT)
 	resumed := fence.Now()
@@ -308,9 +323,10 @@ func guardFiresFirst(w *world, h *host, in fence.Instance) outcome {
 	if !dead {
 		w.t.Errorf("guard-fires-first: the job %d of the stopped leaderrun of %s still runs %v later: its guard did not kill it",
 			in.Pid, h.id, tm.TTL+5*time.Second)
-		return outcome{at: at}
+		return outcome{at: at, how: how}
 	}
 	o := w.stopped(in, at)
+	o.how = how
 	if o.stopped {
 		o.resumeLag, o.resumed = resumed.Sub(at.Add(o.stopAfter)), true
 	}
@@ -318,13 +334,54 @@ func guardFiresFirst(w *world, h *host, in fence.Instance) outcome {
 	code, exited := h.proc.Wait(wait)
 	switch {
 	case !exited:
-		w.t.Errorf("guard-fires-first: %s's leaderrun still runs %v after it woke up, though its guard had killed the job and released leadership\n%s",
-			h.id, wait, w.describe())
+		w.t.Errorf("guard-fires-first (%s): %s's leaderrun still runs %v after it woke up, though its guard had killed the job and released leadership\n%s",
+			how, h.id, wait, w.describe())
 		h.proc.Kill() // its guard takes whatever it started again with it
 	case code != 123:
-		w.t.Errorf("guard-fires-first: %s's leaderrun exited %d after its guard had fired, want 123 (leadership lost)\n%s", h.id, code, h.proc.Output(8<<10))
+		w.t.Errorf("guard-fires-first (%s): %s's leaderrun exited %d after its guard had fired, want 123 (leadership lost)\n%s", how, h.id, code, h.proc.Output(8<<10))
 	}
 	return o
+}
+
+// stopAtRenewal SIGSTOPs h's leaderrun as its next renewal passes its
+// proxies (on Consul: the heartbeat write, the renewal's last request),
+// or at once if none passes within a renew interval and a second or the
+// host has no proxies. It returns when it stopped it and how.
+func (w *world) stopAtRenewal(h *host, tm Timing) (fence.Mono, string) {
+	if len(h.link.Proxies) == 0 {
+		at := fence.Now()
+		_ = h.proc.Signal(syscall.SIGSTOP)
+		return at, "stop at a random point"
+	}
+	var match func([]byte) bool
+	if w.cl.Name() == "consul" {
+		match = func(b []byte) bool { return bytes.Contains(b, []byte("PUT /v1/kv/")) }
+	}
+	fired := make(chan fence.Mono, 1)
+	var once sync.Once
+	pid := h.proc.Pid()
+	stop := func() {
+		once.Do(func() {
+			at := fence.Now()
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			fired <- at
+		})
+	}
+	for _, p := range h.link.Proxies {
+		p.BeforeForward(match, stop)
+	}
+	defer func() {
+		for _, p := range h.link.Proxies {
+			p.BeforeForward(nil, nil)
+		}
+	}()
+	select {
+	case at := <-fired:
+		return at, "stop as a renewal was in flight"
+	case <-time.After(tm.RenewInterval + time.Second):
+		stop()
+		return <-fired, "stop at a random point (no renewal seen)"
+	}
 }
 
 // bothKilled SIGKILLs the leader's leaderrun and its guard at once while
@@ -363,11 +420,18 @@ func forkStorm(w *world, h *host, in fence.Instance) outcome {
 	if n := w.waitJobSize(in.Pid, 2, time.Second); n < 2 {
 		w.t.Errorf("fork-storm: the leader's job has %d process(es), want the writer and its relays", n)
 	}
-	choices := []func(*world, *host, fence.Instance) outcome{killLeader, killChild, freezeLeaderrun}
-	if w.cl.Name() != "local" {
-		choices = append(choices, partition)
+	type way struct {
+		name   string
+		inject func(*world, *host, fence.Instance) outcome
 	}
-	return choices[w.rng.IntN(len(choices))](w, h, in)
+	choices := []way{{"kill-leader", killLeader}, {"kill-child", killChild}, {"freeze-leaderrun", freezeLeaderrun}}
+	if w.cl.Name() != "local" {
+		choices = append(choices, way{"partition", partition})
+	}
+	c := choices[w.rng.IntN(len(choices))]
+	o := c.inject(w, h, in)
+	o.how = c.name
+	return o
 }
 
 // waitNewLeadership waits until a child of a later leadership than old's

@@ -171,24 +171,14 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 
 // killStrays SIGKILLs whatever the suite's binaries still run, as a last
 // resort after a failure; a passing run leaves nothing (checked elsewhere).
-// A fork storm's relay chain moves on between two scans, so it scans again
-// until nothing is found.
 func killStrays(t *testing.T, bins Binaries) {
-	deadline := time.Now().Add(5 * time.Second)
-	for n := 0; time.Now().Before(deadline); n++ {
-		left := Scan(bins.Leaderrun, bins.Writer, bins.Guard)
-		if len(left) == 0 {
-			return
-		}
-		for _, p := range left {
-			if n == 0 {
-				t.Logf("killing leftover %v", p)
-			}
-			_ = syscall.Kill(p.Pid, syscall.SIGCONT)
-			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
-		}
+	scan := func() []Process { return Scan(bins.Leaderrun, bins.Writer, bins.Guard) }
+	for _, p := range scan() {
+		t.Logf("killing leftover %v", p)
 	}
-	t.Logf("still running after 5s of killing: %v", Scan(bins.Leaderrun, bins.Writer, bins.Guard))
+	if !killUntilGone(scan) {
+		t.Logf("still running after 5s of killing: %v", scan())
+	}
 }
 
 // start runs a new leaderrun on h.
@@ -426,13 +416,29 @@ func (w *world) checkStrays() bool {
 				s = append(s, p.String())
 			}
 			w.t.Errorf("processes left behind %v after the run:\n%s\n%s", strayTimeout, strings.Join(s, "\n"), w.describe())
-			for _, p := range bad {
-				_ = syscall.Kill(p.Pid, syscall.SIGKILL)
-			}
+			killUntilGone(w.strays)
 			return false
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// killUntilGone SIGKILLs what list returns until it returns nothing, for
+// at most 5s: a fork storm's relay chain moves on between two scans, so one
+// round of kills is not enough. It reports whether nothing was left.
+func killUntilGone(list func() []Process) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		left := list()
+		if len(left) == 0 {
+			return true
+		}
+		for _, p := range left {
+			_ = syscall.Kill(p.Pid, syscall.SIGCONT)
+			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+		}
+	}
+	return len(list()) == 0
 }
 
 // shutdown stops every host gracefully and checks that nothing of the
@@ -483,6 +489,7 @@ func (w *world) waitNoneLeft() {
 		}
 		if time.Now().After(deadline) {
 			w.t.Errorf("left running after every leaderrun exited: %v", left)
+			killUntilGone(func() []Process { return Scan(w.bins.Leaderrun, w.bins.Writer, w.bins.Guard) })
 			return
 		}
 		time.Sleep(pollEvery)
