@@ -22,6 +22,7 @@ var (
 	flagContain  = flag.String("chaos.contain", "cgroup,group", "comma-separated --contain modes the hosts take turns with, in blocks of faults (cgroup, group, auto)")
 	flagReport   = flag.String("chaos.report", "", "Markdown file whose results section receives the summary (docs/CHAOS.md)")
 	flagCommand  = flag.String("chaos.command", "", "the command line to quote in the report")
+	flagLogs     = flag.String("chaos.logs", "", "folder that receives every host's leaderrun log (backend-host.log) when the run ends")
 )
 
 // bins are the binaries built for this test process.

@@ -344,9 +344,11 @@ func guardFiresFirst(w *world, h *host, in fence.Instance) outcome {
 }
 
 // stopAtRenewal SIGSTOPs h's leaderrun as its next renewal passes its
-// proxies (on Consul: the heartbeat write, the renewal's last request),
-// or at once if none passes within a renew interval and a second or the
-// host has no proxies. It returns when it stopped it and how.
+// proxies (on Consul: the heartbeat transaction, the renewal's last
+// request; elsewhere the host's next bytes, which while it leads are
+// mostly renewals), or at once if none passes within a renew interval and
+// a second, or if the host has no proxies. It returns when it stopped it
+// and how.
 func (w *world) stopAtRenewal(h *host, tm Timing) (fence.Mono, string) {
 	if len(h.link.Proxies) == 0 {
 		at := fence.Now()
@@ -355,7 +357,7 @@ func (w *world) stopAtRenewal(h *host, tm Timing) (fence.Mono, string) {
 	}
 	var match func([]byte) bool
 	if w.cl.Name() == "consul" {
-		match = func(b []byte) bool { return bytes.Contains(b, []byte("PUT /v1/kv/")) }
+		match = func(b []byte) bool { return bytes.Contains(b, []byte("PUT /v1/txn")) }
 	}
 	fired := make(chan fence.Mono, 1)
 	var once sync.Once

@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -156,6 +157,9 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 		for _, h := range w.hosts {
 			h.link.Close()
 		}
+		if *flagLogs != "" {
+			w.keepLogs(*flagLogs)
+		}
 	})
 	t.Cleanup(func() {
 		for _, h := range w.hosts {
@@ -178,6 +182,24 @@ func killStrays(t *testing.T, bins Binaries) {
 	}
 	if !killUntilGone(scan) {
 		t.Logf("still running after 5s of killing: %v", scan())
+	}
+}
+
+// keepLogs copies the hosts' logs into dir, before the test's temporary
+// folder goes.
+func (w *world) keepLogs(dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		w.t.Logf("keep logs: %v", err)
+		return
+	}
+	for _, h := range w.hosts {
+		b, err := os.ReadFile(filepath.Join(w.dir, h.id+".log"))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, h.id+".log"), b, 0o644)
+		}
+		if err != nil {
+			w.t.Logf("keep logs: %v", err)
+		}
 	}
 }
 
