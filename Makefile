@@ -82,21 +82,24 @@ package-test: packages
 	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist $(GO) test -count=1 -run 'TestPackages|TestSystemdUnit' ./internal/e2e/
 
 # Chaos suite (internal/chaos, docs/CHAOS.md): CHAOS_FAULTS faults per
-# backend on real 3-server etcd, Consul and ZooKeeper clusters and a
-# kube-apiserver, three leaderrun hosts each, a fenced resource; writes the
-# results table into docs/CHAOS.md. The backends run side by side; Consul,
-# the slowest, sets the time: about 100 minutes with the defaults on two
-# cores. Not part of `make test`.
+# backend on real 3-server etcd, Consul and ZooKeeper clusters, a
+# kube-apiserver and the local backend, three leaderrun hosts each, a fenced
+# resource; the hosts take turns with the containment modes of
+# CHAOS_CONTAIN, in blocks of ten faults. Writes the results table into
+# docs/CHAOS.md. The backends run side by side; Consul, the slowest, sets
+# the time: well over an hour with the defaults on two cores. Not part of
+# `make test`.
 CHAOS_FAULTS   ?= 200
 CHAOS_SEED     ?= 0
-CHAOS_BACKENDS ?= etcd,consul,zookeeper,kubernetes
+CHAOS_BACKENDS ?= etcd,consul,zookeeper,kubernetes,local
+CHAOS_CONTAIN  ?= cgroup,group
 
 .PHONY: chaos
 chaos: deps servers
 	$(GO) test -count=1 -timeout 4h -run 'TestChaos$$' -v ./internal/chaos/ -args \
 		-chaos.faults=$(CHAOS_FAULTS) -chaos.seed=$(CHAOS_SEED) -chaos.backends=$(CHAOS_BACKENDS) \
-		-chaos.report=$(CURDIR)/docs/CHAOS.md \
-		-chaos.command='make chaos CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_BACKENDS=$(CHAOS_BACKENDS)'
+		-chaos.contain=$(CHAOS_CONTAIN) -chaos.report=$(CURDIR)/docs/CHAOS.md \
+		-chaos.command='make chaos CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_BACKENDS=$(CHAOS_BACKENDS) CHAOS_CONTAIN=$(CHAOS_CONTAIN)'
 
 # Benchmark (internal/bench, docs/BENCHMARKS.md): leaderrun against
 # `etcdctl lock` and `consul lock` on the same real 3-server clusters, on a

@@ -15,7 +15,7 @@ import (
 // Cluster is a real 3-server (or 1-server) backend under test, with the
 // faults the suite injects into it.
 type Cluster interface {
-	// Name is "etcd", "consul" or "kubernetes".
+	// Name is "etcd", "consul", "zookeeper", "kubernetes" or "local".
 	Name() string
 	// Servers is the number of servers.
 	Servers() int

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leaderrun/leaderrun/contain"
 )
 
 // ProcStat is what /proc says about one process.
@@ -179,4 +181,28 @@ func Machine() string {
 		s += ", " + model
 	}
 	return s
+}
+
+// Getenv reads the variable name from pid's environment as the process was
+// started with it (/proc/<pid>/environ); ok is false when it has none or the
+// process is gone.
+func Getenv(pid int, name string) (value string, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return "", false
+	}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if v, found := strings.CutPrefix(kv, name+"="); found {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// JobMarker is leaderrun's job marker in pid's environment (the value of
+// contain.EnvMarker, unique to one run of the child and inherited by every
+// process of its job), "" if there is none or pid is gone.
+func JobMarker(pid int) string {
+	v, _ := Getenv(pid, contain.EnvMarker)
+	return v
 }

@@ -54,6 +54,7 @@ type Proxy struct {
 	bytesOut atomic.Int64 // client to server
 	bytesIn  atomic.Int64 // server to client
 	onReq    atomic.Pointer[func(string)]
+	before   atomic.Pointer[trap]
 
 	wg sync.WaitGroup
 }
@@ -98,6 +99,26 @@ func (p *Proxy) OnRequest(f func(line string)) {
 		return
 	}
 	p.onReq.Store(&f)
+}
+
+// trap is a one-shot BeforeForward.
+type trap struct {
+	match func(chunk []byte) bool
+	f     func()
+}
+
+// BeforeForward calls f once, on the copying goroutine, before the next
+// bytes from a client that match (any bytes if match is nil) go on to the
+// server, and the bytes wait until f returns: a fault can strike while a
+// request is in flight, for example stop the client right after it sent a
+// renewal, which the server then grants. It replaces an earlier
+// BeforeForward that has not fired; nil f disarms it.
+func (p *Proxy) BeforeForward(match func(chunk []byte) bool, f func()) {
+	if f == nil {
+		p.before.Store(nil)
+		return
+	}
+	p.before.Store(&trap{match: match, f: f})
 }
 
 // Cut partitions the proxy's host from its server in the given mode.
@@ -250,6 +271,9 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, n *atomic.Int64, c io.Writer) {
 		if k > 0 && !l.isFrozen() {
 			if c != nil {
 				_, _ = c.Write(buf[:k])
+				if t := p.before.Load(); t != nil && (t.match == nil || t.match(buf[:k])) && p.before.CompareAndSwap(t, nil) {
+					t.f()
+				}
 			}
 			n.Add(int64(k))
 			if _, werr := dst.Write(buf[:k]); werr != nil {

@@ -203,3 +203,77 @@ func TestTLSCounter(t *testing.T) {
 		t.Fatalf("counted %d application-data records, want 2", got)
 	}
 }
+
+// TestProxyBeforeForwardHoldsTheMatchingBytes: the trap fires once, on the
+// first client bytes that match, and the server sees those bytes only
+// after it returned; bytes that do not match pass at once.
+func TestProxyBeforeForwardHoldsTheMatchingBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 16)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				got <- string(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	p := newProxy(t, ln.Addr().String(), Raw)
+	release := make(chan struct{})
+	var fired atomic.Int32
+	p.BeforeForward(func(b []byte) bool { return strings.Contains(string(b), "renew") }, func() {
+		fired.Add(1)
+		<-release
+	})
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	recv := func(want string) {
+		t.Helper()
+		select {
+		case s := <-got:
+			if s != want {
+				t.Fatalf("server read %q, want %q", s, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("server did not read %q", want)
+		}
+	}
+	_, _ = c.Write([]byte("watch"))
+	recv("watch") // no match: forwarded at once
+	_, _ = c.Write([]byte("renew"))
+	deadline := time.Now().Add(5 * time.Second)
+	for fired.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if fired.Load() != 1 {
+		t.Fatal("the trap did not fire on the matching bytes")
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("server read %q while the trap held it", s)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	recv("renew")
+	_, _ = c.Write([]byte("renew again"))
+	recv("renew again") // one-shot: no second hold
+	if n := fired.Load(); n != 1 {
+		t.Errorf("the trap fired %d times, want once", n)
+	}
+}

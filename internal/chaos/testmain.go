@@ -16,7 +16,8 @@ import (
 // tests and removes the binaries again. Tests that passed still fail when
 // a goroutine outlived them: every proxy, fence, process waiter and output
 // reader must be gone once the tests have cleaned up. It returns the exit
-// code for os.Exit.
+// code for os.Exit. While the tests run, the test process reaps the orphans
+// of the jobs it drives (ReapOrphans).
 func RunTests(m *testing.M, bins *Binaries) int {
 	flag.Parse()
 	b, cleanup, err := BuildForTests()
@@ -26,7 +27,9 @@ func RunTests(m *testing.M, bins *Binaries) int {
 	}
 	defer cleanup()
 	*bins = b
+	stopReaping := ReapOrphans(b.Writer, b.Guard)
 	code := m.Run()
+	stopReaping()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)

@@ -3,7 +3,9 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,12 +27,59 @@ type world struct {
 	check *fence.Checker
 	fed   int // writes already fed to check
 	hosts []*host
-	// escape is set while the hosts' command is a writer that escapes its
-	// process group (FENCE_ESCAPE=1): the process leaderrun starts stays
-	// as the job's main process, the writer is a daemon beside it.
-	escape bool
-	rng    *rand.Rand
-	stats  map[string]*faultStats
+	// prof is how the hosts run now (setProfile).
+	prof  profile
+	rng   *rand.Rand
+	stats map[string]*faultStats
+}
+
+// profile is how every host of a world runs during a fault: how leaderrun
+// contains its job, what the job is, and its timing.
+type profile struct {
+	// contain is the hosts' --contain mode: cgroup, group or auto.
+	contain string
+	// job is the hosts' command: "" the plain writer; jobEscape a writer
+	// that escapes its process group (FENCE_ESCAPE=1: the process
+	// leaderrun starts stays as the job's main process, the writer is a
+	// daemon beside it); jobStorm a writer beside chains of relays that
+	// keep forking (FENCE_STORM).
+	job string
+	// guardFirst gives the hosts a kill grace shorter than the renew
+	// interval and --restart on-failure, for the guard-fires-first fault:
+	// a supervisor that missed its guard's kill would start the child
+	// again.
+	guardFirst bool
+}
+
+// The hosts' jobs (profile.job).
+const (
+	jobEscape = "escape"
+	jobStorm  = "storm"
+)
+
+// stormChains is how many relay chains a fork-storm job keeps going.
+const stormChains = 2
+
+// String names the profile for logs.
+func (p profile) String() string {
+	s := "--contain " + p.contain
+	if p.job != "" {
+		s += ", " + p.job + " job"
+	}
+	if p.guardFirst {
+		s += ", guard-first timing"
+	}
+	return s
+}
+
+// timing is the hosts' timeline under the profile: the backend's, with a
+// kill grace below the renew interval for guardFirst (half of it, and the
+// margin as it was; both only shrink, so the timing rule still holds).
+func (p profile) timing(tm Timing) Timing {
+	if p.guardFirst && tm.KillGrace >= tm.RenewInterval {
+		tm.KillGrace = tm.RenewInterval / 2
+	}
+	return tm
 }
 
 // host is one leaderrun "host": its proxies and its current leaderrun.
@@ -56,6 +105,9 @@ type faultStats struct {
 	stopAfter     Durations // fault → old child's death, where the fault cuts the lease
 	kept          int       // runs after which the same child still led
 	failover      Durations // fault → start of the next leader's child, where leadership moved
+	leftovers     int       // runs after which a process of an earlier job ran on
+	resumeLag     Durations // guard-fires-first: the guard's kill → the supervisor's SIGCONT
+	inDeadline    int       // guard-fires-first: runs whose supervisor resumed before its own deadline
 	failed        int       // runs with a violated check
 }
 
@@ -87,6 +139,7 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 	}
 	w := &world{
 		t: t, bins: own, cl: cl, tm: cl.Timing(), dir: dir, fence: f, check: fence.NewChecker(),
+		prof:  profile{contain: "auto"},
 		rng:   rand.New(rand.NewPCG(seed, uint64(len(cl.Name())))),
 		stats: map[string]*faultStats{},
 	}
@@ -104,6 +157,9 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 		for _, h := range w.hosts {
 			h.link.Close()
 		}
+		if *flagLogs != "" {
+			w.keepLogs(*flagLogs)
+		}
 	})
 	t.Cleanup(func() {
 		for _, h := range w.hosts {
@@ -120,21 +176,48 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 // killStrays SIGKILLs whatever the suite's binaries still run, as a last
 // resort after a failure; a passing run leaves nothing (checked elsewhere).
 func killStrays(t *testing.T, bins Binaries) {
-	for _, p := range Scan(bins.Leaderrun, bins.Writer, bins.Guard) {
+	scan := func() []Process { return Scan(bins.Leaderrun, bins.Writer, bins.Guard) }
+	for _, p := range scan() {
 		t.Logf("killing leftover %v", p)
-		_ = syscall.Kill(p.Pid, syscall.SIGCONT)
-		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+	}
+	if !killUntilGone(scan) {
+		t.Logf("still running after 5s of killing: %v", scan())
+	}
+}
+
+// keepLogs copies the hosts' logs into dir, before the test's temporary
+// folder goes.
+func (w *world) keepLogs(dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		w.t.Logf("keep logs: %v", err)
+		return
+	}
+	for _, h := range w.hosts {
+		b, err := os.ReadFile(filepath.Join(w.dir, h.id+".log"))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, h.id+".log"), b, 0o644)
+		}
+		if err != nil {
+			w.t.Logf("keep logs: %v", err)
+		}
 	}
 }
 
 // start runs a new leaderrun on h.
 func (w *world) start(h *host) {
 	w.t.Helper()
-	args := append(w.cl.LeaderrunArgs(h.link.Addrs()), w.tm.Args()...)
+	args := append(w.cl.LeaderrunArgs(h.link.Addrs()), w.prof.timing(w.tm).Args()...)
+	args = append(args, "--contain", w.prof.contain)
+	if w.prof.guardFirst {
+		args = append(args, "--restart", "on-failure")
+	}
 	args = append(args, "--key", key, "--id", h.id, "--log-level", "debug", "--", w.bins.Writer)
 	env := w.fence.Env(h.id)
-	if w.escape {
+	switch w.prof.job {
+	case jobEscape:
 		env = append(env, "FENCE_ESCAPE=1")
+	case jobStorm:
+		env = append(env, "FENCE_STORM="+strconv.Itoa(stormChains))
 	}
 	p, err := Start(ProcSpec{
 		Name: h.id, Path: w.bins.Leaderrun, Args: args, Env: env,
@@ -164,12 +247,12 @@ func (w *world) ensureHosts() {
 	}
 }
 
-// setEscape makes the hosts' command the escaping writer, or the plain one
-// again: it stops every host gracefully, checks that nothing is left, and
+// setProfile makes the hosts run as p: if that differs from how they run
+// now, it stops every host gracefully, checks that nothing is left, and
 // lets ensureHosts start them anew.
-func (w *world) setEscape(on bool) {
+func (w *world) setProfile(p profile) {
 	w.t.Helper()
-	if w.escape == on {
+	if w.prof == p {
 		return
 	}
 	w.stopHosts()
@@ -177,7 +260,7 @@ func (w *world) setEscape(on bool) {
 	for _, h := range w.hosts {
 		h.proc = nil
 	}
-	w.escape = on
+	w.prof = p
 }
 
 // host returns the host named id, or nil.
@@ -287,11 +370,17 @@ func (w *world) guardOf(h *host) int {
 
 // strays lists processes of the suite's binaries that should not exist:
 // anything but the hosts' leaderruns, the leader's guard and the leader's
-// child (with escaping writers: the leader's writer and the job's main
-// process, leaderrun's child, which never writes). An escaped writer that
-// outlived its leadership is a stray like any other writer.
+// job. The job is told by leaderrun's marker (contain.EnvMarker) in each
+// process's environment, which every process of the job inherits: the
+// leader's writer, and with an escaping writer the job's main process, with
+// a fork storm its relays. A process of an earlier job (an escaped writer,
+// a relay) that outlived its leadership is a stray like any other.
 func (w *world) strays() []Process {
 	lh, in, ok := w.leader()
+	mark := ""
+	if ok {
+		mark = JobMarker(in.Pid)
+	}
 	var bad []Process
 	for _, p := range Scan(w.bins.Leaderrun, w.bins.Writer, w.bins.Guard) {
 		switch {
@@ -299,8 +388,8 @@ func (w *world) strays() []Process {
 			if ok && p.Pid == in.Pid {
 				continue
 			}
-			if ok && w.escape && p.PPid == lh.proc.Pid() && len(p.Cmdline) == 1 {
-				continue // the launcher of the leader's escaped writer
+			if m, alive := markerOf(p.Pid); !alive || ok && mark != "" && m == mark {
+				continue // gone since the scan, or the leader's job
 			}
 		case p.IsGuard():
 			if ok && p.PPid == lh.proc.Pid() {
@@ -314,6 +403,15 @@ func (w *world) strays() []Process {
 		bad = append(bad, p)
 	}
 	return bad
+}
+
+// markerOf is pid's job marker; alive is false when pid has none and is
+// gone (a relay of a fork storm lives a few milliseconds).
+func markerOf(pid int) (mark string, alive bool) {
+	if m := JobMarker(pid); m != "" {
+		return m, true
+	}
+	return "", Alive(pid)
 }
 
 func (w *world) isHost(pid int) bool {
@@ -340,13 +438,29 @@ func (w *world) checkStrays() bool {
 				s = append(s, p.String())
 			}
 			w.t.Errorf("processes left behind %v after the run:\n%s\n%s", strayTimeout, strings.Join(s, "\n"), w.describe())
-			for _, p := range bad {
-				_ = syscall.Kill(p.Pid, syscall.SIGKILL)
-			}
+			killUntilGone(w.strays)
 			return false
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// killUntilGone SIGKILLs what list returns until it returns nothing, for
+// at most 5s: a fork storm's relay chain moves on between two scans, so one
+// round of kills is not enough. It reports whether nothing was left.
+func killUntilGone(list func() []Process) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		left := list()
+		if len(left) == 0 {
+			return true
+		}
+		for _, p := range left {
+			_ = syscall.Kill(p.Pid, syscall.SIGCONT)
+			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+		}
+	}
+	return len(list()) == 0
 }
 
 // shutdown stops every host gracefully and checks that nothing of the
@@ -374,7 +488,7 @@ func (w *world) stopHosts() {
 		switch {
 		case !ok:
 			w.t.Errorf("%s: leaderrun still running 30s after SIGTERM", h.id)
-		case code != 143 && code != 123 && code != 137 && (!w.escape || code != 1):
+		case code != 143 && code != 123 && code != 137 && (w.prof.job != jobEscape || code != 1):
 			// 143: the child's or the campaign's SIGTERM; 123 or 137 if it
 			// had just lost or been killed by the last fault. An escaping
 			// job's launcher exits 1 when the SIGTERM reached its escaped
@@ -397,6 +511,7 @@ func (w *world) waitNoneLeft() {
 		}
 		if time.Now().After(deadline) {
 			w.t.Errorf("left running after every leaderrun exited: %v", left)
+			killUntilGone(func() []Process { return Scan(w.bins.Leaderrun, w.bins.Writer, w.bins.Guard) })
 			return
 		}
 		time.Sleep(pollEvery)

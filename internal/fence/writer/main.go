@@ -14,6 +14,8 @@
 //	LEADER_EPOCH   the fencing token; 0 when absent (rival lock tools)
 //	FENCE_ESCAPE   1: write from a daemon that left the process group and
 //	               session (setsid and a double fork; see escape.go)
+//	FENCE_STORM    N: keep N chains of short-lived relay processes forking
+//	               beside the writer (see storm.go)
 package main
 
 import (
@@ -36,9 +38,14 @@ const dialTimeout = 5 * time.Second
 
 func main() {
 	started := fence.Now() // first: this is "the child started"
-	ok, err := escapeStage(started)
+	ok, err := stormStage()
 	if !ok {
-		err = run(started)
+		ok, err = escapeStage(started)
+	}
+	if !ok {
+		if err = startStorm(); err == nil {
+			err = run(started)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "writer:", err)
