@@ -39,11 +39,14 @@ func (l *Locker) checkMargin(ctx context.Context, granted time.Duration) {
 }
 
 // minSessionTimeout asks the servers in turn for their minSessionTimeout
-// (zkwire.MinSessionTimeout), each bounded by the per-call timeout.
+// (zkwire.MinSessionTimeout). The whole probe is bounded by one per-call
+// timeout, shared out between the servers, so that servers that do not
+// answer delay the first campaign by no more than that.
 func (l *Locker) minSessionTimeout(ctx context.Context) (time.Duration, error) {
+	each := l.timeout / time.Duration(len(l.servers))
 	var errs []error
 	for _, server := range l.servers {
-		sctx, cancel := context.WithTimeout(ctx, l.timeout)
+		sctx, cancel := context.WithTimeout(ctx, each)
 		d, err := zkwire.MinSessionTimeout(sctx, server)
 		cancel()
 		if err == nil {
