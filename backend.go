@@ -62,6 +62,10 @@ type backendSpec struct {
 	ZKServers []string `json:"zk_servers,omitempty"`
 	ZKChroot  string   `json:"zk_chroot,omitempty"`
 	ZKAuth    string   `json:"zk_auth,omitempty"`
+	// ZKSafetyMargin is --safety-margin, which the ZooKeeper backend checks
+	// against the ensemble's tickTime when it first campaigns (the guard
+	// never campaigns, so it is not sent).
+	ZKSafetyMargin time.Duration `json:"-"`
 
 	K8sNamespace  string `json:"k8s_namespace,omitempty"`
 	K8sKubeconfig string `json:"kubeconfig,omitempty"`
@@ -117,6 +121,8 @@ func specFromCLI(c *cli.Context, opts locker.Options) backendSpec {
 		ZKServers: splitList(c.String("zk-servers")),
 		ZKChroot:  c.String("zk-chroot"),
 		ZKAuth:    c.String("zk-auth"),
+		// Commands without the flag (status, check) read 0: no check.
+		ZKSafetyMargin: c.Duration("safety-margin"),
 
 		K8sNamespace:  c.String("k8s-namespace"),
 		K8sKubeconfig: c.String("kubeconfig"),
@@ -172,6 +178,8 @@ func (s backendSpec) newLocker(log hclog.Logger) (locker.Locker, error) {
 			Chroot:  s.ZKChroot,
 			Auth:    s.ZKAuth,
 			Logger:  log.Named("zookeeper"),
+
+			SafetyMargin: s.ZKSafetyMargin,
 		})
 		return l, err
 	case "kubernetes":

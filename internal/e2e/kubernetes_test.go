@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strconv"
@@ -184,4 +185,121 @@ func TestKubernetesServerLoss(t *testing.T) {
 			t.Logf("%s: child died %v before the last renewal + ttl", tc.name, lastRenewal.Add(kubeTTL).Sub(died).Round(time.Millisecond))
 		})
 	}
+}
+
+// editLease changes key's Lease as JSON by hand, as kubectl edit would,
+// retrying when a renewal came between.
+func editLease(t *testing.T, k *testcluster.Kube, key string, edit func(meta, spec map[string]any)) {
+	t.Helper()
+	for range 10 {
+		code, out := k.Do(t, "GET", leasePath(t, key), nil)
+		if code != 200 {
+			t.Fatalf("get Lease: %d %s", code, out)
+		}
+		var ls map[string]any
+		if err := json.Unmarshal(out, &ls); err != nil {
+			t.Fatal(err)
+		}
+		edit(ls["metadata"].(map[string]any), ls["spec"].(map[string]any))
+		body, err := json.Marshal(ls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out = k.Do(t, "PUT", leasePath(t, key), body)
+		if code == 200 {
+			return
+		}
+		if code != 409 {
+			t.Fatalf("put Lease: %d %s", code, out)
+		}
+	}
+	t.Fatal("the Lease kept changing under the edit")
+}
+
+// TestKubernetesDeclarationEdited edits the TTL a running leader's Lease
+// declares (DESIGN §1.12). With a renew interval of 2s and the Lease edited
+// down to 1s, a standby counting from what the Lease now says may take over
+// between two renewals; the leader must treat the edit as a loss and stop
+// its child before that. A Lease whose leaseDurationSeconds is removed is a
+// loss too (it used to crash the leader), and status reads such a Lease.
+func TestKubernetesDeclarationEdited(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	k := testcluster.StartKube(t, e)
+	admin := k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), "")
+	args := func(key string) []string {
+		return []string{"--backend", "kubernetes", "--kubeconfig", admin, "--k8s-namespace", "default", "--key", key,
+			"--ttl", "6s", "--renew-interval", "2s", "--kill-grace", "1s", "--safety-margin", "500ms", "--log-level", "debug"}
+	}
+
+	t.Run("TTL lowered by hand", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("ttl-edit")
+		a, b := pair(t, args(key))
+		aPid := readPID(t, a.file("pid"))
+		// Right after a renewal, so that the next one is 2s away.
+		n := strings.Count(a.p.Output(), "renewed")
+		waitFor(t, 10*time.Second, "a renewal", func() bool { return strings.Count(a.p.Output(), "renewed") > n })
+		editLease(t, k, key, func(meta, spec map[string]any) {
+			meta["annotations"].(map[string]any)["leaderrun/ttl"] = "1s"
+			spec["leaseDurationSeconds"] = 1
+		})
+		edited := time.Now()
+		b.waitStarted(t, 20*time.Second)
+		b.noOverlap(t)
+		t.Logf("edit -> old child ended %v, -> new child started %v",
+			a.stamp(t, "end").Sub(edited).Round(time.Millisecond), b.stamp(t, "start").Sub(edited).Round(time.Millisecond))
+		if alive(aPid) {
+			t.Fatal("the old leader's child is alive while the standby's child runs")
+		}
+		if code := a.p.Wait(10 * time.Second); code != 123 {
+			t.Fatalf("leader exit %d after its Lease was edited, want 123\n%s", code, a.p.Output())
+		}
+		if !strings.Contains(a.p.Output(), "changed the Lease's") {
+			t.Errorf("the leader does not say its Lease was changed:\n%s", a.p.Output())
+		}
+		b.p.Signal(syscall.SIGTERM)
+		b.p.Wait(10 * time.Second)
+	})
+
+	t.Run("leaseDurationSeconds removed by hand", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("lds-removed")
+		a := startHost(t, t.TempDir(), "a", "b", args(key))
+		pid := a.waitStarted(t, 30*time.Second)
+		editLease(t, k, key, func(_, spec map[string]any) { delete(spec, "leaseDurationSeconds") })
+		if code := a.p.Wait(10 * time.Second); code != 123 || strings.Contains(a.p.Output(), "panic") {
+			t.Fatalf("leader exit %d after leaseDurationSeconds was removed, want 123 and no panic\n%s", code, a.p.Output())
+		}
+		if alive(pid) {
+			t.Fatal("child alive after leaderrun exited")
+		}
+	})
+
+	t.Run("status of a Lease without leaseDurationSeconds", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("lds-status")
+		name, err := kubernetes.LeaseName("leaderrun", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(map[string]any{
+			"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+			"metadata": map[string]any{"name": name, "annotations": map[string]string{
+				"leaderrun/contract": "observer-clock/1", "leaderrun/ttl": "6s", "leaderrun/term": "x", "leaderrun/epoch": "7"}},
+			"spec": map[string]any{"holderIdentity": "elsewhere"},
+		})
+		if code, out := k.Do(t, "POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", body); code != 201 {
+			t.Fatalf("create Lease: %d %s", code, out)
+		}
+		for _, cmd := range [][]string{{"status"}, {"check", "--epoch", "7"}} {
+			c := exec.Command(binary, append(cmd, "--backend", "kubernetes", "--kubeconfig", admin, "--k8s-namespace", "default", "--key", key)...)
+			out, err := c.CombinedOutput()
+			if err != nil || strings.Contains(string(out), "panic") {
+				t.Fatalf("%s: %v\n%s", cmd[0], err, out)
+			}
+			if cmd[0] == "status" && !strings.Contains(string(out), "elsewhere") {
+				t.Fatalf("status does not name the holder:\n%s", out)
+			}
+		}
+	})
 }

@@ -222,3 +222,27 @@ func TestZooKeeperEnsemble(t *testing.T) {
 	}
 	t.Logf("quorum lost: child died %v before the last renewal + ttl", lastRenewal.Add(zkTTL).Sub(died).Round(time.Millisecond))
 }
+
+// TestZooKeeperSafetyMarginWarning: with ZooKeeper's usual tickTime of 2s,
+// leaderrun warns at start that the default --safety-margin (1s) is not
+// above tickTime/2 (DESIGN §1.2), and says nothing with 1.5s.
+func TestZooKeeperSafetyMarginWarning(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Tick: 2 * time.Second})
+	for _, tc := range []struct {
+		margin []string
+		warn   bool
+	}{
+		{nil, true},
+		{[]string{"--safety-margin", "1.5s"}, false},
+	} {
+		args := append([]string{"--backend", "zookeeper", "--zk-servers", strings.Join(z.Addrs(), ","), "--key", newKey("margin"),
+			"--ttl", "6s", "--kill-grace", "1s"}, tc.margin...)
+		p := start(t, "margin", nil, append(args, "--", "true")...)
+		if code := p.Wait(30 * time.Second); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", tc.margin, code, p.Output())
+		}
+		if warned := strings.Contains(p.Output(), "--safety-margin is not above half of ZooKeeper's tickTime"); warned != tc.warn {
+			t.Fatalf("%v: warned %v, want %v\n%s", tc.margin, warned, tc.warn, p.Output())
+		}
+	}
+}

@@ -50,10 +50,10 @@ func (s *lease) Epoch() uint64 { return s.epoch }
 
 // Renew makes one update of the Lease conditioned on the resourceVersion of
 // our last successful write, and returns the Lease's duration (the TTL
-// rounded up to whole seconds; the supervisor counts only the TTL it asked
-// for). See update for conflicts.
+// rounded up to whole seconds, as every write of ours declares it; the
+// supervisor counts only the TTL it asked for). See update for conflicts.
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
-	got, err := s.update(ctx, "renew", func(next *coordinationv1.Lease) {
+	_, err := s.update(ctx, "renew", func(next *coordinationv1.Lease) {
 		now := metav1.NewMicroTime(time.Now())
 		next.Spec.RenewTime = &now
 		next.Annotations[annEpoch] = strconv.FormatUint(s.epoch, 10)
@@ -61,15 +61,15 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	return time.Duration(*got.Spec.LeaseDurationSeconds) * time.Second, nil
+	return time.Duration(leaseSeconds(s.l.ttl)) * time.Second, nil
 }
 
 // update writes change onto the Lease as our last write left it, with an
 // update conditioned on that write's resourceVersion. A conflict means
-// another write came between: if the Lease still carries our term (an
-// earlier update of ours whose answer was lost, or an edit by hand) we
-// adopt it and update again; otherwise leadership is lost, as it is when
-// the Lease was deleted.
+// another write came between: if the Lease still carries our term and our
+// declaration unchanged (an earlier update of ours whose answer was lost,
+// or an edit by hand of something else) we adopt it and update again;
+// otherwise leadership is lost, as it is when the Lease was deleted.
 func (s *lease) update(ctx context.Context, op string, change func(*coordinationv1.Lease)) (*coordinationv1.Lease, error) {
 	authRetried := false
 	for range 3 {
@@ -120,6 +120,9 @@ func (s *lease) update(ctx context.Context, op string, change func(*coordination
 }
 
 // check says why ls shows our leadership over; empty while it is ours.
+// A Lease that still names us but no longer declares our TTL and contract
+// is over too: standbys count by what it declares now, which may be
+// shorter than our own deadline (DESIGN §1.12).
 func (s *lease) check(ls *coordinationv1.Lease) string {
 	switch {
 	case ls == nil:
@@ -130,7 +133,7 @@ func (s *lease) check(ls *coordinationv1.Lease) string {
 		}
 		return "the Lease was released by someone else"
 	}
-	return ""
+	return s.l.declarationChanged(ls)
 }
 
 func (s *lease) markLost(reason string) {

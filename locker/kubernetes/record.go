@@ -54,19 +54,44 @@ func termOf(ls *coordinationv1.Lease) string {
 // declaredTTL returns the TTL a holder that follows the observer-clock
 // contract declares: the larger of its TTL annotation and
 // leaseDurationSeconds. ok is false for a holder that does not declare the
-// contract; such a Lease is never taken over by observation.
+// contract, or whose record lacks one of the two (a leaderrun holder always
+// writes both); such a Lease is never taken over by observation.
 func declaredTTL(ls *coordinationv1.Lease) (time.Duration, bool) {
-	if ls.Annotations[annContract] != observe.Contract {
+	if ls.Annotations[annContract] != observe.Contract || ls.Spec.LeaseDurationSeconds == nil {
 		return 0, false
 	}
 	ttl, err := time.ParseDuration(ls.Annotations[annTTL])
 	if err != nil || ttl <= 0 {
 		return 0, false
 	}
-	if ls.Spec.LeaseDurationSeconds != nil {
-		ttl = max(ttl, time.Duration(*ls.Spec.LeaseDurationSeconds)*time.Second)
+	return max(ttl, time.Duration(*ls.Spec.LeaseDurationSeconds)*time.Second), true
+}
+
+// leaseSeconds is leaseDurationSeconds for ttl: rounded up to whole seconds.
+func leaseSeconds(ttl time.Duration) int32 {
+	return int32((ttl + time.Second - 1) / time.Second)
+}
+
+// declarationChanged says how ls no longer carries the declaration this
+// Locker's holder writes (the contract annotation, leaderrun/ttl and
+// leaseDurationSeconds); empty when it does. Standbys time their takeover
+// by what the Lease declares, so a declaration someone else changed is
+// one this holder can no longer keep (DESIGN §1.12).
+func (l *Locker) declarationChanged(ls *coordinationv1.Lease) string {
+	if got := ls.Annotations[annContract]; got != observe.Contract {
+		return fmt.Sprintf("someone else changed the Lease's %s annotation (%q, ours is %q)", annContract, got, observe.Contract)
 	}
-	return ttl, true
+	if got := ls.Annotations[annTTL]; got != l.ttl.String() {
+		return fmt.Sprintf("someone else changed the Lease's %s annotation (%q, ours is %q)", annTTL, got, l.ttl.String())
+	}
+	if want := leaseSeconds(l.ttl); ls.Spec.LeaseDurationSeconds == nil || *ls.Spec.LeaseDurationSeconds != want {
+		got := "none"
+		if ls.Spec.LeaseDurationSeconds != nil {
+			got = strconv.Itoa(int(*ls.Spec.LeaseDurationSeconds))
+		}
+		return fmt.Sprintf("someone else changed the Lease's leaseDurationSeconds (%s, ours is %d)", got, want)
+	}
+	return ""
 }
 
 // parseEpoch reads an epoch annotation; zero when absent or malformed.
@@ -126,7 +151,7 @@ func (l *Locker) claim(cur *coordinationv1.Lease, term string) *coordinationv1.L
 	ls.Annotations = ann
 
 	id := l.opts.ID
-	secs := int32((l.ttl + time.Second - 1) / time.Second)
+	secs := leaseSeconds(l.ttl)
 	now := metav1.NewMicroTime(time.Now())
 	if holderOf(cur) != id {
 		n := int32(0)

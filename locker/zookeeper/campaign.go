@@ -36,7 +36,8 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		return nil, err
 	}
 	c := &candidate{l: l, s: s, sid: s.ID()}
-	if _, _, timeout, _ := s.state(); timeout > l.opts.TTL {
+	_, _, timeout, _ := s.state()
+	if timeout > l.opts.TTL {
 		// Harmless: the supervisor uses min(requested, granted) (§1.6).
 		l.log.Warn("ZooKeeper keeps sessions longer than asked (its minSessionTimeout, 2 ticks by default)",
 			"requested", l.opts.TTL, "granted", timeout)
@@ -46,6 +47,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			"the ensemble grants sessions of at most %s (its maxSessionTimeout, 20 ticks by default), but %s was asked for; ask for at most %s",
 			timeout, l.opts.TTL, timeout)}
 	}
+	l.marginOnce.Do(func() { l.checkMargin(ctx, timeout) })
 	lease, err := c.campaign(ctx)
 	if err != nil {
 		c.withdraw()

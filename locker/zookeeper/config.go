@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -46,6 +47,11 @@ type Config struct {
 
 	// Logger receives debug lines and warnings; nil discards them.
 	Logger hclog.Logger
+
+	// SafetyMargin is the supervisor's --safety-margin. When set, the first
+	// Acquire warns if it is not above half the ensemble's tickTime, which
+	// is how early a standby may lead (DESIGN §1.2). Zero checks nothing.
+	SafetyMargin time.Duration
 }
 
 // Locker campaigns for one key in ZooKeeper. It implements locker.Locker.
@@ -62,6 +68,9 @@ type Locker struct {
 	log     hclog.Logger
 
 	reader session // for Leader and ReleaseHandle, see session.go
+
+	margin     time.Duration // Config.SafetyMargin
+	marginOnce sync.Once     // checkMargin runs on the first campaign only
 
 	// onWake, when set by a test, is called each time a waiting candidate
 	// wakes from watching its predecessor.
@@ -117,6 +126,7 @@ func New(cfg Config) (*Locker, error) {
 		acl:     zk.WorldACL(zk.PermAll),
 		timeout: cfg.DialTimeout,
 		log:     cfg.Logger,
+		margin:  cfg.SafetyMargin,
 	}
 	if l.auth != "" {
 		if user, pass, ok := strings.Cut(l.auth, ":"); !ok || user == "" || pass == "" {

@@ -109,18 +109,57 @@ func CloseSessionAny(ctx context.Context, servers []string, id int64, passwd []b
 // the session is gone already, which is success. ctx bounds the whole
 // exchange.
 func CloseSession(ctx context.Context, server string, id int64, passwd []byte, ttl time.Duration) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", server)
+	c, err := dial(ctx, server)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	if got, _, err := connect(c, server, id, passwd, ttl); err != nil || got == 0 {
+		return err // got 0: the server no longer knows the session: it is gone
+	}
+	return closeSession(c, server)
+}
+
+// MinSessionTimeout asks server for the shortest session it grants: it
+// opens a session asking for a timeout of 1ms, which the server raises to
+// its minSessionTimeout (two ticks unless configured), and closes that
+// session at once. ctx bounds the whole exchange.
+func MinSessionTimeout(ctx context.Context, server string) (time.Duration, error) {
+	c, err := dial(ctx, server)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	id, timeout, err := connect(c, server, 0, make([]byte, 16), time.Millisecond)
+	if err != nil {
+		return 0, err
+	}
+	if id == 0 || timeout <= 0 {
+		return 0, fmt.Errorf("%s: refused a new session", server)
+	}
+	return timeout, closeSession(c, server)
+}
+
+// dial connects to server, with ctx's deadline on the connection.
+func dial(ctx context.Context, server string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", server)
+	if err != nil {
+		return nil, err
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-	defer stop()
+	return c, nil
+}
 
+// connect sends a ConnectRequest for session id (0: a new one) and returns
+// the session id and timeout the server answered with.
+func connect(c net.Conn, server string, id int64, passwd []byte, ttl time.Duration) (int64, time.Duration, error) {
 	req := binary.BigEndian.AppendUint32(nil, 0)                         // protocol version
 	req = binary.BigEndian.AppendUint64(req, 0)                          // last zxid seen
 	req = binary.BigEndian.AppendUint32(req, uint32(ttl.Milliseconds())) // timeout
@@ -129,18 +168,22 @@ func CloseSession(ctx context.Context, server string, id int64, passwd []byte, t
 	req = append(req, passwd...)
 	req = append(req, 0) // not read-only
 	if err := writeFrame(c, req); err != nil {
-		return err
+		return 0, 0, err
 	}
 	resp, err := readFrame(c)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if len(resp) < 16 {
-		return fmt.Errorf("%s: short connect response", server)
+		return 0, 0, fmt.Errorf("%s: short connect response", server)
 	}
-	if binary.BigEndian.Uint64(resp[8:]) == 0 {
-		return nil // the server no longer knows the session: it is gone
-	}
+	timeout := time.Duration(int32(binary.BigEndian.Uint32(resp[4:]))) * time.Millisecond
+	return int64(binary.BigEndian.Uint64(resp[8:])), timeout, nil
+}
+
+// closeSession sends closeSession (op -11) for the session of c and waits
+// for the answer.
+func closeSession(c net.Conn, server string) error {
 	closeReq := binary.BigEndian.AppendUint32(nil, 1)              // xid
 	closeReq = binary.BigEndian.AppendUint32(closeReq, 0xfffffff5) // -11: closeSession
 	if err := writeFrame(c, closeReq); err != nil {
