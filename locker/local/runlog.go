@@ -19,8 +19,8 @@ import (
 
 var _ locker.RunLog = (*Locker)(nil)
 
-// RecordRun writes the slot's record while lease still holds the flock on
-// the lock file at its path, durably (temporary file, fsync, rename), and
+// RecordRun writes the slot's record once it proved that lease still holds
+// the flock on the lock file at its path, durably (temporary file, fsync, rename), and
 // removes expired records of the key.
 func (l *Locker) RecordRun(ctx context.Context, lease locker.Lease, run locker.Run) error {
 	if err := locker.ValidateSlot(run.Slot); err != nil {
@@ -30,10 +30,13 @@ func (l *Locker) RecordRun(ctx context.Context, lease locker.Lease, run locker.R
 	if !ok || ll.path != l.lockPath {
 		return fmt.Errorf("record run: not a lease of %s", l.lockPath)
 	}
-	// Our flock is on the file at the path: we still lead (a released
-	// lease's file is closed and fails this too).
-	if !samePath(ll.file, ll.path) {
-		return fmt.Errorf("record run of slot %s: lock file %s is no longer ours: %w", run.Slot, ll.path, locker.ErrLost)
+	// Our open file holds the flock on the file at the path: we still lead
+	// (a released lease's file is closed and fails this too).
+	if err := ll.held(); err != nil {
+		if errors.Is(err, errNotOurs) {
+			return fmt.Errorf("record run of slot %s: %w: %v", run.Slot, locker.ErrLost, err)
+		}
+		return fmt.Errorf("record run of slot %s: %w", run.Slot, err)
 	}
 	if err := os.MkdirAll(l.runDir, 0o755); err != nil {
 		return fmt.Errorf("record run: %w", err)
