@@ -117,9 +117,9 @@ type counter struct {
 
 // Locker campaigns for a key with flock.
 type Locker struct {
-	opts      locker.Options
-	lockPath  string // <dir>/<prefix>/<key>.lock
-	lockDir   string // its directory
+	opts     locker.Options
+	lockPath string // <dir>/<prefix>/<key>.lock
+	lockDir  string // its directory
 	// counters are every place the epoch counter is kept: beside the lock
 	// file; in the host directory unless the lock directory persists (then
 	// the copy beside the lock file is the lasting one); in the state
@@ -127,8 +127,8 @@ type Locker struct {
 	// next epoch exceeds the largest of them and is written to each.
 	counters []counter
 	runDir   string // <state>/<prefix>/<key>~run: once-per records
-	dir        string // the lock directory as configured
-	readOnly   bool
+	dir      string // the lock directory as configured
+	readOnly bool
 }
 
 // New checks the configuration and, unless ReadOnly, creates the lock and
