@@ -25,18 +25,27 @@ type otherUser struct {
 
 func newOtherUser(t *testing.T) otherUser {
 	t.Helper()
+	uid := 40000 + os.Getpid()%20000
+	u := newUser(t, uid)
+	t.Cleanup(func() {
+		_ = os.RemoveAll("/tmp/leaderrun-" + strconv.Itoa(uid))
+		_ = os.RemoveAll("/var/tmp/leaderrun-" + strconv.Itoa(uid))
+	})
+	return u
+}
+
+// newUser is otherUser for a given uid (whose group id is the same
+// number). It leaves the uid's lock and host directories alone.
+func newUser(t *testing.T, uid int) otherUser {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run leaderrun as another user")
 	}
-	uid := 40000 + os.Getpid()%20000
 	dir, err := os.MkdirTemp("/tmp", "leaderrun-user-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = os.RemoveAll(dir)
-		_ = os.RemoveAll("/tmp/leaderrun-" + strconv.Itoa(uid))
-	})
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	u := otherUser{uid: uid, home: filepath.Join(dir, "home"), binary: filepath.Join(dir, "leaderrun")}
 	if err := os.Mkdir(u.home, 0o700); err != nil {
 		t.Fatal(err)
@@ -196,5 +205,103 @@ func TestLocalEpochSurvivesWipedLockDirAndReboot(t *testing.T) {
 		if err := os.RemoveAll(disk); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// epochAs runs one short leadership as u, with env on top of its own, and
+// returns the LEADER_EPOCH its child saw.
+func (u otherUser) epochAs(t *testing.T, env []string, args ...string) uint64 {
+	t.Helper()
+	out := filepath.Join(u.home, "epoch")
+	_ = os.Remove(out)
+	p := u.start(t, strings.Join(env, " "), env, append(args, "--", "sh", "-c", "echo $LEADER_EPOCH > "+out)...)
+	if code := p.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("as uid %d with %q: exit %d\n%s", u.uid, env, code, p.Output())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// An ordinary user's epoch must not depend on HOME, XDG_STATE_HOME or
+// --state-dir: the same key run from cron and from a login shell, with the
+// copy beside the lock gone after a reboot, must still count up.
+func TestLocalEpochIgnoresHomeAndStateDirAcrossReboots(t *testing.T) {
+	u := newOtherUser(t)
+	mine := func(name string) string {
+		p := filepath.Join(u.home, name)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, u.uid, u.uid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	otherHome, xdg, state := mine("other-home"), mine("xdg-state"), mine("state")
+	locks := "/tmp/leaderrun-" + strconv.Itoa(u.uid)
+	reboot := func() {
+		t.Helper()
+		if err := os.RemoveAll(locks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"--backend", "local", "--key", "k", "-q"}
+	steps := []struct {
+		name   string
+		env    []string
+		extra  []string
+		reboot bool
+	}{
+		{"login shell", nil, nil, false},
+		{"XDG_STATE_HOME set", []string{"XDG_STATE_HOME=" + xdg}, nil, false},
+		{"another HOME after a reboot", []string{"HOME=" + otherHome}, nil, true},
+		{"--state-dir", nil, []string{"--state-dir", state}, false},
+		{"the login shell again after a reboot", nil, nil, true},
+		{"XDG_STATE_HOME again after a reboot", []string{"XDG_STATE_HOME=" + xdg}, nil, true},
+		{"no home at all", []string{"HOME=/nonexistent"}, nil, false},
+	}
+	var last uint64
+	var seen []uint64
+	for _, s := range steps {
+		if s.reboot {
+			reboot()
+		}
+		e := u.epochAs(t, s.env, append(append([]string(nil), args...), s.extra...)...)
+		seen = append(seen, e)
+		if e <= last {
+			t.Fatalf("%s: epoch %d after %d (epochs so far %v)", s.name, e, last, seen)
+		}
+		last = e
+	}
+	t.Logf("epochs %v", seen)
+}
+
+// A system user whose home does not exist (nobody, www-data) runs the local
+// backend, and its epoch still counts up.
+func TestLocalRunsForUserWithoutHome(t *testing.T) {
+	u := newUser(t, 65534)
+	// A prefix of its own: the user's directories may be shared with
+	// anything else run as nobody; only this test's keys are removed.
+	prefix := "e2e-" + strconv.Itoa(os.Getpid())
+	t.Cleanup(func() {
+		for _, d := range []string{"/tmp/leaderrun-65534", "/var/tmp/leaderrun-65534"} {
+			_ = os.RemoveAll(filepath.Join(d, prefix))
+		}
+	})
+	env := []string{"HOME=/nonexistent"}
+	args := []string{"--backend", "local", "--prefix", prefix, "--key", "k", "-q"}
+	first := u.epochAs(t, env, args...)
+	if err := os.RemoveAll(filepath.Join("/tmp/leaderrun-65534", prefix)); err != nil {
+		t.Fatal(err)
+	}
+	if second := u.epochAs(t, env, args...); second <= first {
+		t.Fatalf("epoch %d after %d once the lock directory was emptied", second, first)
 	}
 }
