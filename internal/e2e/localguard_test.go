@@ -141,13 +141,13 @@ func TestLocalResumedLeaderStartsNothingBesideTheNewHolder(t *testing.T) {
 	// With --restart always and the default 1s restart delay, a leaderrun
 	// that took its renewal for success starts its job again 1s after it
 	// resumed, with the old epoch, while the standby's job runs.
-	code := -1
 	deadline := time.Now().Add(4 * time.Second)
-	for time.Now().Before(deadline) && code < 0 {
-		if g.old.Exited() {
-			code = g.old.Wait(0)
-		}
+	for time.Now().Before(deadline) && !g.old.Exited() {
 		time.Sleep(50 * time.Millisecond)
+	}
+	code := -1
+	if g.old.Exited() {
+		code = g.old.Wait(time.Second)
 	}
 	lines := readLines(t, filepath.Join(g.dir, "starts"))
 	if len(lines) != 2 {
