@@ -118,6 +118,25 @@ func TestLocalSquattedLockDirIsRefused(t *testing.T) {
 	if entries, _ := os.ReadDir(squat); len(entries) != 0 {
 		t.Fatalf("leaderrun wrote into the squatted directory: %v", entries)
 	}
+	// The same for the user's host directory, where its epoch lasts: a
+	// squatter there could rewind it.
+	if err := os.Remove(squat); err != nil {
+		t.Fatal(err)
+	}
+	host := "/var/tmp/leaderrun-" + strconv.Itoa(u.uid)
+	if err := os.Mkdir(host, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(host, 0o777)
+	p = u.start(t, "victim of the host directory", nil, "--backend", "local", "--key", "k", "--", "true")
+	code = p.Wait(10 * time.Second)
+	out = strings.TrimSpace(p.Output())
+	if code != 125 || strings.Count(out, "\n") != 0 || !strings.Contains(out, "--state-dir") || !strings.Contains(out, host) {
+		t.Fatalf("squatted %s: exit %d, want 125 and one line naming --state-dir and the directory:\n%s", host, code, out)
+	}
+	if entries, _ := os.ReadDir(host); len(entries) != 0 {
+		t.Fatalf("leaderrun wrote into the squatted directory: %v", entries)
+	}
 }
 
 func TestLocalStatusOnMissingDirIs125AndCreatesNothing(t *testing.T) {

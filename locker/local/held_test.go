@@ -84,3 +84,26 @@ func TestRenewFailsOnceOurDescriptorNoLongerHoldsTheLock(t *testing.T) {
 		t.Fatalf("the new holder's Renew: %v", err)
 	}
 }
+
+// Where the kernel lists no locks per descriptor (before Linux 4.1), Renew
+// falls back to the kernel's lock table: an flock on our file taken by this
+// process. It still tells a lock the guard let go.
+func TestRenewWithoutPerDescriptorLocks(t *testing.T) {
+	lease, err := newLocker(t, t.TempDir(), false).Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lease.(*Lease)
+	defer l.file.Close()
+	if !l.perFD {
+		t.Log("this kernel lists no locks in /proc/self/fdinfo: the fallback is the only proof")
+	}
+	l.perFD = false
+	if _, err := lease.Renew(context.Background()); err != nil {
+		t.Fatalf("Renew while held: %v", err)
+	}
+	unlockFromAnotherProcess(t, l, true)
+	if _, err := lease.Renew(context.Background()); !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew after the guard unlocked: %v, want ErrLost", err)
+	}
+}
