@@ -5,7 +5,9 @@
 //
 // The kernel drops an flock the moment its holder dies, so a standby takes
 // over at once; there is no lease to expire and nothing to renew except the
-// check that the lock file we hold is still the one at the path.
+// check that the lock file we hold is still the one at the path and that
+// our open file still holds the flock (the dead-man guard, which shares it,
+// may have let it go).
 //
 // Where things live (DESIGN §1.13, §2), none of it read from the
 // environment:
@@ -53,7 +55,7 @@ type Config struct {
 	Dir string
 	// StateDir is where the run records and a copy of the epoch counter
 	// persist, an absolute path; empty means Dir when Dir was given and is
-	// not on tmpfs or ramfs, else the host directory (HostDir).
+	// not on tmpfs or ramfs, else the host directory (hostDir).
 	StateDir string
 	// ReadOnly is for status and check: New and Leader create nothing and
 	// a missing lock directory is an error, not "no leader".
@@ -71,14 +73,12 @@ func DefaultDir() string {
 	return "/tmp/leaderrun-" + strconv.Itoa(os.Geteuid())
 }
 
-// HostDir is where the epoch of a lock in a volatile directory persists,
+// hostDir is where the epoch of a lock in a volatile directory persists,
 // fixed for each user on a host: /var/lib/leaderrun for root,
 // /var/tmp/leaderrun-UID (FHS: kept across reboots) for anyone else. Like
 // DefaultDir it never depends on the environment, so the same key run from
-// cron and from a login shell counts on one counter (DESIGN §1.13).
-func HostDir() string { return hostDir(os.Geteuid()) }
-
-// hostDir is HostDir for a uid; tests point it elsewhere.
+// cron and from a login shell counts on one counter (DESIGN §1.13). Tests
+// point it elsewhere.
 var hostDir = func(uid int) string {
 	if uid == 0 {
 		return "/var/lib/leaderrun"
@@ -401,11 +401,8 @@ func (l *Locker) tryLock(f *os.File) error {
 // lock table.
 func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
 	lease := &Lease{file: f, path: l.lockPath, ttl: l.opts.TTL, pid: os.Getpid()}
-	perFD, err := ownsFlock(int(f.Fd()))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", locker.ErrRefused, err)
-	}
-	lease.perFD = perFD
+	// Unreadable fdinfo counts as none: the lock table may still do.
+	lease.perFD, _ = ownsFlock(int(f.Fd()))
 	if err := lease.held(); err != nil {
 		return nil, fmt.Errorf("%w: the kernel does not show the lock just taken on %s, so it could not be checked later: %w", locker.ErrRefused, l.lockPath, err)
 	}
