@@ -157,8 +157,11 @@ func TestLocalResumedLeaderStartsNothingBesideTheNewHolder(t *testing.T) {
 	if code != 123 {
 		t.Fatalf("the old leader: exit %d (-1: still running 4s after it resumed), want 123", code)
 	}
-	if strings.Contains(g.old.Output(), "child started") && strings.Count(g.old.Output(), "child started") != 1 {
+	if strings.Count(g.old.Output(), "child started") != 1 {
 		t.Fatalf("the old leader started a child again:\n%s", g.old.Output())
+	}
+	if n := strings.Count(g.old.Output(), "renewed:"); n != 1 {
+		t.Fatalf("the old leader logged %d renewals, want 1: it renewed after it resumed without the lock:\n%s", n, g.old.Output())
 	}
 	if strings.Contains(g.old.Output(), "lease will expire") {
 		t.Fatalf("the guard's release of a lock file failed:\n%s", g.old.Output())
