@@ -309,11 +309,17 @@ func TestLocalRunsForUserWithoutHome(t *testing.T) {
 	// A prefix of its own: the user's directories may be shared with
 	// anything else run as nobody; only this test's keys are removed.
 	prefix := "e2e-" + strconv.Itoa(os.Getpid())
-	t.Cleanup(func() {
-		for _, d := range []string{"/tmp/leaderrun-65534", "/var/tmp/leaderrun-65534"} {
-			_ = os.RemoveAll(filepath.Join(d, prefix))
-		}
-	})
+	for _, d := range []string{"/tmp/leaderrun-65534", "/var/tmp/leaderrun-65534"} {
+		_, err := os.Stat(d)
+		ours := os.IsNotExist(err)
+		t.Cleanup(func() {
+			if ours {
+				_ = os.RemoveAll(d)
+			} else {
+				_ = os.RemoveAll(filepath.Join(d, prefix))
+			}
+		})
+	}
 	env := []string{"HOME=/nonexistent"}
 	args := []string{"--backend", "local", "--prefix", prefix, "--key", "k", "-q"}
 	first := u.epochAs(t, env, args...)
