@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
 )
 
 // The local backend's lock path and epoch must not depend on the
@@ -328,5 +330,49 @@ func TestLocalRunsForUserWithoutHome(t *testing.T) {
 	}
 	if second := u.epochAs(t, env, args...); second <= first {
 		t.Fatalf("epoch %d after %d once the lock directory was emptied", second, first)
+	}
+}
+
+// The once-per records of an ordinary user live in the host directory too,
+// so a slot run from one environment is seen from any other; a record an
+// earlier version left in ~/.local/state still counts.
+func TestLocalOncePerRecordsIgnoreHome(t *testing.T) {
+	u := newOtherUser(t)
+	old := filepath.Join(u.home, ".local", "state", "leaderrun", "leaderrun", "k~run")
+	if err := os.MkdirAll(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec := locker.Run{Slot: "before", Outcome: locker.RunSucceeded, ID: "old", Hostname: "h", PID: 1, Epoch: 1, At: now, Expires: now.Add(time.Hour)}
+	if err := os.WriteFile(filepath.Join(old, "before"), rec.Record(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("chown", "-R", strconv.Itoa(u.uid)+":"+strconv.Itoa(u.uid), filepath.Join(u.home, ".local")).Run(); err != nil {
+		t.Fatal(err)
+	}
+	otherHome := filepath.Join(u.home, "other")
+	if err := os.Mkdir(otherHome, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chown(otherHome, u.uid, u.uid)
+	ran := filepath.Join(u.home, "ran")
+	run := func(name string, env []string, slot string) bool {
+		t.Helper()
+		_ = os.Remove(ran)
+		p := u.start(t, name, env, "--backend", "local", "--key", "k", "--run-id", slot, "-q", "--", "sh", "-c", "echo "+slot+" > "+ran)
+		if code := p.Wait(20 * time.Second); code != 0 {
+			t.Fatalf("%s: exit %d\n%s", name, code, p.Output())
+		}
+		_, err := os.Stat(ran)
+		return err == nil
+	}
+	if run("slot an earlier version recorded", nil, "before") {
+		t.Fatal("a slot recorded in the earlier per-user state directory ran again")
+	}
+	if !run("new slot from the login shell", nil, "now") {
+		t.Fatal("a new slot did not run")
+	}
+	if run("same slot from cron with another HOME", []string{"HOME=" + otherHome}, "now") {
+		t.Fatal("a slot run from one HOME ran again from another")
 	}
 }

@@ -127,8 +127,11 @@ type Locker struct {
 	// next epoch exceeds the largest of them and is written to each.
 	counters []counter
 	runDir   string // <state>/<prefix>/<key>~run: once-per records
-	dir      string // the lock directory as configured
-	readOnly bool
+	// oldRunDir is where an earlier version kept them by default for an
+	// ordinary user (its per-user state directory), read as well.
+	oldRunDir string
+	dir       string // the lock directory as configured
+	readOnly  bool
 }
 
 // New checks the configuration and, unless ReadOnly, creates the lock and
@@ -202,6 +205,9 @@ func New(cfg Config) (*Locker, error) {
 	if os.Geteuid() != 0 {
 		if home := homeStateDir(); home != "" {
 			l.addCounter(filepath.Join(home, rel)+".epoch", true)
+			if cfg.StateDir == "" && !lasting {
+				l.oldRunDir = filepath.Join(home, rel) + "~run"
+			}
 		}
 	}
 	if !cfg.ReadOnly {
