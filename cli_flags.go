@@ -155,8 +155,8 @@ func backendFlags() []cli.Flag {
 
 		&cli.StringFlag{Name: "lock-dir", Category: catLocal, EnvVars: []string{"LEADERRUN_LOCK_DIR"}, DefaultText: "/run/leaderrun for root",
 			Usage: "lock `DIR`, an absolute path; /tmp/leaderrun-UID for other users, owner-checked"},
-		&cli.StringFlag{Name: "state-dir", Category: catLocal, EnvVars: []string{"LEADERRUN_STATE_DIR"}, DefaultText: "--lock-dir unless tmpfs, else /var/lib/leaderrun for root",
-			Usage: "absolute `DIR` keeping the epoch and run records across reboots (others: $XDG_STATE_HOME or ~/.local/state)"},
+		&cli.StringFlag{Name: "state-dir", Category: catLocal, EnvVars: []string{"LEADERRUN_STATE_DIR"}, DefaultText: "--lock-dir unless tmpfs, else /var/lib/leaderrun for root, /var/tmp/leaderrun-UID for others",
+			Usage: "absolute `DIR` keeping the run records and a copy of the epoch across reboots"},
 	}
 }
 

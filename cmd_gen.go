@@ -217,6 +217,8 @@ var manSections = []struct {
 		"* /etc/leaderrun/KEY.env\tthe settings of leaderrun@KEY.service, LEADERRUN_COMMAND among them. " +
 			"Both may hold tokens: keep them mode 0600.",
 		"* /usr/share/doc/leaderrun/example.env\ta commented example to copy.",
+		"* /var/lib/leaderrun, /var/tmp/leaderrun-UID\tthe local backend's epoch counters, of root and of " +
+			"anyone else; /usr/lib/tmpfiles.d/leaderrun.conf keeps systemd-tmpfiles from ageing them out.",
 	}},
 	{"EXAMPLES", []string{
 		"Run a nightly job on one host of several, from cron on each (exit 124 when another host has it):",

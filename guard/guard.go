@@ -216,18 +216,27 @@ func (g *state) killJob(reason string) bool {
 }
 
 // releaseLease gives the lease back: the local lock by unlocking the held
-// descriptor, other backends through the releaser.
+// descriptor, which is all there is to it (no releaser runs), other
+// backends through the releaser.
 func (g *state) releaseLease(why string) bool {
 	g.released = true
 	if g.hold >= 0 {
 		// Unlocking the shared open file drops the flock for leaderrun's
-		// descriptor too. A frozen leaderrun still has the file open, so
-		// no close tells the waiting candidates: touching its times does
+		// descriptor too; a leaderrun that runs again finds its
+		// descriptor holding nothing (locker/local's Renew) and starts
+		// nothing. A frozen leaderrun still has the file open, so no close
+		// tells the waiting candidates: touching its times does
 		// (locker/local watches for either).
-		_ = unix.Flock(g.hold, unix.LOCK_UN)
+		if err := unix.Flock(g.hold, unix.LOCK_UN); err != nil {
+			g.log.Error("cannot unlock the lock file; it stays locked until leaderrun closes it", "error", err, "after", why)
+			g.closeHold()
+			return false
+		}
 		now := unix.NsecToTimeval(time.Now().UnixNano())
 		_ = unix.Futimes(g.hold, []unix.Timeval{now, now})
 		g.closeHold()
+		g.log.Info("released leadership", "after", why)
+		return true
 	}
 	if g.handle == "" || g.release == nil {
 		return true

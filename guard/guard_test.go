@@ -326,3 +326,54 @@ func TestKillPointKeepsLiveLeaderrunsCgroup(t *testing.T) {
 	g.send(t, Done())
 	g.wait(t)
 }
+
+// A local lock is released by unlocking the descriptor the guard holds, and
+// that is the whole release: no releaser runs (the small guard's would be
+// `leaderrun __release`, a process that can fail), and leaderrun is told
+// "released" at the kill point.
+func TestHeldLockReleaseRunsNoReleaser(t *testing.T) {
+	j := job(t)
+	path := filepath.Join(t.TempDir(), "lock")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() // leaderrun's descriptor: frozen, it keeps the file open
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	dup, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w := io.Pipe()
+	g := &run{w: w, code: make(chan int, 1), replies: &syncBuf{}}
+	var called atomic.Bool
+	release := func(context.Context, []byte, string) error {
+		called.Store(true)
+		return io.ErrUnexpectedEOF
+	}
+	go func() { g.code <- Run(r, g.replies, release, nullLog{}) }()
+	g.send(t, Hello([]byte(`{"backend":"local"}`))+Lease(path)+Hold(dup)+Watch(MonoNow()+int64(200*time.Millisecond), j))
+	waitGone(t, j, 5*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for g.replies.String() != "released\n" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no release reported; replies %q", g.replies.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if called.Load() {
+		t.Error("the guard ran its releaser for a local lock")
+	}
+	o, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if err := unix.Flock(int(o.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("the lock is still held after the guard released it: %v", err)
+	}
+	g.send(t, Done())
+	g.wait(t)
+}

@@ -676,6 +676,7 @@ func TestPackages(t *testing.T) {
 		"/usr/share/doc/leaderrun/DESIGN.md",
 		"/usr/share/man/man1/leaderrun.1.gz",
 		"/usr/share/bash-completion/completions/leaderrun",
+		"/usr/lib/tmpfiles.d/leaderrun.conf",
 	}
 	out, err := exec.Command("dpkg-deb", "-c", deb).Output()
 	if err != nil {

@@ -4,6 +4,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -11,13 +12,22 @@ import (
 	"github.com/leaderrun/leaderrun/locker"
 )
 
-// Lease is a held flock. It cannot expire; it is lost only if the lock file
-// is deleted or replaced at its path, which Renew notices.
+// Lease is a held flock. It cannot expire. It is lost when the lock file is
+// deleted or replaced at its path, or when our open file no longer holds
+// the lock: the dead-man guard, which shares that open file through its
+// duplicate descriptor, unlocked it after killing the job (DESIGN §1.9).
+// Renew notices either.
 type Lease struct {
 	file  *os.File
 	path  string
 	epoch uint64
 	ttl   time.Duration
+	// perFD: the kernel lists this descriptor's own locks in
+	// /proc/self/fdinfo, the exact proof that the lock is ours; without it
+	// (a kernel older than 4.1), the kernel's lock table must show an
+	// flock on the file taken by this process.
+	perFD bool
+	pid   int
 
 	lost locker.LostSignal
 }
@@ -25,22 +35,58 @@ type Lease struct {
 // Epoch is the persisted counter's value for this leadership.
 func (l *Lease) Epoch() uint64 { return l.epoch }
 
-// Renew checks that the file we lock is still the lock file and grants the
-// requested TTL: a live flock has no expiry of its own.
+// errNotOurs: the path no longer names our file, or our open file no
+// longer holds the lock.
+var errNotOurs = errors.New("lock no longer held")
+
+// held proves that our open file still holds the flock and is still the
+// file at the path. Any write to the lock file or a run record waits for
+// it. An error that is not errNotOurs means the proof could not be read.
+func (l *Lease) held() error {
+	if !samePath(l.file, l.path) {
+		return fmt.Errorf("%w: lock file %s was removed or replaced", errNotOurs, l.path)
+	}
+	var ok bool
+	var err error
+	if l.perFD {
+		ok, err = ownsFlock(int(l.file.Fd()))
+	} else {
+		ok, err = flocked(l.file, l.pid, true)
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: our descriptor of %s holds no lock any more (the dead-man guard released it)", errNotOurs, l.path)
+	}
+	return nil
+}
+
+// Renew proves the lock is still ours (held) and grants the requested TTL:
+// a live flock has no expiry of its own. Once it is not, the lease is lost
+// for good: Renew never takes the lock again.
 func (l *Lease) Renew(ctx context.Context) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if !samePath(l.file, l.path) {
-		l.markLost("lock file " + l.path + " was removed or replaced")
-		return 0, fmt.Errorf("%s: %w", l.path, locker.ErrLost)
+	select {
+	case <-l.lost.Lost():
+		return 0, fmt.Errorf("%s: %w: %s", l.path, locker.ErrLost, l.lost.LostReason())
+	default:
+	}
+	if err := l.held(); err != nil {
+		if !errors.Is(err, errNotOurs) {
+			return 0, fmt.Errorf("check the lock on %s: %w", l.path, err)
+		}
+		l.markLost(err.Error())
+		return 0, fmt.Errorf("%s: %w: %v", l.path, locker.ErrLost, err)
 	}
 	return l.ttl, nil
 }
 
 func (l *Lease) markLost(reason string) { l.lost.Mark(reason) }
 
-// Lost is closed once Renew found the lock file replaced.
+// Lost is closed once Renew found the lock no longer ours.
 func (l *Lease) Lost() <-chan struct{} { return l.lost.Lost() }
 
 // LostReason says why Lost was closed.
@@ -49,12 +95,13 @@ func (l *Lease) LostReason() string { return l.lost.LostReason() }
 // Handle names the lock file; there is nothing to release from outside.
 func (l *Lease) Handle() string { return l.path }
 
-// Release clears the holder record and drops the flock. The lock file stays:
-// deleting it would let two processes lock two different files.
+// Release drops the flock by closing our descriptor (the lock goes once
+// the guard's duplicate is closed too). It writes nothing: the holder
+// record stays in the file, where a reader believes it only while an
+// flock is held on it (Leader), and the next holder overwrites it. A
+// release that cleared it could clear the next holder's record, once the
+// lock had passed on without our knowing.
 func (l *Lease) Release(ctx context.Context) error {
-	if samePath(l.file, l.path) {
-		_ = l.file.Truncate(0)
-	}
 	return l.file.Close()
 }
 

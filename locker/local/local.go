@@ -5,16 +5,25 @@
 //
 // The kernel drops an flock the moment its holder dies, so a standby takes
 // over at once; there is no lease to expire and nothing to renew except the
-// check that the lock file we hold is still the one at the path.
+// check that the lock file we hold is still the one at the path and that
+// our open file still holds the flock (the dead-man guard, which shares it,
+// may have let it go).
 //
 // Where things live (DESIGN §1.13, §2), none of it read from the
-// environment except where the state lives for an ordinary user:
+// environment:
 //   - lock directory: /run/leaderrun for root, /tmp/leaderrun-UID for
 //     others (created 0700, refused unless owned by that user and writable
 //     by nobody else), or an absolute --lock-dir;
-//   - state directory (epoch counter, run records): the lock directory
-//     itself when it was given and is not tmpfs, else /var/lib/leaderrun for
-//     root, $XDG_STATE_HOME/leaderrun or ~/.local/state/leaderrun for others.
+//   - host directory, where the epoch of a lock in a volatile directory
+//     lasts: /var/lib/leaderrun for root, /var/tmp/leaderrun-UID for others
+//     (checked like the per-user lock directory);
+//   - state directory (a copy of the counter, run records): --state-dir,
+//     else the lock directory itself when it was given and is not tmpfs,
+//     else the host directory.
+//
+// The epoch is one more than the largest counter found in any of these
+// places (and in $XDG_STATE_HOME/leaderrun or ~/.local/state/leaderrun,
+// where earlier versions kept it), and is written to each.
 package local
 
 import (
@@ -44,9 +53,9 @@ type Config struct {
 	locker.Options
 	// Dir is the lock directory, an absolute path; empty means DefaultDir.
 	Dir string
-	// StateDir is where the epoch counter and the run records persist, an
-	// absolute path; empty means Dir when Dir was given and is not on tmpfs
-	// or ramfs, else DefaultStateDir.
+	// StateDir is where the run records and a copy of the epoch counter
+	// persist, an absolute path; empty means Dir when Dir was given and is
+	// not on tmpfs or ramfs, else the host directory (hostDir).
 	StateDir string
 	// ReadOnly is for status and check: New and Leader create nothing and
 	// a missing lock directory is an error, not "no leader".
@@ -64,40 +73,65 @@ func DefaultDir() string {
 	return "/tmp/leaderrun-" + strconv.Itoa(os.Geteuid())
 }
 
-// DefaultStateDir is where the epoch persists when the lock directory is
-// volatile: /var/lib/leaderrun for root, else $XDG_STATE_HOME/leaderrun or
-// ~/.local/state/leaderrun (home from $HOME, else the password database).
-func DefaultStateDir() (string, error) {
-	if os.Geteuid() == 0 {
-		return "/var/lib/leaderrun", nil
+// hostDir is where the epoch of a lock in a volatile directory persists,
+// fixed for each user on a host: /var/lib/leaderrun for root,
+// /var/tmp/leaderrun-UID (FHS: kept across reboots) for anyone else. Like
+// DefaultDir it never depends on the environment, so the same key run from
+// cron and from a login shell counts on one counter (DESIGN §1.13). Tests
+// point it elsewhere.
+var hostDir = func(uid int) string {
+	if uid == 0 {
+		return "/var/lib/leaderrun"
 	}
+	return "/var/tmp/leaderrun-" + strconv.Itoa(uid)
+}
+
+// homeStateDir is where versions before the host directory kept an
+// ordinary user's epoch: $XDG_STATE_HOME/leaderrun or
+// ~/.local/state/leaderrun (home from $HOME, else the password database).
+// It is one more place to read the counter from and to keep a copy in, when
+// it can be written; "" when there is none.
+func homeStateDir() string {
 	if x := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
-		return filepath.Join(x, "leaderrun"), nil
+		return filepath.Join(x, "leaderrun")
 	}
 	home := os.Getenv("HOME")
 	if !filepath.IsAbs(home) {
 		u, err := user.LookupId(strconv.Itoa(os.Geteuid()))
 		if err != nil || !filepath.IsAbs(u.HomeDir) {
-			return "", &locker.ConfigError{Field: "StateDir", Rule: "no home directory to keep the epoch in; give one", Err: err}
+			return ""
 		}
 		home = u.HomeDir
 	}
-	return filepath.Join(home, ".local", "state", "leaderrun"), nil
+	return filepath.Join(home, ".local", "state", "leaderrun")
+}
+
+// counter is one place the epoch counter is kept.
+type counter struct {
+	path string
+	// spare: a copy at a place that depends on the environment (an
+	// earlier version's state directory) or that an explicit --state-dir
+	// stands in for; failing to read or write it fails nothing.
+	spare bool
 }
 
 // Locker campaigns for a key with flock.
 type Locker struct {
-	opts      locker.Options
-	lockPath  string // <dir>/<prefix>/<key>.lock
-	lockDir   string // its directory
-	epochPath string // <state>/<prefix>/<key>.epoch, the durable counter
-	// shadowPath is a copy of the counter beside the lock file, so that
-	// the epoch also grows within one boot when the state directory moved
-	// (another $XDG_STATE_HOME): the next epoch exceeds both.
-	shadowPath string
-	runDir     string // <state>/<prefix>/<key>~run: once-per records
-	dir        string // the lock directory as configured
-	readOnly   bool
+	opts     locker.Options
+	lockPath string // <dir>/<prefix>/<key>.lock
+	lockDir  string // its directory
+	// counters are every place the epoch counter is kept: beside the lock
+	// file; in the host directory unless the lock directory persists (then
+	// the copy beside the lock file is the lasting one); in the state
+	// directory; in an earlier version's per-user state directory. The
+	// next epoch exceeds the largest of them and is written to each.
+	counters []counter
+	runDir   string // <state>/<prefix>/<key>~run: once-per records
+	// oldRunDir is where an earlier version kept them by default for an
+	// ordinary user (its per-user state directory), read as well.
+	oldRunDir string
+	dir       string // the lock directory as configured
+	readOnly  bool
 }
 
 // New checks the configuration and, unless ReadOnly, creates the lock and
@@ -129,7 +163,7 @@ func New(cfg Config) (*Locker, error) {
 		}
 	} else {
 		if !explicit {
-			if err := ownDir(cfg.Dir); err != nil {
+			if err := ownDir(cfg.Dir, "Dir"); err != nil {
 				return nil, err
 			}
 		}
@@ -138,58 +172,123 @@ func New(cfg Config) (*Locker, error) {
 		}
 	}
 
+	// A lock directory that was given and is on disk keeps the counter
+	// beside the lock file through a reboot; any other (the default ones,
+	// a tmpfs) is emptied by one, and the host directory keeps it.
+	lasting := explicit && !volatile(cfg.Dir)
+	host := hostDir(os.Geteuid())
 	state := cfg.StateDir
 	if state == "" {
-		if explicit && !volatile(cfg.Dir) {
-			state = cfg.Dir
-		} else {
-			var err error
-			if state, err = DefaultStateDir(); err != nil {
-				return nil, err
-			}
+		state = cfg.Dir
+		if !lasting {
+			state = host
 		}
 	}
 	base := filepath.Join(state, rel)
-	l.epochPath, l.runDir = base+".epoch", base+"~run"
-	if shadow := strings.TrimSuffix(l.lockPath, ".lock") + ".epoch"; shadow != l.epochPath {
-		l.shadowPath = shadow
+	l.runDir = base + "~run"
+	l.addCounter(strings.TrimSuffix(l.lockPath, ".lock")+".epoch", false)
+	if !lasting {
+		// With --state-dir given, a host directory that cannot be made
+		// (no /var/tmp, a read-only /var) leaves the counter to it.
+		spare := false
+		if !cfg.ReadOnly && state != host {
+			if err := makeHostDir(host, rel); err != nil {
+				if cfg.StateDir == "" {
+					return nil, err
+				}
+				spare = true
+			}
+		}
+		l.addCounter(filepath.Join(host, rel)+".epoch", spare)
+	}
+	l.addCounter(base+".epoch", false)
+	if os.Geteuid() != 0 {
+		if home := homeStateDir(); home != "" {
+			l.addCounter(filepath.Join(home, rel)+".epoch", true)
+			if cfg.StateDir == "" && !lasting {
+				l.oldRunDir = filepath.Join(home, rel) + "~run"
+			}
+		}
 	}
 	if !cfg.ReadOnly {
-		mode := os.FileMode(0o700)
-		if os.Geteuid() == 0 {
-			mode = 0o755 // status by a monitoring user reads run records
+		var err error
+		if state == host {
+			err = makeHostDir(host, rel)
+		} else {
+			err = makeStateDir(filepath.Dir(base))
 		}
-		if err := os.MkdirAll(filepath.Dir(base), mode); err != nil {
-			return nil, &locker.ConfigError{Field: "StateDir", Rule: "cannot create the state directory", Err: err}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return l, nil
 }
 
-// ownDir creates a default lock directory or checks the existing one: a
-// real directory (not a symlink), owned by us, writable by nobody else.
-// Another user could otherwise squat the fixed path and steal or block
-// our locks.
-func ownDir(dir string) error {
+// addCounter adds a place for the epoch counter, once.
+func (l *Locker) addCounter(path string, spare bool) {
+	for i, c := range l.counters {
+		if c.path == path {
+			l.counters[i].spare = c.spare && spare
+			return
+		}
+	}
+	l.counters = append(l.counters, counter{path: path, spare: spare})
+}
+
+// stateMode is the mode of a state directory leaderrun creates: readable
+// by others for root (status by a monitoring user reads run records),
+// private for anyone else.
+func stateMode() os.FileMode {
+	if os.Geteuid() == 0 {
+		return 0o755
+	}
+	return 0o700
+}
+
+func makeStateDir(dir string) error {
+	if err := os.MkdirAll(dir, stateMode()); err != nil {
+		return &locker.ConfigError{Field: "StateDir", Rule: "cannot create the state directory", Err: err}
+	}
+	return nil
+}
+
+// makeHostDir creates the host directory and the subdirectory of rel. An
+// ordinary user's lies in the shared /var/tmp and is checked as the
+// per-user lock directory is: nobody else may own it or write to it.
+func makeHostDir(host, rel string) error {
+	if os.Geteuid() != 0 {
+		if err := ownDir(host, "StateDir"); err != nil {
+			return err
+		}
+	}
+	return makeStateDir(filepath.Dir(filepath.Join(host, rel)))
+}
+
+// ownDir creates a default lock directory (or a user's host directory) or
+// checks the existing one: a real directory (not a symlink), owned by us,
+// writable by nobody else. Another user could otherwise squat the fixed
+// path and steal or block our locks, or rewind our epoch. field names the
+// setting that chooses another directory.
+func ownDir(dir, field string) error {
 	mode := os.FileMode(0o700)
 	if os.Geteuid() == 0 {
 		mode = 0o755 // a monitoring user may read a root-held lock
 	}
 	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {
-		return &locker.ConfigError{Field: "Dir", Rule: "cannot create the lock directory " + dir, Err: err}
+		return &locker.ConfigError{Field: field, Rule: "cannot create " + dir, Err: err}
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return &locker.ConfigError{Field: "Dir", Rule: "cannot read the lock directory " + dir, Err: err}
+		return &locker.ConfigError{Field: field, Rule: "cannot read " + dir, Err: err}
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	switch {
 	case !fi.IsDir():
-		return &locker.ConfigError{Field: "Dir", Rule: dir + " is not a directory (a symlink or file is refused)"}
+		return &locker.ConfigError{Field: field, Rule: dir + " is not a directory (a symlink or file is refused)"}
 	case !ok || int(st.Uid) != os.Geteuid():
-		return &locker.ConfigError{Field: "Dir", Rule: fmt.Sprintf("%s is owned by uid %d, not by uid %d; refusing a lock directory another user controls", dir, st.Uid, os.Geteuid())}
+		return &locker.ConfigError{Field: field, Rule: fmt.Sprintf("%s is owned by uid %d, not by uid %d; refusing a directory another user controls", dir, st.Uid, os.Geteuid())}
 	case fi.Mode().Perm()&0o022 != 0:
-		return &locker.ConfigError{Field: "Dir", Rule: fmt.Sprintf("%s has mode %v: writable by others; refusing it", dir, fi.Mode().Perm())}
+		return &locker.ConfigError{Field: field, Rule: fmt.Sprintf("%s has mode %v: writable by others; refusing it", dir, fi.Mode().Perm())}
 	}
 	return nil
 }
@@ -230,7 +329,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		}
 		err := l.tryLock(f)
 		if err == nil {
-			lease, err := l.lead(f)
+			lease, err := l.lead(ctx, f)
 			if err != nil {
 				_ = f.Close()
 			}
@@ -302,50 +401,99 @@ func (l *Locker) tryLock(f *os.File) error {
 	return nil
 }
 
-// lead bumps the epoch under the lock and records us as the holder.
-func (l *Locker) lead(f *os.File) (*Lease, error) {
-	epoch, err := l.nextEpoch()
+// lead bumps the epoch under the lock and records us as the holder. It
+// also finds out how Renew can prove the lock is still ours: the kernel
+// must show the lock it just granted, per descriptor or at least in its
+// lock table.
+func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
+	lease := &Lease{file: f, path: l.lockPath, ttl: l.opts.TTL, pid: os.Getpid()}
+	// Unreadable fdinfo counts as none: the lock table may still do.
+	lease.perFD, _ = ownsFlock(int(f.Fd()))
+	if err := lease.held(); err != nil {
+		return nil, fmt.Errorf("%w: the kernel does not show the lock just taken on %s, so it could not be checked later: %w", locker.ErrRefused, l.lockPath, err)
+	}
+	epoch, err := l.nextEpoch(ctx)
 	if err != nil {
 		return nil, err
 	}
 	h := locker.NewHolder(l.opts)
 	h.Epoch = epoch
+	// No dead-man guard shares this open file yet: nothing but us can
+	// unlock it, so the proof above still holds.
 	if err := f.Truncate(0); err != nil {
 		return nil, fmt.Errorf("write holder record: %w", err)
 	}
 	if _, err := f.WriteAt(h.Record(), 0); err != nil {
 		return nil, fmt.Errorf("write holder record: %w", err)
 	}
-	return &Lease{file: f, path: l.lockPath, epoch: epoch, ttl: l.opts.TTL}, nil
+	lease.epoch = epoch
+	return lease, nil
 }
 
-// nextEpoch reads the durable counter and its copy beside the lock file,
-// and durably writes one more than the larger to both: write a temporary
-// file, fsync, rename, fsync the directory (DESIGN §1.1, §1.13). The caller
-// holds the flock, so no other candidate of this lock races it.
-func (l *Locker) nextEpoch() (uint64, error) {
-	cur, err := readEpoch(l.epochPath)
-	if err != nil {
-		return 0, err
-	}
-	if l.shadowPath != "" {
-		shadow, err := readEpoch(l.shadowPath)
+// nextEpoch reads the counter at every place it is kept and durably writes
+// one more than the largest to each (DESIGN §1.1, §1.13). The caller holds
+// the flock, so no other candidate of this lock races it; a place that
+// other locks share too (the host or a state directory) is only ever
+// raised (raiseEpoch).
+func (l *Locker) nextEpoch(ctx context.Context) (uint64, error) {
+	var cur uint64
+	for _, c := range l.counters {
+		n, err := readEpoch(c.path)
 		if err != nil {
+			if c.spare {
+				continue
+			}
 			return 0, err
 		}
-		cur = max(cur, shadow)
+		cur = max(cur, n)
 	}
 	next := cur + 1
-	data := []byte(strconv.FormatUint(next, 10) + "\n")
-	if err := replaceFile(l.epochPath, data); err != nil {
-		return 0, fmt.Errorf("write epoch: %w", err)
-	}
-	if l.shadowPath != "" {
-		if err := replaceFile(l.shadowPath, data); err != nil {
-			return 0, fmt.Errorf("write epoch copy: %w", err)
+	for _, c := range l.counters {
+		if c.spare {
+			_ = os.MkdirAll(filepath.Dir(c.path), 0o700)
+		}
+		if err := raiseEpoch(ctx, c.path, next); err != nil && !c.spare {
+			return 0, fmt.Errorf("write epoch: %w", err)
 		}
 	}
 	return next, nil
+}
+
+// raiseEpoch durably makes the counter at path at least n: under an flock
+// of its directory, it reads the counter and, if smaller, replaces it
+// (temporary file, fsync, rename, fsync of the directory). Two holders of
+// different locks that share the file then cannot lower each other's
+// value, nor write the same temporary file at once.
+func raiseEpoch(ctx context.Context, path string, n uint64) error {
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close() // drops the flock
+	for {
+		err := unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("lock %s: %w", d.Name(), err)
+		}
+		t := time.NewTimer(pollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	cur, err := readEpoch(path)
+	if err != nil {
+		return err
+	}
+	if cur >= n {
+		return nil
+	}
+	return replaceFile(path, []byte(strconv.FormatUint(n, 10)+"\n"))
 }
 
 // readEpoch reads a counter file; a missing one counts as 0.
@@ -420,7 +568,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, fmt.Errorf("read holder record: %w", err)
 	}
 	h := locker.ParseHolder(b)
-	held, err := flocked(f, h.PID)
+	held, err := flocked(f, h.PID, false)
 	if err != nil {
 		return locker.Holder{}, err
 	}

@@ -119,12 +119,12 @@ func TestOwnDirRefusesOthersDirectories(t *testing.T) {
 	}
 	for name, dir := range cases {
 		var ce *locker.ConfigError
-		if err := ownDir(dir); !errors.As(err, &ce) || ce.Field != "Dir" || !errors.Is(err, locker.ErrRefused) {
+		if err := ownDir(dir, "Dir"); !errors.As(err, &ce) || ce.Field != "Dir" || !errors.Is(err, locker.ErrRefused) {
 			t.Errorf("%s: ownDir = %v, want a ConfigError for Dir", name, err)
 		}
 	}
 	mine := filepath.Join(base, "mine")
-	if err := ownDir(mine); err != nil {
+	if err := ownDir(mine, "Dir"); err != nil {
 		t.Fatalf("a fresh directory: %v", err)
 	}
 }
@@ -221,4 +221,56 @@ func newLockerKey(t *testing.T, dir, key string) *Locker {
 		t.Fatal(err)
 	}
 	return l
+}
+
+func TestEpochGrowsAcrossStateDirsAndReboots(t *testing.T) {
+	// A lock directory on tmpfs, emptied below as a reboot empties /run.
+	locks, err := os.MkdirTemp("/dev/shm", "leaderrun-test-")
+	if err != nil || !volatile(locks) {
+		t.Skipf("no tmpfs at /dev/shm: %v", err)
+	}
+	defer os.RemoveAll(locks)
+	host := t.TempDir()
+	saved := hostDir
+	hostDir = func(int) string { return host }
+	defer func() { hostDir = saved }()
+
+	opts := locker.Options{Key: "job", Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}
+	var last uint64
+	step := func(state string) {
+		t.Helper()
+		l, err := New(Config{Options: opts, Dir: locks, StateDir: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(context.Background())
+		if lease.Epoch() <= last {
+			t.Fatalf("state dir %q: epoch %d after %d", state, lease.Epoch(), last)
+		}
+		last = lease.Epoch()
+	}
+	reboot := func() {
+		t.Helper()
+		if err := os.RemoveAll(filepath.Join(locks, "leaderrun")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b, c := t.TempDir(), t.TempDir(), t.TempDir()
+	step(a)
+	step(a)
+	step(b) // another --state-dir in the same boot
+	reboot()
+	step(c) // and after a reboot, yet another one
+	reboot()
+	step(a) // the first one again: its own copy is behind
+	step("")
+	reboot()
+	step(b)
+	if _, err := os.Stat(filepath.Join(host, "leaderrun", "job.epoch")); err != nil {
+		t.Fatalf("no counter in the host directory: %v", err)
+	}
 }

@@ -4,6 +4,7 @@ package local
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,12 +17,56 @@ import (
 // procLocks is the kernel's table of file locks.
 const procLocks = "/proc/locks"
 
+// lockLine is one granted lock as the kernel lists it, in /proc/locks or
+// in a descriptor's /proc/self/fdinfo entry:
+// "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; a waiter has "->"
+// after the number and is not a lock.
+type lockLine struct {
+	pid          int
+	major, minor uint32
+	ino          uint64
+}
+
+// parseLockLine reads an exclusive flock from the fields of one line, or
+// reports false for anything else.
+func parseLockLine(fields []string) (lockLine, bool) {
+	if len(fields) < 6 || fields[1] != "FLOCK" || fields[3] != "WRITE" {
+		return lockLine{}, false
+	}
+	parts := strings.Split(fields[5], ":")
+	if len(parts) != 3 {
+		return lockLine{}, false
+	}
+	ino, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil {
+		return lockLine{}, false
+	}
+	major, err1 := strconv.ParseUint(parts[0], 16, 32)
+	minor, err2 := strconv.ParseUint(parts[1], 16, 32)
+	if err1 != nil || err2 != nil {
+		return lockLine{}, false
+	}
+	pid, _ := strconv.Atoi(fields[4])
+	return lockLine{pid: pid, major: uint32(major), minor: uint32(minor), ino: ino}, true
+}
+
+// names reports whether the lock is on the file st describes. The inode
+// must match, and the device or the pid: a stacked file system may report
+// another device than stat does.
+func (ln lockLine) names(st *syscall.Stat_t, pid int) bool {
+	if ln.ino != st.Ino {
+		return false
+	}
+	sameDev := ln.major == unix.Major(uint64(st.Dev)) && ln.minor == unix.Minor(uint64(st.Dev))
+	return sameDev || (pid > 0 && ln.pid == pid)
+}
+
 // flocked reports whether an exclusive flock is held on the open file f,
-// from the kernel's lock table, without locking anything. A lock line
-// names the file as MAJOR:MINOR:INODE (hex:hex:decimal). The inode must
-// match, and the device or the holder pid from the holder record: a stacked
-// file system may report another device than stat does.
-func flocked(f *os.File, holderPID int) (bool, error) {
+// from the kernel's lock table, without locking anything; holderPID, from
+// the holder record, matches a lock whose device is reported differently.
+// With exactPID, only a lock taken by that process counts (the proof of
+// last resort for a kernel that lists no locks per descriptor, below).
+func flocked(f *os.File, holderPID int, exactPID bool) (bool, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return false, fmt.Errorf("stat lock file: %w", err)
@@ -34,30 +79,40 @@ func flocked(f *os.File, holderPID int) (bool, error) {
 	defer file.Close()
 	sc := bufio.NewScanner(file)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		// "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; waiters have "->".
-		if len(fields) < 6 || fields[1] != "FLOCK" || fields[3] != "WRITE" {
-			continue
-		}
-		parts := strings.Split(fields[5], ":")
-		if len(parts) != 3 {
-			continue
-		}
-		ino, err := strconv.ParseUint(parts[2], 10, 64)
-		if err != nil || ino != st.Ino {
-			continue
-		}
-		major, err1 := strconv.ParseUint(parts[0], 16, 32)
-		minor, err2 := strconv.ParseUint(parts[1], 16, 32)
-		pid, _ := strconv.Atoi(fields[4])
-		sameDev := err1 == nil && err2 == nil &&
-			uint32(major) == unix.Major(uint64(st.Dev)) && uint32(minor) == unix.Minor(uint64(st.Dev))
-		if sameDev || (holderPID > 0 && pid == holderPID) {
+		ln, ok := parseLockLine(strings.Fields(sc.Text()))
+		if ok && ln.names(st, holderPID) && (!exactPID || ln.pid == holderPID) {
 			return true, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return false, fmt.Errorf("read %s: %w", procLocks, err)
+	}
+	return false, nil
+}
+
+// ownsFlock reports whether the open file description behind fd holds an
+// exclusive flock, from /proc/self/fdinfo/FD: the kernel lists there only
+// the locks that this very open file owns (Linux 4.1 and later), not one
+// that another open file of the same path holds. That is the proof Renew
+// needs. An flock belongs to an open file, which the dead-man guard shares
+// through its duplicate descriptor, and the guard's unlock drops it for
+// ours too. The path then still names our file, and a fresh attempt to
+// lock it fails as soon as a standby holds it: neither tells our lock from
+// the standby's.
+func ownsFlock(fd int) (bool, error) {
+	if fd < 0 {
+		return false, nil // closed: released
+	}
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return false, fmt.Errorf("read the lock descriptor's fdinfo: %w", err)
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if rest, ok := bytes.CutPrefix(line, []byte("lock:")); ok {
+			if _, ok := parseLockLine(strings.Fields(string(rest))); ok {
+				return true, nil
+			}
+		}
 	}
 	return false, nil
 }

@@ -19,8 +19,8 @@ import (
 
 var _ locker.RunLog = (*Locker)(nil)
 
-// RecordRun writes the slot's record while lease still holds the flock on
-// the lock file at its path, durably (temporary file, fsync, rename), and
+// RecordRun writes the slot's record once it proved that lease still holds
+// the flock on the lock file at its path, durably (temporary file, fsync, rename), and
 // removes expired records of the key.
 func (l *Locker) RecordRun(ctx context.Context, lease locker.Lease, run locker.Run) error {
 	if err := locker.ValidateSlot(run.Slot); err != nil {
@@ -30,10 +30,13 @@ func (l *Locker) RecordRun(ctx context.Context, lease locker.Lease, run locker.R
 	if !ok || ll.path != l.lockPath {
 		return fmt.Errorf("record run: not a lease of %s", l.lockPath)
 	}
-	// Our flock is on the file at the path: we still lead (a released
-	// lease's file is closed and fails this too).
-	if !samePath(ll.file, ll.path) {
-		return fmt.Errorf("record run of slot %s: lock file %s is no longer ours: %w", run.Slot, ll.path, locker.ErrLost)
+	// Our open file holds the flock on the file at the path: we still lead
+	// (a released lease's file is closed and fails this too).
+	if err := ll.held(); err != nil {
+		if errors.Is(err, errNotOurs) {
+			return fmt.Errorf("record run of slot %s: %w: %v", run.Slot, locker.ErrLost, err)
+		}
+		return fmt.Errorf("record run of slot %s: %w", run.Slot, err)
 	}
 	if err := os.MkdirAll(l.runDir, 0o755); err != nil {
 		return fmt.Errorf("record run: %w", err)
@@ -47,22 +50,32 @@ func (l *Locker) RecordRun(ctx context.Context, lease locker.Lease, run locker.R
 
 // prune removes expired records; a failure only leaves a file behind.
 func (l *Locker) prune(now time.Time) {
-	for _, r := range l.runs() {
+	for _, r := range runsIn(l.runDir) {
 		if !r.Live(now) {
 			_ = os.Remove(filepath.Join(l.runDir, r.Slot))
 		}
 	}
 }
 
-// runs reads every record file of the key.
+// runs reads every record file of the key, and those an earlier version
+// left in its per-user state directory (read only).
 func (l *Locker) runs() []locker.Run {
-	entries, _ := os.ReadDir(l.runDir)
+	out := runsIn(l.runDir)
+	if l.oldRunDir != "" {
+		out = append(out, runsIn(l.oldRunDir)...)
+	}
+	return out
+}
+
+// runsIn reads the record files in dir.
+func runsIn(dir string) []locker.Run {
+	entries, _ := os.ReadDir(dir)
 	var out []locker.Run
 	for _, e := range entries {
 		if filepath.Ext(e.Name()) == ".tmp" || locker.ValidateSlot(e.Name()) != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(l.runDir, e.Name()))
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			continue
 		}
@@ -73,12 +86,23 @@ func (l *Locker) runs() []locker.Run {
 	return out
 }
 
-// LookupRun reads the record of slot; creates nothing.
+// LookupRun reads the record of slot, in the state directory or else where
+// an earlier version kept it; creates nothing.
 func (l *Locker) LookupRun(ctx context.Context, slot string) (locker.Run, error) {
 	if err := locker.ValidateSlot(slot); err != nil {
 		return locker.Run{}, fmt.Errorf("look up run: slot %w", err)
 	}
-	b, err := os.ReadFile(filepath.Join(l.runDir, slot))
+	r, err := lookupIn(l.runDir, slot)
+	if errors.Is(err, locker.ErrNoRun) && l.oldRunDir != "" {
+		if old, oerr := lookupIn(l.oldRunDir, slot); oerr == nil {
+			return old, nil
+		}
+	}
+	return r, err
+}
+
+func lookupIn(dir, slot string) (locker.Run, error) {
+	b, err := os.ReadFile(filepath.Join(dir, slot))
 	if errors.Is(err, os.ErrNotExist) {
 		return locker.Run{}, fmt.Errorf("slot %s: %w", slot, locker.ErrNoRun)
 	}
