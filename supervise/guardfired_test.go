@@ -59,14 +59,14 @@ func fireGuard(t *testing.T, dir string) {
 	})
 }
 
-// advanceFor moves fake time by up to d in steps and returns the exit code,
-// or fails when the supervisor still runs after that.
-func advanceFor(t *testing.T, clock *fakeClock, done <-chan int, d, step time.Duration) int {
+// advanceFor moves fake time by up to d in steps and returns the exit
+// code, or reports false when the supervisor still runs after that.
+func advanceFor(t *testing.T, clock *fakeClock, done <-chan int, d, step time.Duration) (int, bool) {
 	t.Helper()
 	for range d / step {
 		select {
 		case code := <-done:
-			return code
+			return code, true
 		default:
 		}
 		clock.settle(t)
@@ -74,10 +74,9 @@ func advanceFor(t *testing.T, clock *fakeClock, done <-chan int, d, step time.Du
 	}
 	select {
 	case code := <-done:
-		return code
+		return code, true
 	case <-time.After(2 * time.Second):
-		t.Fatalf("the supervisor still leads %v of fake time after the guard fired", d)
-		return 0
+		return 0, false
 	}
 }
 
@@ -143,12 +142,15 @@ func TestGuardThatFiredEndsTheTerm(t *testing.T) {
 			resume()
 			// Past the restart delay (1s), well inside the deadline (9s
 			// to the stop signal).
-			code := advanceFor(t, clock, done, 3*time.Second, 100*time.Millisecond)
-			if code != ExitLost {
-				t.Errorf("exit %d after the guard fired, want %d", code, ExitLost)
-			}
+			code, exited := advanceFor(t, clock, done, 3*time.Second, 100*time.Millisecond)
 			if n := rec.count("started"); n != 1 {
 				t.Errorf("child started %d times, want once: nothing starts after the guard fired", n)
+			}
+			if !exited {
+				t.Fatal("the supervisor still leads 3s of fake time after the guard fired")
+			}
+			if code != ExitLost {
+				t.Errorf("exit %d after the guard fired, want %d", code, ExitLost)
 			}
 		})
 	}
@@ -172,12 +174,15 @@ func TestRenewalAnsweredAfterTheGuardFiredIsALoss(t *testing.T) {
 	close(lease.gate) // ... and is answered now, after the guard fired
 	waitUntil(t, "the renewal's answer", func() bool { return lease.renews.Load() >= 2 })
 	resume()
-	code := advanceFor(t, clock, done, 10*time.Second, 100*time.Millisecond)
-	if code != ExitLost {
-		t.Errorf("exit %d, want %d", code, ExitLost)
-	}
+	code, exited := advanceFor(t, clock, done, 10*time.Second, 100*time.Millisecond)
 	if n := rec.count("renewed"); n != 0 {
 		t.Errorf("%d renewals taken after the guard fired", n)
+	}
+	if !exited {
+		t.Fatal("the supervisor still leads 10s of fake time after the guard fired")
+	}
+	if code != ExitLost {
+		t.Errorf("exit %d, want %d", code, ExitLost)
 	}
 	if heard := guardHeard(dir); strings.Contains(heard, "extend ") {
 		t.Errorf("the guard was told a new kill point after it fired:\n%s", heard)
@@ -254,7 +259,9 @@ func TestGuardHearsLeaderrunsOwnKillPoint(t *testing.T) {
 				t.Errorf("child started %d times during the test, want once", n)
 			}
 			lease.markLost()
-			advanceFor(t, clock, done, 10*time.Second, 100*time.Millisecond)
+			if _, exited := advanceFor(t, clock, done, 10*time.Second, 100*time.Millisecond); !exited {
+				t.Fatal("the supervisor did not stop after the loss")
+			}
 		})
 	}
 }
