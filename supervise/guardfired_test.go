@@ -214,8 +214,7 @@ func guardKillPoints(t *testing.T, dir string) []int64 {
 // The guard hears the lease's kill point after every successful renewal,
 // and it is leaderrun's own SIGKILL point, deadline - safety margin: not
 // earlier, so a stall shorter than that leaves the job alone, and not
-// later. Also while no job runs, a restart waiting: the kill point it
-// holds must not go stale (DESIGN §1.9).
+// later; also while a restart waits (DESIGN §1.9).
 func TestGuardHearsLeaderrunsOwnKillPoint(t *testing.T) {
 	cases := []struct {
 		name   string

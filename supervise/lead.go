@@ -162,9 +162,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		case r := <-renewals:
 			s.onRenewal(l, r, &termAt)
 		case <-termAt.C():
-			if !l.stopping {
-				s.finish(l, "lease deadline reached without a successful renewal", true, ExitLost)
-			}
+			s.overdue(l) // the guard first: it may have fired already
 		case <-timerC(l.killAt):
 			l.killAt = nil
 			s.kill(l)
@@ -292,8 +290,7 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 }
 
 // extendGuard tells the guard the lease's kill point each time it moves,
-// that is after every successful renewal, whether a job runs or not (a
-// restart may be waiting). The guard's kill point is then leaderrun's own
+// that is after every successful renewal. The guard's kill point is then leaderrun's own
 // SIGKILL point for the current deadline, deadline - safety margin (§1.3,
 // §1.9): never later, and earlier only by the microseconds MonoAt errs by,
 // or, for the moment between accepting a renewal here and the guard reading
