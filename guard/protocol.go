@@ -22,8 +22,10 @@ import (
 //	                                      until the job is gone (DESIGN §1.9)
 //	watch <mono-ns> <pgid> <since> <token|-> <cgroup|->
 //	                                      a new run of the job and its kill point
-//	extend <mono-ns>                      the kill point after a successful renewal
+//	extend <mono-ns>                      the kill point after a successful renewal that
+//	                                      moved it: the lease's, deadline - safety margin
 //	gone                                  the job is gone: nothing to kill until the next watch
+//	                                      (the kill point still holds)
 //	done                                  leadership released: exit
 //
 // Guard to supervisor:

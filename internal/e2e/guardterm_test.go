@@ -30,7 +30,7 @@ func startsLogged(t *testing.T, path string) []string {
 }
 
 // leaderrun is stopped (SIGSTOP: only leaderrun, not its guard nor its
-// child) 1.5s into its term and kept stopped until its guard has killed the
+// child) three renewals into its term and kept stopped until its guard has killed the
 // job, then continued. The guard's kill point is leaderrun's own SIGKILL
 // point for the last deadline leaderrun knew (DESIGN §1.9), so the job dies
 // 5-5.5s after the stop, never while leaderrun could still think itself
@@ -45,10 +45,12 @@ func TestStalledLeaderrunEndsTheTermItsGuardEnded(t *testing.T) {
 			dir := t.TempDir()
 			starts := filepath.Join(dir, "starts")
 			script := "echo $LEADER_EPOCH >> " + starts + "; echo $$ > " + dir + "/child.pid; exec sleep 1000"
-			p := start(t, "leader", nil, withCommand(stallArgs(dir, "k", "--restart", restart, "--restart-delay", "1ms"), script)...)
+			p := start(t, "leader", nil, withCommand(stallArgs(dir, "k", "--restart", restart, "--restart-delay", "1ms", "--log-level", "debug"), script)...)
 			child := readPID(t, dir+"/child.pid")
 			g := guardOf(t, p)
-			time.Sleep(1500 * time.Millisecond) // a few renewals into the term
+			waitFor(t, 10*time.Second, "three renewals into the term", func() bool {
+				return strings.Count(p.Output(), "leaderrun: renewed") >= 3
+			})
 			p.Signal(syscall.SIGSTOP)
 			stopped := time.Now()
 			waitFor(t, 10*time.Second, "the guard to kill the job of the stopped leaderrun", func() bool { return !alive(child) })
