@@ -7,17 +7,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/internal/testcluster"
 )
 
 // The timeline of the stall tests: ttl 6s, safety margin 500ms, renewals
 // every 500ms, kill grace 300ms (shorter than the renew interval). The
 // lease's kill point is the last renewal's send time + 5.5s, leaderrun's own
 // stop signal 300ms before it.
-func stallArgs(dir, key string, extra ...string) []string {
-	args := []string{"--backend", "local", "--lock-dir", dir, "--key", key,
-		"--ttl", "6s", "--renew-interval", "500ms", "--kill-grace", "300ms", "--safety-margin", "500ms"}
-	return append(args, extra...)
-}
+var stallTimeline = []string{"--ttl", "6s", "--renew-interval", "500ms", "--kill-grace", "300ms", "--safety-margin", "500ms"}
 
 // startsLogged is the epochs the child logged, one line per start.
 func startsLogged(t *testing.T, path string) []string {
@@ -39,13 +37,33 @@ func startsLogged(t *testing.T, path string) []string {
 // --restart always neither, and exits 123, not with the killed child's 137.
 func TestStalledLeaderrunEndsTheTermItsGuardEnded(t *testing.T) {
 	t.Parallel()
+	t.Run("local", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		stalledTerm(t, func(key string) []string {
+			return append([]string{"--backend", "local", "--lock-dir", dir, "--key", key}, stallTimeline...)
+		})
+	})
+	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
+		eps := testcluster.StartEtcd(t, 1).Endpoints()
+		stalledTerm(t, func(key string) []string {
+			return append([]string{"--backend", "etcd", "--etcd-endpoints", strings.Join(eps, ","), "--key", newKey(key)}, stallTimeline...)
+		})
+	})
+}
+
+// stalledTerm runs the stall with --restart never and always; backend gives
+// the backend's flags for a key.
+func stalledTerm(t *testing.T, backend func(key string) []string) {
 	for _, restart := range []string{"never", "always"} {
 		t.Run("restart "+restart, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			starts := filepath.Join(dir, "starts")
 			script := "echo $LEADER_EPOCH >> " + starts + "; echo $$ > " + dir + "/child.pid; exec sleep 1000"
-			p := start(t, "leader", nil, withCommand(stallArgs(dir, "k", "--restart", restart, "--restart-delay", "1ms", "--log-level", "debug"), script)...)
+			args := append(backend("stall-"+restart), "--restart", restart, "--restart-delay", "1ms", "--log-level", "debug")
+			p := start(t, "leader", nil, withCommand(args, script)...)
 			child := readPID(t, dir+"/child.pid")
 			g := guardOf(t, p)
 			waitFor(t, 10*time.Second, "three renewals into the term", func() bool {
