@@ -29,6 +29,7 @@ cat <&4 > "$D/guard.in" & c=$!
 exec 4<&-
 while [ ! -e "$D/fire" ]; do kill -0 $c 2>/dev/null || exit 0; sleep 0.01; done
 echo fired >&3
+rm -f "$D/fire" # the next term's guard waits for a fire of its own
 if [ -n "$KILLJOB" ]; then
 	pg=$(sed -n 's/^watch [0-9-]* \([0-9]*\) .*/\1/p' "$D/guard.in" | tail -n 1)
 	[ -n "$pg" ] && kill -s KILL -- "-$pg"
@@ -153,6 +154,43 @@ func TestGuardThatFiredEndsTheTerm(t *testing.T) {
 				t.Errorf("exit %d after the guard fired, want %d", code, ExitLost)
 			}
 		})
+	}
+}
+
+// Under --on-lost rejoin, a term its guard ended is a loss like any other:
+// leaderrun campaigns again, and the next child runs with the next term's
+// epoch.
+func TestGuardThatFiredRejoins(t *testing.T) {
+	dir := t.TempDir()
+	stall, stalled := stallHook(t)
+	epochs := filepath.Join(dir, "epochs")
+	// The second term's child exits 0 on its own, which ends the run.
+	script := "echo $LEADER_EPOCH >> " + epochs + "; [ $LEADER_EPOCH = 8 ] && exit 0; echo $$ > " + dir + "/child.pid; exec sleep 1000"
+	first, second := newTestLease(7, 15*time.Second), newTestLease(8, 15*time.Second)
+	clock, rec, done := harness(t, script, first, func(c *Config) {
+		leases := make(chan *testLease, 2)
+		leases <- first
+		leases <- second
+		c.Locker = &testLocker{leases: leases}
+		c.Guard = standInGuard(dir, true)
+		c.OnLost = LostRejoin
+	})
+	child := readPIDFile(t, dir+"/child.pid")
+	waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
+	resume := stallLoop(t, clock, stall, stalled)
+	fireGuard(t, dir)
+	waitUntil(t, "the guard to kill the child", func() bool { return !signals.ProcessAlive(child) })
+	resume()
+	code, exited := advanceFor(t, clock, done, 5*time.Second, 100*time.Millisecond)
+	if !exited {
+		t.Fatalf("no second term: the supervisor still runs; %d starts", rec.count("started"))
+	}
+	if code != 0 {
+		t.Errorf("exit %d, want 0 from the second term's child", code)
+	}
+	b, _ := os.ReadFile(epochs)
+	if got := strings.Fields(string(b)); strings.Join(got, " ") != "7 8" {
+		t.Errorf("children ran with epochs %v, want [7 8]: once per term", got)
 	}
 }
 
