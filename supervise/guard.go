@@ -51,8 +51,14 @@ func (s *Supervisor) checkGuard(l *leadership) {
 		s.finish(l, reason, true, ExitLost)
 		return
 	}
+	// Already stopping: the term still ends as a loss, not with the status
+	// of a child the guard killed.
+	wasLost := l.lost
 	l.lost, l.code, l.childCode = true, ExitLost, false
 	s.log.Warn("leadership ending", "reason", reason)
+	if f := s.cfg.Events.Stopping; f != nil && !wasLost {
+		f(reason, true) // observers count the loss once
+	}
 }
 
 // onGuardExit: the guard died mid-term. Start another one and hand it the
