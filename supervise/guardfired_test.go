@@ -302,3 +302,38 @@ func TestGuardHearsLeaderrunsOwnKillPoint(t *testing.T) {
 		})
 	}
 }
+
+// A renewal granted so much shorter a TTL that it ends the term at once
+// still tells the guard the earlier kill point first: a guard left with the
+// old one would trail the lease, and a leaderrun that stalled now would
+// have its job outlive the deadline (DESIGN §1.6, §1.9).
+func TestGuardHearsAnEarlierKillPointThatEndsTheTerm(t *testing.T) {
+	dir := t.TempDir()
+	clock := newFakeClock()
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 1 {
+				return 15 * time.Second
+			}
+			return 3 * time.Second // deadline 3s after the send: stop signal overdue
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000", func(c *Config) {
+		c.Guard = standInGuard(dir, false)
+	})
+	waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
+	clock.settle(t)
+	before := guard.MonoNow()
+	clock.Advance(5 * time.Second) // the renewal that shrinks the lease
+	waitUntil(t, "the stop", func() bool { return rec.count("stopping") > 0 })
+	after := guard.MonoNow()
+	waitUntil(t, "the guard to hear it", func() bool { return len(guardKillPoints(t, dir)) >= 2 })
+	points := guardKillPoints(t, dir)
+	want := int64(3*time.Second - time.Second) // granted TTL - margin after the send
+	if got := points[len(points)-1]; got < before+want || got > after+want {
+		t.Errorf("the guard's last kill point is %v after the shrinking renewal, want %v", time.Duration(got-before), time.Duration(want))
+	}
+	if code, exited := advanceFor(t, clock, done, 10*time.Second, 100*time.Millisecond); !exited || code != ExitLost {
+		t.Errorf("exit %d (exited %v), want %d", code, exited, ExitLost)
+	}
+}
