@@ -88,7 +88,7 @@ func (s *Supervisor) onGuardExit(l *leadership) {
 	if l.job != nil {
 		l.guard.Watch(at, guardJob(l.job))
 	} else {
-		l.guard.Extend(at) // a restart is waiting: the kill point holds all the same
+		l.guard.Extend(at) // no job right now: the kill point holds all the same
 	}
 }
 

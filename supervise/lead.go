@@ -290,17 +290,17 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 }
 
 // extendGuard tells the guard the lease's kill point each time it moves,
-// that is after every successful renewal. The guard's kill point is then leaderrun's own
-// SIGKILL point for the current deadline, deadline - safety margin (§1.3,
-// §1.9): never later, and earlier only by the microseconds MonoAt errs by,
-// or, for the moment between accepting a renewal here and the guard reading
-// this message, by the time between that renewal and the one before. A
-// leaderrun that stalls therefore meets the guard only once it is itself
-// past its own kill point (a shorter stall leaves the job alone), and a
-// guard that fired in that moment ends the term all the same (checkGuard).
-// A kill point told lazily, only when the old one came near, could pass
-// a renew interval or more before leaderrun's own stop signal, and killed
-// jobs of leaderruns that had merely paused.
+// that is after every successful renewal. The guard's kill point is then
+// leaderrun's own SIGKILL point for the current deadline, deadline - safety
+// margin (§1.3, §1.9): never later, and earlier only by the microseconds
+// MonoAt errs by, or, for the moment between accepting a renewal here and
+// the guard reading this message, by the time between that renewal's send
+// and the one before. A leaderrun that stalls therefore meets the guard
+// only once it is itself past its own kill point (a shorter stall leaves
+// the job alone), and a guard that fired in that moment ends the term all
+// the same (checkGuard). A kill point told lazily, only when the old one
+// came near, could pass a renew interval or more before leaderrun's own
+// stop signal, and killed the jobs of leaderruns that had merely paused.
 func (s *Supervisor) extendGuard(l *leadership) {
 	if l.guard == nil {
 		return
