@@ -279,7 +279,12 @@ func TestGuardHearsLeaderrunsOwnKillPoint(t *testing.T) {
 				waitUntil(t, "the renewal", func() bool { return rec.count("renewed") == i })
 				clock.settle(t)
 				after := guard.MonoNow()
+				// The stand-in writes down what it heard a moment later.
 				points := guardKillPoints(t, dir)
+				for wait := time.Now().Add(2 * time.Second); len(points) <= i && time.Now().Before(wait); {
+					time.Sleep(time.Millisecond)
+					points = guardKillPoints(t, dir)
+				}
 				if len(points) != i+1 {
 					t.Fatalf("after renewal %d the guard heard %d kill points, want %d (one per renewal)", i, len(points), i+1)
 				}
