@@ -28,13 +28,14 @@ func startsLogged(t *testing.T, path string) []string {
 }
 
 // leaderrun is stopped (SIGSTOP: only leaderrun, not its guard nor its
-// child) three renewals into its term and kept stopped until its guard has killed the
-// job, then continued. The guard's kill point is leaderrun's own SIGKILL
-// point for the last deadline leaderrun knew (DESIGN §1.9), so the job dies
-// 5-5.5s after the stop, never while leaderrun could still think itself
-// within its lease. On resuming, leaderrun learns that the guard fired (or
-// finds itself past its deadline), starts nothing more in the term, with
-// --restart always neither, and exits 123, not with the killed child's 137.
+// child) three renewals into its term and kept stopped until its guard has
+// killed the job, then continued. The guard's kill point is leaderrun's own
+// SIGKILL point for the last deadline leaderrun knew (DESIGN §1.9), so the
+// job dies 4.5-5.5s after the stop, never while leaderrun could still think
+// itself within its lease. On resuming, leaderrun learns that the guard
+// fired (or finds itself past its deadline), starts nothing more in the
+// term, with --restart always neither, and exits 123, not with the killed
+// child's 137.
 func TestStalledLeaderrunEndsTheTermItsGuardEnded(t *testing.T) {
 	t.Parallel()
 	t.Run("local", func(t *testing.T) {
