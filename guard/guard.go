@@ -104,6 +104,7 @@ type state struct {
 	hold     int          // local lock descriptor, -1 without one
 	job      *contain.Job // nil while no job runs
 	killAt   int64        // CLOCK_MONOTONIC ns
+	fired    bool         // the kill point passed: the term is over
 	released bool
 	// supervisor is the leaderrun that started the guard: its re-parented
 	// orphans belong to the job.
@@ -131,6 +132,11 @@ func (g *state) apply(line string, kill *alarm) bool {
 			g.log.Error("bad watch message", "line", line, "error", err)
 			return false
 		}
+		if g.fired {
+			// A run leaderrun started before it read "fired": the term is
+			// over, so it dies at once.
+			at = min(at, MonoNow())
+		}
 		g.job, g.killAt = contain.Attach(j.Cgroup, j.Pgid, j.Token, j.Since), at
 		g.job.AdoptFrom(g.supervisor)
 		kill.set(at)
@@ -138,6 +144,11 @@ func (g *state) apply(line string, kill *alarm) bool {
 		at, err := strconv.ParseInt(rest, 10, 64)
 		if err != nil {
 			g.log.Error("bad extend message", "line", line)
+			return false
+		}
+		if g.fired {
+			// A renewal that leaderrun acted on after the kill point
+			// passed: too late, the term is over.
 			return false
 		}
 		// Extensions come in the order of the renewals they follow; a
@@ -156,18 +167,30 @@ func (g *state) apply(line string, kill *alarm) bool {
 }
 
 // killPointPassed: leaderrun missed its own kill point (frozen, deadlocked,
-// or exactly on time). Kill the job, and once it is gone release the lease
-// so a standby starts at once; leaderrun, when it runs again, finds the
-// loss and starts nothing (DESIGN §1.3, §1.9).
+// or exactly on time). The term is over: say so, kill the job, and once it
+// is gone release the lease so a standby starts at once. "fired" goes out
+// before the kill, so leaderrun, when it runs again, reads it before it can
+// see the job's death, and starts nothing more in this term (DESIGN §1.3,
+// §1.9). Once fired the guard stays fired: a job leaderrun starts after
+// that (it had not read "fired" yet) is killed at once; the lease is
+// released only once.
 func (g *state) killPointPassed() {
-	if g.released {
+	if !g.fired {
+		g.fired = true
+		g.say(verbFired)
+	}
+	if !g.killJob("kill point passed without a renewal") || g.released {
 		return
 	}
-	if !g.killJob("kill point passed without a renewal") {
-		return
+	if g.releaseLease("kill point passed") {
+		g.say(verbReleased)
 	}
-	if g.releaseLease("kill point passed") && g.reply != nil {
-		_, _ = io.WriteString(g.reply, verbReleased+"\n")
+}
+
+// say writes one reply to leaderrun.
+func (g *state) say(verb string) {
+	if g.reply != nil {
+		_, _ = io.WriteString(g.reply, verb+"\n")
 	}
 }
 

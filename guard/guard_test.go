@@ -126,7 +126,7 @@ func TestKillPointKillsThenReleases(t *testing.T) {
 		t.Fatal("job killed before its kill point")
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for g.replies.String() != "released\n" {
+	for g.replies.String() != "fired\nreleased\n" {
 		if time.Now().After(deadline) {
 			t.Fatalf("no release reported; replies %q", g.replies.String())
 		}
@@ -311,7 +311,7 @@ func TestKillPointKeepsLiveLeaderrunsCgroup(t *testing.T) {
 		t.Fatal("job not killed 5s after the kill point")
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for g.replies.String() != "released\n" {
+	for g.replies.String() != "fired\nreleased\n" {
 		if time.Now().After(deadline) {
 			t.Fatalf("no release reported; replies %q", g.replies.String())
 		}

@@ -3,9 +3,10 @@
 package guard
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,10 +39,20 @@ type Process struct {
 	pid      int
 	fd       int // write end of the guard's stdin, non-blocking
 	exited   chan struct{}
+	fired    chan struct{}
 	released chan struct{}
 	replies  chan struct{} // closed when the reply reader ends
 	log      Logger
 	broken   bool
+
+	// The reply pipe is read by a goroutine (which closes the channels
+	// above) and by HasFired, in the caller's goroutine; mu orders them.
+	mu       sync.Mutex
+	rfd      int    // read end of the reply pipe, non-blocking
+	ended    bool   // end of the reply pipe seen: rfd is no longer read
+	partial  []byte // a reply line not yet complete
+	hasFired bool
+	hasRel   bool
 }
 
 // Start starts a guard for one leadership term and tells it the lease.
@@ -70,11 +81,16 @@ func Start(spec *Spec, handle string, hold *os.File, start Starter, log Logger) 
 		closeAll(in[0], in[1], out[0], out[1])
 		return nil, err
 	}
+	// Non-blocking, so HasFired can read it without waiting.
+	if err := unix.SetNonblock(out[0], true); err != nil {
+		closeAll(in[0], in[1], out[0], out[1])
+		return nil, err
+	}
 	files := []uintptr{uintptr(in[0]), 1, 2, uintptr(out[1])}
 	if hold != nil {
 		files = append(files, hold.Fd())
 	}
-	p := &Process{fd: in[1], exited: make(chan struct{}), released: make(chan struct{}), replies: make(chan struct{}), log: log}
+	p := &Process{fd: in[1], rfd: out[0], exited: make(chan struct{}), fired: make(chan struct{}), released: make(chan struct{}), replies: make(chan struct{}), log: log}
 	attr := &syscall.ProcAttr{
 		Env:   spec.Env,
 		Files: files,
@@ -98,18 +114,76 @@ func Start(spec *Spec, handle string, hold *os.File, start Starter, log Logger) 
 	return p, nil
 }
 
-// readReplies turns the guard's answers into channel closes. It ends when
-// the guard exits (end of its reply pipe).
+// readReplies turns the guard's answers into channel closes as they come.
+// It ends when the guard exits (end of its reply pipe).
 func (p *Process) readReplies(f *os.File) {
 	defer close(p.replies)
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	closed := false
-	for sc.Scan() {
-		if sc.Text() == verbReleased && !closed {
-			close(p.released)
-			closed = true
+	if rc, err := f.SyscallConn(); err == nil {
+		// Called again each time the pipe is readable, until it ends.
+		_ = rc.Read(func(uintptr) bool { return p.drain() })
+	}
+	// Should the runtime's poller refuse the pipe, wait in poll(2).
+	for !p.drain() {
+		fds := []unix.PollFd{{Fd: int32(p.rfd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil && !errors.Is(err, unix.EINTR) {
+			break
 		}
+	}
+	p.mu.Lock()
+	p.ended = true
+	p.mu.Unlock()
+}
+
+// drain reads whatever the guard has written so far, without blocking, and
+// reports whether the pipe ended.
+func (p *Process) drain() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var buf [256]byte
+	for !p.ended {
+		n, err := unix.Read(p.rfd, buf[:])
+		switch {
+		case n > 0:
+			p.take(buf[:n])
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EAGAIN):
+			return false
+		default: // end of the pipe: the guard exited
+			p.ended = true
+		}
+	}
+	return true
+}
+
+// take handles the complete reply lines in b.
+func (p *Process) take(b []byte) {
+	p.partial = append(p.partial, b...)
+	for {
+		i := bytes.IndexByte(p.partial, '\n')
+		if i < 0 {
+			return
+		}
+		line := string(p.partial[:i])
+		p.partial = p.partial[i+1:]
+		switch line {
+		case verbFired:
+			p.markFired()
+		case verbReleased:
+			// Only a guard that fired releases.
+			p.markFired()
+			if !p.hasRel {
+				p.hasRel = true
+				close(p.released)
+			}
+		}
+	}
+}
+
+func (p *Process) markFired() {
+	if !p.hasFired {
+		p.hasFired = true
+		close(p.fired)
 	}
 }
 
@@ -121,6 +195,22 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // Released is closed when the guard reports it released the lease.
 func (p *Process) Released() <-chan struct{} { return p.released }
+
+// Fired is closed when the guard reports its kill point passed: it kills
+// the job and releases the lease, and the term is over.
+func (p *Process) Fired() <-chan struct{} { return p.fired }
+
+// HasFired reads, in the caller's goroutine and without blocking, all that
+// the guard has written so far, and reports whether it said "fired". The
+// guard says it before it kills, so a supervisor that saw the job die, or
+// a renewal answered, after the guard fired learns it here before it acts
+// on either: unlike Fired, no goroutine has to have run first.
+func (p *Process) HasFired() bool {
+	p.drain()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hasFired
+}
 
 // Watch hands the guard a new run of the job and its kill point.
 func (p *Process) Watch(killAt int64, j Job) { p.send(Watch(killAt, j)) }

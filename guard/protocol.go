@@ -22,14 +22,22 @@ import (
 //	                                      until the job is gone (DESIGN §1.9)
 //	watch <mono-ns> <pgid> <since> <token|-> <cgroup|->
 //	                                      a new run of the job and its kill point
-//	extend <mono-ns>                      the kill point after a successful renewal
+//	extend <mono-ns>                      the kill point after a successful renewal that
+//	                                      moved it: the lease's, deadline - safety margin
 //	gone                                  the job is gone: nothing to kill until the next watch
+//	                                      (the kill point still holds)
 //	done                                  leadership released: exit
 //
 // Guard to supervisor:
 //
+//	fired                                 the kill point passed: the term is over. Written
+//	                                      BEFORE the guard kills the job, so a supervisor that
+//	                                      saw the job die and then reads the pipe finds it.
+//	                                      From then on the guard ignores extend, kills any job
+//	                                      a later watch names at once, and releases the lease
+//	                                      once the job is gone (DESIGN §1.9)
 //	released                              the guard killed the job at the kill point, saw it
-//	                                      gone and released the lease (DESIGN §1.9)
+//	                                      gone and released the lease (always after fired)
 //
 // Times are absolute CLOCK_MONOTONIC nanoseconds, the same clock in every
 // process on the host and immune to wall-clock steps. End of input without
@@ -44,6 +52,7 @@ const (
 	verbExtend   = "extend"
 	verbGone     = "gone"
 	verbDone     = "done"
+	verbFired    = "fired"
 	verbReleased = "released"
 )
 

@@ -34,13 +34,41 @@ func (s *Supervisor) ensureGuard(l *leadership) error {
 	return nil
 }
 
+// checkGuard ends the term once the guard says it fired: its kill point
+// passed, so it kills the job and releases the lease (DESIGN §1.9). It reads
+// all the guard wrote so far, in this goroutine: the guard says "fired"
+// before it kills, so a child that died of the guard's SIGKILL, or a
+// renewal answered after the guard fired, is seen for what it is. The term
+// ends as a loss (123, or campaign again under --on-lost rejoin), whatever
+// it was stopping for: the lease is the guard's to release now.
+func (s *Supervisor) checkGuard(l *leadership) {
+	if l.guardFired || l.guard == nil || !l.guard.HasFired() {
+		return
+	}
+	l.guardFired = true
+	const reason = "the dead-man guard fired: its kill point passed, it kills the job and releases leadership"
+	if !l.stopping {
+		s.finish(l, reason, true, ExitLost)
+		return
+	}
+	// Already stopping: the term still ends as a loss, not with the status
+	// of a child the guard killed.
+	wasLost := l.lost
+	l.lost, l.code, l.childCode = true, ExitLost, false
+	s.log.Warn("leadership ending", "reason", reason)
+	if f := s.cfg.Events.Stopping; f != nil && !wasLost {
+		f(reason, true) // observers count the loss once
+	}
+}
+
 // onGuardExit: the guard died mid-term. Start another one and hand it the
 // running job; if that fails, the job is stopped and leadership given back
-// (DESIGN §1.9).
+// (DESIGN §1.9). A guard that fired before it died ended the term.
 func (s *Supervisor) onGuardExit(l *leadership) {
 	old := l.guard
-	l.guard = nil
 	old.Kill() // reaped already; collects its reply reader
+	s.checkGuard(l)
+	l.guard = nil
 	if isClosed(old.Released()) {
 		l.guardReleased = true
 	}
@@ -55,9 +83,12 @@ func (s *Supervisor) onGuardExit(l *leadership) {
 		s.finish(l, "no dead-man guard", false, ExitInternal)
 		return
 	}
+	l.guardKillAt = l.timeline.KillAt()
+	at := guard.MonoAt(l.guardKillAt, s.clock.Now)
 	if l.job != nil {
-		l.guardKillAt = l.timeline.KillAt()
-		l.guard.Watch(guard.MonoAt(l.guardKillAt, s.clock.Now), guardJob(l.job))
+		l.guard.Watch(at, guardJob(l.job))
+	} else {
+		l.guard.Extend(at) // no job right now: the kill point holds all the same
 	}
 }
 
@@ -66,6 +97,13 @@ func guardExited(l *leadership) <-chan struct{} {
 		return nil
 	}
 	return l.guard.Exited()
+}
+
+func guardFiredC(l *leadership) <-chan struct{} {
+	if l.guard == nil || l.guardFired {
+		return nil
+	}
+	return l.guard.Fired()
 }
 
 func guardReleasedC(l *leadership) <-chan struct{} {

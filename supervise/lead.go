@@ -56,6 +56,7 @@ type leadership struct {
 
 	guard         *guard.Process // nil without a guard
 	guardKillAt   time.Time      // the kill point the guard last heard
+	guardFired    bool           // the guard's kill point passed: the term is over
 	guardReleased bool           // the guard released the lease itself
 
 	started   bool // a child was started this term
@@ -134,11 +135,17 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			if l.guard != nil && isClosed(l.guard.Released()) {
 				l.guardReleased = true
 			}
-			if l.guardReleased {
+			switch {
+			case l.guardReleased:
 				s.log.Info("leadership already released by the guard", "epoch", lease.Epoch())
 				// Still stop the lease's own goroutines; the backend says no.
 				s.releaseQuietly(lease)
-			} else {
+			case l.guardFired:
+				// The guard releases it once it sees the job gone, maybe
+				// after a standby took the lock: leave the record alone.
+				s.log.Info("leadership is released by the guard", "epoch", lease.Epoch())
+				s.releaseQuietly(lease)
+			default:
 				s.release(lease)
 			}
 			if l.guard != nil {
@@ -155,9 +162,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		case r := <-renewals:
 			s.onRenewal(l, r, &termAt)
 		case <-termAt.C():
-			if !l.stopping {
-				s.finish(l, "lease deadline reached without a successful renewal", true, ExitLost)
-			}
+			s.overdue(l) // the guard first: it may have fired already
 		case <-timerC(l.killAt):
 			l.killAt = nil
 			s.kill(l)
@@ -184,11 +189,11 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			s.forward(l, sig)
 		case <-guardExited(l):
 			s.onGuardExit(l)
+		case <-guardFiredC(l):
+			s.checkGuard(l)
 		case <-guardReleasedC(l):
 			l.guardReleased = true
-			if !l.stopping {
-				s.finish(l, "the guard killed the job at the kill point and released leadership", true, ExitLost)
-			}
+			s.checkGuard(l) // a guard that released has fired
 		case <-tickerC(poll):
 			// A heartbeat; while stopping, re-check the job at the top.
 		}
@@ -249,9 +254,10 @@ func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan
 }
 
 // onRenewal moves the deadline after a success. A result that arrives once
-// the stop sequence began changes nothing (§1.3).
+// the stop sequence began changes nothing (§1.3), nor one that arrives
+// after the guard fired: overdue reads the guard's replies first.
 func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
-	if l.stopping {
+	if s.overdue(l) {
 		return
 	}
 	if r.err != nil {
@@ -259,49 +265,48 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 			s.finish(l, "leadership lost: "+r.err.Error(), true, ExitLost)
 			return
 		}
-		s.extendGuard(l)
 		s.log.Warn("renew failed", "error", r.err, "deadline_in", l.timeline.Deadline.Sub(s.clock.Now()).Round(time.Millisecond))
 		if f := s.cfg.Events.RenewFailed; f != nil {
 			f(r.err)
 		}
 		return
 	}
-	if s.overdue(l) {
-		return // too late: the stop was due before this answer arrived
-	}
 	// Renewals are sequential, so this answer is to the latest send: its
 	// deadline rules, even when a shorter granted TTL makes it earlier than
 	// the last one (§1.2, §1.6).
 	l.timeline.Deadline = NewDeadline(r.sent, s.cfg.TTL, r.granted)
+	// Before anything else: an earlier kill point must reach the guard
+	// even when it ends the term here.
+	s.extendGuard(l)
 	if s.overdue(l) {
 		return
 	}
 	(*termAt).Stop()
 	*termAt = s.at(l.timeline.TermAt())
-	s.extendGuard(l)
 	s.log.Debug("renewed", "deadline_in", l.timeline.Deadline.Sub(s.clock.Now()).Round(time.Millisecond))
 	if f := s.cfg.Events.Renewed; f != nil {
 		f(l.timeline.Deadline)
 	}
 }
 
-// extendGuard tells the guard the current kill point, lazily: only when the
-// kill point it knows comes within a renew interval plus a renewal timeout
-// (the longest the next success can take), or is later than ours. Every
-// renewal result, failures included, passes here, so a guard is never left
-// with a kill point that a live supervisor would have moved; a frozen one
-// leaves the guard an earlier kill point, never a later one. Fewer messages
-// let the guard sleep (issue: footprint).
+// extendGuard tells the guard the lease's kill point each time it moves,
+// that is after every successful renewal. The guard's kill point is then
+// leaderrun's own SIGKILL point for the current deadline, deadline - safety
+// margin (§1.3, §1.9): never later, and earlier only by the microseconds
+// MonoAt errs by, or, for the moment between accepting a renewal here and
+// the guard reading this message, by the time between that renewal's send
+// and the one before. A leaderrun that stalls therefore meets the guard
+// only once it is itself past its own kill point (a shorter stall leaves
+// the job alone), and a guard that fired in that moment ends the term all
+// the same (checkGuard). A kill point told lazily, only when the old one
+// came near, could pass a renew interval or more before leaderrun's own
+// stop signal, and killed the jobs of leaderruns that had merely paused.
 func (s *Supervisor) extendGuard(l *leadership) {
-	if l.guard == nil || l.job == nil {
+	if l.guard == nil {
 		return
 	}
 	want := l.timeline.KillAt()
 	if want.Equal(l.guardKillAt) {
-		return
-	}
-	soon := l.guardKillAt.Sub(s.clock.Now()) < s.cfg.RenewInterval+s.renewTimeout()
-	if !soon && !want.Before(l.guardKillAt) {
 		return
 	}
 	l.guardKillAt = want
@@ -357,8 +362,8 @@ func (s *Supervisor) restart(ctx context.Context, l *leadership) {
 }
 
 // mayStart reports whether a child may start now: not once a stop was
-// requested or a loss reported, whatever order the select saw them in
-// (DESIGN §1.11). It starts the stop sequence for them.
+// requested, a loss reported or the guard fired, whatever order the select
+// saw them in (DESIGN §1.9, §1.11). It starts the stop sequence for them.
 func (s *Supervisor) mayStart(ctx context.Context, l *leadership) bool {
 	if s.overdue(l) {
 		return false
@@ -397,11 +402,13 @@ func (s *Supervisor) startOrFinish(l *leadership, what string) {
 	s.finish(l, what, false, code)
 }
 
-// overdue starts the stop sequence if the lease's stop time has passed,
-// and reports whether the leadership is stopping. Every event handler asks
-// it first: after a freeze, the deadline rules whatever event the select
-// happened to pick, a child's exit or a late renewal included (§1.3).
+// overdue starts the stop sequence if the lease's stop time has passed or
+// the guard fired, and reports whether the leadership is stopping. Every
+// event handler asks it first: after a freeze, the deadline and the guard
+// rule whatever event the select happened to pick, a child's exit or a
+// late renewal included (§1.3, §1.9).
 func (s *Supervisor) overdue(l *leadership) bool {
+	s.checkGuard(l)
 	if !l.stopping && !s.clock.Now().Before(l.timeline.TermAt()) {
 		s.finish(l, "lease deadline reached without a successful renewal", true, ExitLost)
 	}

@@ -136,6 +136,7 @@ func (r *recorder) events_() Events {
 		Stopping:       func(reason string, lost bool) { r.add("stopping") },
 		Released:       func() { r.add("released") },
 		ChildExited:    func(code int) { r.add("exited " + strconv.Itoa(code)) },
+		Renewed:        func(time.Time) { r.add("renewed") },
 		Tick:           func() { r.ticks.Add(1) },
 	}
 }
