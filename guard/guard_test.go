@@ -330,7 +330,7 @@ func TestKillPointKeepsLiveLeaderrunsCgroup(t *testing.T) {
 // A local lock is released by unlocking the descriptor the guard holds, and
 // that is the whole release: no releaser runs (the small guard's would be
 // `leaderrun __release`, a process that can fail), and leaderrun is told
-// "released" at the kill point.
+// "fired", then "released", at the kill point.
 func TestHeldLockReleaseRunsNoReleaser(t *testing.T) {
 	j := job(t)
 	path := filepath.Join(t.TempDir(), "lock")
@@ -357,7 +357,7 @@ func TestHeldLockReleaseRunsNoReleaser(t *testing.T) {
 	g.send(t, Hello([]byte(`{"backend":"local"}`))+Lease(path)+Hold(dup)+Watch(MonoNow()+int64(200*time.Millisecond), j))
 	waitGone(t, j, 5*time.Second)
 	deadline := time.Now().Add(5 * time.Second)
-	for g.replies.String() != "released\n" {
+	for g.replies.String() != "fired\nreleased\n" {
 		if time.Now().After(deadline) {
 			t.Fatalf("no release reported; replies %q", g.replies.String())
 		}
