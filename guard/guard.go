@@ -195,6 +195,11 @@ func (g *state) killJob(reason string) bool {
 		if err := j.Kill(); err != nil {
 			g.log.Error("kill the job", "error", err)
 		}
+		// In group mode one Kill sweeps for a bounded time; sweep again
+		// while anything of the job lives (DESIGN §1.4).
+		for end := time.Now().Add(goneTimeout); j.Cgroup() == "" && time.Now().Before(end) && j.Alive(); {
+			_ = j.Kill()
+		}
 		g.log.Warn("killed the job", "pgid", j.Pgid(), "cgroup", j.Cgroup(), "reason", reason)
 	}
 	if !j.WaitGone(goneTimeout) {
