@@ -258,8 +258,11 @@ func (j *Job) look(kill bool) (live []procInfo, killed map[int]bool) {
 			}
 		})
 	}
-	members := j.classify(scanProcs(visit))
-	settled := true
+	procs, vanished := scanProcs(visit)
+	members := j.classify(procs)
+	// A process listed and gone before it could be read may have been of
+	// the job and have forked before it went.
+	settled := vanished == 0
 	dead := map[int]uint64{}
 	now := make(map[int]uint64, len(members))
 	for _, m := range members {

@@ -149,9 +149,24 @@ func TestDoubleForkNeverJudgedGone(t *testing.T) {
 	}
 }
 
+// beating reports whether file grows within d.
+func beating(file string, d time.Duration) bool {
+	size := func() int64 {
+		fi, err := os.Stat(file)
+		if err != nil {
+			return -1
+		}
+		return fi.Size()
+	}
+	before := size()
+	time.Sleep(d)
+	return size() != before
+}
+
 // A job of processes that fork without pause, each moving to a new session
-// and exiting as soon as its child runs, is killed whole by one Kill: no
-// process with its marker runs afterwards, as /proc tells.
+// and exiting as soon as its child runs, is killed whole by one Kill:
+// afterwards no process with its marker runs, as /proc tells, and the
+// storm's heartbeat has stopped.
 func TestForkStormKilledByKill(t *testing.T) {
 	prog := cProgram(t, testsupport.ForkRelay)
 	for _, v := range views {
@@ -161,10 +176,17 @@ func TestForkStormKilledByKill(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			startIn(t, j, []string{prog, "4", "100", "20"})
+			beat := filepath.Join(t.TempDir(), "beat")
+			startIn(t, j, []string{prog, "4", "100", "20", beat})
+			t.Cleanup(func() {
+				// Do not leave a storm running for its 20 seconds, whatever
+				// failed: it would be every later job's orphan.
+				for end := time.Now().Add(10 * time.Second); beating(beat, 50*time.Millisecond) && time.Now().Before(end); {
+					_ = j.Kill()
+				}
+			})
 			w := v.of(j)
-			time.Sleep(200 * time.Millisecond)
-			if n := len(markedAlive(j.Token())); n == 0 {
+			if !beating(beat, 100*time.Millisecond) {
 				t.Fatal("the storm is not running")
 			}
 			t0 := time.Now()
@@ -172,26 +194,17 @@ func TestForkStormKilledByKill(t *testing.T) {
 				t.Error(err)
 			}
 			took := time.Since(t0)
-			var left []int
+			t.Logf("Kill took %v", took)
 			for range 10 {
-				if left = markedAlive(j.Token()); len(left) > 0 {
-					break
+				if left := markedAlive(j.Token()); len(left) > 0 {
+					t.Fatalf("processes of the job run after Kill (%v): %v", took, left)
 				}
-				time.Sleep(20 * time.Millisecond)
 			}
-			if len(left) > 0 {
-				t.Errorf("processes of the job run after Kill (%v): %v", took, left)
+			if beating(beat, 300*time.Millisecond) {
+				t.Fatalf("the storm goes on after Kill (%v)", took)
 			}
 			if w.Alive() {
 				t.Error("the job is reported alive after Kill")
-			}
-			t.Logf("Kill took %v", took)
-			// The storm stops by itself after its 20 seconds; do not let a
-			// failed Kill leave it running that long.
-			for end := time.Now().Add(10 * time.Second); len(markedAlive(j.Token())) > 0 && time.Now().Before(end); {
-				for _, pid := range markedAlive(j.Token()) {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
 			}
 		})
 	}

@@ -17,28 +17,33 @@ type procInfo struct {
 	start           uint64 // clock ticks after boot
 }
 
-// scanProcs lists /proc a few entries at a time and reads each stat file
+// scanProcs lists /proc an entry or two at a time and reads each stat file
 // as soon as its pid is listed, calling visit (if not nil) on each: the
 // shorter the time between listing a process and reading it, the less it
 // can do in between. Pids are listed in increasing order and new ones are
 // mostly higher, so a process forked while the scan runs is mostly listed
-// by the same scan.
-func scanProcs(visit func(procInfo)) []procInfo {
+// by the same scan. vanished counts the pids listed whose stat file was
+// gone a moment later.
+func scanProcs(visit func(procInfo)) (procs []procInfo, vanished int) {
 	fd, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	defer unix.Close(fd)
-	buf := make([]byte, 512)
-	out := make([]procInfo, 0, 256)
+	buf := make([]byte, 64)
+	procs = make([]procInfo, 0, 256)
 	var names []string
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
+		if err == unix.EINVAL && len(buf) < 4096 {
+			buf = make([]byte, 2*len(buf)) // an entry longer than the buffer
+			continue
+		}
 		if err != nil || n <= 0 {
-			return out
+			return procs, vanished
 		}
 		_, _, names = unix.ParseDirent(buf[:n], -1, names[:0])
 		for _, name := range names {
@@ -49,12 +54,15 @@ func scanProcs(visit func(procInfo)) []procInfo {
 			if err != nil {
 				continue
 			}
-			if st, ok := readStat("/proc/" + name + "/stat"); ok {
-				p := procInfo{pid: pid, ppid: st.ppid, pgid: st.pgid, start: st.start}
-				out = append(out, p)
-				if visit != nil {
-					visit(p)
-				}
+			st, ok := readStat("/proc/" + name + "/stat")
+			if !ok {
+				vanished++
+				continue
+			}
+			p := procInfo{pid: pid, ppid: st.ppid, pgid: st.pgid, start: st.start}
+			procs = append(procs, p)
+			if visit != nil {
+				visit(p)
 			}
 		}
 	}

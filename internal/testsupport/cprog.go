@@ -31,9 +31,12 @@ int main(int argc, char **argv) {
 // forkRelayC runs argv[1] relays: each forks, leaves the rest to its child
 // and exits, over and over, the child moving to a session of its own and
 // waiting argv[2] microseconds before it forks on. No process lives long,
-// and none stays in the job's process group. After argv[3] seconds the
-// relays stop on their own, so a test that fails leaves no storm behind.
+// and none stays in the job's process group. Every 16th hop appends a byte
+// to the file argv[4]: while it grows, the storm lives. After argv[3]
+// seconds the relays stop on their own, so a test that fails leaves no
+// storm behind.
 const forkRelayC = `
+#include <fcntl.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,10 +44,13 @@ int main(int argc, char **argv) {
 	int n = atoi(argv[1]);
 	useconds_t us = (useconds_t)atoi(argv[2]);
 	time_t end = time(0) + atoi(argv[3]);
+	int beat = open(argv[4], O_WRONLY | O_APPEND | O_CREAT, 0644);
+	unsigned hops = 0;
 	for (int i = 1; i < n; i++)
 		if (fork() == 0) break;
 	for (;;) {
 		if (time(0) > end) _exit(0);
+		if (++hops % 16 == 0) write(beat, "x", 1);
 		pid_t p = fork();
 		if (p > 0) _exit(0);
 		if (p < 0) { usleep(1000); continue; }
@@ -107,8 +113,8 @@ func compileC(name, src string, flags []string) (string, error) {
 // daemon appends its pid to PIDFILE and sleeps for ever.
 func DoubleFork() (string, error) { return buildC("doublefork", doubleForkC) }
 
-// ForkRelay builds a fork storm: run as "PROG N MICROSECONDS SECONDS", it
-// keeps N relays going, each a process that forks and exits at once while
-// its child calls setsid, waits MICROSECONDS and does the same, until
-// SECONDS have passed.
+// ForkRelay builds a fork storm: run as "PROG N MICROSECONDS SECONDS
+// BEATFILE", it keeps N relays going, each a process that forks and exits
+// at once while its child calls setsid, waits MICROSECONDS and does the
+// same, until SECONDS have passed; BEATFILE grows while any relay lives.
 func ForkRelay() (string, error) { return buildC("forkrelay", forkRelayC) }
