@@ -66,16 +66,24 @@ import (
 // finds (zombie) was already dead in the previous scan (so it died before
 // this scan began, and its children had been re-parented to the root by
 // then: they are listed and read like C), no member of the previous scan
-// has vanished since, and, where the root's reaps can be counted, none
-// happened during the scan. leaderrun counts its own reaps (Options.Reaped),
-// so for leaderrun one settled scan proves (2) false, and by (1) the job is
-// gone for good. Where reaps cannot be seen (the guard: the reaper is the
-// supervising leaderrun, or init once it died), case c is invisible, and
-// two consecutive settled scans are required: the process that relays the
-// job through the first scan (forked after its listing) is alive when the
-// second begins, so the second must catch it. To slip through n scans in
-// a row a job must fork after a listing and be reaped within the next scan
-// n times running; the guard takes two, the price of not seeing reaps.
+// has vanished since, no pid it listed was gone before it could be read
+// (case c seen directly), and, where the root's reaps can be counted, none
+// happened during the scan (case c whatever the timing). leaderrun counts
+// its own reaps (Options.Reaped), so for leaderrun one settled scan proves
+// (2) false, and by (1) the job is gone for good.
+//
+// Where reaps cannot be counted (the guard: the reaper is the supervising
+// leaderrun, or init once it died) case c is caught only if C is reaped
+// between its listing and its read; C reaped before the scan reached its
+// pid leaves no trace. Two consecutive settled scans are required there: a
+// process that relays the job through the first scan (forked after its
+// listing) is alive when the second begins and must be reaped, unseen,
+// before the second reaches it. To pass, a job must do that in every scan
+// of a row; the guard's residue, the price of not seeing reaps. /proc is
+// read an entry or two at a time, each stat file as soon as its pid is
+// listed, which leaves a process microseconds between the two, and a pid
+// forked during a scan is mostly higher than the scan's position and
+// listed by the same scan.
 //
 // # Signals
 //
