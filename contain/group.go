@@ -54,13 +54,14 @@ import (
 //	    member left to fork, to pass the marker on, or to anchor the group.
 //	(2) If the job has a live process at the instant T a scan begins, the
 //	    root has a live child C of the job at T (see Members). C existed
-//	    when the listing began, so the scan lists it and then reads its
-//	    stat, which shows one of three things:
+//	    when the listing began, so the scan lists it when it reaches its
+//	    pid and then reads its stat, and finds one of three things:
 //	      a. C alive, a child of the root: a live member, the job is alive;
 //	      b. C a zombie (it exited during the scan): a member that died since
 //	         the last scan;
-//	      c. nothing, for C was reaped during the scan: only the root reaps
-//	         its children.
+//	      c. nothing, for C was reaped during the scan, before its pid was
+//	         listed or between listing and read: only the root reaps its
+//	         children.
 //
 // So a scan is settled when it finds no live member, every dead member it
 // finds (zombie) was already dead in the previous scan (so it died before
@@ -100,10 +101,12 @@ import (
 //
 // # Kill
 //
-// SIGKILL every live member, scan again, and repeat until the job is gone
-// as above, within killSweepLimit; callers that still find the job alive
-// call Kill again. A killed process can fork no more, so each pass leaves
-// only the children forked since the last scan.
+// SIGKILL every member the moment the scan reads it and can tell it one
+// (a child of the root, a descendant of a member already read, a marked
+// process...), the rest once the scan is over; scan again, and repeat
+// until the job is gone as above, within killSweepLimit. Callers that still
+// find the job alive call Kill again. A killed process can fork no more, so
+// each pass leaves only the children forked since it read their parent.
 
 // killSweepLimit bounds one Kill in group mode. The supervisor and the
 // guard call Kill again while the job lives, so a bound keeps their loops
