@@ -24,7 +24,7 @@ func openContainment(c *cli.Context, log hclog.Logger) (*contain.Box, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--contain %w", err)
 	}
-	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started}
+	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started, Reaped: supervise.Reaped, HoldReaps: supervise.HoldReaps}
 	if mode != contain.Group {
 		if dir, err := systemdScope(c.String("key")); err != nil {
 			log.Warn("cannot get a systemd scope for the job", "error", err)

@@ -31,8 +31,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Mode is how jobs are contained.
@@ -74,6 +77,17 @@ type Options struct {
 	// Cgroup, when set, is a cgroup directory already delegated to this
 	// process (for example a systemd scope); jobs are created beneath it.
 	Cgroup string
+	// Reaped, when set, counts the children this process has reaped so
+	// far (its one reaper). In group mode with AdoptOrphans, a scan during
+	// which the count did not move sees every child of the job this
+	// process has: one such scan that finds nothing proves the job gone
+	// (group.go). Without it two are needed.
+	Reaped func() uint64
+	// HoldReaps, when set, runs f while this process reaps none of its
+	// children. Group mode then signals the job's first process's group
+	// with one kill(-pgid), checked inside f to be still unreaped.
+	// Without it, group mode signals member by member only.
+	HoldReaps func(f func())
 }
 
 // Box is where one leaderrun places its jobs, chosen once at start.
@@ -130,9 +144,11 @@ func (b *Box) Close() error {
 func (b *Box) NewJob() (*Job, error) {
 	n := b.seq.Add(1)
 	j := &Job{
-		box:   b,
-		token: fmt.Sprintf("%d.%d.%d", os.Getpid(), n, monoNow()),
-		cgfd:  -1,
+		box:       b,
+		token:     fmt.Sprintf("%d.%d.%d", os.Getpid(), n, monoNow()),
+		cgfd:      -1,
+		leaderFD:  -1,
+		notBefore: bootTicks(),
 	}
 	if b.mode == Cgroup {
 		dir := fmt.Sprintf("%s/job.%d.%d", b.parent, os.Getpid(), n)
@@ -158,16 +174,31 @@ type Job struct {
 	hasKill bool
 	pgid    int
 	pid     int
-	since   uint64 // start time of the first process, in clock ticks
+	since   uint64 // no process of the job is older (clock ticks after boot)
+	// leaderStart is the first process's start time, 0 if unknown: with
+	// pid, its identity.
+	leaderStart uint64
+	// leaderFD is a pidfd of the first process from clone itself, -1
+	// without one (group mode, this process's own child).
+	leaderFD int
+	// notBefore is the time NewJob was called, in the clock ticks of
+	// start times: every process of the job is at least as young.
+	notBefore uint64
 	// adoptFrom, in the guard's view, is the supervisor: its orphans are
 	// the job's.
 	adoptFrom int
+
+	// Group mode's memory of its scans (group.go).
+	mu    sync.Mutex
+	seen  map[int]uint64 // members of the last scan: pid → start time
+	dead  map[int]uint64 // those of them whose threads had all exited
+	quiet int            // settled scans in a row that found no live member
 }
 
 // Attach describes a job started by another process (the guard's view): its
 // cgroup directory, or else its process group, marker and Since.
 func Attach(cgroup string, pgid int, token string, since uint64) *Job {
-	j := &Job{token: token, cgroup: cgroup, cgfd: -1, pgid: pgid, pid: pgid, since: since}
+	j := &Job{token: token, cgroup: cgroup, cgfd: -1, pgid: pgid, pid: pgid, since: since, leaderStart: since, leaderFD: -1}
 	if cgroup != "" {
 		_, err := os.Stat(cgroup + "/cgroup.kill")
 		j.hasKill = err == nil
@@ -194,17 +225,32 @@ func (j *Job) Pgid() int { return j.pgid }
 
 // SysProcAttr makes the child start in the job's cgroup (clone3
 // CLONE_INTO_CGROUP), so not even its first instruction runs outside it.
+// In group mode it asks clone for a pidfd of the child (CLONE_PIDFD): the
+// one handle on it that no reap and reuse of its pid can redirect.
 func (j *Job) SysProcAttr(attr *syscall.SysProcAttr) {
 	if j.cgfd >= 0 {
 		attr.UseCgroupFD = true
 		attr.CgroupFD = j.cgfd
 	}
+	if j.cgroup == "" && j.box != nil && attr.PidFD == nil {
+		attr.PidFD = &j.leaderFD
+	}
 }
 
-// Started records the child's pid, which leads the job's process group.
+// Started records the child's pid, which leads the job's process group, and
+// its start time. The start time is trusted only if the child's pidfd says
+// it was not reaped meanwhile (its pid cannot have been reused then);
+// otherwise no start time identifies it and Since is the time NewJob ran.
 func (j *Job) Started(pid int) {
 	j.pid, j.pgid = pid, pid
-	j.since = StartTime(pid)
+	st := StartTime(pid)
+	if j.leaderFD >= 0 && unix.PidfdSendSignal(j.leaderFD, 0, nil, 0) != nil {
+		st = 0
+	}
+	j.leaderStart, j.since = st, st
+	if st == 0 || st < j.notBefore {
+		j.leaderStart, j.since = 0, j.notBefore
+	}
 	j.closeFD()
 }
 
@@ -220,8 +266,15 @@ func (j *Job) closeFD() {
 }
 
 // Signal sends sig to every process of the job, then SIGCONT so a stopped
-// process can act on it at once instead of wasting the kill grace.
+// process can act on it at once instead of wasting the kill grace. In group
+// mode it reaches only processes proven members (group.go).
 func (j *Job) Signal(sig syscall.Signal) error {
+	if j.cgroup == "" {
+		if sig == syscall.SIGKILL || sig == syscall.SIGCONT {
+			return j.groupSignalAll(sig)
+		}
+		return j.groupSignalAll(sig, syscall.SIGCONT)
+	}
 	if err := j.each(sig); err != nil {
 		return err
 	}
@@ -231,12 +284,14 @@ func (j *Job) Signal(sig syscall.Signal) error {
 	return nil
 }
 
-// Kill SIGKILLs the whole job: cgroup.kill, or a sweep in group mode.
+// Kill SIGKILLs the whole job: cgroup.kill, or in group mode sweeps that
+// SIGKILL every member and scan again until the job is gone, for at most
+// killSweepLimit. A caller that still finds the job alive calls it again.
 func (j *Job) Kill() error {
 	if j.cgroup != "" {
 		return j.killCgroup()
 	}
-	return j.each(syscall.SIGKILL)
+	return j.groupKill()
 }
 
 // Alive reports whether any process of the job can still run.
@@ -248,12 +303,17 @@ func (j *Job) Alive() bool {
 		}
 		return pop
 	}
-	return len(j.members(true)) > 0
+	return j.groupAlive()
 }
 
-// Remove deletes the job's cgroup once it is empty.
+// Remove deletes the job's cgroup once it is empty, and lets go of the
+// first process's pidfd.
 func (j *Job) Remove() error {
 	j.closeFD()
+	if j.leaderFD >= 0 {
+		_ = syscall.Close(j.leaderFD)
+		j.leaderFD = -1
+	}
 	if j.cgroup == "" {
 		return nil
 	}
@@ -263,29 +323,33 @@ func (j *Job) Remove() error {
 	return nil
 }
 
-// each sends sig to every process of the job.
+// each sends sig to every process of the job's cgroup.
 func (j *Job) each(sig syscall.Signal) error {
-	var pids []int
-	if j.cgroup != "" {
-		var err error
-		if pids, err = cgroupProcs(j.cgroup); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
+	pids, err := cgroupProcs(j.cgroup)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
 		}
-	} else {
-		if j.pgid > 1 {
-			if err := syscall.Kill(-j.pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("signal process group %d: %w", j.pgid, err)
-			}
-		}
-		pids = j.members(false)
+		return err
 	}
 	for _, pid := range pids {
 		_ = signalPid(pid, sig)
 	}
 	return nil
+}
+
+// signalPid signals one process of a cgroup through a pidfd, so a pid
+// reused since cgroup.procs was read is not hit once the pidfd is open.
+func signalPid(pid int, sig syscall.Signal) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil
+		}
+		return syscall.Kill(pid, sig)
+	}
+	defer unix.Close(fd)
+	return ignoreESRCH(unix.PidfdSendSignal(fd, sig, nil, 0))
 }
 
 func parsePids(b []byte) []int {

@@ -5,7 +5,6 @@ package contain
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +22,12 @@ func TestMain(m *testing.M) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		panic(err)
 	}
+	// Build the C programs now: once the reaper runs, it would reap the
+	// compiler under os/exec's feet. Errors come back to the tests.
+	_, _ = testsupport.ZombieMain()
+	_, _ = testsupport.DoubleFork()
+	_, _ = testsupport.ForkRelay()
+	go reaper.run()
 	os.Exit(m.Run())
 }
 
@@ -53,18 +58,10 @@ func jobs(t *testing.T) []struct{ name, script string } {
 
 // startJob runs script as a job's first process and waits until it wrote
 // n pids to its pids file.
-func startJob(t *testing.T, j *Job, script string) (pids []int, cmd *exec.Cmd) {
+func startJob(t *testing.T, j *Job, script string) (pids []int) {
 	t.Helper()
 	pfile := filepath.Join(t.TempDir(), "pids")
-	cmd = exec.Command("/bin/sh", "-c", script)
-	cmd.Env = append(os.Environ(), "P="+pfile, j.Env())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	j.SysProcAttr(cmd.SysProcAttr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	j.Started(cmd.Process.Pid)
-	go cmd.Wait()
+	startIn(t, j, []string{"/bin/sh", "-c", script}, "P="+pfile)
 	testsupport.WaitFor(t, 5*time.Second, "the job to write its pids", func() bool {
 		b, _ := os.ReadFile(pfile)
 		pids = nil
@@ -77,12 +74,27 @@ func startJob(t *testing.T, j *Job, script string) (pids []int, cmd *exec.Cmd) {
 	// Let the first process exit where the script says so: what is left is
 	// what escaped the group.
 	time.Sleep(300 * time.Millisecond)
-	return pids, cmd
+	return pids
+}
+
+// startIn starts argv as the first process of j, in a process group of its
+// own, with env added to the test's environment and the job's marker, and
+// returns its pid and a channel closed once it is reaped.
+func startIn(t *testing.T, j *Job, argv []string, env ...string) (int, <-chan struct{}) {
+	t.Helper()
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	j.SysProcAttr(sys)
+	pid, done, err := reaper.start(argv, append(append(os.Environ(), env...), j.Env()), sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Started(pid)
+	return pid, done
 }
 
 func openMode(t *testing.T, m Mode) *Box {
 	t.Helper()
-	b, err := Open(m, Options{AdoptOrphans: true})
+	b, err := Open(m, leaderrunOptions())
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("open %s: %v", m, err)
@@ -111,7 +123,7 @@ func TestStopWholeJob(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				pids, _ := startJob(t, j, tc.script)
+				pids := startJob(t, j, tc.script)
 				for _, pid := range pids {
 					if !ProcessAlive(pid) {
 						t.Fatalf("pid %d of the job is not running before the stop", pid)
@@ -153,7 +165,7 @@ func TestAttachedKill(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pids, _ := startJob(t, j, `setsid sh -c 'echo $$ >> "$P"; exec sleep 77' & sleep 0.2`)
+			pids := startJob(t, j, `setsid sh -c 'echo $$ >> "$P"; exec sleep 77' & sleep 0.2`)
 			other := Attach(j.Cgroup(), j.Pgid(), j.Token(), j.Since())
 			if !other.Alive() {
 				t.Fatal("attached job reported gone while it runs")

@@ -4,11 +4,9 @@ package contain
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,90 +17,55 @@ type procInfo struct {
 	start           uint64 // clock ticks after boot
 }
 
-// members lists the job's processes in group mode: its process group, the
-// processes carrying its marker, orphans re-parented to us (with
-// AdoptOrphans), and every descendant of those. With aliveOnly, processes
-// whose threads are all zombies are left out.
-func (j *Job) members(aliveOnly bool) []int {
-	if j.pgid <= 1 && j.token == "" {
-		return nil
+// scanProcs lists /proc an entry or two at a time and reads each stat file
+// as soon as its pid is listed, calling visit (if not nil) on each: the
+// shorter the time between listing a process and reading it, the less it
+// can do in between. Pids are listed in increasing order and new ones are
+// mostly higher, so a process forked while the scan runs is mostly listed
+// by the same scan. vanished counts the pids listed whose stat file was
+// gone a moment later.
+func scanProcs(visit func(procInfo)) (procs []procInfo, vanished int) {
+	fd, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, 0
 	}
-	self := os.Getpid()
-	var adopt bool
-	var known func(int) bool
-	parent := self
-	if j.box != nil {
-		adopt, known = j.box.opts.AdoptOrphans, j.box.opts.Known
-	} else if j.adoptFrom > 1 {
-		// The guard's view: orphans re-parented to the supervisor, which is
-		// the guard's parent; the guard itself is not part of the job.
-		adopt, parent = true, j.adoptFrom
-		known = func(pid int) bool { return pid == self }
-	}
-	procs := scanProcs()
-	children := map[int][]int{}
-	in := map[int]bool{}
-	var queue []int
-	add := func(pid int) {
-		if !in[pid] && pid != self {
-			in[pid] = true
-			queue = append(queue, pid)
-		}
-	}
-	for _, p := range procs {
-		if p.start < j.since {
-			// Older than the job's first process: cannot be part of it.
+	defer unix.Close(fd)
+	buf := make([]byte, 64)
+	procs = make([]procInfo, 0, 256)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
 			continue
 		}
-		children[p.ppid] = append(children[p.ppid], p.pid)
-		switch {
-		case j.pgid > 1 && (p.pgid == j.pgid || p.pid == j.pid):
-			add(p.pid)
-		case adopt && p.ppid == parent && (known == nil || !known(p.pid)):
-			add(p.pid)
-		case j.token != "" && hasMarker(p.pid, j.token):
-			add(p.pid)
+		if err == unix.EINVAL && len(buf) < 4096 {
+			buf = make([]byte, 2*len(buf)) // an entry longer than the buffer
+			continue
 		}
-	}
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		for _, c := range children[pid] {
-			if known == nil || !known(c) {
-				add(c)
+		if err != nil || n <= 0 {
+			return procs, vanished
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names[:0])
+		for _, name := range names {
+			if name == "" || name[0] < '0' || name[0] > '9' {
+				continue
+			}
+			pid, err := strconv.Atoi(name)
+			if err != nil {
+				continue
+			}
+			st, ok := readStat("/proc/" + name + "/stat")
+			if !ok {
+				vanished++
+				continue
+			}
+			p := procInfo{pid: pid, ppid: st.ppid, pgid: st.pgid, start: st.start}
+			procs = append(procs, p)
+			if visit != nil {
+				visit(p)
 			}
 		}
 	}
-	out := make([]int, 0, len(in))
-	for pid := range in {
-		if !aliveOnly || ProcessAlive(pid) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-func scanProcs() []procInfo {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	out := make([]procInfo, 0, len(names))
-	for _, name := range names {
-		if name == "" || name[0] < '0' || name[0] > '9' {
-			continue
-		}
-		pid, err := strconv.Atoi(name)
-		if err != nil {
-			continue
-		}
-		if st, ok := readStat("/proc/" + name + "/stat"); ok {
-			out = append(out, procInfo{pid: pid, ppid: st.ppid, pgid: st.pgid, start: st.start})
-		}
-	}
-	return out
 }
 
 type stat struct {
@@ -174,24 +137,6 @@ func hasMarker(pid int, token string) bool {
 		}
 	}
 	return false
-}
-
-// signalPid signals one process through a pidfd, so a pid reused since the
-// sweep read it is not hit once the pidfd is open.
-func signalPid(pid int, sig syscall.Signal) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return nil
-		}
-		return syscall.Kill(pid, sig)
-	}
-	defer unix.Close(fd)
-	err = unix.PidfdSendSignal(fd, sig, nil, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
-	}
-	return err
 }
 
 func monoNow() int64 {

@@ -53,7 +53,7 @@ type Releaser func(ctx context.Context, hello []byte, handle string) error
 // end of input, answers on reply (may be nil), and returns the process exit
 // code.
 func Run(in io.Reader, reply io.Writer, release Releaser, log Logger) int {
-	g := &state{log: log, reply: reply, release: release, hold: -1, supervisor: os.Getppid()}
+	g := &state{log: log, reply: reply, release: release, hold: -1, supervisor: supervisorPID()}
 	defer g.closeHold()
 	lines := make(chan string)
 	quit := make(chan struct{})
@@ -94,6 +94,11 @@ func Run(in io.Reader, reply io.Writer, release Releaser, log Logger) int {
 		}
 	}
 }
+
+// supervisorPID is the leaderrun that started the guard: its parent. Tests
+// that run the guard's loop in their own process set it to that process,
+// whose parent (the go command) has children that are no job's.
+var supervisorPID = os.Getppid
 
 type state struct {
 	log      Logger
@@ -217,6 +222,11 @@ func (g *state) killJob(reason string) bool {
 	if j.Alive() {
 		if err := j.Kill(); err != nil {
 			g.log.Error("kill the job", "error", err)
+		}
+		// In group mode one Kill sweeps for a bounded time; sweep again
+		// while anything of the job lives (DESIGN §1.4).
+		for end := time.Now().Add(goneTimeout); j.Cgroup() == "" && time.Now().Before(end) && j.Alive(); {
+			_ = j.Kill()
 		}
 		g.log.Warn("killed the job", "pgid", j.Pgid(), "cgroup", j.Cgroup(), "reason", reason)
 	}

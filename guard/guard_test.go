@@ -21,7 +21,14 @@ import (
 	"github.com/leaderrun/leaderrun/contain"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The guard's loop runs in the test process, which plays leaderrun:
+	// the jobs are its children. Its own parent is the go command, whose
+	// other children (test binaries of other packages) must not be taken
+	// for a job's orphans and killed.
+	supervisorPID = os.Getpid
+	goleak.VerifyTestMain(m)
+}
 
 type nullLog struct{}
 

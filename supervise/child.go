@@ -131,15 +131,19 @@ func (c *Child) Pid() int { return c.pid }
 // still run).
 func (c *Child) Done() <-chan struct{} { return c.done }
 
-// Signal sends sig to the child's process group; only while the child
-// runs, so the group id is still ours.
+// Signal sends sig to the child's process group; only while the child is
+// not reaped, so the group id is still ours. The reaper is held off from
+// the check to the signal: it closes done when it reaps the child.
 func (c *Child) Signal(sig syscall.Signal) error {
-	select {
-	case <-c.done:
-		return nil
-	default:
-		return signals.Group(c.pid, sig)
-	}
+	var err error
+	HoldReaps(func() {
+		select {
+		case <-c.done:
+		default:
+			err = signals.Group(c.pid, sig)
+		}
+	})
+	return err
 }
 
 // ExitCode is the child's status as a shell reports it: the exit code, or

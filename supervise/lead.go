@@ -53,6 +53,7 @@ type leadership struct {
 	childCode  bool           // the exit code is the child's, once it exits
 	stopSignal syscall.Signal // the first signal of the stop sequence
 	killAt     Timer          // armed while stopping, until SIGKILL is sent
+	killed     bool           // SIGKILL was sent: sweep again while the job lives
 
 	guard         *guard.Process // nil without a guard
 	guardKillAt   time.Time      // the kill point the guard last heard
@@ -157,6 +158,11 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 				f()
 			}
 			return l.code, l.lost, l.retry
+		}
+		if l.stopping && l.killed {
+			// Past the kill point and still alive: a job forking faster than
+			// one sweep kills is swept again on every turn (DESIGN §1.4).
+			s.sweep(l)
 		}
 		select {
 		case r := <-renewals:
@@ -437,6 +443,7 @@ func (s *Supervisor) startChild(l *leadership) error {
 	}
 	job.Started(c.Pid())
 	l.child, l.job, l.startedAt = c, job, s.clock.Now()
+	l.killed = false
 	l.started = true
 	if l.guard != nil {
 		l.guardKillAt = l.timeline.KillAt()
@@ -524,6 +531,7 @@ func (s *Supervisor) kill(l *leadership) {
 	if !s.jobAlive(l) {
 		return
 	}
+	l.killed = true
 	if err := l.job.Kill(); err != nil {
 		s.log.Error("kill the job", "error", err)
 		return
@@ -531,6 +539,17 @@ func (s *Supervisor) kill(l *leadership) {
 	s.log.Debug("killed the job", "pgid", l.job.Pgid(), "cgroup", l.job.Cgroup())
 	if f := s.cfg.Events.ChildSignalled; f != nil {
 		f(syscall.SIGKILL)
+	}
+}
+
+// sweep SIGKILLs what is left of a job already killed, quietly: the kill
+// was reported when it was sent.
+func (s *Supervisor) sweep(l *leadership) {
+	if l.job == nil {
+		return
+	}
+	if err := l.job.Kill(); err != nil {
+		s.log.Debug("kill the job again", "error", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +25,7 @@ type reaper struct {
 	once    sync.Once
 	mu      sync.Mutex // held across fork+register and across wait4+deliver
 	waiters map[int]func(syscall.WaitStatus)
+	reaped  atomic.Uint64 // children reaped so far
 }
 
 var children = &reaper{waiters: map[int]func(syscall.WaitStatus){}}
@@ -58,6 +60,7 @@ func (r *reaper) reap() {
 		if err != nil || pid <= 0 {
 			return
 		}
+		r.reaped.Add(1)
 		if done, ok := r.waiters[pid]; ok {
 			delete(r.waiters, pid)
 			done(ws)
@@ -96,4 +99,19 @@ func Started(pid int) bool {
 	defer children.mu.Unlock()
 	_, ok := children.waiters[pid]
 	return ok
+}
+
+// Reaped counts the children this leaderrun has reaped: package contain
+// sees by it whether a child of the job vanished while it looked
+// (contain.Options.Reaped).
+func Reaped() uint64 { return children.reaped.Load() }
+
+// HoldReaps runs f while no child of this leaderrun can be reaped, so a
+// child f finds unreaped keeps its pid and process group number until f
+// returns (contain.Options.HoldReaps). f must not start processes or call
+// Started.
+func HoldReaps(f func()) {
+	children.mu.Lock()
+	defer children.mu.Unlock()
+	f()
 }

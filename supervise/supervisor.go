@@ -60,7 +60,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s.box = cfg.Contain
 	if s.box == nil {
-		b, err := contain.Open(contain.Group, contain.Options{})
+		b, err := contain.Open(contain.Group, contain.Options{Reaped: Reaped, HoldReaps: HoldReaps})
 		if err != nil {
 			return nil, err
 		}

@@ -227,3 +227,41 @@ func TestNoEscapeConsul(t *testing.T) {
 		})
 	}
 }
+
+// A child that daemonizes by double fork (fork, setsid, fork, exit) and
+// exits at once leaves the job running: leaderrun in group mode must see
+// the daemon, stop it and only then release and exit, however close the
+// middle process's exit follows the listing of /proc. Liveness by /proc.
+func TestDoubleForkDaemonStoppedGroupMode(t *testing.T) {
+	t.Parallel()
+	prog, err := testsupport.DoubleFork()
+	if err != nil {
+		t.Fatalf("build the double-fork program: %v", err)
+	}
+	const runs = 8
+	for _, us := range []string{"1000", "200"} {
+		escaped := 0
+		for run := range runs {
+			dir := t.TempDir()
+			pfile := filepath.Join(dir, "daemon.pid")
+			// Its processes ignore SIGTERM, so the daemon is born whenever
+			// leaderrun stops the job, and SIGKILL must find it. Like a
+			// daemon, it keeps none of leaderrun's output open.
+			script := "trap '' TERM; exec " + prog + " " + us + " " + pfile + " </dev/null >/dev/null 2>&1"
+			args := withCommand(localArgs(dir, "k", "--contain", "group"), script)
+			a := start(t, "A", nil, args...)
+			code := a.Wait(15 * time.Second)
+			daemon := readPID(t, pfile)
+			if contain.ProcessAlive(daemon) {
+				escaped++
+				t.Errorf("%sus run %d: leaderrun exited %d while the daemon %d of its job runs\n%s", us, run, code, daemon, a.Output())
+				_ = syscall.Kill(daemon, syscall.SIGKILL)
+			} else if !strings.Contains(a.Output(), "stopping child") {
+				t.Errorf("%sus run %d: the job was not stopped as running:\n%s", us, run, a.Output())
+			}
+		}
+		if escaped > 0 {
+			t.Errorf("%sus between the forks: the daemon outlived leaderrun in %d of %d runs", us, escaped, runs)
+		}
+	}
+}

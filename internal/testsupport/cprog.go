@@ -1,0 +1,120 @@
+package testsupport
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+)
+
+// doubleForkC daemonizes the classic way: fork, the first process exits at
+// once; setsid; wait argv[1] microseconds; fork, the middle process exits at
+// once. The daemon appends its pid to the file argv[2] and sleeps.
+const doubleForkC = `
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	useconds_t us = (useconds_t)atoi(argv[1]);
+	if (fork() != 0) _exit(0);
+	setsid();
+	usleep(us);
+	if (fork() != 0) _exit(0);
+	FILE *f = fopen(argv[2], "a");
+	fprintf(f, "%d\n", getpid());
+	fclose(f);
+	for (;;) pause();
+}
+`
+
+// forkRelayC runs argv[1] relays: each forks, leaves the rest to its child
+// and exits, over and over, the child moving to a session of its own and
+// waiting argv[2] microseconds before it forks on. No process lives long,
+// and none stays in the job's process group. Every 16th hop appends a byte
+// to the file argv[4]: while it grows, the storm lives. After argv[3]
+// seconds the relays stop on their own, so a test that fails leaves no
+// storm behind.
+const forkRelayC = `
+#include <fcntl.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	int n = atoi(argv[1]);
+	useconds_t us = (useconds_t)atoi(argv[2]);
+	time_t end = time(0) + atoi(argv[3]);
+	int beat = open(argv[4], O_WRONLY | O_APPEND | O_CREAT, 0644);
+	unsigned hops = 0;
+	for (int i = 1; i < n; i++)
+		if (fork() == 0) break;
+	for (;;) {
+		if (time(0) > end) _exit(0);
+		if (++hops % 16 == 0) write(beat, "x", 1);
+		pid_t p = fork();
+		if (p > 0) _exit(0);
+		if (p < 0) { usleep(1000); continue; }
+		setsid();
+		if (us) usleep(us);
+	}
+}
+`
+
+var cprogs struct {
+	mu    sync.Mutex
+	built map[string]cprog
+}
+
+type cprog struct {
+	path string
+	err  error
+}
+
+// buildC compiles src, once per test binary and name, and returns the
+// program's path. Its error wraps ErrNoCC when there is no C compiler.
+func buildC(name, src string, flags ...string) (string, error) {
+	cprogs.mu.Lock()
+	defer cprogs.mu.Unlock()
+	if p, ok := cprogs.built[name]; ok {
+		return p.path, p.err
+	}
+	path, err := compileC(name, src, flags)
+	if cprogs.built == nil {
+		cprogs.built = map[string]cprog{}
+	}
+	cprogs.built[name] = cprog{path, err}
+	return path, err
+}
+
+func compileC(name, src string, flags []string) (string, error) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		return "", ErrNoCC
+	}
+	dir, err := os.MkdirTemp("", "leaderrun-"+name+"-")
+	if err != nil {
+		return "", err
+	}
+	file := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, name)
+	args := append(append([]string{}, flags...), "-o", bin, file)
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("cc %s: %v\n%s", name, err, out)
+	}
+	return bin, nil
+}
+
+// DoubleFork builds a program that daemonizes by double fork: run as
+// "PROG MICROSECONDS PIDFILE", its first process forks and exits at once,
+// the middle one calls setsid, waits MICROSECONDS, forks and exits, and the
+// daemon appends its pid to PIDFILE and sleeps for ever.
+func DoubleFork() (string, error) { return buildC("doublefork", doubleForkC) }
+
+// ForkRelay builds a fork storm: run as "PROG N MICROSECONDS SECONDS
+// BEATFILE", it keeps N relays going, each a process that forks and exits
+// at once while its child calls setsid, waits MICROSECONDS and does the
+// same, until SECONDS have passed; BEATFILE grows while any relay lives.
+func ForkRelay() (string, error) { return buildC("forkrelay", forkRelayC) }
