@@ -24,7 +24,10 @@ func openContainment(c *cli.Context, log hclog.Logger) (*contain.Box, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--contain %w", err)
 	}
-	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started}
+	// The jobs' key is the leadership's: the same key on another backend or
+	// prefix is another leadership, whose leftovers are not this one's.
+	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started,
+		Key: c.String("backend") + "\x00" + c.String("prefix") + "\x00" + c.String("key")}
 	if mode != contain.Group {
 		if dir, err := systemdScope(c.String("key")); err != nil {
 			log.Warn("cannot get a systemd scope for the job", "error", err)

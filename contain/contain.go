@@ -74,6 +74,10 @@ type Options struct {
 	// Cgroup, when set, is a cgroup directory already delegated to this
 	// process (for example a systemd scope); jobs are created beneath it.
 	Cgroup string
+	// Key names the leadership the jobs run under (leaderrun: backend,
+	// prefix and key). Its hash is part of every job's marker and cgroup
+	// name, and Sweep kills the leftover jobs of the same Key.
+	Key string
 }
 
 // Box is where one leaderrun places its jobs, chosen once at start.
@@ -131,11 +135,11 @@ func (b *Box) NewJob() (*Job, error) {
 	n := b.seq.Add(1)
 	j := &Job{
 		box:   b,
-		token: fmt.Sprintf("%d.%d.%d", os.Getpid(), n, monoNow()),
+		token: b.newToken(n),
 		cgfd:  -1,
 	}
 	if b.mode == Cgroup {
-		dir := fmt.Sprintf("%s/job.%d.%d", b.parent, os.Getpid(), n)
+		dir := b.parent + "/job." + j.token
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create the job's cgroup: %w", err)
 		}
@@ -144,7 +148,7 @@ func (b *Box) NewJob() (*Job, error) {
 			_ = syscall.Rmdir(dir)
 			return nil, fmt.Errorf("open the job's cgroup: %w", err)
 		}
-		j.cgroup, j.cgfd, j.hasKill = dir, fd, b.hasKill
+		j.cgroup, j.cgfd, j.hasKill, j.leaf = dir, fd, b.hasKill, b.leafDir()
 	}
 	return j, nil
 }
@@ -156,6 +160,7 @@ type Job struct {
 	cgroup  string
 	cgfd    int
 	hasKill bool
+	leaf    string // leaderrun's own cgroup, whose intruders are the job's
 	pgid    int
 	pid     int
 	since   uint64 // start time of the first process, in clock ticks
@@ -171,6 +176,7 @@ func Attach(cgroup string, pgid int, token string, since uint64) *Job {
 	if cgroup != "" {
 		_, err := os.Stat(cgroup + "/cgroup.kill")
 		j.hasKill = err == nil
+		j.leaf = guardLeaf()
 	}
 	return j
 }
@@ -234,7 +240,9 @@ func (j *Job) Signal(sig syscall.Signal) error {
 // Kill SIGKILLs the whole job: cgroup.kill, or a sweep in group mode.
 func (j *Job) Kill() error {
 	if j.cgroup != "" {
-		return j.killCgroup()
+		err := j.killCgroup()
+		j.signalIntruders(syscall.SIGKILL)
+		return err
 	}
 	return j.each(syscall.SIGKILL)
 }
@@ -243,10 +251,10 @@ func (j *Job) Kill() error {
 func (j *Job) Alive() bool {
 	if j.cgroup != "" {
 		pop, err := populated(j.cgroup)
-		if err != nil {
-			return !errors.Is(err, os.ErrNotExist)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return true
 		}
-		return pop
+		return pop || len(j.Intruders()) > 0
 	}
 	return len(j.members(true)) > 0
 }
@@ -268,12 +276,10 @@ func (j *Job) each(sig syscall.Signal) error {
 	var pids []int
 	if j.cgroup != "" {
 		var err error
-		if pids, err = cgroupProcs(j.cgroup); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
+		if pids, err = cgroupProcs(j.cgroup); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
+		pids = append(pids, j.Intruders()...)
 	} else {
 		if j.pgid > 1 {
 			if err := syscall.Kill(-j.pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {

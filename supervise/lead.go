@@ -105,7 +105,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	// Closed channels that were handled once are set to nil, so the select
 	// does not spin on them.
 	ctxDone, lostC := ctx.Done(), lease.Lost()
-	if !s.skipTerm(ctx, l) && s.mayStart(ctx, l) {
+	if s.sweep(l) && !s.skipTerm(ctx, l) && s.mayStart(ctx, l) {
 		s.startOrFinish(l, "command could not be started")
 	}
 
@@ -492,6 +492,7 @@ func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
 		return
 	}
 	stop := l.timeline.StartedAt(s.clock.Now())
+	s.noteIntruders(l)
 	s.signalJob(l, l.stopSignal)
 	l.killAt = s.at(stop.KillAt())
 }
@@ -517,6 +518,7 @@ func (s *Supervisor) kill(l *leadership) {
 	if !s.jobAlive(l) {
 		return
 	}
+	s.noteIntruders(l)
 	if err := l.job.Kill(); err != nil {
 		s.log.Error("kill the job", "error", err)
 		return

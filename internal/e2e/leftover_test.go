@@ -1,0 +1,213 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/contain"
+)
+
+// daemonizingJob double-forks a daemon that calls setsid, writes its pid to
+// dir/job.pids and sleeps; the child itself sleeps too. envPrefix runs the
+// daemon under env(1): "env -i " clears its environment, marker included,
+// "env -u LEADER_KEY " drops only the key.
+func daemonizingJob(dir, envPrefix string) string {
+	p := filepath.Join(dir, "job.pids")
+	return `(setsid ` + envPrefix + `sh -c 'echo $$ >> ` + p + `; exec sleep 1000' >/dev/null 2>&1 </dev/null &)
+exec sleep 1000`
+}
+
+// killBoth SIGKILLs leaderrun's guard and leaderrun itself back to back, as
+// `pkill -9 leaderrun` or an OOM kill of the group does, and waits until
+// both are dead.
+func killBoth(t *testing.T, p *Proc) {
+	t.Helper()
+	g := guardOf(t, p)
+	// Stopped first, so neither sees the other die: leaderrun would start
+	// another guard, a guard would kill the job.
+	_ = syscall.Kill(g, syscall.SIGSTOP)
+	p.Signal(syscall.SIGSTOP)
+	p.Signal(syscall.SIGKILL)
+	_ = syscall.Kill(g, syscall.SIGKILL)
+	p.Wait(10 * time.Second)
+	waitFor(t, 5*time.Second, "the guard to die", func() bool { return !alive(g) })
+}
+
+// TestLeftoverOfKilledSupervisorsIsSweptBeforeTheNextChild: both supervisors
+// of a job that daemonized are SIGKILLed; on the local backend the lock is
+// free at once. The next leaderrun of the key must kill the daemon, wait
+// until it is gone and say so, before its own child starts.
+func TestLeftoverOfKilledSupervisorsIsSweptBeforeTheNextChild(t *testing.T) {
+	for _, tc := range []struct {
+		mode contain.Mode
+		env  string
+	}{
+		// Group mode finds the daemon by its marker, which carries the key:
+		// the job may drop LEADER_KEY.
+		{contain.Group, "env -u LEADER_KEY "},
+		// cgroup mode finds it by its job cgroup, marker or not.
+		{contain.Cgroup, "env -i "},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := localArgs(dir, "k", "--contain", string(tc.mode))
+			a := start(t, "A", nil, withCommand(args, daemonizingJob(dir, tc.env))...)
+			daemon := jobPids(t, dir, 1)[0]
+			t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+			if !strings.Contains(a.Output(), "mode="+string(tc.mode)) {
+				t.Fatalf("containment mode %s not in force:\n%s", tc.mode, a.Output())
+			}
+			killBoth(t, a)
+			if !contain.ProcessAlive(daemon) {
+				t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+			}
+			b := start(t, "B", nil, withCommand(args, checkingJob(dir))...)
+			waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
+				_, err := os.Stat(filepath.Join(dir, "next.started"))
+				return err == nil
+			})
+			if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
+				t.Fatalf("the old job's daemon ran when the next leader's child started: %s\n%s", strings.Fields(string(got)), b.Output())
+			}
+			if contain.ProcessAlive(daemon) {
+				t.Errorf("the old job's daemon %d still runs", daemon)
+			}
+			warned := false
+			for _, line := range strings.Split(b.Output(), "\n") {
+				if strings.Contains(line, "[WARN]") && strings.Contains(line, "leftover") && strings.Contains(line, strconv.Itoa(daemon)) {
+					warned = true
+				}
+			}
+			if !warned {
+				t.Errorf("no warning names the leftover daemon %d:\n%s", daemon, b.Output())
+			}
+			b.Signal(syscall.SIGTERM)
+			b.Wait(15 * time.Second)
+		})
+	}
+}
+
+// cgroup2Root is where the cgroup v2 hierarchy is mounted.
+func cgroup2Root(t *testing.T) string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if f := strings.Fields(pre); ok && strings.HasPrefix(post, "cgroup2 ") && len(f) >= 5 && f[3] == "/" {
+			return f[4]
+		}
+	}
+	t.Skip("no cgroup v2 hierarchy")
+	return ""
+}
+
+// delegatedCgroup makes a cgroup for one leaderrun to start in, as a unit
+// with Delegate=yes gives it: leaderrun moves into a leaf of its own there
+// and makes its job cgroups beside it. It is removed after the test.
+func delegatedCgroup(t *testing.T) (root, dir string) {
+	t.Helper()
+	root = cgroup2Root(t)
+	dir = filepath.Join(root, fmt.Sprintf("leaderrun-e2e-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot make a cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		for range 100 {
+			contain.RemoveTree(dir)
+			if _, err := os.Stat(dir); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("cgroup %s still there", dir)
+	})
+	return root, dir
+}
+
+// startIn runs leaderrun with args as the only process of cgroup dir.
+func startIn(t *testing.T, name, dir string, args ...string) *Proc {
+	t.Helper()
+	cmd := exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, dir, binary}, args...)...)
+	cmd.Env = os.Environ()
+	return launch(t, name, cmd)
+}
+
+// intrudingJob moves a process of the job into the cgroup of its parent,
+// leaderrun, and writes its pid to dir/intruder.pid; a job run as
+// leaderrun's user owns that cgroup in a delegated subtree. With stay it
+// then keeps running, else it exits 0.
+func intrudingJob(root, dir string, stay bool) string {
+	end := "exit 0"
+	if stay {
+		end = "exec sleep 1000"
+	}
+	return `sleep 1000 >/dev/null 2>&1 &
+p=$!
+echo $p > ` + root + `$(sed -n 's/^0:://p' /proc/$PPID/cgroup)/cgroup.procs || exit 9
+echo $p > ` + dir + `/intruder.pid
+` + end
+}
+
+// wantWarnedPid asserts that a warning line of out names pid.
+func wantWarnedPid(t *testing.T, out string, pid int) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "[WARN]") && strings.Contains(line, strconv.Itoa(pid)) {
+			return
+		}
+	}
+	t.Errorf("no warning names process %d:\n%s", pid, out)
+}
+
+// TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob: in a delegated cgroup a
+// job of leaderrun's own user may move a process out of its job cgroup into
+// leaderrun's leaf. Once the job ends that process is killed and named, by
+// leaderrun, or by the guard when leaderrun is killed.
+func TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob(t *testing.T) {
+	for _, killed := range []bool{false, true} {
+		name := "job ends"
+		if killed {
+			name = "leaderrun killed"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			root, cg := delegatedCgroup(t)
+			args := localArgs(dir, "k", "--contain", "cgroup")
+			p := startIn(t, "A", cg, withCommand(args, intrudingJob(root, dir, killed))...)
+			intruder := readPID(t, filepath.Join(dir, "intruder.pid"))
+			t.Cleanup(func() { _ = syscall.Kill(intruder, syscall.SIGKILL) })
+			if !strings.Contains(p.Output(), "delegated") {
+				t.Fatalf("leaderrun did not take the delegated cgroup:\n%s", p.Output())
+			}
+			if killed {
+				g := guardOf(t, p)
+				p.Signal(syscall.SIGKILL)
+				p.Wait(10 * time.Second)
+				waitFor(t, 10*time.Second, "the guard to finish", func() bool { return !alive(g) })
+			} else if code := p.Wait(15 * time.Second); code != 0 {
+				t.Fatalf("exit %d, want 0\n%s", code, p.Output())
+			}
+			if contain.ProcessAlive(intruder) {
+				t.Fatalf("process %d, moved into leaderrun's cgroup, outlived the job\n%s", intruder, p.Output())
+			}
+			if !killed {
+				wantWarnedPid(t, p.Output(), intruder)
+			}
+		})
+	}
+}
