@@ -102,3 +102,51 @@ func TestSweepKillsOnlyDeadLeaderrunsJobsOfTheKey(t *testing.T) {
 		}
 	}
 }
+
+// jobDirs looks beside a scope for the other leaderrun scopes of the slice,
+// and finds there a populated job cgroup of the key whose leaderrun is dead;
+// a live leaderrun's, another key's and one outside the scopes are left.
+// The tree is a plain directory standing in for cgroupfs.
+func TestLeftoverCgroupsBesideAScope(t *testing.T) {
+	const key = "etcd\x00leaderrun\x00k"
+	slice := t.TempDir()
+	me, myStart := os.Getpid(), StartTime(os.Getpid())
+	tok := func(pid int, start uint64, k string) string {
+		return fmt.Sprintf("job.%d.1.1.%d.%s.%s", pid, start, pidNamespace(), keyHash(k))
+	}
+	mk := func(dir string, populated bool) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ev := "populated 0\nfrozen 0\n"
+		if populated {
+			ev = "populated 1\nfrozen 0\n"
+		}
+		if err := os.WriteFile(dir+"/cgroup.events", []byte(ev), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ours := slice + "/leaderrun-k-1.scope"
+	mk(ours, true)
+	want := slice + "/leaderrun-k-2.scope/" + tok(me, myStart+1, key)
+	mk(want, true)
+	mk(slice+"/leaderrun-k-3.scope/"+tok(me, myStart, key), true)                            // live owner
+	mk(slice+"/leaderrun-k-4.scope/"+tok(me, myStart+1, "etcd\x00leaderrun\x00other"), true) // other key
+	mk(slice+"/cron.service/"+tok(me, myStart+1, key), true)                                 // not a scope
+	b := &Box{mode: Cgroup, parent: ours, opts: Options{Key: key}}
+	got := b.leftoverCgroups(keyHash(key))
+	if len(got) != 1 || got[0].dir != want || !got[0].populated || got[0].owner.pid != me {
+		t.Errorf("found %+v, want only %s", got, want)
+	}
+}
+
+// BenchmarkSweep is the cost of a sweep that finds nothing, the usual case:
+// one read of every process's stat and environ.
+func BenchmarkSweep(b *testing.B) {
+	box := &Box{mode: Group, opts: Options{Key: "bench"}}
+	for b.Loop() {
+		if _, err := box.Sweep(time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
