@@ -138,11 +138,22 @@ func delegatedCgroup(t *testing.T) (root, dir string) {
 	return root, dir
 }
 
-// startIn runs leaderrun with args as the only process of cgroup dir.
-func startIn(t *testing.T, name, dir string, args ...string) *Proc {
+// startIn runs leaderrun bin with args, started straight into cgroup dir
+// (clone3), as user uid unless 0.
+func startIn(t *testing.T, name, dir string, uid int, bin string, args ...string) *Proc {
 	t.Helper()
-	cmd := exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, dir, binary}, args...)...)
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = os.Environ()
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if uid != 0 {
+		cmd.Env = append(cmd.Env, "HOME="+filepath.Dir(bin))
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}
+	}
 	return launch(t, name, cmd)
 }
 
@@ -173,22 +184,64 @@ func wantWarnedPid(t *testing.T, out string, pid int) {
 	t.Errorf("no warning names process %d:\n%s", pid, out)
 }
 
+// asUser copies leaderrun and its guard where uid may run them, gives uid
+// the cgroup dir (as systemd's Delegate=yes does for User=) and a lock
+// directory, and returns the binary and that directory.
+func asUser(t *testing.T, uid int, cg string) (bin, dir string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "leaderrun-e2e-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Mkdir(dir+"/bin", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{binary, guardBinary} {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "bin", filepath.Base(src)), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{dir, cg, cg + "/cgroup.procs", cg + "/cgroup.threads", cg + "/cgroup.subtree_control"} {
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "bin", "leaderrun"), dir
+}
+
 // TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob: in a delegated cgroup a
 // job of leaderrun's own user may move a process out of its job cgroup into
 // leaderrun's leaf. Once the job ends that process is killed and named, by
 // leaderrun, or by the guard when leaderrun is killed.
 func TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob(t *testing.T) {
-	for _, killed := range []bool{false, true} {
-		name := "job ends"
-		if killed {
-			name = "leaderrun killed"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		killed bool
+		uid    int // leaderrun's and the job's user; 0 leaves it root
+	}{
+		{"job ends", false, 0},
+		{"job ends, leaderrun and job as nobody", false, 65534},
+		{"leaderrun killed", true, 0},
+	} {
+		killed := tc.killed
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			root, cg := delegatedCgroup(t)
+			bin := binary
+			if tc.uid != 0 {
+				bin, dir = asUser(t, tc.uid, cg)
+			}
 			args := localArgs(dir, "k", "--contain", "cgroup")
-			p := startIn(t, "A", cg, withCommand(args, intrudingJob(root, dir, killed))...)
+			p := startIn(t, "A", cg, tc.uid, bin, withCommand(args, intrudingJob(root, dir, killed))...)
 			intruder := readPID(t, filepath.Join(dir, "intruder.pid"))
 			t.Cleanup(func() { _ = syscall.Kill(intruder, syscall.SIGKILL) })
 			if !strings.Contains(p.Output(), "delegated") {
