@@ -162,7 +162,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 					l.Pids = append(l.Pids, pid)
 				}
 			}
-			_ = Attach(c.dir, 0, "", 0).killCgroup()
+			_ = (&Job{cgroup: c.dir, cgfd: -1, hasKill: b.hasKill}).killCgroup()
 		}
 		for _, p := range leftoverProcs(key) {
 			alive++
