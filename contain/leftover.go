@@ -415,7 +415,9 @@ func guardLeaf() string {
 
 // Intruders lists the processes of leaderrun's own leaf cgroup (and any
 // cgroup beneath it) that are neither leaderrun, nor started by it, nor
-// this process: in cgroup mode they came from a job.
+// this process, nor children that those in the leaf started (a guard's
+// `leaderrun __release`); in cgroup mode they came from a job. Orphans re-parented to leaderrun, a
+// subreaper, are not its own: they count.
 func (j *Job) Intruders() []int {
 	if j.leaf == "" {
 		return nil
@@ -426,12 +428,22 @@ func (j *Job) Intruders() []int {
 		known = j.box.opts.Known
 	}
 	me := os.Getpid()
-	var out []int
-	for _, pid := range treeProcs(j.leaf) {
-		if pid == me || pid == owner || (known != nil && known(pid)) || !ProcessAlive(pid) {
-			continue
+	pids := treeProcs(j.leaf)
+	ours := func(pid int) bool {
+		if pid == me || pid == owner || (known != nil && known(pid)) {
+			return true
 		}
-		out = append(out, pid)
+		// The guard's view: its own children; leaderrun's: its guard's.
+		// The child's children are the job's, and leaderrun's are orphans.
+		st, _ := readStat("/proc/" + strconv.Itoa(pid) + "/stat")
+		return (j.box == nil && st.ppid == me) ||
+			(st.ppid != owner && known != nil && known(st.ppid) && slices.Contains(pids, st.ppid))
+	}
+	var out []int
+	for _, pid := range pids {
+		if !ours(pid) && ProcessAlive(pid) {
+			out = append(out, pid)
+		}
 	}
 	return out
 }

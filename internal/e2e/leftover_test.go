@@ -219,20 +219,25 @@ func asUser(t *testing.T, uid int, cg string) (bin, dir string) {
 
 // TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob: in a delegated cgroup a
 // job of leaderrun's own user may move a process out of its job cgroup into
-// leaderrun's leaf. Once the job ends that process is killed and named, by
-// leaderrun, or by the guard when leaderrun is killed.
+// leaderrun's leaf. Once the job ends that process is killed and named: by
+// leaderrun when the child exits or is stopped, by the guard when leaderrun
+// is killed.
 func TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob(t *testing.T) {
+	const (
+		exits    = "child exits"
+		stopped  = "graceful stop"
+		killed   = "leaderrun killed"
+		asNobody = 65534
+	)
 	for _, tc := range []struct {
-		name   string
-		killed bool
-		uid    int // leaderrun's and the job's user; 0 leaves it root
-	}{
-		{"job ends", false, 0},
-		{"job ends, leaderrun and job as nobody", false, 65534},
-		{"leaderrun killed", true, 0},
-	} {
-		killed := tc.killed
-		t.Run(tc.name, func(t *testing.T) {
+		end string
+		uid int // leaderrun's and the job's user; 0 leaves it root
+	}{{exits, 0}, {exits, asNobody}, {stopped, 0}, {killed, 0}} {
+		name := tc.end
+		if tc.uid != 0 {
+			name += ", leaderrun and job as nobody"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			root, cg := delegatedCgroup(t)
@@ -241,26 +246,33 @@ func TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob(t *testing.T) {
 				bin, dir = asUser(t, tc.uid, cg)
 			}
 			args := localArgs(dir, "k", "--contain", "cgroup")
-			p := startIn(t, "A", cg, tc.uid, bin, withCommand(args, intrudingJob(root, dir, killed))...)
+			// Unless it exits, the child stays the moved process's parent.
+			p := startIn(t, "A", cg, tc.uid, bin, withCommand(args, intrudingJob(root, dir, tc.end != exits))...)
 			intruder := readPID(t, filepath.Join(dir, "intruder.pid"))
 			t.Cleanup(func() { _ = syscall.Kill(intruder, syscall.SIGKILL) })
 			if !strings.Contains(p.Output(), "delegated") {
 				t.Fatalf("leaderrun did not take the delegated cgroup:\n%s", p.Output())
 			}
-			if killed {
+			want := 0
+			switch tc.end {
+			case killed:
 				g := guardOf(t, p)
 				p.Signal(syscall.SIGKILL)
 				p.Wait(10 * time.Second)
 				waitFor(t, 10*time.Second, "the guard to finish", func() bool { return !alive(g) })
-			} else if code := p.Wait(15 * time.Second); code != 0 {
-				t.Fatalf("exit %d, want 0\n%s", code, p.Output())
+			case stopped:
+				p.Signal(syscall.SIGTERM)
+				want = 143
+			}
+			if tc.end != killed {
+				if code := p.Wait(15 * time.Second); code != want {
+					t.Fatalf("exit %d, want %d\n%s", code, want, p.Output())
+				}
 			}
 			if contain.ProcessAlive(intruder) {
 				t.Fatalf("process %d, moved into leaderrun's cgroup, outlived the job\n%s", intruder, p.Output())
 			}
-			if !killed {
-				wantWarnedPid(t, p.Output(), intruder)
-			}
+			wantWarnedPid(t, p.Output(), intruder)
 		})
 	}
 }
