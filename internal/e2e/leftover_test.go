@@ -43,20 +43,28 @@ func killBoth(t *testing.T, p *Proc) {
 
 // TestLeftoverOfKilledSupervisorsIsSweptBeforeTheNextChild: both supervisors
 // of a job that daemonized are SIGKILLed; on the local backend the lock is
-// free at once. The next leaderrun of the key must kill the daemon, wait
-// until it is gone and say so, before its own child starts.
+// free at once. The next leaderrun of the key — started afterwards (a
+// restart), or a standby already waiting on the same host — must kill the
+// daemon, wait until it is gone and say so, before its own child starts.
 func TestLeftoverOfKilledSupervisorsIsSweptBeforeTheNextChild(t *testing.T) {
 	for _, tc := range []struct {
-		mode contain.Mode
-		env  string
+		mode    contain.Mode
+		env     string
+		standby bool
 	}{
 		// Group mode finds the daemon by its marker, which carries the key:
 		// the job may drop LEADER_KEY.
-		{contain.Group, "env -u LEADER_KEY "},
+		{contain.Group, "env -u LEADER_KEY ", false},
+		{contain.Group, "env -u LEADER_KEY ", true},
 		// cgroup mode finds it by its job cgroup, marker or not.
-		{contain.Cgroup, "env -i "},
+		{contain.Cgroup, "env -i ", false},
+		{contain.Cgroup, "env -i ", true},
 	} {
-		t.Run(string(tc.mode), func(t *testing.T) {
+		name := string(tc.mode) + "/restart"
+		if tc.standby {
+			name = string(tc.mode) + "/standby"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			args := localArgs(dir, "k", "--contain", string(tc.mode))
@@ -66,11 +74,18 @@ func TestLeftoverOfKilledSupervisorsIsSweptBeforeTheNextChild(t *testing.T) {
 			if !strings.Contains(a.Output(), "mode="+string(tc.mode)) {
 				t.Fatalf("containment mode %s not in force:\n%s", tc.mode, a.Output())
 			}
-			killBoth(t, a)
-			if !contain.ProcessAlive(daemon) {
-				t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+			var b *Proc
+			if tc.standby {
+				b = start(t, "B", nil, withCommand(args, checkingJob(dir))...)
+				waitFor(t, 10*time.Second, "the standby to campaign", func() bool { return strings.Contains(b.Output(), "campaigning") })
 			}
-			b := start(t, "B", nil, withCommand(args, checkingJob(dir))...)
+			killBoth(t, a)
+			if !tc.standby {
+				if !contain.ProcessAlive(daemon) {
+					t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+				}
+				b = start(t, "B", nil, withCommand(args, checkingJob(dir))...)
+			}
 			waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
 				_, err := os.Stat(filepath.Join(dir, "next.started"))
 				return err == nil
