@@ -31,14 +31,39 @@ exec sleep 1000`
 func killBoth(t *testing.T, p *Proc) {
 	t.Helper()
 	g := guardOf(t, p)
-	// Stopped first, so neither sees the other die: leaderrun would start
-	// another guard, a guard would kill the job.
-	_ = syscall.Kill(g, syscall.SIGSTOP)
-	p.Signal(syscall.SIGSTOP)
-	p.Signal(syscall.SIGKILL)
+	// Both stopped first, so neither sees the other die: leaderrun would
+	// start another guard, a guard would kill the job. A signal stops a
+	// process only once one of its threads takes it, so wait until every
+	// thread is stopped. Then the guard dies first: a stopped guard whose
+	// leaderrun died would get SIGHUP and SIGCONT from the kernel (its
+	// process group is orphaned) and do its work.
+	for _, pid := range []int{g, p.Pid()} {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		waitFor(t, 5*time.Second, "every thread stopped", func() bool { return allStopped(pid) })
+	}
 	_ = syscall.Kill(g, syscall.SIGKILL)
-	p.Wait(10 * time.Second)
 	waitFor(t, 5*time.Second, "the guard to die", func() bool { return !alive(g) })
+	p.Signal(syscall.SIGKILL)
+	p.Wait(10 * time.Second)
+}
+
+// allStopped reports whether every thread of pid is stopped (T).
+func allStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // TestLeftoverOfKilledSupervisorsIsSweptBeforeTheNextChild: both supervisors
