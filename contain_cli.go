@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,6 +16,7 @@ import (
 	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/contain/scope"
 	"github.com/leaderrun/leaderrun/guard"
+	"github.com/leaderrun/leaderrun/locker/local"
 	"github.com/leaderrun/leaderrun/supervise"
 )
 
@@ -24,7 +27,7 @@ func openContainment(c *cli.Context, log hclog.Logger) (*contain.Box, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--contain %w", err)
 	}
-	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started, Reaped: supervise.Reaped, HoldReaps: supervise.HoldReaps}
+	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started, Reaped: supervise.Reaped, HoldReaps: supervise.HoldReaps, Key: jobKey(c)}
 	if mode != contain.Group {
 		if dir, err := systemdScope(c.String("key")); err != nil {
 			log.Warn("cannot get a systemd scope for the job", "error", err)
@@ -38,6 +41,24 @@ func openContainment(c *cli.Context, log hclog.Logger) (*contain.Box, error) {
 	}
 	log.Info("containment", "mode", box.Mode(), "why", box.Reason())
 	return box, nil
+}
+
+// jobKey names the leadership the jobs run under, for the sweep of leftover
+// jobs (DESIGN §1.9): backend, prefix and key, and on the local backend the
+// lock directory, since each directory is a leadership of its own. Other
+// backends' addresses are left out: one cluster may be named by different
+// address lists, and a leftover of a dead leaderrun missed is worse than an
+// unsupervised job of the same key in another cluster killed.
+func jobKey(c *cli.Context) string {
+	id := []string{c.String("backend"), c.String("prefix"), c.String("key")}
+	if c.String("backend") == "local" {
+		dir := c.String("lock-dir")
+		if dir == "" {
+			dir = local.DefaultDir()
+		}
+		id = append(id, filepath.Clean(dir))
+	}
+	return strings.Join(id, "\x00")
 }
 
 // runGuard is the guard to start with each term, or nil with --no-guard.

@@ -277,14 +277,14 @@ func (j *Job) WaitGone(timeout time.Duration) bool {
 	}
 	fd, err := unix.Open(j.cgroup+"/cgroup.events", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return errors.Is(err, unix.ENOENT)
+		return errors.Is(err, unix.ENOENT) && j.waitIntruders(end)
 	}
 	defer unix.Close(fd)
 	buf := make([]byte, 256)
 	for {
 		n, err := unix.Pread(fd, buf, 0)
 		if err == nil && !parsePopulated(buf[:n]) {
-			return true
+			return j.waitIntruders(end)
 		}
 		left := time.Until(end)
 		if left <= 0 {

@@ -88,6 +88,10 @@ type Options struct {
 	// with one kill(-pgid), checked inside f to be still unreaped.
 	// Without it, group mode signals member by member only.
 	HoldReaps func(f func())
+	// Key names the leadership the jobs run under (leaderrun: backend,
+	// prefix and key). Its hash is part of every job's marker and cgroup
+	// name, and Sweep kills the leftover jobs of the same Key.
+	Key string
 }
 
 // Box is where one leaderrun places its jobs, chosen once at start.
@@ -145,13 +149,13 @@ func (b *Box) NewJob() (*Job, error) {
 	n := b.seq.Add(1)
 	j := &Job{
 		box:       b,
-		token:     fmt.Sprintf("%d.%d.%d", os.Getpid(), n, monoNow()),
+		token:     b.newToken(n),
 		cgfd:      -1,
 		leaderFD:  -1,
 		notBefore: bootTicks(),
 	}
 	if b.mode == Cgroup {
-		dir := fmt.Sprintf("%s/job.%d.%d", b.parent, os.Getpid(), n)
+		dir := b.parent + "/job." + j.token
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create the job's cgroup: %w", err)
 		}
@@ -160,7 +164,7 @@ func (b *Box) NewJob() (*Job, error) {
 			_ = syscall.Rmdir(dir)
 			return nil, fmt.Errorf("open the job's cgroup: %w", err)
 		}
-		j.cgroup, j.cgfd, j.hasKill = dir, fd, b.hasKill
+		j.cgroup, j.cgfd, j.hasKill, j.leaf = dir, fd, b.hasKill, b.leafDir()
 	}
 	return j, nil
 }
@@ -172,6 +176,7 @@ type Job struct {
 	cgroup  string
 	cgfd    int
 	hasKill bool
+	leaf    string // leaderrun's own cgroup, whose intruders are the job's
 	pgid    int
 	pid     int
 	since   uint64 // no process of the job is older (clock ticks after boot)
@@ -202,6 +207,7 @@ func Attach(cgroup string, pgid int, token string, since uint64) *Job {
 	if cgroup != "" {
 		_, err := os.Stat(cgroup + "/cgroup.kill")
 		j.hasKill = err == nil
+		j.leaf = guardLeaf()
 	}
 	return j
 }
@@ -289,7 +295,9 @@ func (j *Job) Signal(sig syscall.Signal) error {
 // killSweepLimit. A caller that still finds the job alive calls it again.
 func (j *Job) Kill() error {
 	if j.cgroup != "" {
-		return j.killCgroup()
+		err := j.killCgroup()
+		j.signalIntruders(syscall.SIGKILL)
+		return err
 	}
 	return j.groupKill()
 }
@@ -298,10 +306,10 @@ func (j *Job) Kill() error {
 func (j *Job) Alive() bool {
 	if j.cgroup != "" {
 		pop, err := populated(j.cgroup)
-		if err != nil {
-			return !errors.Is(err, os.ErrNotExist)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return true
 		}
-		return pop
+		return pop || len(j.Intruders()) > 0
 	}
 	return j.groupAlive()
 }
@@ -326,12 +334,10 @@ func (j *Job) Remove() error {
 // each sends sig to every process of the job's cgroup.
 func (j *Job) each(sig syscall.Signal) error {
 	pids, err := cgroupProcs(j.cgroup)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	pids = append(pids, j.Intruders()...)
 	for _, pid := range pids {
 		_ = signalPid(pid, sig)
 	}

@@ -219,6 +219,9 @@ func (g *state) killJob(reason string) bool {
 		return true
 	}
 	j := g.job
+	if in := j.Intruders(); len(in) > 0 {
+		g.log.Warn("killing processes of the job that moved into leaderrun's own cgroup", "pids", in)
+	}
 	if j.Alive() {
 		if err := j.Kill(); err != nil {
 			g.log.Error("kill the job", "error", err)

@@ -107,7 +107,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	// Closed channels that were handled once are set to nil, so the select
 	// does not spin on them.
 	ctxDone, lostC := ctx.Done(), lease.Lost()
-	if !s.skipTerm(ctx, l) && s.mayStart(ctx, l) {
+	if s.sweepLeftovers(l) && !s.skipTerm(ctx, l) && s.mayStart(ctx, l) {
 		s.startOrFinish(l, "command could not be started")
 	}
 
@@ -506,6 +506,7 @@ func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
 		return
 	}
 	stop := l.timeline.StartedAt(s.clock.Now())
+	s.noteIntruders(l)
 	s.signalJob(l, l.stopSignal)
 	l.killAt = s.at(stop.KillAt())
 }
@@ -532,6 +533,7 @@ func (s *Supervisor) kill(l *leadership) {
 		return
 	}
 	l.killed = true
+	s.noteIntruders(l)
 	if err := l.job.Kill(); err != nil {
 		s.log.Error("kill the job", "error", err)
 		return

@@ -1,0 +1,467 @@
+//go:build linux
+
+package contain
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Leftovers (DESIGN §1.9): a job whose leaderrun and guard were both killed
+// at once (`pkill -9 leaderrun` matches both names, an OOM kill of the
+// group) keeps running, and on the local backend the lock is free at once.
+// Every job therefore says who started it, for which key, in its marker and
+// in its cgroup's name, and a leaderrun that has just won leadership kills
+// what jobs of its key left behind on this host before it starts its own.
+//
+// A job's marker value (the token) is
+//
+//	PID.N.MONO.START.PIDNS.KEY
+//
+// PID, START and PIDNS name the leaderrun that started the job (its pid, its
+// start time in clock ticks after boot, the inode of its PID namespace), N
+// and MONO make the token unique, and KEY is a hash of Options.Key, so the
+// job is known by its key even if it clears LEADER_KEY. The job's cgroup is
+// named "job." followed by its token. That leaderrun is dead when no process
+// of its PID namespace has that pid with that start time.
+
+// SweepTimeout is how long Sweep waits for what it killed to be gone.
+const SweepTimeout = 5 * time.Second
+
+// self is this process as a token names it, read once.
+var self = sync.OnceValue(func() (s struct {
+	pid   int
+	start uint64
+	ns    string
+}) {
+	s.pid = os.Getpid()
+	s.start = StartTime(s.pid)
+	s.ns = pidNamespace()
+	return s
+})
+
+// keyHash is the part of a token that names the key: 16 hex digits of
+// FNV-1a, enough to tell the keys on one host apart.
+func keyHash(key string) string {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// newToken is the marker value of this box's job number n.
+func (b *Box) newToken(n uint64) string {
+	s := self()
+	return fmt.Sprintf("%d.%d.%d.%d.%s.%s", s.pid, n, monoNow(), s.start, s.ns, keyHash(b.opts.Key))
+}
+
+// owner is the leaderrun a token names.
+type owner struct {
+	pid   int
+	start uint64
+	ns    string
+	key   string
+}
+
+// parseToken reads a token newToken made; older tokens (PID.N.MONO) do not
+// name their key and are never judged.
+func parseToken(tok string) (owner, bool) {
+	f := strings.Split(tok, ".")
+	if len(f) != 6 {
+		return owner{}, false
+	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil || pid <= 0 {
+		return owner{}, false
+	}
+	return owner{pid: pid, start: start, ns: f[4], key: f[5]}, true
+}
+
+// leftoverOf reports whether tok names a job of key started by a leaderrun
+// of this PID namespace that is dead (a pid of another namespace cannot be
+// checked; a token that cannot be read is left alone).
+func leftoverOf(tok, key string) (owner, bool) {
+	o, ok := parseToken(tok)
+	if !ok || o.key != key || o.ns != self().ns || o.ns == "unknown" {
+		return o, false
+	}
+	if o.pid == self().pid && o.start == self().start {
+		return o, false
+	}
+	st, ok := readStat("/proc/" + strconv.Itoa(o.pid) + "/stat")
+	return o, !ok || st.start != o.start || !ProcessAlive(o.pid)
+}
+
+// Leftover is one job an earlier, dead leaderrun of the same key left
+// running on this host.
+type Leftover struct {
+	// Owner is the dead leaderrun's pid.
+	Owner int
+	// Token is the job's marker value.
+	Token string
+	// Cgroup is the job's cgroup, "" if it was found by its marker alone.
+	Cgroup string
+	// Pids are the job's processes that were found alive.
+	Pids []int
+}
+
+// Sweep kills every job that a dead leaderrun of this box's key (Options.Key)
+// left on this host, waits until nothing of them can run, and returns what
+// it found. Call it once leadership is won and before the first child
+// starts: a leaderrun that holds the key's lock runs the only live job of
+// that key on this host, and jobs of live leaderruns are never touched.
+//
+// It looks for processes carrying such a job's marker, and their
+// descendants, in either mode; in cgroup mode also for such job cgroups
+// where this box makes its own (see jobDirs). It returns an error, with
+// what it found, if something was still alive after timeout.
+func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
+	if b.opts.Key == "" || self().ns == "unknown" {
+		return nil, nil
+	}
+	key := keyHash(b.opts.Key)
+	found := map[string]*Leftover{}
+	var order []string
+	note := func(tok string, o owner) *Leftover {
+		l := found[tok]
+		if l == nil {
+			l = &Leftover{Owner: o.pid, Token: tok}
+			found[tok] = l
+			order = append(order, tok)
+		}
+		return l
+	}
+	var cgroups []string
+	end := time.Now().Add(timeout)
+	for {
+		alive := 0
+		for _, c := range b.leftoverCgroups(key) {
+			if !slices.Contains(cgroups, c.dir) {
+				cgroups = append(cgroups, c.dir)
+			}
+			if !c.populated {
+				continue
+			}
+			alive++
+			l := note(c.token, c.owner)
+			l.Cgroup = c.dir
+			for _, pid := range treeProcs(c.dir) {
+				if !slices.Contains(l.Pids, pid) {
+					l.Pids = append(l.Pids, pid)
+				}
+			}
+			_ = (&Job{cgroup: c.dir, cgfd: -1, hasKill: b.hasKill}).killCgroup()
+		}
+		for _, p := range leftoverProcs(key) {
+			alive++
+			l := note(p.token, p.owner)
+			if !slices.Contains(l.Pids, p.pid) {
+				l.Pids = append(l.Pids, p.pid)
+			}
+			killPid(p.pid, p.start)
+		}
+		if alive == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			return list(found, order), fmt.Errorf("%d processes of leftover jobs still alive after %s", alive, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, dir := range cgroups {
+		RemoveTree(dir)
+		// The dead leaderrun's own directory of job cgroups, if it made one.
+		parent := filepath.Dir(dir)
+		if pid, sameNS, ok := OwnerPID(filepath.Base(parent)); ok && sameNS && b.ownsDir && parent != b.parent && !pidExists(pid) {
+			RemoveTree(parent)
+		}
+	}
+	return list(found, order), nil
+}
+
+func list(found map[string]*Leftover, order []string) []Leftover {
+	out := make([]Leftover, 0, len(order))
+	for _, tok := range order {
+		l := *found[tok]
+		slices.Sort(l.Pids)
+		out = append(out, l)
+	}
+	return out
+}
+
+// leftoverCgroup is a job cgroup of a dead leaderrun of the key.
+type leftoverCgroup struct {
+	dir       string
+	token     string
+	owner     owner
+	populated bool
+}
+
+// jobDirs are where this box's leaderrun would find job cgroups of its key
+// that an earlier leaderrun made: its own parent of job cgroups (a unit's
+// delegated cgroup stays the same across restarts), and beside it the
+// others of its kind — leaderrun.NS.PID under the hierarchy's root, or
+// leaderrun-KEY-PID.scope in the same slice, since a restarted leaderrun
+// gets a scope of its own. A job cgroup elsewhere (a scope in another slice,
+// a unit's cgroup left with KillMode=process under another unit) is found
+// only by its processes' marker.
+func (b *Box) jobDirs() []string {
+	if b.mode != Cgroup || b.parent == "" {
+		return nil
+	}
+	dirs := []string{b.parent}
+	base, up := filepath.Base(b.parent), filepath.Dir(b.parent)
+	var sibling func(name string) bool
+	switch {
+	case b.ownsDir:
+		sibling = func(name string) bool {
+			_, sameNS, ok := OwnerPID(name)
+			return ok && sameNS
+		}
+	case strings.HasPrefix(base, "leaderrun-") && strings.HasSuffix(base, ".scope"):
+		sibling = func(name string) bool {
+			return strings.HasPrefix(name, "leaderrun-") && strings.HasSuffix(name, ".scope")
+		}
+	default:
+		return dirs
+	}
+	entries, _ := os.ReadDir(up)
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != base && sibling(e.Name()) {
+			dirs = append(dirs, up+"/"+e.Name())
+		}
+	}
+	return dirs
+}
+
+// leftoverCgroups lists the job cgroups of dead leaderruns of key.
+func (b *Box) leftoverCgroups(key string) []leftoverCgroup {
+	var out []leftoverCgroup
+	for _, dir := range b.jobDirs() {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			tok, ok := strings.CutPrefix(e.Name(), "job.")
+			if !ok || !e.IsDir() {
+				continue
+			}
+			o, ok := leftoverOf(tok, key)
+			if !ok {
+				continue
+			}
+			cg := dir + "/" + e.Name()
+			pop, err := populated(cg)
+			if err != nil && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			out = append(out, leftoverCgroup{dir: cg, token: tok, owner: o, populated: pop || err != nil})
+		}
+	}
+	return out
+}
+
+// treeProcs lists the processes of cgroup dir and of its descendants.
+func treeProcs(dir string) []int {
+	pids, _ := cgroupProcs(dir)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			pids = append(pids, treeProcs(dir+"/"+e.Name())...)
+		}
+	}
+	return pids
+}
+
+// leftoverProc is a live process of a dead leaderrun's job.
+type leftoverProc struct {
+	pid   int
+	start uint64
+	token string
+	owner owner
+}
+
+// leftoverProcs lists the live processes carrying the marker of a job of key
+// whose leaderrun is dead, and their descendants; never this process or its
+// ancestors, nor by a marker this process carries itself (a leaderrun
+// started from such a job passes it on to its own children).
+func leftoverProcs(key string) []leftoverProc {
+	type proc struct {
+		ppid  int
+		start uint64
+	}
+	procs := map[int]proc{}
+	children := map[int][]int{}
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if st, ok := readStat("/proc/" + name + "/stat"); ok {
+			procs[pid] = proc{ppid: st.ppid, start: st.start}
+			children[st.ppid] = append(children[st.ppid], pid)
+		}
+	}
+	me := self().pid
+	mine := map[int]bool{me: true}
+	for p := procs[me].ppid; p > 1 && !mine[p]; p = procs[p].ppid {
+		mine[p] = true
+	}
+	carried := markers(me)
+	var out []leftoverProc
+	in := map[int]bool{}
+	add := func(pid int, tok string, o owner) {
+		if in[pid] || mine[pid] || !ProcessAlive(pid) {
+			return
+		}
+		in[pid] = true
+		out = append(out, leftoverProc{pid: pid, start: procs[pid].start, token: tok, owner: o})
+	}
+	for pid := range procs {
+		for _, tok := range markers(pid) {
+			if o, ok := leftoverOf(tok, key); ok && !slices.Contains(carried, tok) {
+				add(pid, tok, o)
+				break
+			}
+		}
+	}
+	for i := 0; i < len(out); i++ {
+		for _, c := range children[out[i].pid] {
+			if procs[c].start >= out[i].start {
+				add(c, out[i].token, out[i].owner)
+			}
+		}
+	}
+	return out
+}
+
+// markers are the job marker values in pid's initial environment.
+func markers(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	prefix := []byte(EnvMarker + "=")
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, prefix); ok {
+			out = append(out, string(v))
+		}
+	}
+	return out
+}
+
+// killPid SIGKILLs pid through a pidfd, once the pidfd is known to be the
+// process that was found (same start time), so a reused pid is never hit.
+func killPid(pid int, start uint64) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if !errors.Is(err, unix.ESRCH) && StartTime(pid) == start {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return
+	}
+	defer unix.Close(fd)
+	if StartTime(pid) == start {
+		_ = unix.PidfdSendSignal(fd, syscall.SIGKILL, nil, 0)
+	}
+}
+
+// Intruders in leaderrun's own cgroup: in a delegated subtree a job run as
+// leaderrun's user owns every cgroup.procs there, leaderrun's leaf
+// (leaderrun.NS.PID) included, and may move its processes into it, out of
+// its job cgroup. Whatever else than leaderrun, the processes it started
+// (Options.Known, its guard) and, in the guard's view, the guard itself is
+// found in that leaf is counted as part of the running job: signalled,
+// killed, and waited for with it.
+
+// leafDir is leaderrun's own leaf cgroup, where it moved itself beside its
+// job cgroups; "" where it stays where it was (the root cgroup).
+func (b *Box) leafDir() string {
+	if b.mode != Cgroup || b.ownsDir || b.parent == "" {
+		return ""
+	}
+	return b.parent + "/" + ownerDirName(self().pid)
+}
+
+// guardLeaf is, in the guard's view, the leaf of the leaderrun that started
+// it, if the guard runs there: a guard inherits its leaderrun's cgroup.
+func guardLeaf() string {
+	dir, err := OwnCgroupDir()
+	if err != nil {
+		return ""
+	}
+	if pid, sameNS, ok := OwnerPID(filepath.Base(dir)); ok && sameNS && pid == os.Getppid() {
+		return dir
+	}
+	return ""
+}
+
+// Intruders lists the processes of leaderrun's own leaf cgroup (and any
+// cgroup beneath it) that are neither leaderrun, nor started by it, nor
+// this process, nor children that those in the leaf started (a guard's
+// `leaderrun __release`); in cgroup mode they came from a job. Orphans re-parented to leaderrun, a
+// subreaper, are not its own: they count.
+func (j *Job) Intruders() []int {
+	if j.leaf == "" {
+		return nil
+	}
+	owner, _, _ := OwnerPID(filepath.Base(j.leaf))
+	var known func(int) bool
+	if j.box != nil {
+		known = j.box.opts.Known
+	}
+	me := os.Getpid()
+	pids := treeProcs(j.leaf)
+	ours := func(pid int) bool {
+		if pid == me || pid == owner || (known != nil && known(pid)) {
+			return true
+		}
+		// The guard's view: its own children; leaderrun's: its guard's.
+		// The child's children are the job's, and leaderrun's are orphans.
+		st, _ := readStat("/proc/" + strconv.Itoa(pid) + "/stat")
+		return (j.box == nil && st.ppid == me) ||
+			(st.ppid != owner && known != nil && known(st.ppid) && slices.Contains(pids, st.ppid))
+	}
+	var out []int
+	for _, pid := range pids {
+		if !ours(pid) && ProcessAlive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// signalIntruders sends sig to each intruder.
+func (j *Job) signalIntruders(sig syscall.Signal) {
+	for _, pid := range j.Intruders() {
+		_ = signalPid(pid, sig)
+	}
+}
+
+// waitIntruders waits until no intruder is left or end passes.
+func (j *Job) waitIntruders(end time.Time) bool {
+	for len(j.Intruders()) > 0 {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
