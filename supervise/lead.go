@@ -107,9 +107,10 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	// Closed channels that were handled once are set to nil, so the select
 	// does not spin on them.
 	ctxDone, lostC := ctx.Done(), lease.Lost()
-	if s.sweepLeftovers(l) && !s.skipTerm(ctx, l) && s.mayStart(ctx, l) {
-		s.startOrFinish(l, "command could not be started")
-	}
+	// Leftovers of this key are swept beside the loop; the first child
+	// waits for the sweep (DESIGN §1.9).
+	sweepC, sweepWait := s.startSweep()
+	defer sweepWait()
 
 	for {
 		call(s.cfg.Events.Tick)
@@ -165,6 +166,11 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			s.sweep(l)
 		}
 		select {
+		case r := <-sweepC:
+			sweepC = nil
+			if s.swept(l, r) && !s.skipTerm(ctx, l) && s.mayStart(ctx, l) {
+				s.startOrFinish(l, "command could not be started")
+			}
 		case r := <-renewals:
 			s.onRenewal(l, r, &termAt)
 		case <-termAt.C():
@@ -189,7 +195,13 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 					// Ctrl-C reaches the job's own INT handler (DESIGN §3).
 					l.stopSignal = syscall.SIGINT
 				}
-				s.finish(l, "leaderrun was asked to stop", false, l.lastCode)
+				code := l.lastCode
+				if !l.started {
+					// Stopped before the term's first child (its sweep
+					// still running): as a shell reports a signal.
+					code = interruptedCode(ctx)
+				}
+				s.finish(l, "leaderrun was asked to stop", false, code)
 			}
 		case sig := <-s.cfg.Forward:
 			s.forward(l, sig)

@@ -6,26 +6,67 @@ import (
 	"github.com/leaderrun/leaderrun/contain"
 )
 
-// sweepLeftovers kills, before the term's first child, what jobs of this key left on
-// this host when their leaderrun and its guard were killed together
-// (DESIGN §1.9), and logs one warning per job. If some of it is still alive
-// after contain.SweepTimeout it starts nothing: it ends the term, and
-// leaderrun exits 125.
-func (s *Supervisor) sweepLeftovers(l *leadership) bool {
+// sweepResult is what one sweep of leftover jobs found.
+type sweepResult struct {
+	found []contain.Leftover
+	err   error
+}
+
+// sweepLeftovers kills what jobs of this key left on this host when their
+// leaderrun and its guard were killed together (DESIGN §1.9), waits until it
+// is gone, and logs one warning per job. It runs once when leaderrun starts,
+// before it campaigns, so a leftover dies at once even on a host that does
+// not win, and again before each term's first child (see startSweep).
+func (s *Supervisor) sweepLeftovers() error {
+	r := s.sweepNow()
+	s.logSweep(r)
+	return r.err
+}
+
+func (s *Supervisor) sweepNow() sweepResult {
 	found, err := s.box.Sweep(contain.SweepTimeout)
-	for _, j := range found {
+	return sweepResult{found: found, err: err}
+}
+
+func (s *Supervisor) logSweep(r sweepResult) {
+	for _, j := range r.found {
 		args := []any{"leaderrun_pid", j.Owner, "count", len(j.Pids), "pids", j.Pids, "marker", j.Token}
 		if j.Cgroup != "" {
 			args = append(args, "cgroup", j.Cgroup)
 		}
 		s.log.Warn("killed a leftover job of this key: its leaderrun is dead", args...)
 	}
-	if err != nil {
-		s.log.Error("not starting the command beside a leftover job", "error", err)
-		s.finish(l, "a leftover job of this key is still alive", false, ExitInternal)
+}
+
+// startSweep sweeps leftover jobs of this key beside the term's control
+// loop, which goes on renewing meanwhile: a sweep that meets a slow /proc
+// or a job still forking must not cost the lease. The term's first child
+// starts only once the result is in; the returned wait blocks until the
+// sweep is over, so that nothing of it outlives the term.
+func (s *Supervisor) startSweep() (<-chan sweepResult, func()) {
+	c := make(chan sweepResult, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c <- s.sweepNow()
+	}()
+	return c, func() { <-done }
+}
+
+// swept handles the result of the term's sweep and reports whether the
+// first child may start. If some leftover is still alive after
+// contain.SweepTimeout it starts nothing: it ends the term, and leaderrun
+// exits 125.
+func (s *Supervisor) swept(l *leadership, r sweepResult) bool {
+	s.logSweep(r)
+	if r.err != nil {
+		s.log.Error("not starting the command beside a leftover job", "error", r.err)
+		if !l.stopping {
+			s.finish(l, "a leftover job of this key is still alive", false, ExitInternal)
+		}
 		return false
 	}
-	return true
+	return !l.stopping
 }
 
 // noteIntruders logs the processes a job moved into leaderrun's own cgroup;

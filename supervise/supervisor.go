@@ -75,6 +75,11 @@ func New(cfg Config) (*Supervisor, error) {
 // the job is gone.
 func (s *Supervisor) Run(ctx context.Context) int {
 	noGuard := retry.Backoff{Min: time.Second, Max: MaxRestartDelay}
+	// What dead leaderruns of this key left on this host dies now, whether
+	// or not this one wins (DESIGN §1.9); each term sweeps again.
+	if err := s.sweepLeftovers(); err != nil {
+		s.log.Warn("a leftover job of this key is still alive; it is swept again before any child starts", "error", err)
+	}
 	for {
 		lease, deadline, code, ok := s.campaign(ctx)
 		if !ok {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/internal/testcluster"
 )
 
 // daemonizingJob double-forks a daemon that calls setsid, writes its pid to
@@ -315,4 +316,34 @@ func TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob(t *testing.T) {
 			wantWarnedPid(t, p.Output(), intruder)
 		})
 	}
+}
+
+// TestLeftoverSweptAtStartWhileTheLeaseLingers: on etcd a dead leader's
+// lease outlives it by its TTL, so the leaderrun restarted on its host
+// waits. The daemon its dead predecessor left must die when that
+// leaderrun starts, not only once it wins (DESIGN §1.9).
+func TestLeftoverSweptAtStartWhileTheLeaseLingers(t *testing.T) {
+	t.Parallel()
+	c := testcluster.StartEtcd(t, 1)
+	dir := t.TempDir()
+	args := []string{"--backend", "etcd", "--etcd-endpoints", strings.Join(c.Endpoints(), ","), "--key", newKey("linger"),
+		"--ttl", "10s", "--renew-interval", "2s", "--kill-grace", "1s", "--safety-margin", "1s",
+		"--contain", "group", "--log-level", "debug"}
+	a := start(t, "A", nil, withCommand(args, daemonizingJob(dir, "env -u LEADER_KEY "))...)
+	daemon := jobPids(t, dir, 1)[0]
+	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	killBoth(t, a)
+	if !contain.ProcessAlive(daemon) {
+		t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+	}
+	b := start(t, "B", nil, withCommand(args, "exec sleep 1000")...)
+	waitFor(t, 5*time.Second, "the daemon to die", func() bool { return !contain.ProcessAlive(daemon) })
+	if strings.Contains(b.Output(), "acquired") {
+		t.Fatalf("B acquired before the dead leader's 10s lease expired; the test needs it to wait:\n%s", b.Output())
+	}
+	waitFor(t, 5*time.Second, "a warning naming the leftover", func() bool {
+		return strings.Contains(b.Output(), "leftover") && strings.Contains(b.Output(), strconv.Itoa(daemon))
+	})
+	b.Signal(syscall.SIGTERM)
+	b.Wait(15 * time.Second)
 }
