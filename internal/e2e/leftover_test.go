@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
 // daemonizingJob double-forks a daemon that calls setsid, writes its pid to
@@ -313,6 +314,115 @@ func TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob(t *testing.T) {
 				t.Fatalf("process %d, moved into leaderrun's cgroup, outlived the job\n%s", intruder, p.Output())
 			}
 			wantWarnedPid(t, p.Output(), intruder)
+		})
+	}
+}
+
+// TestLeftoverForkRelaySweptBeforeTheNextChild: the job left by a leaderrun
+// killed with its guard is a relay of processes that each fork and exit
+// within a millisecond or a few (ForkRelay), every one carrying the job's
+// marker. At any instant one of them lives, but almost never the one a
+// scan of /proc listed. The next leaderrun of the key must still kill it
+// before its own child starts: the relay's heartbeat file must not grow
+// while that child runs.
+func TestLeftoverForkRelaySweptBeforeTheNextChild(t *testing.T) {
+	prog, err := testsupport.ForkRelay()
+	if err != nil {
+		t.Fatalf("build the fork relay: %v", err)
+	}
+	for _, us := range []string{"1000", "5000"} {
+		t.Run(us+"us", func(t *testing.T) {
+			dir := t.TempDir()
+			beat := filepath.Join(dir, "beat")
+			args := localArgs(dir, "k", "--contain", "group")
+			relay := prog + " 1 " + us + " 15 " + beat + " </dev/null >/dev/null 2>&1 &\nexec sleep 1000"
+			a := start(t, "A", nil, withCommand(args, relay)...)
+			t.Cleanup(func() {
+				// A relay that escaped stops on its own after 15s; do
+				// not leave it to the tests that follow.
+				for end := time.Now().Add(20 * time.Second); testsupport.Growing(beat, 100*time.Millisecond) && time.Now().Before(end); {
+				}
+			})
+			waitFor(t, 10*time.Second, "the relay to run", func() bool { return testsupport.Growing(beat, 100*time.Millisecond) })
+			killBoth(t, a)
+			if !testsupport.Growing(beat, 200*time.Millisecond) {
+				t.Fatal("the relay died with its supervisors: nothing left to sweep")
+			}
+			check := `a=$(wc -c < ` + beat + `); sleep 0.3; b=$(wc -c < ` + beat + `)
+echo "$a $b" > ` + dir + `/beat-at-start
+exec sleep 1000`
+			b := start(t, "B", nil, withCommand(args, check)...)
+			var sizes []string
+			waitFor(t, 15*time.Second, "the next leader's child to look at the relay", func() bool {
+				got, _ := os.ReadFile(filepath.Join(dir, "beat-at-start"))
+				sizes = strings.Fields(string(got))
+				return len(sizes) == 2
+			})
+			if sizes[0] != sizes[1] {
+				t.Errorf("the old job's relay ran while the next leader's child ran (heartbeat %s -> %s bytes)\n%s", sizes[0], sizes[1], b.Output())
+			}
+			if !strings.Contains(b.Output(), "leftover") {
+				t.Errorf("no warning of a leftover job:\n%s", b.Output())
+			}
+			b.Signal(syscall.SIGTERM)
+			b.Wait(15 * time.Second)
+		})
+	}
+}
+
+// TestDaemonWithExitedMainThreadKilled: a daemon of the job (setsid, so out
+// of the job's process group) whose main thread has exited while another
+// thread runs shows no environment in /proc/PID/environ, marker included;
+// its live thread's /proc/PID/task/TID/environ still holds it. Once
+// leaderrun is dead nothing else ties the daemon to the job. The guard of
+// a leaderrun killed alone must kill it before it unlocks; with both
+// killed, the next leaderrun of the key must kill it before its child
+// starts. Liveness by /proc, every thread.
+func TestDaemonWithExitedMainThreadKilled(t *testing.T) {
+	zm := zombieMain(t)
+	for _, end := range []string{"guard", "sweep"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := localArgs(dir, "k", "--contain", "group")
+			job := `(setsid ` + zm + ` ` + dir + `/job.pids </dev/null >/dev/null 2>&1 &)
+exec sleep 1000`
+			a := start(t, "A", nil, withCommand(args, job)...)
+			daemon := jobPids(t, dir, 1)[0]
+			t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+			waitFor(t, 5*time.Second, "the daemon's main thread to exit", func() bool {
+				st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", daemon))
+				i := strings.LastIndexByte(string(st), ')')
+				return err == nil && i > 0 && i+2 < len(st) && st[i+2] == 'Z'
+			})
+			if end == "guard" {
+				g := guardOf(t, a)
+				a.Signal(syscall.SIGKILL)
+				a.Wait(10 * time.Second)
+				waitFor(t, 10*time.Second, "the guard to finish", func() bool { return !alive(g) })
+				if contain.ProcessAlive(daemon) {
+					t.Fatalf("the guard let go of the lock while the job's daemon %d runs\n%s", daemon, a.Output())
+				}
+				return
+			}
+			killBoth(t, a)
+			if !contain.ProcessAlive(daemon) {
+				t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+			}
+			b := start(t, "B", nil, withCommand(args, checkingJob(dir))...)
+			waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
+				_, err := os.Stat(filepath.Join(dir, "next.started"))
+				return err == nil
+			})
+			if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
+				t.Fatalf("the old job's daemon ran when the next leader's child started: %s\n%s", strings.Fields(string(got)), b.Output())
+			}
+			if contain.ProcessAlive(daemon) {
+				t.Errorf("the old job's daemon %d still runs", daemon)
+			}
+			wantWarnedPid(t, b.Output(), daemon)
+			b.Signal(syscall.SIGTERM)
+			b.Wait(15 * time.Second)
 		})
 	}
 }
