@@ -343,19 +343,39 @@ func newSweeper(key string) *sweeper {
 }
 
 // leftover reports whether pid carries the marker of a job of the key whose
-// leaderrun is dead, other than a marker this process carries itself (a
-// leaderrun started from such a job passes it on to its own children).
+// leaderrun is dead. A marker this process carries itself (it was started
+// from inside such a job: a job that ran leaderrun for its own key, which
+// won once that job's leaderrun died) marks the dead job's other processes
+// all the same, but not this process's own descendants, which inherit it.
 func (s *sweeper) leftover(pid int) (string, owner, bool) {
 	for _, tok := range markers(pid) {
-		if o, ok := s.judged[tok]; ok {
-			return tok, o, true // a dead leaderrun stays dead
+		o, ok := s.judged[tok]
+		if !ok {
+			if o, ok = leftoverOf(tok, s.key); ok {
+				s.judged[tok] = o // a dead leaderrun stays dead
+			}
 		}
-		if o, ok := leftoverOf(tok, s.key); ok && !slices.Contains(s.carried, tok) {
-			s.judged[tok] = o
+		if ok && !(slices.Contains(s.carried, tok) && s.descendant(pid)) {
 			return tok, o, true
 		}
 	}
 	return "", owner{}, false
+}
+
+// descendant reports whether pid descends from this process.
+func (s *sweeper) descendant(pid int) bool {
+	me := self().pid
+	for range 4096 {
+		st, ok := readStat("/proc/" + strconv.Itoa(pid) + "/stat")
+		if !ok || st.ppid <= 1 {
+			return false
+		}
+		if st.ppid == me {
+			return true
+		}
+		pid = st.ppid
+	}
+	return false
 }
 
 // look scans /proc once and SIGKILLs every leftover process as soon as it

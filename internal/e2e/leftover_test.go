@@ -426,3 +426,50 @@ exec sleep 1000`
 		})
 	}
 }
+
+// TestNestedLeaderrunOfTheSameKeySweepsItsSiblings: a job runs leaderrun
+// for its own key, which waits as a standby and carries the job's marker.
+// When the outer leaderrun and its guard are killed together, the inner
+// one wins, and the old job's other processes are leftovers like any
+// others: its sweep must kill the daemon beside it before its child
+// starts, though the daemon carries the marker the inner leaderrun carries
+// itself. The inner leaderrun itself, its own children and its ancestors
+// are spared.
+func TestNestedLeaderrunOfTheSameKeySweepsItsSiblings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := localArgs(dir, "k", "--contain", "group")
+	script := filepath.Join(dir, "inner.sh")
+	if err := os.WriteFile(script, []byte("echo $PPID > "+dir+"/inner.pid\n"+checkingJob(dir)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inner := binary + " " + strings.Join(args, " ") + " -- sh " + script
+	job := `(setsid sh -c 'echo $$ >> ` + dir + `/job.pids; exec sleep 1000' </dev/null >/dev/null 2>&1 &)
+` + inner + ` </dev/null >/dev/null 2>` + dir + `/inner.log &
+exec sleep 1000`
+	a := start(t, "A", nil, withCommand(args, job)...)
+	daemon := jobPids(t, dir, 1)[0]
+	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	waitFor(t, 10*time.Second, "the inner leaderrun to campaign", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "inner.log"))
+		return strings.Contains(string(b), "campaigning")
+	})
+	killBoth(t, a)
+	waitFor(t, 15*time.Second, "the inner leader's child to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "next.started"))
+		return err == nil
+	})
+	in := readPID(t, filepath.Join(dir, "inner.pid"))
+	t.Cleanup(func() {
+		_ = syscall.Kill(in, syscall.SIGTERM)
+		waitFor(t, 15*time.Second, "the inner leaderrun to exit", func() bool { return !alive(in) })
+	})
+	out, _ := os.ReadFile(filepath.Join(dir, "inner.log"))
+	if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
+		t.Fatalf("the old job's daemon ran when the inner leader's child started: %s\n%s", strings.Fields(string(got)), out)
+	}
+	if contain.ProcessAlive(daemon) {
+		t.Errorf("the old job's daemon %d still runs", daemon)
+	}
+	wantWarnedPid(t, string(out), daemon)
+}
