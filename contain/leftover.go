@@ -157,7 +157,9 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 			}
 			alive++
 			l := note(c.token, c.owner)
-			l.Cgroup = c.dir
+			if l.Cgroup == "" {
+				l.Cgroup = c.dir
+			}
 			for _, pid := range treeProcs(c.dir) {
 				if !slices.Contains(l.Pids, pid) {
 					l.Pids = append(l.Pids, pid)
@@ -256,7 +258,8 @@ func (b *Box) jobDirs() []string {
 	return dirs
 }
 
-// leftoverCgroups lists the job cgroups of dead leaderruns of key.
+// leftoverCgroups lists the job cgroups of dead leaderruns of key, and the
+// leaves of those leaderruns beside them.
 func (b *Box) leftoverCgroups(key string) []leftoverCgroup {
 	var out []leftoverCgroup
 	for _, dir := range b.jobDirs() {
@@ -270,12 +273,18 @@ func (b *Box) leftoverCgroups(key string) []leftoverCgroup {
 			if !ok {
 				continue
 			}
-			cg := dir + "/" + e.Name()
-			pop, err := populated(cg)
-			if err != nil && errors.Is(err, os.ErrNotExist) {
-				continue
+			// The dead leaderrun's own leaf beside its job cgroup: what is
+			// left there came from its job (see Intruders).
+			for _, cg := range []string{dir + "/" + e.Name(), dir + "/" + ownerDirName(o.pid)} {
+				if cg == b.leafDir() || slices.ContainsFunc(out, func(c leftoverCgroup) bool { return c.dir == cg }) {
+					continue
+				}
+				pop, err := populated(cg)
+				if err != nil && errors.Is(err, os.ErrNotExist) {
+					continue
+				}
+				out = append(out, leftoverCgroup{dir: cg, token: tok, owner: o, populated: pop || err != nil})
 			}
-			out = append(out, leftoverCgroup{dir: cg, token: tok, owner: o, populated: pop || err != nil})
 		}
 	}
 	return out

@@ -473,3 +473,55 @@ exec sleep 1000`
 	}
 	wantWarnedPid(t, string(out), daemon)
 }
+
+// TestIntruderInDeadLeaderrunsCgroupSwept: in a delegated cgroup a job
+// moves a process, its environment cleared, into leaderrun's own leaf;
+// then leaderrun and its guard are killed together. The next leaderrun of
+// the key in that cgroup must kill it before its child starts: the dead
+// leaderrun's job cgroup beside the leaf names the key. A leaderrun of
+// another key there must leave it alone.
+func TestIntruderInDeadLeaderrunsCgroupSwept(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	root, cg := delegatedCgroup(t)
+	args := localArgs(dir, "k", "--contain", "cgroup")
+	job := `env -i sleep 1000 </dev/null >/dev/null 2>&1 &
+p=$!
+echo $p > ` + root + `$(sed -n 's/^0:://p' /proc/$PPID/cgroup)/cgroup.procs || exit 9
+echo $p > ` + dir + `/job.pids
+exec sleep 1000`
+	a := startIn(t, "A", cg, 0, binary, withCommand(args, job)...)
+	intruder := jobPids(t, dir, 1)[0]
+	t.Cleanup(func() { _ = syscall.Kill(intruder, syscall.SIGKILL) })
+	if !strings.Contains(a.Output(), "delegated") {
+		t.Fatalf("leaderrun did not take the delegated cgroup:\n%s", a.Output())
+	}
+	killBoth(t, a)
+	if !contain.ProcessAlive(intruder) {
+		t.Fatalf("the intruder %d died with its supervisors: nothing left to sweep", intruder)
+	}
+	other := startIn(t, "other key", cg, 0, binary, withCommand(localArgs(dir, "other", "--contain", "cgroup"), "echo started > "+dir+"/other.started; exec sleep 1000")...)
+	waitFor(t, 15*time.Second, "the other key's child to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "other.started"))
+		return err == nil
+	})
+	if !contain.ProcessAlive(intruder) {
+		t.Fatalf("a leaderrun of another key killed the intruder %d of this key's job\n%s", intruder, other.Output())
+	}
+	other.Signal(syscall.SIGTERM)
+	other.Wait(15 * time.Second)
+	b := startIn(t, "B", cg, 0, binary, withCommand(args, checkingJob(dir))...)
+	waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "next.started"))
+		return err == nil
+	})
+	if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
+		t.Fatalf("the old job's intruder ran when the next leader's child started: %s\n%s", strings.Fields(string(got)), b.Output())
+	}
+	if contain.ProcessAlive(intruder) {
+		t.Errorf("the old job's intruder %d still runs", intruder)
+	}
+	wantWarnedPid(t, b.Output(), intruder)
+	b.Signal(syscall.SIGTERM)
+	b.Wait(15 * time.Second)
+}
