@@ -184,6 +184,9 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 		}
 		quiet = 0
 		if time.Now().After(end) {
+			if alive == 0 {
+				return list(found, order), fmt.Errorf("leftover jobs not seen gone after %s: processes kept exiting while /proc was read", timeout)
+			}
 			return list(found, order), fmt.Errorf("%d processes of leftover jobs still alive after %s", alive, timeout)
 		}
 		if alive > 0 {
@@ -414,10 +417,6 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 			take(p, parent.token, parent.owner)
 			return
 		}
-		if tok, o, ok := s.leftover(p.pid); ok {
-			take(p, tok, o)
-			return
-		}
 		if (p.state == 'Z' || p.state == 'X') && !ProcessAlive(p.pid) {
 			// Dead, its marker unreadable: it may have been a leftover
 			// that forked before it died.
@@ -425,6 +424,10 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 			if st, ok := s.zombies[p.pid]; !ok || st != p.start {
 				settled = false
 			}
+			return
+		}
+		if tok, o, ok := s.leftover(p.pid); ok {
+			take(p, tok, o)
 		}
 	})
 	// Descendants listed before their parent (a lower pid).
@@ -447,8 +450,13 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 			settled = false // reaped since the last scan, maybe during this one
 		}
 	}
+	// The next scan checks the finds that still live: one dead already
+	// forks no more, and its reaping, by init at its own pace, hides
+	// nothing.
+	seen := map[int]leftoverProc{}
 	for pid, f := range found {
 		if ProcessAlive(pid) {
+			seen[pid] = f
 			continue
 		}
 		if st, ok := s.zombies[pid]; !ok || st != f.start {
@@ -456,7 +464,7 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 		}
 		zombies[pid] = f.start
 	}
-	s.seen, s.zombies = found, zombies
+	s.seen, s.zombies = seen, zombies
 	return hits, settled
 }
 
