@@ -525,3 +525,36 @@ exec sleep 1000`
 	b.Signal(syscall.SIGTERM)
 	b.Wait(15 * time.Second)
 }
+
+// TestGuardKillsForkRelayOfItsDeadLeaderrun: leaderrun alone is SIGKILLed
+// while its job is a relay of processes that each fork and exit within a
+// fraction of a millisecond (ForkRelay), none of them a child of anyone
+// the guard knows: only their marker ties them to the job. The guard must
+// kill the relay before it unlocks, not judge the job gone because each
+// process it read with the marker was gone by the end of the scan.
+func TestGuardKillsForkRelayOfItsDeadLeaderrun(t *testing.T) {
+	prog, err := testsupport.ForkRelay()
+	if err != nil {
+		t.Fatalf("build the fork relay: %v", err)
+	}
+	for _, us := range []string{"200", "100"} {
+		t.Run(us+"us", func(t *testing.T) {
+			dir := t.TempDir()
+			beat := filepath.Join(dir, "beat")
+			relay := prog + " 1 " + us + " 15 " + beat + " </dev/null >/dev/null 2>&1 &\nexec sleep 1000"
+			a := start(t, "A", nil, withCommand(localArgs(dir, "k", "--contain", "group"), relay)...)
+			t.Cleanup(func() {
+				for end := time.Now().Add(20 * time.Second); testsupport.Growing(beat, 100*time.Millisecond) && time.Now().Before(end); {
+				}
+			})
+			waitFor(t, 10*time.Second, "the relay to run", func() bool { return testsupport.Growing(beat, 100*time.Millisecond) })
+			g := guardOf(t, a)
+			a.Signal(syscall.SIGKILL)
+			a.Wait(10 * time.Second)
+			waitFor(t, 15*time.Second, "the guard to finish", func() bool { return !alive(g) })
+			if testsupport.Growing(beat, 300*time.Millisecond) {
+				t.Fatalf("the guard finished while the job's relay runs\n%s", a.Output())
+			}
+		})
+	}
+}
