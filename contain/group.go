@@ -173,8 +173,9 @@ func (j *Job) isLeader(p procInfo) bool {
 	return j.pid > 1 && p.pid == j.pid && j.leaderStart != 0 && p.start == j.leaderStart
 }
 
-// classify picks the job's members out of one scan (see Members above).
-func (j *Job) classify(procs []procInfo) []procInfo {
+// classify picks the job's members out of one scan (see Members above);
+// marked are the processes that carried the marker when the scan read them.
+func (j *Job) classify(procs []procInfo, marked map[int]bool) []procInfo {
 	root, known := j.root()
 	self := os.Getpid()
 	mine := func(pid int) bool { return known != nil && known(pid) }
@@ -218,7 +219,7 @@ func (j *Job) classify(procs []procInfo) []procInfo {
 			add(p.pid)
 		case seen && start == p.start:
 			add(p.pid)
-		case j.token != "" && hasMarker(p.pid, j.token):
+		case marked[p.pid]:
 			add(p.pid)
 		}
 	}
@@ -260,17 +261,29 @@ func (j *Job) look(kill bool) (live []procInfo, killed map[int]bool) {
 		return nil, nil
 	}
 	r0, counted := j.reaps()
-	var visit func(procInfo)
+	// The marker is read as each pid is listed, once: read again after the
+	// scan it would be gone with a process that forked and exited since,
+	// and a relay of such processes would look like no job at all.
+	marked := map[int]bool{}
+	var quick func(procInfo)
 	if kill {
 		killed = map[int]bool{}
-		visit = j.quick(func(p procInfo) {
+		quick = j.quick(marked, func(p procInfo) {
 			if signalMember(p, syscall.SIGKILL) == nil {
 				killed[p.pid] = true
 			}
 		})
 	}
-	procs, vanished := scanProcs(visit)
-	members := j.classify(procs)
+	me := os.Getpid()
+	procs, vanished := scanProcs(func(p procInfo) {
+		if j.token != "" && p.start >= j.since && p.pid != me && hasMarker(p.pid, j.token) {
+			marked[p.pid] = true
+		}
+		if quick != nil {
+			quick(p)
+		}
+	})
+	members := j.classify(procs, marked)
 	// A process listed and gone before it could be read may have been of
 	// the job and have forked before it went.
 	settled := vanished == 0
@@ -307,9 +320,10 @@ func (j *Job) look(kill bool) (live []procInfo, killed map[int]bool) {
 // quick returns a visitor for scanProcs that calls hit on every process it
 // can tell a member of the job from what the scan read so far: by the
 // rules of classify that need no later entry (a descendant is known once
-// its parent was; a process of the group once a member in it was). Called
-// with j.mu held.
-func (j *Job) quick(hit func(procInfo)) func(procInfo) {
+// its parent was; a process of the group once a member in it was). marked
+// holds the processes read with the marker, up to this one. Called with
+// j.mu held.
+func (j *Job) quick(marked map[int]bool, hit func(procInfo)) func(procInfo) {
 	root, known := j.root()
 	self := os.Getpid()
 	in := map[int]bool{}
@@ -324,7 +338,7 @@ func (j *Job) quick(hit func(procInfo)) func(procInfo) {
 			(seen && start == p.start) ||
 			((root > 1 && p.ppid == root || in[p.ppid]) && !mine()) ||
 			(anchored && j.pgid > 1 && p.pgid == j.pgid) ||
-			(j.token != "" && hasMarker(p.pid, j.token))
+			marked[p.pid]
 		if !member {
 			return
 		}

@@ -149,20 +149,6 @@ func TestDoubleForkNeverJudgedGone(t *testing.T) {
 	}
 }
 
-// beating reports whether file grows within d.
-func beating(file string, d time.Duration) bool {
-	size := func() int64 {
-		fi, err := os.Stat(file)
-		if err != nil {
-			return -1
-		}
-		return fi.Size()
-	}
-	before := size()
-	time.Sleep(d)
-	return size() != before
-}
-
 // A job of processes that fork without pause, each moving to a new session
 // and exiting as soon as its child runs, is killed whole by one Kill:
 // afterwards no process with its marker runs, as /proc tells, and the
@@ -181,12 +167,12 @@ func TestForkStormKilledByKill(t *testing.T) {
 			t.Cleanup(func() {
 				// Do not leave a storm running for its 20 seconds, whatever
 				// failed: it would be every later job's orphan.
-				for end := time.Now().Add(10 * time.Second); beating(beat, 50*time.Millisecond) && time.Now().Before(end); {
+				for end := time.Now().Add(10 * time.Second); testsupport.Growing(beat, 50*time.Millisecond) && time.Now().Before(end); {
 					_ = j.Kill()
 				}
 			})
 			w := v.of(j)
-			if !beating(beat, 100*time.Millisecond) {
+			if !testsupport.Growing(beat, 100*time.Millisecond) {
 				t.Fatal("the storm is not running")
 			}
 			t0 := time.Now()
@@ -200,7 +186,7 @@ func TestForkStormKilledByKill(t *testing.T) {
 					t.Fatalf("processes of the job run after Kill (%v): %v", took, left)
 				}
 			}
-			if beating(beat, 300*time.Millisecond) {
+			if testsupport.Growing(beat, 300*time.Millisecond) {
 				t.Fatalf("the storm goes on after Kill (%v)", took)
 			}
 			if w.Alive() {

@@ -3,7 +3,6 @@
 package contain
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -144,6 +143,8 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 		return l
 	}
 	var cgroups []string
+	sw := newSweeper(key)
+	quiet := 0
 	end := time.Now().Add(timeout)
 	for {
 		alive := 0
@@ -156,7 +157,9 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 			}
 			alive++
 			l := note(c.token, c.owner)
-			l.Cgroup = c.dir
+			if l.Cgroup == "" {
+				l.Cgroup = c.dir
+			}
 			for _, pid := range treeProcs(c.dir) {
 				if !slices.Contains(l.Pids, pid) {
 					l.Pids = append(l.Pids, pid)
@@ -164,21 +167,33 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 			}
 			_ = (&Job{cgroup: c.dir, cgfd: -1, hasKill: b.hasKill}).killCgroup()
 		}
-		for _, p := range leftoverProcs(key) {
+		hits, settled := sw.look()
+		for _, p := range hits {
 			alive++
 			l := note(p.token, p.owner)
 			if !slices.Contains(l.Pids, p.pid) {
 				l.Pids = append(l.Pids, p.pid)
 			}
-			killPid(p.pid, p.start)
 		}
-		if alive == 0 {
-			break
+		if alive == 0 && settled {
+			// Two settled scans in a row (see sweeper.look).
+			if quiet++; quiet >= 2 {
+				break
+			}
+			continue
 		}
+		quiet = 0
 		if time.Now().After(end) {
+			if alive == 0 {
+				return list(found, order), fmt.Errorf("leftover jobs not seen gone after %s: processes kept exiting while /proc was read", timeout)
+			}
 			return list(found, order), fmt.Errorf("%d processes of leftover jobs still alive after %s", alive, timeout)
 		}
-		time.Sleep(10 * time.Millisecond)
+		if alive > 0 {
+			time.Sleep(10 * time.Millisecond)
+		} else {
+			time.Sleep(time.Millisecond)
+		}
 	}
 	for _, dir := range cgroups {
 		RemoveTree(dir)
@@ -246,7 +261,8 @@ func (b *Box) jobDirs() []string {
 	return dirs
 }
 
-// leftoverCgroups lists the job cgroups of dead leaderruns of key.
+// leftoverCgroups lists the job cgroups of dead leaderruns of key, and the
+// leaves of those leaderruns beside them.
 func (b *Box) leftoverCgroups(key string) []leftoverCgroup {
 	var out []leftoverCgroup
 	for _, dir := range b.jobDirs() {
@@ -260,12 +276,18 @@ func (b *Box) leftoverCgroups(key string) []leftoverCgroup {
 			if !ok {
 				continue
 			}
-			cg := dir + "/" + e.Name()
-			pop, err := populated(cg)
-			if err != nil && errors.Is(err, os.ErrNotExist) {
-				continue
+			// The dead leaderrun's own leaf beside its job cgroup: what is
+			// left there came from its job (see Intruders).
+			for _, cg := range []string{dir + "/" + e.Name(), dir + "/" + ownerDirName(o.pid)} {
+				if cg == b.leafDir() || slices.ContainsFunc(out, func(c leftoverCgroup) bool { return c.dir == cg }) {
+					continue
+				}
+				pop, err := populated(cg)
+				if err != nil && errors.Is(err, os.ErrNotExist) {
+					continue
+				}
+				out = append(out, leftoverCgroup{dir: cg, token: tok, owner: o, populated: pop || err != nil})
 			}
-			out = append(out, leftoverCgroup{dir: cg, token: tok, owner: o, populated: pop || err != nil})
 		}
 	}
 	return out
@@ -283,7 +305,7 @@ func treeProcs(dir string) []int {
 	return pids
 }
 
-// leftoverProc is a live process of a dead leaderrun's job.
+// leftoverProc is a process of a dead leaderrun's job.
 type leftoverProc struct {
 	pid   int
 	start uint64
@@ -291,80 +313,159 @@ type leftoverProc struct {
 	owner owner
 }
 
-// leftoverProcs lists the live processes carrying the marker of a job of key
-// whose leaderrun is dead, and their descendants; never this process or its
-// ancestors, nor by a marker this process carries itself (a leaderrun
-// started from such a job passes it on to its own children).
-func leftoverProcs(key string) []leftoverProc {
-	type proc struct {
-		ppid  int
-		start uint64
-	}
-	procs := map[int]proc{}
-	children := map[int][]int{}
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if st, ok := readStat("/proc/" + name + "/stat"); ok {
-			procs[pid] = proc{ppid: st.ppid, start: st.start}
-			children[st.ppid] = append(children[st.ppid], pid)
-		}
-	}
-	me := self().pid
-	mine := map[int]bool{me: true}
-	for p := procs[me].ppid; p > 1 && !mine[p]; p = procs[p].ppid {
-		mine[p] = true
-	}
-	carried := markers(me)
-	var out []leftoverProc
-	in := map[int]bool{}
-	add := func(pid int, tok string, o owner) {
-		if in[pid] || mine[pid] || !ProcessAlive(pid) {
-			return
-		}
-		in[pid] = true
-		out = append(out, leftoverProc{pid: pid, start: procs[pid].start, token: tok, owner: o})
-	}
-	for pid := range procs {
-		for _, tok := range markers(pid) {
-			if o, ok := leftoverOf(tok, key); ok && !slices.Contains(carried, tok) {
-				add(pid, tok, o)
-				break
-			}
-		}
-	}
-	for i := 0; i < len(out); i++ {
-		for _, c := range children[out[i].pid] {
-			if procs[c].start >= out[i].start {
-				add(c, out[i].token, out[i].owner)
-			}
-		}
-	}
-	return out
+// sweeper finds and kills the processes of the jobs of a key whose
+// leaderrun is dead, scan after scan, and judges when none is left.
+//
+// A leftover job has no live leaderrun whose children it would be: its
+// orphans went to init or some other subreaper. Its processes are known by
+// their marker, by descent from one so known, or by an earlier scan of this
+// sweep (same pid, same start time). One scan of /proc is no proof: a job
+// whose processes each fork and exit within a millisecond (a relay, a
+// daemon's double fork) has one process alive at every instant, and
+// rarely the one a scan listed. The judgement is group mode's for a view
+// that cannot count reaps (group.go): /proc is read an entry or two at a
+// time, each process's stat and marker as soon as its pid is listed, so a
+// process forked during the scan, which mostly gets a higher pid, is listed
+// by the same scan; a scan is settled when it finds no live process of a
+// leftover, no listed pid vanished before it could be read, no process
+// died since the previous scan (a zombie, whose marker cannot be read, new
+// since the last scan) and none of the last scan's finds was reaped since;
+// and two settled scans in a row are needed.
+type sweeper struct {
+	key     string
+	mine    map[int]bool // this process and its ancestors
+	carried []string     // the markers this process carries itself
+	judged  map[string]owner
+	seen    map[int]leftoverProc // the finds of the last scan
+	zombies map[int]uint64       // the dead processes of the last scan
 }
 
-// markers are the job marker values in pid's initial environment.
-func markers(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return nil
+func newSweeper(key string) *sweeper {
+	me := self().pid
+	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}}
+	for p := me; p > 1; {
+		st, ok := readStat("/proc/" + strconv.Itoa(p) + "/stat")
+		if !ok || s.mine[st.ppid] {
+			break
+		}
+		p = st.ppid
+		s.mine[p] = true
 	}
-	var out []string
-	prefix := []byte(EnvMarker + "=")
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		if v, ok := bytes.CutPrefix(kv, prefix); ok {
-			out = append(out, string(v))
+	return s
+}
+
+// leftover reports whether pid carries the marker of a job of the key whose
+// leaderrun is dead. A marker this process carries itself (it was started
+// from inside such a job: a job that ran leaderrun for its own key, which
+// won once that job's leaderrun died) marks the dead job's other processes
+// all the same, but not this process's own descendants, which inherit it.
+func (s *sweeper) leftover(pid int) (string, owner, bool) {
+	for _, tok := range markers(pid) {
+		o, ok := s.judged[tok]
+		if !ok {
+			if o, ok = leftoverOf(tok, s.key); ok {
+				s.judged[tok] = o // a dead leaderrun stays dead
+			}
+		}
+		if ok && !(slices.Contains(s.carried, tok) && s.descendant(pid)) {
+			return tok, o, true
 		}
 	}
-	return out
+	return "", owner{}, false
+}
+
+// descendant reports whether pid descends from this process.
+func (s *sweeper) descendant(pid int) bool {
+	me := self().pid
+	for range 4096 {
+		st, ok := readStat("/proc/" + strconv.Itoa(pid) + "/stat")
+		if !ok || st.ppid <= 1 {
+			return false
+		}
+		if st.ppid == me {
+			return true
+		}
+		pid = st.ppid
+	}
+	return false
+}
+
+// look scans /proc once and SIGKILLs every leftover process as soon as it
+// is read (through a pidfd, see killPid). It returns those it found alive
+// and whether the scan is settled (see sweeper).
+func (s *sweeper) look() (hits []leftoverProc, settled bool) {
+	found := map[int]leftoverProc{}
+	take := func(p procInfo, tok string, o owner) {
+		f := leftoverProc{pid: p.pid, start: p.start, token: tok, owner: o}
+		found[p.pid] = f
+		if ProcessAlive(p.pid) {
+			hits = append(hits, f)
+			killPid(p.pid, p.start)
+		}
+	}
+	zombies := map[int]uint64{}
+	settled = true
+	procs, vanished := scanProcs(func(p procInfo) {
+		if s.mine[p.pid] {
+			return
+		}
+		if prev, ok := s.seen[p.pid]; ok && prev.start == p.start {
+			take(p, prev.token, prev.owner)
+			return
+		}
+		if parent, ok := found[p.ppid]; ok && p.start >= parent.start {
+			take(p, parent.token, parent.owner)
+			return
+		}
+		if (p.state == 'Z' || p.state == 'X') && !ProcessAlive(p.pid) {
+			// Dead, its marker unreadable: it may have been a leftover
+			// that forked before it died.
+			zombies[p.pid] = p.start
+			if st, ok := s.zombies[p.pid]; !ok || st != p.start {
+				settled = false
+			}
+			return
+		}
+		if tok, o, ok := s.leftover(p.pid); ok {
+			take(p, tok, o)
+		}
+	})
+	// Descendants listed before their parent (a lower pid).
+	for more := true; more; {
+		more = false
+		for _, p := range procs {
+			parent, ok := found[p.ppid]
+			if _, done := found[p.pid]; !ok || done || s.mine[p.pid] || p.start < parent.start {
+				continue
+			}
+			take(p, parent.token, parent.owner)
+			more = true
+		}
+	}
+	if vanished > 0 || len(hits) > 0 {
+		settled = false
+	}
+	for pid, prev := range s.seen {
+		if f, ok := found[pid]; !ok || f.start != prev.start {
+			settled = false // reaped since the last scan, maybe during this one
+		}
+	}
+	// The next scan checks the finds that still live: one dead already
+	// forks no more, and its reaping, by init at its own pace, hides
+	// nothing.
+	seen := map[int]leftoverProc{}
+	for pid, f := range found {
+		if ProcessAlive(pid) {
+			seen[pid] = f
+			continue
+		}
+		if st, ok := s.zombies[pid]; !ok || st != f.start {
+			settled = false // died since the last scan
+		}
+		zombies[pid] = f.start
+	}
+	s.seen, s.zombies = seen, zombies
+	return hits, settled
 }
 
 // killPid SIGKILLs pid through a pidfd, once the pidfd is known to be the

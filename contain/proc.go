@@ -5,6 +5,7 @@ package contain
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 type procInfo struct {
 	pid, ppid, pgid int
 	start           uint64 // clock ticks after boot
+	state           byte   // of the main thread: 'Z' once it has exited
 }
 
 // scanProcs lists /proc an entry or two at a time and reads each stat file
@@ -59,7 +61,7 @@ func scanProcs(visit func(procInfo)) (procs []procInfo, vanished int) {
 				vanished++
 				continue
 			}
-			p := procInfo{pid: pid, ppid: st.ppid, pgid: st.pgid, start: st.start}
+			p := procInfo{pid: pid, ppid: st.ppid, pgid: st.pgid, start: st.start, state: st.state}
 			procs = append(procs, p)
 			if visit != nil {
 				visit(p)
@@ -126,17 +128,40 @@ func ProcessAlive(pid int) bool {
 
 // hasMarker reports whether pid's initial environment holds the job marker.
 func hasMarker(pid int, token string) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	return slices.Contains(markers(pid), token)
+}
+
+// markers are the job marker values in pid's initial environment. A
+// process whose main thread has exited shows no environment in
+// /proc/PID/environ while its other threads run on; their own view of it,
+// /proc/PID/task/TID/environ, still holds it.
+func markers(pid int) []string {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/environ")
 	if err != nil || len(b) == 0 {
-		return false
-	}
-	want := []byte(EnvMarker + "=" + token)
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		if bytes.Equal(kv, want) {
-			return true
+		d, derr := os.Open(dir + "/task")
+		if derr != nil {
+			return nil
+		}
+		tids, _ := d.Readdirnames(-1)
+		d.Close()
+		for _, tid := range tids {
+			if tid == strconv.Itoa(pid) {
+				continue
+			}
+			if b, err = os.ReadFile(dir + "/task/" + tid + "/environ"); err == nil && len(b) > 0 {
+				break
+			}
 		}
 	}
-	return false
+	var out []string
+	prefix := []byte(EnvMarker + "=")
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, prefix); ok {
+			out = append(out, string(v))
+		}
+	}
+	return out
 }
 
 func monoNow() int64 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/internal/testsupport"
 )
 
 // daemonizingJob double-forks a daemon that calls setsid, writes its pid to
@@ -346,4 +347,244 @@ func TestLeftoverSweptAtStartWhileTheLeaseLingers(t *testing.T) {
 	})
 	b.Signal(syscall.SIGTERM)
 	b.Wait(15 * time.Second)
+}
+// TestLeftoverForkRelaySweptBeforeTheNextChild: the job left by a leaderrun
+// killed with its guard is a relay of processes that each fork and exit
+// within a millisecond or a few (ForkRelay), every one carrying the job's
+// marker. At any instant one of them lives, but almost never the one a
+// scan of /proc listed. The next leaderrun of the key must still kill it
+// before its own child starts: the relay's heartbeat file must not grow
+// while that child runs.
+func TestLeftoverForkRelaySweptBeforeTheNextChild(t *testing.T) {
+	prog, err := testsupport.ForkRelay()
+	if err != nil {
+		t.Fatalf("build the fork relay: %v", err)
+	}
+	for _, us := range []string{"1000", "5000"} {
+		t.Run(us+"us", func(t *testing.T) {
+			dir := t.TempDir()
+			beat := filepath.Join(dir, "beat")
+			args := localArgs(dir, "k", "--contain", "group")
+			relay := prog + " 1 " + us + " 15 " + beat + " </dev/null >/dev/null 2>&1 &\nexec sleep 1000"
+			a := start(t, "A", nil, withCommand(args, relay)...)
+			t.Cleanup(func() {
+				// A relay that escaped stops on its own after 15s; do
+				// not leave it to the tests that follow.
+				for end := time.Now().Add(20 * time.Second); testsupport.Growing(beat, 100*time.Millisecond) && time.Now().Before(end); {
+				}
+			})
+			waitFor(t, 10*time.Second, "the relay to run", func() bool { return testsupport.Growing(beat, 100*time.Millisecond) })
+			killBoth(t, a)
+			if !testsupport.Growing(beat, 200*time.Millisecond) {
+				t.Fatal("the relay died with its supervisors: nothing left to sweep")
+			}
+			check := `a=$(wc -c < ` + beat + `); sleep 0.3; b=$(wc -c < ` + beat + `)
+echo "$a $b" > ` + dir + `/beat-at-start
+exec sleep 1000`
+			b := start(t, "B", nil, withCommand(args, check)...)
+			var sizes []string
+			waitFor(t, 15*time.Second, "the next leader's child to look at the relay", func() bool {
+				got, _ := os.ReadFile(filepath.Join(dir, "beat-at-start"))
+				sizes = strings.Fields(string(got))
+				return len(sizes) == 2
+			})
+			if sizes[0] != sizes[1] {
+				t.Errorf("the old job's relay ran while the next leader's child ran (heartbeat %s -> %s bytes)\n%s", sizes[0], sizes[1], b.Output())
+			}
+			if !strings.Contains(b.Output(), "leftover") {
+				t.Errorf("no warning of a leftover job:\n%s", b.Output())
+			}
+			b.Signal(syscall.SIGTERM)
+			b.Wait(15 * time.Second)
+		})
+	}
+}
+
+// TestDaemonWithExitedMainThreadKilled: a daemon of the job (setsid, so out
+// of the job's process group) whose main thread has exited while another
+// thread runs shows no environment in /proc/PID/environ, marker included;
+// its live thread's /proc/PID/task/TID/environ still holds it. Once
+// leaderrun is dead nothing else ties the daemon to the job. The guard of
+// a leaderrun killed alone must kill it before it unlocks; with both
+// killed, the next leaderrun of the key must kill it before its child
+// starts. Liveness by /proc, every thread.
+func TestDaemonWithExitedMainThreadKilled(t *testing.T) {
+	zm := zombieMain(t)
+	for _, end := range []string{"guard", "sweep"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := localArgs(dir, "k", "--contain", "group")
+			job := `(setsid ` + zm + ` ` + dir + `/job.pids </dev/null >/dev/null 2>&1 &)
+exec sleep 1000`
+			a := start(t, "A", nil, withCommand(args, job)...)
+			daemon := jobPids(t, dir, 1)[0]
+			t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+			waitFor(t, 5*time.Second, "the daemon's main thread to exit", func() bool {
+				st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", daemon))
+				i := strings.LastIndexByte(string(st), ')')
+				return err == nil && i > 0 && i+2 < len(st) && st[i+2] == 'Z'
+			})
+			if end == "guard" {
+				g := guardOf(t, a)
+				a.Signal(syscall.SIGKILL)
+				a.Wait(10 * time.Second)
+				waitFor(t, 10*time.Second, "the guard to finish", func() bool { return !alive(g) })
+				if contain.ProcessAlive(daemon) {
+					t.Fatalf("the guard let go of the lock while the job's daemon %d runs\n%s", daemon, a.Output())
+				}
+				return
+			}
+			killBoth(t, a)
+			if !contain.ProcessAlive(daemon) {
+				t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+			}
+			b := start(t, "B", nil, withCommand(args, checkingJob(dir))...)
+			waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
+				_, err := os.Stat(filepath.Join(dir, "next.started"))
+				return err == nil
+			})
+			if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
+				t.Fatalf("the old job's daemon ran when the next leader's child started: %s\n%s", strings.Fields(string(got)), b.Output())
+			}
+			if contain.ProcessAlive(daemon) {
+				t.Errorf("the old job's daemon %d still runs", daemon)
+			}
+			wantWarnedPid(t, b.Output(), daemon)
+			b.Signal(syscall.SIGTERM)
+			b.Wait(15 * time.Second)
+		})
+	}
+}
+
+// TestNestedLeaderrunOfTheSameKeySweepsItsSiblings: a job runs leaderrun
+// for its own key, which waits as a standby and carries the job's marker.
+// When the outer leaderrun and its guard are killed together, the inner
+// one wins, and the old job's other processes are leftovers like any
+// others: its sweep must kill the daemon beside it before its child
+// starts, though the daemon carries the marker the inner leaderrun carries
+// itself. The inner leaderrun itself, its own children and its ancestors
+// are spared.
+func TestNestedLeaderrunOfTheSameKeySweepsItsSiblings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := localArgs(dir, "k", "--contain", "group")
+	script := filepath.Join(dir, "inner.sh")
+	if err := os.WriteFile(script, []byte("echo $PPID > "+dir+"/inner.pid\n"+checkingJob(dir)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inner := binary + " " + strings.Join(args, " ") + " -- sh " + script
+	job := `(setsid sh -c 'echo $$ >> ` + dir + `/job.pids; exec sleep 1000' </dev/null >/dev/null 2>&1 &)
+` + inner + ` </dev/null >/dev/null 2>` + dir + `/inner.log &
+exec sleep 1000`
+	a := start(t, "A", nil, withCommand(args, job)...)
+	daemon := jobPids(t, dir, 1)[0]
+	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	waitFor(t, 10*time.Second, "the inner leaderrun to campaign", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "inner.log"))
+		return strings.Contains(string(b), "campaigning")
+	})
+	killBoth(t, a)
+	waitFor(t, 15*time.Second, "the inner leader's child to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "next.started"))
+		return err == nil
+	})
+	in := readPID(t, filepath.Join(dir, "inner.pid"))
+	t.Cleanup(func() {
+		_ = syscall.Kill(in, syscall.SIGTERM)
+		waitFor(t, 15*time.Second, "the inner leaderrun to exit", func() bool { return !alive(in) })
+	})
+	out, _ := os.ReadFile(filepath.Join(dir, "inner.log"))
+	if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
+		t.Fatalf("the old job's daemon ran when the inner leader's child started: %s\n%s", strings.Fields(string(got)), out)
+	}
+	if contain.ProcessAlive(daemon) {
+		t.Errorf("the old job's daemon %d still runs", daemon)
+	}
+	wantWarnedPid(t, string(out), daemon)
+}
+
+// TestIntruderInDeadLeaderrunsCgroupSwept: in a delegated cgroup a job
+// moves a process, its environment cleared, into leaderrun's own leaf;
+// then leaderrun and its guard are killed together. The next leaderrun of
+// the key in that cgroup must kill it before its child starts: the dead
+// leaderrun's job cgroup beside the leaf names the key. A leaderrun of
+// another key there must leave it alone.
+func TestIntruderInDeadLeaderrunsCgroupSwept(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	root, cg := delegatedCgroup(t)
+	args := localArgs(dir, "k", "--contain", "cgroup")
+	job := `env -i sleep 1000 </dev/null >/dev/null 2>&1 &
+p=$!
+echo $p > ` + root + `$(sed -n 's/^0:://p' /proc/$PPID/cgroup)/cgroup.procs || exit 9
+echo $p > ` + dir + `/job.pids
+exec sleep 1000`
+	a := startIn(t, "A", cg, 0, binary, withCommand(args, job)...)
+	intruder := jobPids(t, dir, 1)[0]
+	t.Cleanup(func() { _ = syscall.Kill(intruder, syscall.SIGKILL) })
+	if !strings.Contains(a.Output(), "delegated") {
+		t.Fatalf("leaderrun did not take the delegated cgroup:\n%s", a.Output())
+	}
+	killBoth(t, a)
+	if !contain.ProcessAlive(intruder) {
+		t.Fatalf("the intruder %d died with its supervisors: nothing left to sweep", intruder)
+	}
+	other := startIn(t, "other key", cg, 0, binary, withCommand(localArgs(dir, "other", "--contain", "cgroup"), "echo started > "+dir+"/other.started; exec sleep 1000")...)
+	waitFor(t, 15*time.Second, "the other key's child to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "other.started"))
+		return err == nil
+	})
+	if !contain.ProcessAlive(intruder) {
+		t.Fatalf("a leaderrun of another key killed the intruder %d of this key's job\n%s", intruder, other.Output())
+	}
+	other.Signal(syscall.SIGTERM)
+	other.Wait(15 * time.Second)
+	b := startIn(t, "B", cg, 0, binary, withCommand(args, checkingJob(dir))...)
+	waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "next.started"))
+		return err == nil
+	})
+	if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
+		t.Fatalf("the old job's intruder ran when the next leader's child started: %s\n%s", strings.Fields(string(got)), b.Output())
+	}
+	if contain.ProcessAlive(intruder) {
+		t.Errorf("the old job's intruder %d still runs", intruder)
+	}
+	wantWarnedPid(t, b.Output(), intruder)
+	b.Signal(syscall.SIGTERM)
+	b.Wait(15 * time.Second)
+}
+
+// TestGuardKillsForkRelayOfItsDeadLeaderrun: leaderrun alone is SIGKILLed
+// while its job is a relay of processes that each fork and exit within a
+// fraction of a millisecond (ForkRelay), none of them a child of anyone
+// the guard knows: only their marker ties them to the job. The guard must
+// kill the relay before it unlocks, not judge the job gone because each
+// process it read with the marker was gone by the end of the scan.
+func TestGuardKillsForkRelayOfItsDeadLeaderrun(t *testing.T) {
+	prog, err := testsupport.ForkRelay()
+	if err != nil {
+		t.Fatalf("build the fork relay: %v", err)
+	}
+	for _, us := range []string{"200", "100"} {
+		t.Run(us+"us", func(t *testing.T) {
+			dir := t.TempDir()
+			beat := filepath.Join(dir, "beat")
+			relay := prog + " 1 " + us + " 15 " + beat + " </dev/null >/dev/null 2>&1 &\nexec sleep 1000"
+			a := start(t, "A", nil, withCommand(localArgs(dir, "k", "--contain", "group"), relay)...)
+			t.Cleanup(func() {
+				for end := time.Now().Add(20 * time.Second); testsupport.Growing(beat, 100*time.Millisecond) && time.Now().Before(end); {
+				}
+			})
+			waitFor(t, 10*time.Second, "the relay to run", func() bool { return testsupport.Growing(beat, 100*time.Millisecond) })
+			g := guardOf(t, a)
+			a.Signal(syscall.SIGKILL)
+			a.Wait(10 * time.Second)
+			waitFor(t, 15*time.Second, "the guard to finish", func() bool { return !alive(g) })
+			if testsupport.Growing(beat, 300*time.Millisecond) {
+				t.Fatalf("the guard finished while the job's relay runs\n%s", a.Output())
+			}
+		})
+	}
 }

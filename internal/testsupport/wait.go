@@ -2,6 +2,7 @@ package testsupport
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -50,4 +51,19 @@ func IsClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// Growing reports whether file grows within d: the heartbeat of a program
+// such as ForkRelay, whose processes are too short-lived to be watched.
+func Growing(file string, d time.Duration) bool {
+	size := func() int64 {
+		fi, err := os.Stat(file)
+		if err != nil {
+			return -1
+		}
+		return fi.Size()
+	}
+	before := size()
+	time.Sleep(d)
+	return size() != before
 }
