@@ -348,6 +348,7 @@ func TestLeftoverSweptAtStartWhileTheLeaseLingers(t *testing.T) {
 	b.Signal(syscall.SIGTERM)
 	b.Wait(15 * time.Second)
 }
+
 // TestLeftoverForkRelaySweptBeforeTheNextChild: the job left by a leaderrun
 // killed with its guard is a relay of processes that each fork and exit
 // within a millisecond or a few (ForkRelay), every one carrying the job's
