@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -412,7 +413,7 @@ func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
 	if err := lease.held(); err != nil {
 		return nil, fmt.Errorf("%w: the kernel does not show the lock just taken on %s, so it could not be checked later: %w", locker.ErrRefused, l.lockPath, err)
 	}
-	epoch, err := l.nextEpoch(ctx)
+	epoch, err := l.nextEpoch(ctx, lastRecordEpoch(f))
 	if err != nil {
 		return nil, err
 	}
@@ -430,13 +431,23 @@ func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
 	return lease, nil
 }
 
+// lastRecordEpoch is the epoch in the holder record the last holder left
+// in the lock file (a release leaves it there), 0 for none. It is one more
+// place the count is kept: a counter file edited lower or deleted by hand
+// beside a lock file that is still there cannot make an epoch repeat.
+func lastRecordEpoch(f *os.File) uint64 {
+	b := make([]byte, 4096)
+	n, _ := f.ReadAt(b, 0)
+	return locker.ParseHolder(b[:n]).Epoch
+}
+
 // nextEpoch reads the counter at every place it is kept and durably writes
-// one more than the largest to each (DESIGN §1.1, §1.13). The caller holds
-// the flock, so no other candidate of this lock races it; a place that
-// other locks share too (the host or a state directory) is only ever
-// raised (raiseEpoch).
-func (l *Locker) nextEpoch(ctx context.Context) (uint64, error) {
-	var cur uint64
+// one more than the largest, and than floor (the lock file's last record),
+// to each (DESIGN §1.1, §1.13). The caller holds the flock, so no other
+// candidate of this lock races it; a place that other locks share too (the
+// host or a state directory) is only ever raised (raiseEpoch).
+func (l *Locker) nextEpoch(ctx context.Context, floor uint64) (uint64, error) {
+	cur := floor
 	for _, c := range l.counters {
 		n, err := readEpoch(c.path)
 		if err != nil {
@@ -446,6 +457,9 @@ func (l *Locker) nextEpoch(ctx context.Context) (uint64, error) {
 			return 0, err
 		}
 		cur = max(cur, n)
+	}
+	if cur == math.MaxUint64 {
+		return 0, fmt.Errorf("%w: the epoch counter of %s is at its largest value and cannot grow", locker.ErrRefused, l.lockPath)
 	}
 	next := cur + 1
 	for _, c := range l.counters {
