@@ -3,7 +3,10 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -51,4 +54,73 @@ func volatileDir(dir string) bool {
 		return true
 	}
 	return st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC
+}
+
+// A lock file removed, or replaced by another file, while its holder runs
+// a job: the holder finds out at its next renewal and stops, but a waiting
+// candidate can lock a new file at the path at once. It must not start its
+// job while the old holder's job still runs.
+func TestLocalLockFileRemovedWhileHeldStartsNoSecondJob(t *testing.T) {
+	for _, tamper := range []string{"removed", "replaced"} {
+		t.Run(tamper, func(t *testing.T) {
+			dir := t.TempDir()
+			args := []string{"--backend", "local", "--lock-dir", dir, "--key", "k",
+				"--ttl", "4s", "--renew-interval", "1s", "--kill-grace", "200ms", "--safety-margin", "500ms"}
+			job := func(name string) string {
+				return "echo \"$LEADER_EPOCH\" > " + dir + "/" + name + ".epoch; echo $$ > " + dir + "/" + name + ".pid; exec sleep 1000"
+			}
+			old := start(t, "old leader", nil, withCommand(args, job("old"))...)
+			oldPID := readPID(t, dir+"/old.pid")
+			standby := start(t, "standby", nil, withCommand(args, job("new"))...)
+			waitFor(t, 5*time.Second, "the standby to campaign", func() bool { return strings.Contains(standby.Output(), "campaigning") })
+			lock := filepath.Join(dir, "leaderrun", "k.lock")
+			switch tamper {
+			case "removed":
+				if err := os.Remove(lock); err != nil {
+					t.Fatal(err)
+				}
+			case "replaced":
+				other := lock + ".other"
+				if err := os.WriteFile(other, []byte("x"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(other, lock); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var newPID int
+			waitFor(t, 8*time.Second, "the standby's job", func() bool {
+				if b, err := os.ReadFile(dir + "/new.pid"); err == nil {
+					if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && alive(pid) {
+						newPID = pid
+						if alive(oldPID) {
+							t.Fatalf("the standby's job %d runs while the old job %d lives", newPID, oldPID)
+						}
+						return true
+					}
+				}
+				return false
+			})
+			if code := old.Wait(5 * time.Second); code != 123 {
+				t.Fatalf("old leader exited %d, want 123", code)
+			}
+			oe, ne := readEpochFile(t, dir+"/old.epoch"), readEpochFile(t, dir+"/new.epoch")
+			if ne <= oe {
+				t.Fatalf("the standby leads with epoch %d after %d", ne, oe)
+			}
+		})
+	}
+}
+
+func readEpochFile(t *testing.T, path string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return n
 }

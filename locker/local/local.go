@@ -407,6 +407,9 @@ func (l *Locker) tryLock(f *os.File) error {
 // must show the lock it just granted, per descriptor or at least in its
 // lock table.
 func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
+	if err := waitReplacedHolders(ctx, f, l.lockPath); err != nil {
+		return nil, err
+	}
 	lease := &Lease{file: f, path: l.lockPath, ttl: l.opts.TTL, pid: os.Getpid()}
 	// Unreadable fdinfo counts as none: the lock table may still do.
 	lease.perFD, _ = ownsFlock(int(f.Fd()))
