@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,4 +124,35 @@ func readEpochFile(t *testing.T, path string) uint64 {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return n
+}
+
+// The lock directory wiped while a leader runs (rm -rf of /run/leaderrun's
+// contents, say): the leader loses at its next renewal, and a waiting
+// candidate goes on campaigning in the directory made anew, then leads
+// with a larger epoch, rather than giving up.
+func TestLocalStandbyOutlivesAWipedLockDir(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--backend", "local", "--lock-dir", dir, "--state-dir", t.TempDir(), "--key", "k",
+		"--ttl", "4s", "--renew-interval", "1s", "--kill-grace", "200ms", "--safety-margin", "500ms"}
+	out := t.TempDir()
+	job := func(name string) string {
+		return "echo \"$LEADER_EPOCH\" > " + out + "/" + name + ".epoch; echo $$ > " + out + "/" + name + ".pid; exec sleep 1000"
+	}
+	old := start(t, "old leader", nil, withCommand(args, job("old"))...)
+	oldPID := readPID(t, out+"/old.pid")
+	standby := start(t, "standby", nil, withCommand(args, job("new"))...)
+	waitFor(t, 5*time.Second, "the standby to campaign", func() bool { return strings.Contains(standby.Output(), "campaigning") })
+	waitFor(t, 2*time.Second, "the lock directory wiped", func() bool { return os.RemoveAll(filepath.Join(dir, "leaderrun")) == nil })
+	if code := old.Wait(5 * time.Second); code != 123 {
+		t.Fatalf("old leader exited %d, want 123", code)
+	}
+	newPID := readPID(t, out+"/new.pid")
+	if alive(oldPID) {
+		t.Fatalf("the standby's job %d runs while the old job %d lives", newPID, oldPID)
+	}
+	if oe, ne := readEpochFile(t, out+"/old.epoch"), readEpochFile(t, out+"/new.epoch"); ne <= oe {
+		t.Fatalf("the standby leads with epoch %d after %d", ne, oe)
+	}
+	standby.Signal(syscall.SIGTERM)
+	standby.Wait(5 * time.Second)
 }

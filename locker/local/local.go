@@ -132,7 +132,9 @@ type Locker struct {
 	// ordinary user (its per-user state directory), read as well.
 	oldRunDir string
 	dir       string // the lock directory as configured
-	readOnly  bool
+	// defaultDir: dir is DefaultDir, checked (ownDir) whenever it is made.
+	defaultDir bool
+	readOnly   bool
 }
 
 // New checks the configuration and, unless ReadOnly, creates the lock and
@@ -155,7 +157,7 @@ func New(cfg Config) (*Locker, error) {
 		return nil, &locker.ConfigError{Field: "StateDir", Rule: fmt.Sprintf("must be an absolute path, got %q", cfg.StateDir)}
 	}
 	rel := filepath.Join(cfg.Prefix, cfg.Key)
-	l := &Locker{opts: cfg.Options, lockPath: filepath.Join(cfg.Dir, rel) + ".lock", dir: cfg.Dir, readOnly: cfg.ReadOnly}
+	l := &Locker{opts: cfg.Options, lockPath: filepath.Join(cfg.Dir, rel) + ".lock", dir: cfg.Dir, defaultDir: !explicit, readOnly: cfg.ReadOnly}
 	l.lockDir = filepath.Dir(l.lockPath)
 
 	if cfg.ReadOnly {
@@ -334,6 +336,10 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			if err != nil {
 				_ = f.Close()
 			}
+			if errors.Is(err, errReplaced) {
+				f = nil
+				continue
+			}
 			return lease, err
 		}
 		if errors.Is(err, errReplaced) {
@@ -374,9 +380,22 @@ func (l *Locker) sleep(ctx context.Context, w *lockWatch) error {
 // errReplaced: the file we locked is no longer the one at the path.
 var errReplaced = errors.New("lock file replaced")
 
-// openLock opens (creating) the lock file.
+// openLock opens (creating) the lock file. A lock directory removed while
+// we waited (wiped by hand, or a tmpfs unmounted) is made again, as New
+// made it: the lock's holder has lost, and the candidates go on campaigning.
 func (l *Locker) openLock() (*os.File, error) {
 	f, err := os.OpenFile(l.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
+	if errors.Is(err, os.ErrNotExist) {
+		if l.defaultDir {
+			if err := ownDir(l.dir, "Dir"); err != nil {
+				return nil, err
+			}
+		}
+		if err := os.MkdirAll(l.lockDir, 0o755); err != nil {
+			return nil, fmt.Errorf("open lock file: %w: %w", locker.ErrRefused, err)
+		}
+		f, err = os.OpenFile(l.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w: %w", locker.ErrRefused, err)
 	}
@@ -409,6 +428,11 @@ func (l *Locker) tryLock(f *os.File) error {
 func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
 	if err := waitReplacedHolders(ctx, f, l.lockPath); err != nil {
 		return nil, err
+	}
+	if !samePath(f, l.lockPath) {
+		// Replaced since we locked it (maybe while we waited): try the
+		// file that is there now.
+		return nil, errReplaced
 	}
 	lease := &Lease{file: f, path: l.lockPath, ttl: l.opts.TTL, pid: os.Getpid()}
 	// Unreadable fdinfo counts as none: the lock table may still do.
