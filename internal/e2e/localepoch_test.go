@@ -156,3 +156,36 @@ func TestLocalStandbyOutlivesAWipedLockDir(t *testing.T) {
 	standby.Signal(syscall.SIGTERM)
 	standby.Wait(5 * time.Second)
 }
+
+// A lock file truncated or overwritten by hand while held: `leaderrun
+// check` in the job then reads no record of this epoch and says "not
+// leader", so the holder must not go on running the job as if it led: its
+// next renewal finds the record no longer its own, and the term ends as
+// lost (123), as for a lock file removed.
+func TestLocalLockRecordEditedWhileHeldEndsTheTerm(t *testing.T) {
+	for _, tamper := range []string{"truncated", "overwritten"} {
+		t.Run(tamper, func(t *testing.T) {
+			dir := t.TempDir()
+			args := []string{"--backend", "local", "--lock-dir", dir, "--key", "k",
+				"--ttl", "4s", "--renew-interval", "500ms", "--kill-grace", "200ms", "--safety-margin", "500ms"}
+			p := start(t, "leader", nil, withCommand(args, "echo $$ > "+dir+"/job.pid; exec sleep 1000")...)
+			job := readPID(t, dir+"/job.pid")
+			lock := filepath.Join(dir, "leaderrun", "k.lock")
+			data := []byte{}
+			if tamper == "overwritten" {
+				data = []byte(`{"id":"someone","pid":1,"epoch":999}`)
+			}
+			// Truncating keeps the inode: the path still names the file
+			// whose flock leaderrun holds.
+			if err := os.WriteFile(lock, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if code := p.Wait(5 * time.Second); code != 123 {
+				t.Fatalf("leaderrun exited %d, want 123", code)
+			}
+			if alive(job) {
+				t.Fatal("the job outlived its term")
+			}
+		})
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/user"
@@ -463,9 +464,8 @@ func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
 // place the count is kept: a counter file edited lower or deleted by hand
 // beside a lock file that is still there cannot make an epoch repeat.
 func lastRecordEpoch(f *os.File) uint64 {
-	b := make([]byte, 4096)
-	n, _ := f.ReadAt(b, 0)
-	return locker.ParseHolder(b[:n]).Epoch
+	b, _ := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
+	return locker.ParseHolder(b).Epoch
 }
 
 // nextEpoch reads the counter at every place it is kept and durably writes
