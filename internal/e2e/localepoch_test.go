@@ -142,7 +142,15 @@ func TestLocalStandbyOutlivesAWipedLockDir(t *testing.T) {
 	oldPID := readPID(t, out+"/old.pid")
 	standby := start(t, "standby", nil, withCommand(args, job("new"))...)
 	waitFor(t, 5*time.Second, "the standby to campaign", func() bool { return strings.Contains(standby.Output(), "campaigning") })
-	waitFor(t, 2*time.Second, "the lock directory wiped", func() bool { return os.RemoveAll(filepath.Join(dir, "leaderrun")) == nil })
+	// Wiped at once (a tmpfs unmounted, a directory moved away), so that no
+	// candidate's new lock file lands in it before it goes.
+	sub := filepath.Join(dir, "leaderrun")
+	if err := os.Rename(sub, sub+".wiped"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(sub + ".wiped"); err != nil {
+		t.Fatal(err)
+	}
 	if code := old.Wait(5 * time.Second); code != 123 {
 		t.Fatalf("old leader exited %d, want 123", code)
 	}
