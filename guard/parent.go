@@ -247,12 +247,37 @@ func (p *Process) Kill() {
 
 // send writes one message without blocking: a guard that stopped reading
 // must not stall the supervisor, whose own timeline still protects the lease.
+// Nor may it lose a message: a kill point or a new run it never read would
+// leave it acting on an old one (firing at a kill point long past, or
+// killing a run that ended and releasing while the current one lives). So a
+// guard whose pipe is full is killed; the supervisor's reaper sees it exit
+// and starts another, handed the running job, as for any guard that died
+// (DESIGN §1.9). The local lock stays held: leaderrun's descriptor of it
+// is still open.
 func (p *Process) send(msg string) {
 	if p.broken {
 		return
 	}
-	if _, err := unix.Write(p.fd, []byte(msg)); err != nil {
+	_, err := unix.Write(p.fd, []byte(msg))
+	switch {
+	case err == nil:
+	case errors.Is(err, unix.EAGAIN):
+		p.broken = true
+		p.log.Error("the guard takes no more messages (its pipe is full); killing it so that another one takes over", "pid", p.pid)
+		if !isClosed(p.exited) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	default:
 		p.broken = errors.Is(err, syscall.EPIPE)
 		p.log.Error("cannot reach the guard", "error", err)
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }

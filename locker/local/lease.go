@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -74,7 +75,11 @@ func (l *Lease) Renew(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %w: %s", l.path, locker.ErrLost, l.lost.LostReason())
 	default:
 	}
-	if err := l.held(); err != nil {
+	err := l.held()
+	if err == nil {
+		err = l.ourRecord()
+	}
+	if err != nil {
 		if !errors.Is(err, errNotOurs) {
 			return 0, fmt.Errorf("check the lock on %s: %w", l.path, err)
 		}
@@ -82,6 +87,23 @@ func (l *Lease) Renew(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %w: %v", l.path, locker.ErrLost, err)
 	}
 	return l.ttl, nil
+}
+
+// ourRecord checks that the holder record in the lock file is still ours.
+// Nothing but its holder writes it, and only before the term's first child;
+// one truncated or overwritten by hand makes `leaderrun check` in the job
+// say "not leader", so the term must not go on as if it led. Nothing is
+// written back: once a guard may share the file, a write could land on the
+// next holder's record.
+func (l *Lease) ourRecord() error {
+	b, err := io.ReadAll(io.NewSectionReader(l.file, 0, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read holder record: %w", err)
+	}
+	if h := locker.ParseHolder(b); h.Epoch != l.epoch || h.PID != l.pid {
+		return fmt.Errorf("%w: the holder record in %s is not ours any more (edited by hand)", errNotOurs, l.path)
+	}
+	return nil
 }
 
 func (l *Lease) markLost(reason string) { l.lost.Mark(reason) }

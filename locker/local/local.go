@@ -30,6 +30,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -131,7 +133,9 @@ type Locker struct {
 	// ordinary user (its per-user state directory), read as well.
 	oldRunDir string
 	dir       string // the lock directory as configured
-	readOnly  bool
+	// defaultDir: dir is DefaultDir, checked (ownDir) whenever it is made.
+	defaultDir bool
+	readOnly   bool
 }
 
 // New checks the configuration and, unless ReadOnly, creates the lock and
@@ -154,7 +158,7 @@ func New(cfg Config) (*Locker, error) {
 		return nil, &locker.ConfigError{Field: "StateDir", Rule: fmt.Sprintf("must be an absolute path, got %q", cfg.StateDir)}
 	}
 	rel := filepath.Join(cfg.Prefix, cfg.Key)
-	l := &Locker{opts: cfg.Options, lockPath: filepath.Join(cfg.Dir, rel) + ".lock", dir: cfg.Dir, readOnly: cfg.ReadOnly}
+	l := &Locker{opts: cfg.Options, lockPath: filepath.Join(cfg.Dir, rel) + ".lock", dir: cfg.Dir, defaultDir: !explicit, readOnly: cfg.ReadOnly}
 	l.lockDir = filepath.Dir(l.lockPath)
 
 	if cfg.ReadOnly {
@@ -333,6 +337,10 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			if err != nil {
 				_ = f.Close()
 			}
+			if errors.Is(err, errReplaced) {
+				f = nil
+				continue
+			}
 			return lease, err
 		}
 		if errors.Is(err, errReplaced) {
@@ -373,9 +381,22 @@ func (l *Locker) sleep(ctx context.Context, w *lockWatch) error {
 // errReplaced: the file we locked is no longer the one at the path.
 var errReplaced = errors.New("lock file replaced")
 
-// openLock opens (creating) the lock file.
+// openLock opens (creating) the lock file. A lock directory removed while
+// we waited (wiped by hand, or a tmpfs unmounted) is made again, as New
+// made it: the lock's holder has lost, and the candidates go on campaigning.
 func (l *Locker) openLock() (*os.File, error) {
 	f, err := os.OpenFile(l.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
+	if errors.Is(err, os.ErrNotExist) {
+		if l.defaultDir {
+			if err := ownDir(l.dir, "Dir"); err != nil {
+				return nil, err
+			}
+		}
+		if err := os.MkdirAll(l.lockDir, 0o755); err != nil {
+			return nil, fmt.Errorf("open lock file: %w: %w", locker.ErrRefused, err)
+		}
+		f, err = os.OpenFile(l.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w: %w", locker.ErrRefused, err)
 	}
@@ -406,13 +427,21 @@ func (l *Locker) tryLock(f *os.File) error {
 // must show the lock it just granted, per descriptor or at least in its
 // lock table.
 func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
+	if err := waitReplacedHolders(ctx, f, l.lockPath); err != nil {
+		return nil, err
+	}
+	if !samePath(f, l.lockPath) {
+		// Replaced since we locked it (maybe while we waited): try the
+		// file that is there now.
+		return nil, errReplaced
+	}
 	lease := &Lease{file: f, path: l.lockPath, ttl: l.opts.TTL, pid: os.Getpid()}
 	// Unreadable fdinfo counts as none: the lock table may still do.
 	lease.perFD, _ = ownsFlock(int(f.Fd()))
 	if err := lease.held(); err != nil {
 		return nil, fmt.Errorf("%w: the kernel does not show the lock just taken on %s, so it could not be checked later: %w", locker.ErrRefused, l.lockPath, err)
 	}
-	epoch, err := l.nextEpoch(ctx)
+	epoch, err := l.nextEpoch(ctx, lastRecordEpoch(f))
 	if err != nil {
 		return nil, err
 	}
@@ -430,13 +459,22 @@ func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
 	return lease, nil
 }
 
+// lastRecordEpoch is the epoch in the holder record the last holder left
+// in the lock file (a release leaves it there), 0 for none. It is one more
+// place the count is kept: a counter file edited lower or deleted by hand
+// beside a lock file that is still there cannot make an epoch repeat.
+func lastRecordEpoch(f *os.File) uint64 {
+	b, _ := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
+	return locker.ParseHolder(b).Epoch
+}
+
 // nextEpoch reads the counter at every place it is kept and durably writes
-// one more than the largest to each (DESIGN §1.1, §1.13). The caller holds
-// the flock, so no other candidate of this lock races it; a place that
-// other locks share too (the host or a state directory) is only ever
-// raised (raiseEpoch).
-func (l *Locker) nextEpoch(ctx context.Context) (uint64, error) {
-	var cur uint64
+// one more than the largest, and than floor (the lock file's last record),
+// to each (DESIGN §1.1, §1.13). The caller holds the flock, so no other
+// candidate of this lock races it; a place that other locks share too (the
+// host or a state directory) is only ever raised (raiseEpoch).
+func (l *Locker) nextEpoch(ctx context.Context, floor uint64) (uint64, error) {
+	cur := floor
 	for _, c := range l.counters {
 		n, err := readEpoch(c.path)
 		if err != nil {
@@ -446,6 +484,9 @@ func (l *Locker) nextEpoch(ctx context.Context) (uint64, error) {
 			return 0, err
 		}
 		cur = max(cur, n)
+	}
+	if cur == math.MaxUint64 {
+		return 0, fmt.Errorf("%w: the epoch counter of %s is at its largest value and cannot grow", locker.ErrRefused, l.lockPath)
 	}
 	next := cur + 1
 	for _, c := range l.counters {

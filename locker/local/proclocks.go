@@ -5,11 +5,13 @@ package local
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -115,4 +117,78 @@ func ownsFlock(fd int) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// waitReplacedHolders waits until no process holds an flock on an earlier
+// file of path, one removed or replaced there by hand while it was locked.
+// Its holder still runs its job: it finds the file gone only at its next
+// renewal, then stops the job, and its lock goes when it and its guard
+// close the file. Until then the flock just taken on the new file at the
+// path is not leadership. Such a file is found through the kernel's lock
+// table: a lock on another inode whose holder has a descriptor of that
+// inode named "path (deleted)". (A holder that died leaves its lock to the
+// guard, which kills the job at once; the table then names the dead pid,
+// and nothing is waited for.)
+func waitReplacedHolders(ctx context.Context, f *os.File, path string) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat lock file: %w", err)
+	}
+	own := fi.Sys().(*syscall.Stat_t).Ino
+	for {
+		if !replacedHeld(own, path+" (deleted)") {
+			return nil
+		}
+		t := time.NewTimer(pollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// replacedHeld reports whether some process holds an exclusive flock on an
+// inode other than own through a descriptor named gone.
+func replacedHeld(own uint64, gone string) bool {
+	b, err := os.ReadFile(procLocks)
+	if err != nil {
+		return false
+	}
+	seen := map[int]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		ln, ok := parseLockLine(strings.Fields(line))
+		if !ok || ln.ino == own || ln.pid <= 0 || seen[ln.pid] {
+			continue
+		}
+		seen[ln.pid] = true
+		fdDir := "/proc/" + strconv.Itoa(ln.pid) + "/fd"
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue // gone, or another user's
+		}
+		for _, e := range fds {
+			fdPath := fdDir + "/" + e.Name()
+			if target, err := os.Readlink(fdPath); err != nil || target != gone {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat(fdPath, &st) == nil && lockedIno(b, st.Ino, ln.pid) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lockedIno reports whether the lock table b lists an exclusive flock of
+// pid on inode ino.
+func lockedIno(b []byte, ino uint64, pid int) bool {
+	for _, line := range strings.Split(string(b), "\n") {
+		if ln, ok := parseLockLine(strings.Fields(line)); ok && ln.ino == ino && ln.pid == pid {
+			return true
+		}
+	}
+	return false
 }
