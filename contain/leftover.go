@@ -390,9 +390,13 @@ func (s *sweeper) descendant(pid int) bool {
 	return false
 }
 
-// look scans /proc once and SIGKILLs every leftover process as soon as it
-// is read (through a pidfd, see killPid). It returns those it found alive
-// and whether the scan is settled (see sweeper).
+// look scans /proc once. Every leftover process is SIGSTOPped as soon as it
+// is read, and SIGKILLed once the scan is over (through a pidfd, see
+// signalFound): a stopped process forks no more, and unlike a killed one it
+// stays the parent of its children, so a child without a marker listed
+// after it is still known by descent (killing at once re-parented it to
+// init first, and the scan lost it). It returns those it found alive and
+// whether the scan is settled (see sweeper).
 func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 	found := map[int]leftoverProc{}
 	take := func(p procInfo, tok string, o owner) {
@@ -400,9 +404,14 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 		found[p.pid] = f
 		if ProcessAlive(p.pid) {
 			hits = append(hits, f)
-			killPid(p.pid, p.start)
+			signalFound(p.pid, p.start, syscall.SIGSTOP)
 		}
 	}
+	defer func() {
+		for _, f := range hits {
+			signalFound(f.pid, f.start, syscall.SIGKILL)
+		}
+	}()
 	zombies := map[int]uint64{}
 	settled = true
 	procs, vanished := scanProcs(func(p procInfo) {
@@ -468,19 +477,20 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 	return hits, settled
 }
 
-// killPid SIGKILLs pid through a pidfd, once the pidfd is known to be the
-// process that was found (same start time), so a reused pid is never hit.
-func killPid(pid int, start uint64) {
+// signalFound sends sig to pid through a pidfd, once the pidfd is known to
+// be the process that was found (same start time), so a reused pid is never
+// hit.
+func signalFound(pid int, start uint64, sig syscall.Signal) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		if !errors.Is(err, unix.ESRCH) && StartTime(pid) == start {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, sig)
 		}
 		return
 	}
 	defer unix.Close(fd)
 	if StartTime(pid) == start {
-		_ = unix.PidfdSendSignal(fd, syscall.SIGKILL, nil, 0)
+		_ = unix.PidfdSendSignal(fd, sig, nil, 0)
 	}
 }
 
