@@ -113,27 +113,7 @@ func TestLeftoverOfKilledSupervisorsIsSweptBeforeTheNextChild(t *testing.T) {
 				}
 				b = start(t, "B", nil, withCommand(args, checkingJob(dir))...)
 			}
-			waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
-				_, err := os.Stat(filepath.Join(dir, "next.started"))
-				return err == nil
-			})
-			if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
-				t.Fatalf("the old job's daemon ran when the next leader's child started: %s\n%s", strings.Fields(string(got)), b.Output())
-			}
-			if contain.ProcessAlive(daemon) {
-				t.Errorf("the old job's daemon %d still runs", daemon)
-			}
-			warned := false
-			for _, line := range strings.Split(b.Output(), "\n") {
-				if strings.Contains(line, "[WARN]") && strings.Contains(line, "leftover") && strings.Contains(line, strconv.Itoa(daemon)) {
-					warned = true
-				}
-			}
-			if !warned {
-				t.Errorf("no warning names the leftover daemon %d:\n%s", daemon, b.Output())
-			}
-			b.Signal(syscall.SIGTERM)
-			b.Wait(15 * time.Second)
+			nextLeaderSwept(t, b, dir, daemon, "daemon")
 		})
 	}
 }
@@ -224,6 +204,27 @@ func wantWarnedPid(t *testing.T, out string, pid int) {
 		}
 	}
 	t.Errorf("no warning names process %d:\n%s", pid, out)
+}
+
+// nextLeaderSwept waits for the next leader b's child (a checkingJob in
+// dir) and checks that the old job's process pid, which the child calls
+// what, was gone when that child started, is gone now, and was named in a
+// warning; then it stops b.
+func nextLeaderSwept(t *testing.T, b *Proc, dir string, pid int, what string) {
+	t.Helper()
+	waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "next.started"))
+		return err == nil
+	})
+	if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
+		t.Fatalf("the old job's %s ran when the next leader's child started: %s\n%s", what, strings.Fields(string(got)), b.Output())
+	}
+	if contain.ProcessAlive(pid) {
+		t.Errorf("the old job's %s %d still runs", what, pid)
+	}
+	wantWarnedPid(t, b.Output(), pid)
+	b.Signal(syscall.SIGTERM)
+	b.Wait(15 * time.Second)
 }
 
 // asUser copies leaderrun and its guard where uid may run them, gives uid
@@ -441,19 +442,7 @@ exec sleep 1000`
 				t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
 			}
 			b := start(t, "B", nil, withCommand(args, checkingJob(dir))...)
-			waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
-				_, err := os.Stat(filepath.Join(dir, "next.started"))
-				return err == nil
-			})
-			if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
-				t.Fatalf("the old job's daemon ran when the next leader's child started: %s\n%s", strings.Fields(string(got)), b.Output())
-			}
-			if contain.ProcessAlive(daemon) {
-				t.Errorf("the old job's daemon %d still runs", daemon)
-			}
-			wantWarnedPid(t, b.Output(), daemon)
-			b.Signal(syscall.SIGTERM)
-			b.Wait(15 * time.Second)
+			nextLeaderSwept(t, b, dir, daemon, "daemon")
 		})
 	}
 }
@@ -542,19 +531,7 @@ exec sleep 1000`
 	other.Signal(syscall.SIGTERM)
 	other.Wait(15 * time.Second)
 	b := startIn(t, "B", cg, 0, binary, withCommand(args, checkingJob(dir))...)
-	waitFor(t, 15*time.Second, "the next leader's child to start", func() bool {
-		_, err := os.Stat(filepath.Join(dir, "next.started"))
-		return err == nil
-	})
-	if got, err := os.ReadFile(filepath.Join(dir, "alive-at-start")); err == nil {
-		t.Fatalf("the old job's intruder ran when the next leader's child started: %s\n%s", strings.Fields(string(got)), b.Output())
-	}
-	if contain.ProcessAlive(intruder) {
-		t.Errorf("the old job's intruder %d still runs", intruder)
-	}
-	wantWarnedPid(t, b.Output(), intruder)
-	b.Signal(syscall.SIGTERM)
-	b.Wait(15 * time.Second)
+	nextLeaderSwept(t, b, dir, intruder, "intruder")
 }
 
 // TestGuardKillsForkRelayOfItsDeadLeaderrun: leaderrun alone is SIGKILLed
