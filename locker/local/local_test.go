@@ -160,24 +160,7 @@ func TestReadOnlyCreatesNothing(t *testing.T) {
 
 func TestEpochSurvivesWipedLockDirAndMovedState(t *testing.T) {
 	locks, stateA, stateB := t.TempDir(), t.TempDir(), t.TempDir()
-	opts := locker.Options{Key: "job", Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}
-	var last uint64
-	step := func(state string) {
-		t.Helper()
-		l, err := New(Config{Options: opts, Dir: locks, StateDir: state})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lease, err := l.Acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lease.Release(context.Background())
-		if lease.Epoch() <= last {
-			t.Fatalf("epoch %d after %d", lease.Epoch(), last)
-		}
-		last = lease.Epoch()
-	}
+	step := epochSteps(t, locks)
 	step(stateA)
 	step(stateA)
 	// The lock directory wiped (a reboot empties /run): the state keeps it.
@@ -235,24 +218,7 @@ func TestEpochGrowsAcrossStateDirsAndReboots(t *testing.T) {
 	hostDir = func(int) string { return host }
 	defer func() { hostDir = saved }()
 
-	opts := locker.Options{Key: "job", Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}
-	var last uint64
-	step := func(state string) {
-		t.Helper()
-		l, err := New(Config{Options: opts, Dir: locks, StateDir: state})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lease, err := l.Acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lease.Release(context.Background())
-		if lease.Epoch() <= last {
-			t.Fatalf("state dir %q: epoch %d after %d", state, lease.Epoch(), last)
-		}
-		last = lease.Epoch()
-	}
+	step := epochSteps(t, locks)
 	reboot := func() {
 		t.Helper()
 		if err := os.RemoveAll(filepath.Join(locks, "leaderrun")); err != nil {
@@ -272,5 +238,29 @@ func TestEpochGrowsAcrossStateDirsAndReboots(t *testing.T) {
 	step(b)
 	if _, err := os.Stat(filepath.Join(host, "leaderrun", "job.epoch")); err != nil {
 		t.Fatalf("no counter in the host directory: %v", err)
+	}
+}
+
+// epochSteps returns a step that takes and gives back the lock of one key
+// in locks with the given state directory, and fails unless each step's
+// epoch is greater than the one before.
+func epochSteps(t *testing.T, locks string) func(state string) {
+	opts := locker.Options{Key: "job", Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}
+	var last uint64
+	return func(state string) {
+		t.Helper()
+		l, err := New(Config{Options: opts, Dir: locks, StateDir: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(context.Background())
+		if lease.Epoch() <= last {
+			t.Fatalf("state dir %q: epoch %d after %d", state, lease.Epoch(), last)
+		}
+		last = lease.Epoch()
 	}
 }
