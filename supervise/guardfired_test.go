@@ -100,6 +100,19 @@ func stallLoop(t *testing.T, clock *fakeClock, stall *atomic.Bool, stalled <-cha
 
 // stallHook installs freezeHook for one test: the loop hangs while stall
 // is set, and says so on the returned channel.
+// fireWhileStalled stalls the supervisor's loop once the stand-in guard in
+// dir watches the job, makes the guard fire and kill the child, and lets
+// the loop go on.
+func fireWhileStalled(t *testing.T, dir string, clock *fakeClock, stall *atomic.Bool, stalled <-chan struct{}) {
+	t.Helper()
+	child := readPIDFile(t, dir+"/child.pid")
+	waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
+	resume := stallLoop(t, clock, stall, stalled)
+	fireGuard(t, dir)
+	waitUntil(t, "the guard to kill the child", func() bool { return !signals.ProcessAlive(child) })
+	resume()
+}
+
 func stallHook(t *testing.T) (*atomic.Bool, <-chan struct{}) {
 	stall := &atomic.Bool{}
 	stalled := make(chan struct{}, 1)
@@ -135,12 +148,7 @@ func TestGuardThatFiredEndsTheTerm(t *testing.T) {
 				c.Guard = standInGuard(dir, true)
 				c.Restart = restart
 			})
-			child := readPIDFile(t, dir+"/child.pid")
-			waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
-			resume := stallLoop(t, clock, stall, stalled)
-			fireGuard(t, dir)
-			waitUntil(t, "the guard to kill the child", func() bool { return !signals.ProcessAlive(child) })
-			resume()
+			fireWhileStalled(t, dir, clock, stall, stalled)
 			// Past the restart delay (1s), well inside the deadline (9s
 			// to the stop signal).
 			code, exited := advanceFor(t, clock, done, 3*time.Second, 100*time.Millisecond)
@@ -175,12 +183,7 @@ func TestGuardThatFiredRejoins(t *testing.T) {
 		c.Guard = standInGuard(dir, true)
 		c.OnLost = LostRejoin
 	})
-	child := readPIDFile(t, dir+"/child.pid")
-	waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
-	resume := stallLoop(t, clock, stall, stalled)
-	fireGuard(t, dir)
-	waitUntil(t, "the guard to kill the child", func() bool { return !signals.ProcessAlive(child) })
-	resume()
+	fireWhileStalled(t, dir, clock, stall, stalled)
 	code, exited := advanceFor(t, clock, done, 5*time.Second, 100*time.Millisecond)
 	if !exited {
 		t.Fatalf("no second term: the supervisor still runs; %d starts", rec.count("started"))
