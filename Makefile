@@ -6,7 +6,7 @@
 #   make dist      stage the binary, man page and completions in dist/
 #   make packages  dist/*.deb and dist/*.rpm (nfpm, installed into bin/)
 #   make package-test  build the packages and run only their test
-#   make systemd-root  the Debian root internal/systemdtest boots systemd in (cached)
+#   make systemd-root  the Debian root tests/systemdtest boots systemd in (cached)
 
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -40,22 +40,22 @@ vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# The package test (internal/e2e TestPackages) runs when LEADERRUN_PACKAGE_DIR
+# The package test (tests/e2e TestPackages) runs when LEADERRUN_PACKAGE_DIR
 # names the built packages; it adds a few seconds once nfpm is built.
 test: deps servers systemd-root vet packages
 	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist LEADERRUN_SYSTEMD_ROOT=$(SYSTEMD_ROOT) $(GO) test -race -count=1 -timeout 20m ./...
 
-# A bookworm root with systemd for internal/systemdtest, built once by
+# A bookworm root with systemd for tests/systemdtest, built once by
 # debootstrap from this machine's apt mirror (about a minute, cached in the
 # git-ignored bin/; a warm run only checks its stamp).
 SYSTEMD_ROOT ?= $(CURDIR)/bin/.systemd-root
 systemd-root: deps
 	scripts/systemd-root.sh $(SYSTEMD_ROOT)
 
-# Only the tests of the package under a real systemd (internal/systemdtest).
+# Only the tests of the package under a real systemd (tests/systemdtest).
 .PHONY: systemd-test
 systemd-test: servers systemd-root packages
-	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist LEADERRUN_SYSTEMD_ROOT=$(SYSTEMD_ROOT) $(GO) test -count=1 -v ./internal/systemdtest/
+	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist LEADERRUN_SYSTEMD_ROOT=$(SYSTEMD_ROOT) $(GO) test -count=1 -v ./tests/systemdtest/
 
 # The files the packages ship, generated from the CLI definition by the
 # hidden `leaderrun gen` (run on this machine, so GOARCH may differ).
@@ -79,9 +79,9 @@ packages: dist nfpm
 	done
 
 package-test: packages
-	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist $(GO) test -count=1 -run 'TestPackages|TestSystemdUnit' ./internal/e2e/
+	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist $(GO) test -count=1 -run 'TestPackages|TestSystemdUnit' ./tests/e2e/
 
-# Chaos suite (internal/chaos, docs/CHAOS.md): CHAOS_FAULTS faults per
+# Chaos suite (tests/chaos, docs/CHAOS.md): CHAOS_FAULTS faults per
 # backend on real 3-server etcd, Consul and ZooKeeper clusters, a
 # kube-apiserver and the local backend, three leaderrun hosts each, a fenced
 # resource; the hosts take turns with the containment modes of
@@ -96,12 +96,12 @@ CHAOS_CONTAIN  ?= cgroup,group
 
 .PHONY: chaos
 chaos: deps servers
-	$(GO) test -count=1 -timeout 4h -run 'TestChaos$$' -v ./internal/chaos/ -args \
+	$(GO) test -count=1 -timeout 4h -run 'TestChaos$$' -v ./tests/chaos/ -args \
 		-chaos.faults=$(CHAOS_FAULTS) -chaos.seed=$(CHAOS_SEED) -chaos.backends=$(CHAOS_BACKENDS) \
 		-chaos.contain=$(CHAOS_CONTAIN) -chaos.report=$(CURDIR)/docs/CHAOS.md \
 		-chaos.command='make chaos CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_BACKENDS=$(CHAOS_BACKENDS) CHAOS_CONTAIN=$(CHAOS_CONTAIN)'
 
-# Benchmark (internal/bench, docs/BENCHMARKS.md): leaderrun against
+# Benchmark (tests/bench, docs/BENCHMARKS.md): leaderrun against
 # `etcdctl lock` and `consul lock` on the same real 3-server clusters, on a
 # 3-server ZooKeeper ensemble, and against client-go's leaderelection on a
 # kube-apiserver; writes the results into docs/BENCHMARKS.md. Takes about
@@ -109,5 +109,5 @@ chaos: deps servers
 # TestBenchZooKeeper and TestBenchKubernetes are).
 .PHONY: bench
 bench: deps servers
-	$(GO) test -count=1 -timeout 60m -run 'TestBenchmark$$' -v ./internal/bench/ -args \
+	$(GO) test -count=1 -timeout 60m -run 'TestBenchmark$$' -v ./tests/bench/ -args \
 		-bench.full -bench.report=$(CURDIR)/docs/BENCHMARKS.md -bench.command='make bench'

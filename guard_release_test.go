@@ -20,8 +20,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leaderrun/leaderrun/guard"
-	"github.com/leaderrun/leaderrun/internal/testcluster"
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/kubernetes"
 	"github.com/leaderrun/leaderrun/locker/lockertest"

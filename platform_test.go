@@ -13,7 +13,7 @@ import (
 // that does. Every non-test file in them is built for Linux only, so that
 // `GOOS=darwin go build ./...` builds main_other.go's refusal instead of
 // failing inside a package.
-var linuxOnly = []string{".", "supervise", "internal/ops", "internal/testcluster", "internal/chaos", "internal/bench"}
+var linuxOnly = []string{".", "supervise", "internal/ops", "tests/testcluster", "tests/chaos", "tests/bench"}
 
 func TestLinuxOnlyFilesAreTagged(t *testing.T) {
 	for _, dir := range linuxOnly {

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 func TestMain(m *testing.M) {

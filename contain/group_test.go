@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // leaderrunOptions are the options leaderrun opens its Box with

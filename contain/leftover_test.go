@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 func TestTokenNamesItsLeaderrunAndKey(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
 // kubeServer is a kube-apiserver shared by the subtests of one test.

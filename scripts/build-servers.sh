@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real etcd, etcdctl, Consul and kube-apiserver servers that
-# leaderrun's integration tests run (internal/testcluster) into the
+# leaderrun's integration tests run (tests/testcluster) into the
 # repository's bin/.
 #
 #   scripts/build-servers.sh            build everything that is out of date

@@ -12,7 +12,7 @@ done
 # ZooKeeper test ensembles run the Debian server jars on Java.
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
-# internal/systemdtest: a Debian root to boot systemd in, and the namespace
+# tests/systemdtest: a Debian root to boot systemd in, and the namespace
 # tools to boot and enter it.
 for pair in debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do
 	cmd=${pair%%:*} pkg=${pair##*:}

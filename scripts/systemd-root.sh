@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Debian bookworm root in which internal/systemdtest boots a real
+# Builds the Debian bookworm root in which tests/systemdtest boots a real
 # systemd: a debootstrap minbase with systemd, dbus, iproute2 and procps.
 #
 #   scripts/systemd-root.sh [DIR]     (default: bin/.systemd-root)

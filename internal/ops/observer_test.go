@@ -18,7 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/supervise"
 )

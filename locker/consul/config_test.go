@@ -18,7 +18,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 )
 

@@ -11,12 +11,12 @@ import (
 	"github.com/hashicorp/consul/api"
 	"go.uber.org/goleak"
 
-	"github.com/leaderrun/leaderrun/internal/testcluster"
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
-// These tests run against real Consul servers (internal/testcluster) with
+// These tests run against real Consul servers (tests/testcluster) with
 // Consul's shortest session TTL, 10s.
 
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
 // TestEpochSurvivesWriteByHand: a `consul kv put` on the held key changes

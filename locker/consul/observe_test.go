@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/internal/retry"
-	"github.com/leaderrun/leaderrun/internal/testcluster"
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
 )

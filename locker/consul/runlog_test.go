@@ -3,7 +3,7 @@ package consul
 import (
 	"testing"
 
-	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 )

@@ -16,10 +16,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/leaderrun/leaderrun/internal/chaos"
+	"github.com/leaderrun/leaderrun/tests/chaos"
 	"github.com/leaderrun/leaderrun/internal/retry"
-	"github.com/leaderrun/leaderrun/internal/testcluster"
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/internal/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 )

@@ -12,8 +12,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/leaderrun/leaderrun/internal/testcluster"
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 )

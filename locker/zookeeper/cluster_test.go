@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/internal/chaos"
-	"github.com/leaderrun/leaderrun/internal/testcluster"
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/chaos"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 )

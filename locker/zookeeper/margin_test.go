@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/leaderrun/leaderrun/internal/testcluster"
-	"github.com/leaderrun/leaderrun/internal/testsupport"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
 )

@@ -1,0 +1,129 @@
+// Command writer is the child that leaderrun's chaos suite and benchmark run
+// under leadership: it writes to the fenced resource (package fence) every
+// 10ms, carrying its LEADER_EPOCH, until it is killed.
+//
+// At its start it asks the fence for the previous writer's pid and reads
+// that process's state from /proc, so that "the old child was already dead
+// when the new one started" is observed by the new child itself.
+//
+// Environment:
+//
+//	FENCE_NETWORK  tcp (default) or unix
+//	FENCE_ADDR     the fence's address
+//	FENCE_WRITER   this writer's name (default hostname:parent-pid)
+//	LEADER_EPOCH   the fencing token; 0 when absent (rival lock tools)
+//	FENCE_ESCAPE   1: write from a daemon that left the process group and
+//	               session (setsid and a double fork; see escape.go)
+//	FENCE_STORM    N: keep N chains of short-lived relay processes forking
+//	               beside the writer (see storm.go)
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leaderrun/leaderrun/tests/fence"
+)
+
+// interval is the pause between two writes.
+const interval = 10 * time.Millisecond
+
+// dialTimeout bounds reaching the fence at start.
+const dialTimeout = 5 * time.Second
+
+func main() {
+	started := fence.Now() // first: this is "the child started"
+	ok, err := stormStage()
+	if !ok {
+		ok, err = escapeStage(started)
+	}
+	if !ok {
+		if err = startStorm(); err == nil {
+			err = run(started)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(started fence.Mono) error {
+	network := os.Getenv("FENCE_NETWORK")
+	if network == "" {
+		network = "tcp"
+	}
+	addr := os.Getenv("FENCE_ADDR")
+	if addr == "" {
+		return fmt.Errorf("FENCE_ADDR is not set")
+	}
+	name := os.Getenv("FENCE_WRITER")
+	if name == "" {
+		host, _ := os.Hostname()
+		name = fmt.Sprintf("%s:%d", host, os.Getppid())
+	}
+	name = strings.Join(strings.Fields(name), "_")
+	var epoch uint64
+	if s := os.Getenv("LEADER_EPOCH"); s != "" {
+		var err error
+		if epoch, err = strconv.ParseUint(s, 10, 64); err != nil {
+			return fmt.Errorf("LEADER_EPOCH %q: %w", s, err)
+		}
+	}
+	conn, err := net.DialTimeout(network, addr, dialTimeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+
+	if _, err := fmt.Fprintf(conn, "hello %s %d %d %d\n", name, os.Getpid(), epoch, started); err != nil {
+		return err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	prev, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(line), "prev "))
+	if err != nil {
+		return fmt.Errorf("bad reply %q", line)
+	}
+	if prev > 0 {
+		if _, err := fmt.Fprintf(conn, "check %d %s\n", prev, procState(prev)); err != nil {
+			return err
+		}
+	}
+
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for seq := uint64(1); ; seq++ {
+		if _, err := fmt.Fprintf(conn, "write %d\n", seq); err != nil {
+			return err
+		}
+		if _, err := r.ReadString('\n'); err != nil {
+			return err
+		}
+		<-tick.C
+	}
+}
+
+// procState is the state letter of pid from /proc/<pid>/stat, or "gone".
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "gone"
+	}
+	s := string(b)
+	// The state follows the command name, which is in parentheses and may
+	// itself contain spaces or parentheses.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return "gone"
+	}
+	return s[i+2 : i+3]
+}
