@@ -18,9 +18,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/supervise"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 func TestMain(m *testing.M) {

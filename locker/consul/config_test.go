@@ -18,8 +18,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // testConfig is a valid configuration for tests: Consul's shortest TTL and

@@ -11,9 +11,9 @@ import (
 	"github.com/hashicorp/consul/api"
 	"go.uber.org/goleak"
 
+	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
-	"github.com/leaderrun/leaderrun/locker"
 )
 
 // These tests run against real Consul servers (tests/testcluster) with

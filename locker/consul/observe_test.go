@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/internal/retry"
-	"github.com/leaderrun/leaderrun/tests/testcluster"
-	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // holderLoop renews ls the way the supervisor does (one attempt per

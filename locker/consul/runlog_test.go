@@ -3,9 +3,9 @@ package consul
 import (
 	"testing"
 
-	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
 func TestRunLogContract(t *testing.T) {

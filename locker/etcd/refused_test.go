@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/tests/testcluster"
-	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // secret is a password that must never show up in an error.

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
 // testNamespace holds the tests' Leases.

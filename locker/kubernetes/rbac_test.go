@@ -12,10 +12,10 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/leaderrun/leaderrun/tests/testcluster"
-	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // resources maps the kinds of packaging/kubernetes to their API paths.

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/tests/testcluster"
-	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // TestCampaign runs the single-server behaviour against one real server.

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/tests/chaos"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
-	"github.com/leaderrun/leaderrun/locker"
-	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
 
 // TestEnsembleLeaderKilled: sessions outlive the ensemble's leader, so the

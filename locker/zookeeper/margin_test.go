@@ -7,10 +7,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/leaderrun/leaderrun/tests/testcluster"
-	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // TestSafetyMarginWarning: on an ensemble with the usual tickTime of 2s, the

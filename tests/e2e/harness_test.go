@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/tests/testsupport"
 	"github.com/leaderrun/leaderrun/signals"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // binary is the leaderrun built once for this test process, and

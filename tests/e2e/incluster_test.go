@@ -14,8 +14,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/locker/kubernetes"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
 // saDir is where a pod's service-account mount lives (/var/run is a link

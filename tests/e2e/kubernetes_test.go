@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/locker/kubernetes"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
 // kubeTTL and the timeline the Kubernetes tests use: kill point = last
