@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cmdline
 
 import (
 	"os"
@@ -14,7 +14,7 @@ import (
 // reach all of them.
 func TestEveryBackendIsNamed(t *testing.T) {
 	read := func(path string) string {
-		b, err := os.ReadFile(path)
+		b, err := os.ReadFile("../../" + path)
 		if err != nil {
 			t.Fatal(err)
 		}

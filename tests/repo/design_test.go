@@ -1,4 +1,4 @@
-package main
+package repo
 
 import (
 	"io/fs"
@@ -19,7 +19,7 @@ var designCitation = regexp.MustCompile(`§(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?`
 // TestDesignCitations fails when a Go comment cites a section of the design
 // document ("DESIGN §1.3", "(§1.3)") that docs/DESIGN.md does not have.
 func TestDesignCitations(t *testing.T) {
-	doc, err := os.ReadFile("docs/DESIGN.md")
+	doc, err := os.ReadFile(root + "docs/DESIGN.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,11 +31,11 @@ func TestDesignCitations(t *testing.T) {
 		t.Fatalf("docs/DESIGN.md sections not recognised: %v", sections)
 	}
 	cited := 0
-	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "dist") {
+		if d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "dist") {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".go") {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package repo
 
 import (
 	"os"
@@ -13,16 +13,16 @@ import (
 // that does. Every non-test file in them is built for Linux only, so that
 // `GOOS=darwin go build ./...` builds main_other.go's refusal instead of
 // failing inside a package.
-var linuxOnly = []string{".", "supervise", "internal/ops", "tests/testcluster", "tests/chaos", "tests/bench"}
+var linuxOnly = []string{".", "internal/cmdline", "supervise", "internal/ops", "tests/testcluster", "tests/chaos", "tests/bench"}
 
 func TestLinuxOnlyFilesAreTagged(t *testing.T) {
 	for _, dir := range linuxOnly {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		files, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("%s: no Go files (%v)", dir, err)
 		}
 		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") || strings.HasSuffix(f, "_linux.go") || f == "main_other.go" {
+			if strings.HasSuffix(f, "_test.go") || strings.HasSuffix(f, "_linux.go") || filepath.Base(f) == "main_other.go" {
 				continue
 			}
 			src, err := os.ReadFile(f)

@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"bytes"
@@ -16,8 +16,7 @@ import (
 // what they check is the text and exit code an operator sees.
 func TestMain(m *testing.M) {
 	if os.Getenv("LEADERRUN_TEST_RUN_MAIN") == "1" {
-		main()
-		return
+		os.Exit(Main(os.Args))
 	}
 	os.Exit(m.Run())
 }
