@@ -84,8 +84,8 @@ func (o oneAttempt) Acquire(ctx context.Context) (Lease, error) {
 	return nil, attemptError{addr: o.addr, err: err}
 }
 
-// Unwrap returns the wrapped Locker, so callers can reach the optional
-// interfaces (RunLog) a backend implements.
+// Unwrap returns the wrapped Locker, so that As finds the capabilities
+// (RunLog, HostLocal, ...) of the backend behind the wrapper.
 func (o oneAttempt) Unwrap() Locker { return o.Locker }
 
 // attemptError is a failed single attempt: it counts as ErrRefused (no

@@ -60,6 +60,38 @@ func TestRunLogOfLooksThroughOneAttempt(t *testing.T) {
 	}
 }
 
+func TestAsFindsTheOutermostLayerWithTheCapability(t *testing.T) {
+	inner := hostLocalLocker{dir: "/inner"}
+	lk := OneAttempt(OneAttempt(inner, "k", "a", 0), "k", "b", 0)
+	if h, ok := As[HostLocal](lk); !ok || h.LockDir() != "/inner" {
+		t.Fatalf("As[HostLocal] through two wrappers = %v, %v", h, ok)
+	}
+	if got, ok := As[hostLocalLocker](lk); !ok || got != inner {
+		t.Fatalf("As of the concrete type = %v, %v", got, ok)
+	}
+	outer := hostLocalLocker{Locker: OneAttempt(inner, "k", "a", 0), dir: "/outer"}
+	if h, _ := As[HostLocal](outer); h.LockDir() != "/outer" {
+		t.Fatalf("As found %q, want the outermost layer", h.LockDir())
+	}
+	if _, ok := As[HostLocal](OneAttempt(fakeLocker{}, "k", "a", 0)); ok {
+		t.Fatal("As found a capability no layer has")
+	}
+	if _, ok := As[HostLocal](nil); ok {
+		t.Fatal("As found a capability in a nil Locker")
+	}
+}
+
+// hostLocalLocker is a HostLocal backend, or, with Locker set, a HostLocal
+// wrapper of it.
+type hostLocalLocker struct {
+	fakeLocker
+	Locker Locker
+	dir    string
+}
+
+func (h hostLocalLocker) LockDir() string { return h.dir }
+func (h hostLocalLocker) Unwrap() Locker  { return h.Locker }
+
 type runLogLocker struct{ fakeLocker }
 
 func (runLogLocker) RecordRun(context.Context, Lease, Run) error    { return nil }

@@ -45,8 +45,8 @@ type Run struct {
 
 // RunLog is the once-per seam: the records of which slots already ran. A
 // backend's Locker implements it next to Locker; the once-per gate finds it
-// with RunLogOf. Every implementation must pass the shared contract test,
-// locker/lockertest.RunLogContract.
+// with RunLogOf, through any wrapper. Every implementation must pass the
+// shared contract test, locker/lockertest.RunLogContract.
 type RunLog interface {
 	// RecordRun writes run under the key of run.Slot, replacing any record
 	// of that slot, as one write conditioned on lease still leading the key
@@ -70,20 +70,8 @@ type RunLog interface {
 }
 
 // RunLogOf returns the RunLog of a backend, looking through wrappers such as
-// OneAttempt (anything with an Unwrap() Locker method).
-func RunLogOf(l Locker) (RunLog, bool) {
-	for l != nil {
-		if rl, ok := l.(RunLog); ok {
-			return rl, true
-		}
-		u, ok := l.(interface{ Unwrap() Locker })
-		if !ok {
-			return nil, false
-		}
-		l = u.Unwrap()
-	}
-	return nil, false
-}
+// OneAttempt: As[RunLog].
+func RunLogOf(l Locker) (RunLog, bool) { return As[RunLog](l) }
 
 var slotPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$`)
 

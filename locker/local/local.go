@@ -623,6 +623,12 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 // holder died.
 func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error { return nil }
 
+// LockDir is the lock directory as configured (DefaultDir when none was
+// given): the local backend is locker.HostLocal.
+func (l *Locker) LockDir() string { return l.dir }
+
+var _ locker.HostLocal = (*Locker)(nil)
+
 // Close does nothing; a held lease is released through the Lease.
 func (l *Locker) Close() error { return nil }
 
