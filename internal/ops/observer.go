@@ -21,7 +21,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leaderrun/leaderrun/locker"
-	"github.com/leaderrun/leaderrun/locker/local"
 	"github.com/leaderrun/leaderrun/supervise"
 )
 
@@ -43,8 +42,8 @@ type Config struct {
 	Rejoin bool
 	// Backend is read once (Leader) so that READY=1 means "the backend
 	// answered" even on a standby, whose campaign may wait for hours. With
-	// nil or the local backend, whose Leader takes the flock for a moment,
-	// the first campaign counts as ready instead.
+	// nil or a backend with no server to answer (locker.HostLocal, behind
+	// any wrapper), the first campaign counts as ready instead.
 	Backend locker.Locker
 	// Logger receives the observer's own lines; nil discards.
 	Logger hclog.Logger
@@ -146,7 +145,7 @@ func start(cfg Config, n notifier) (*Observer, error) {
 			defer o.wg.Done()
 			o.notifyLoop(ctx)
 		}()
-		if _, isLocal := cfg.Backend.(*local.Locker); cfg.Backend != nil && !isLocal {
+		if !o.readyAtCampaign() {
 			o.wg.Add(1)
 			go func() {
 				defer o.wg.Done()
@@ -247,7 +246,7 @@ func (o *Observer) readyAtCampaign() bool {
 	if o.cfg.Backend == nil {
 		return true
 	}
-	_, isLocal := o.cfg.Backend.(*local.Locker)
+	_, isLocal := locker.As[locker.HostLocal](o.cfg.Backend)
 	return isLocal
 }
 

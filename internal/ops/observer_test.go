@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/local"
 	"github.com/leaderrun/leaderrun/supervise"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
@@ -365,5 +366,37 @@ func TestWatchdogIsOnlyForTheNamedProcess(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
 	if systemdNotifier().enabled() {
 		t.Error("notifier enabled without NOTIFY_SOCKET")
+	}
+}
+
+// TestLocalBackendIsReadyAtTheFirstCampaign: the local backend has no
+// server to wait for, so READY=1 comes with the first campaign and not
+// before, and the same with --no-wait, whose OneAttempt wrapper must not
+// hide that the backend is local.
+func TestLocalBackendIsReadyAtTheFirstCampaign(t *testing.T) {
+	for _, noWait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no-wait=%v", noWait), func(t *testing.T) {
+			msgs := notifySocket(t, 0)
+			dir := t.TempDir()
+			opts := locker.Options{Key: "billing", Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second, NoWait: noWait}
+			l, err := local.New(local.Config{Options: opts, Dir: dir, StateDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lk locker.Locker = l
+			if noWait {
+				lk = locker.OneAttempt(l, opts.Key, dir, 0) // as leaderrun --no-wait builds it
+			}
+			o, err := start(Config{Key: "billing", Backend: lk}, systemdNotifier())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Close()
+			if m, ok := testsupport.NextNotify(msgs, "READY=1", 300*time.Millisecond); ok {
+				t.Fatalf("READY=1 before the first campaign (a probe of a local backend?): %q", m)
+			}
+			o.Events().Campaigning()
+			expect(t, msgs, "READY=1", 2*time.Second)
+		})
 	}
 }
