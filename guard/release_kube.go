@@ -11,21 +11,11 @@ import (
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/leaderrun/leaderrun/locker/kubernetes/kubewire"
 )
 
-// Annotations of the holder's record on a Lease, as locker/kubernetes
-// writes them: annTerm tells one leadership from any other, and a release
-// removes the holder's annotations.
-const (
-	kubeAnnTerm = "leaderrun/term"
-)
-
-// kubeReleasedAnnotations are the annotations a release removes (with
-// the term), as locker/kubernetes' released() does; the key and epochs
-// stay, so that the next holder can check its epoch is greater.
-// TestGuardReleasesKubernetesLease (package main) keeps the two in step:
-// it compares a Lease released here with one leaderrun released itself.
-var kubeReleasedAnnotations = []string{kubeAnnTerm, "leaderrun/host", "leaderrun/pid", "leaderrun/version", "leaderrun/contract", "leaderrun/ttl"}
+func init() { releasers["kubernetes"] = releaseKubernetes }
 
 // kubeAttempts bounds the writes of one release, as locker/kubernetes'
 // release does.
@@ -41,15 +31,19 @@ const kubeAttempts = 3
 // removed: the RBAC rule leaderrun documents grants get, create, update and
 // watch, not patch, and the object is kept as raw JSON so that fields this
 // code does not know survive the round trip.
-func releaseKubernetes(ctx context.Context, h BackendHello, handle string) error {
-	if h.K8sServer == "" {
+func releaseKubernetes(ctx context.Context, hello BackendHello, handle string) error {
+	var kh kubewire.Hello
+	if err := settingsOf(hello, &kh); err != nil {
+		return err
+	}
+	h := kh.Conn
+	if h == nil || h.Server == "" {
 		return ErrNoDirectRelease // leaderrun gave no connection: it releases itself
 	}
-	parts := strings.Split(handle, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-		return fmt.Errorf("kubernetes: %q is not a lease handle", handle)
+	ns, name, term, err := kubewire.ParseHandle(handle)
+	if err != nil {
+		return fmt.Errorf("kubernetes: %w", err)
 	}
-	ns, name, term := parts[0], parts[1], parts[2]
 	cli, err := kubeDialer(h)
 	if err != nil {
 		return fmt.Errorf("kubernetes: tls: %w", err)
@@ -58,7 +52,7 @@ func releaseKubernetes(ctx context.Context, h BackendHello, handle string) error
 	if err != nil {
 		return err
 	}
-	path := strings.TrimSuffix(h.K8sServer, "/") + "/apis/coordination.k8s.io/v1/namespaces/" +
+	path := strings.TrimSuffix(h.Server, "/") + "/apis/coordination.k8s.io/v1/namespaces/" +
 		url.PathEscape(ns) + "/leases/" + url.PathEscape(name)
 	what := "lease " + ns + "/" + name
 	for range kubeAttempts {
@@ -114,7 +108,7 @@ func kubeReleased(lease []byte, term string) (next []byte, ours bool, err error)
 	if err := unmarshalIfSet(spec["holderIdentity"], &holder); err != nil {
 		return nil, false, fmt.Errorf("holderIdentity: %w", err)
 	}
-	if holder == "" || ann[kubeAnnTerm] != term {
+	if holder == "" || ann[kubewire.AnnTerm] != term {
 		return nil, false, nil
 	}
 	if _, ok := meta["resourceVersion"]; !ok {
@@ -123,7 +117,7 @@ func kubeReleased(lease []byte, term string) (next []byte, ours bool, err error)
 	for _, f := range []string{"holderIdentity", "acquireTime", "renewTime"} {
 		delete(spec, f)
 	}
-	for _, a := range kubeReleasedAnnotations {
+	for _, a := range kubewire.Released {
 		delete(ann, a)
 	}
 	if obj["spec"], err = json.Marshal(spec); err != nil {
@@ -166,15 +160,15 @@ func kubeStatus(code int, body []byte) error {
 // kubeDialer trusts the CA (data before file, as client-go) or the system
 // roots, presents the client certificate if any, and checks the server's
 // name unless told not to.
-func kubeDialer(h BackendHello) (*dialer, error) {
-	if !strings.HasPrefix(h.K8sServer, "https://") {
+func kubeDialer(h *kubewire.Connection) (*dialer, error) {
+	if !strings.HasPrefix(h.Server, "https://") {
 		return &dialer{}, nil
 	}
-	cfg := &tls.Config{ServerName: h.K8sTLSServerName, MinVersion: tls.VersionTLS12, InsecureSkipVerify: h.K8sInsecure}
-	ca := []byte(h.K8sCAData)
-	if len(ca) == 0 && h.K8sCAFile != "" {
+	cfg := &tls.Config{ServerName: h.ServerName, MinVersion: tls.VersionTLS12, InsecureSkipVerify: h.Insecure}
+	ca := h.CAData
+	if len(ca) == 0 && h.CAFile != "" {
 		var err error
-		if ca, err = os.ReadFile(h.K8sCAFile); err != nil {
+		if ca, err = os.ReadFile(h.CAFile); err != nil {
 			return nil, err
 		}
 	}
@@ -184,15 +178,15 @@ func kubeDialer(h BackendHello) (*dialer, error) {
 			return nil, errors.New("the CA holds no PEM certificate")
 		}
 	}
-	cert, key := []byte(h.K8sCertData), []byte(h.K8sKeyData)
+	cert, key := h.CertData, h.KeyData
 	var err error
-	if len(cert) == 0 && h.K8sCertFile != "" {
-		if cert, err = os.ReadFile(h.K8sCertFile); err != nil {
+	if len(cert) == 0 && h.CertFile != "" {
+		if cert, err = os.ReadFile(h.CertFile); err != nil {
 			return nil, err
 		}
 	}
-	if len(key) == 0 && h.K8sKeyFile != "" {
-		if key, err = os.ReadFile(h.K8sKeyFile); err != nil {
+	if len(key) == 0 && h.KeyFile != "" {
+		if key, err = os.ReadFile(h.KeyFile); err != nil {
 			return nil, err
 		}
 	}
@@ -209,10 +203,10 @@ func kubeDialer(h BackendHello) (*dialer, error) {
 
 // kubeAuth is the Authorization header: the token file read now (a pod's
 // token rotates), else the token.
-func kubeAuth(h BackendHello) (string, error) {
-	token := h.K8sToken
-	if h.K8sTokenFile != "" {
-		b, err := os.ReadFile(h.K8sTokenFile)
+func kubeAuth(h *kubewire.Connection) (string, error) {
+	token := h.Token
+	if h.TokenFile != "" {
+		b, err := os.ReadFile(h.TokenFile)
 		if err != nil {
 			return "", fmt.Errorf("kubernetes: token file: %w", err)
 		}

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/locker/kubernetes/kubewire"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
@@ -93,12 +94,13 @@ func (s *kubeServer) get(t *testing.T, name string) (leaseObj, []byte) {
 }
 
 // hello is the guard's hello for this server with the admin's token.
-func (s *kubeServer) hello(mods ...func(*BackendHello)) []byte {
-	h := BackendHello{Backend: "kubernetes", K8sServer: s.k.URL(), K8sCAFile: s.k.CAFile(), K8sToken: s.admin}
+func (s *kubeServer) hello(mods ...func(*kubewire.Connection)) []byte {
+	h := kubewire.Connection{Server: s.k.URL(), CAFile: s.k.CAFile(), Token: s.admin}
 	for _, m := range mods {
 		m(&h)
 	}
-	b, _ := json.Marshal(h)
+	settings, _ := json.Marshal(kubewire.Hello{Conn: &h})
+	b, _ := json.Marshal(BackendHello{Backend: "kubernetes", Settings: settings})
 	return b
 }
 
@@ -117,7 +119,7 @@ func wantReleased(t *testing.T, l leaseObj) {
 			t.Errorf("spec.%s = %v after release, want none", f, v)
 		}
 	}
-	for _, a := range kubeReleasedAnnotations {
+	for _, a := range kubewire.Released {
 		if v, ok := l.Metadata.Annotations[a]; ok {
 			t.Errorf("annotation %s = %q after release, want none", a, v)
 		}
@@ -152,13 +154,13 @@ func TestDirectReleaseKubernetes(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		mod  func(*BackendHello)
+		mod  func(*kubewire.Connection)
 	}{
-		{"inline token, CA file", func(*BackendHello) {}},
-		{"inline token, CA data", func(h *BackendHello) { h.K8sCAFile, h.K8sCAData = "/nonexistent", string(caPEM) }},
-		{"token file", func(h *BackendHello) { h.K8sToken, h.K8sTokenFile = "", tokenFile }},
-		{"server name", func(h *BackendHello) { h.K8sTLSServerName = "kubernetes.default.svc" }},
-		{"insecure", func(h *BackendHello) { h.K8sCAFile, h.K8sInsecure = "", true }},
+		{"inline token, CA file", func(*kubewire.Connection) {}},
+		{"inline token, CA data", func(h *kubewire.Connection) { h.CAFile, h.CAData = "/nonexistent", caPEM }},
+		{"token file", func(h *kubewire.Connection) { h.Token, h.TokenFile = "", tokenFile }},
+		{"server name", func(h *kubewire.Connection) { h.ServerName = "kubernetes.default.svc" }},
+		{"insecure", func(h *kubewire.Connection) { h.CAFile, h.Insecure = "", true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(tokenFile, []byte(admin+"\n"), 0o600); err != nil {
@@ -183,7 +185,7 @@ func TestDirectReleaseKubernetes(t *testing.T) {
 		if err := os.WriteFile(tokenFile, []byte("stale-token-value\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		hello := s.hello(func(h *BackendHello) { h.K8sToken, h.K8sTokenFile = "", tokenFile })
+		hello := s.hello(func(h *kubewire.Connection) { h.Token, h.TokenFile = "", tokenFile })
 		err := DirectRelease(kubeCtx(t), hello, "default/"+name+"/term-a")
 		if err == nil || !strings.Contains(err.Error(), "401") {
 			t.Fatalf("release with a stale token file: %v, want 401", err)
@@ -205,11 +207,11 @@ func TestDirectReleaseKubernetes(t *testing.T) {
 		name := s.hold(t, "host-a", "term-a")
 		handle := "default/" + name + "/term-a"
 		nobody := s.k.Token("nobody")
-		for what, mod := range map[string]func(*BackendHello){
-			"unknown CA":        func(h *BackendHello) { h.K8sCAFile = "" },
-			"wrong server name": func(h *BackendHello) { h.K8sTLSServerName = "wrong.example" },
-			"forbidden user":    func(h *BackendHello) { h.K8sToken = nobody },
-			"unknown token":     func(h *BackendHello) { h.K8sToken = "unknown-token-value" },
+		for what, mod := range map[string]func(*kubewire.Connection){
+			"unknown CA":        func(h *kubewire.Connection) { h.CAFile = "" },
+			"wrong server name": func(h *kubewire.Connection) { h.ServerName = "wrong.example" },
+			"forbidden user":    func(h *kubewire.Connection) { h.Token = nobody },
+			"unknown token":     func(h *kubewire.Connection) { h.Token = "unknown-token-value" },
 		} {
 			err := DirectRelease(kubeCtx(t), s.hello(mod), handle)
 			if err == nil {
@@ -335,7 +337,7 @@ func annotate(key, value string) func(map[string]any) {
 func TestDirectReleaseKubernetesConflict(t *testing.T) {
 	s := startKubeServer(t)
 	viaProxy := func(proxy string) []byte {
-		return s.hello(func(h *BackendHello) { h.K8sServer, h.K8sCAFile = proxy, "" })
+		return s.hello(func(h *kubewire.Connection) { h.Server, h.CAFile = proxy, "" })
 	}
 
 	t.Run("term still ours", func(t *testing.T) {
@@ -404,9 +406,9 @@ func TestDirectReleaseKubernetesClientCert(t *testing.T) {
 	certFile, keyFile := s.k.ClientCert(t, "cert-admin", "system:masters")
 	cert, _ := os.ReadFile(certFile)
 	key, _ := os.ReadFile(keyFile)
-	for name, mod := range map[string]func(*BackendHello){
-		"files":  func(h *BackendHello) { h.K8sToken, h.K8sCertFile, h.K8sKeyFile = "", certFile, keyFile },
-		"inline": func(h *BackendHello) { h.K8sToken, h.K8sCertData, h.K8sKeyData = "", string(cert), string(key) },
+	for name, mod := range map[string]func(*kubewire.Connection){
+		"files":  func(h *kubewire.Connection) { h.Token, h.CertFile, h.KeyFile = "", certFile, keyFile },
+		"inline": func(h *kubewire.Connection) { h.Token, h.CertData, h.KeyData = "", cert, key },
 	} {
 		t.Run(name, func(t *testing.T) {
 			lease := s.hold(t, "host-a", "term-a")
@@ -419,7 +421,7 @@ func TestDirectReleaseKubernetesClientCert(t *testing.T) {
 	}
 	t.Run("no credentials", func(t *testing.T) {
 		lease := s.hold(t, "host-a", "term-a")
-		err := DirectRelease(kubeCtx(t), s.hello(func(h *BackendHello) { h.K8sToken = "" }), "default/"+lease+"/term-a")
+		err := DirectRelease(kubeCtx(t), s.hello(func(h *kubewire.Connection) { h.Token = "" }), "default/"+lease+"/term-a")
 		if err == nil {
 			t.Fatal("an anonymous release succeeded")
 		}

@@ -42,8 +42,8 @@ func TestEveryBackendIsNamed(t *testing.T) {
 	// The description's first line, its one-line summary.
 	desc := strings.SplitN(nfpm[strings.Index(nfpm, "description:"):], "\n", 3)[1]
 	texts := map[string]string{
-		"help summary":              summary,
-		"man page DESCRIPTION":      manDescription[0],
+		"help summary":              summary(),
+		"man page DESCRIPTION":      manDescription()[0],
 		"--backend usage":           backendList(),
 		"package description":       desc,
 		"leaderrun.env's comment":   envComment("packaging/systemd/leaderrun.env"),
@@ -53,7 +53,7 @@ func TestEveryBackendIsNamed(t *testing.T) {
 		"zsh completion":            zshCompletion[strings.Index(zshCompletion, "--backend)"):][:100],
 	}
 	for what, text := range texts {
-		for _, b := range backendNames {
+		for _, b := range backendNames() {
 			if !strings.Contains(strings.ToLower(text), b) {
 				t.Errorf("%s does not name the %s backend:\n%s", what, b, text)
 			}

@@ -225,31 +225,26 @@ func versionCommand() *cli.Command {
 }
 
 // fieldFlags maps the fields a library names in a *locker.ConfigError to
-// the flags an operator types; "backend.Field" entries win over "Field".
+// the flags an operator types; a backend's own fields (backend.Fields)
+// win over these.
 var fieldFlags = map[string]string{
 	"Key": "--key", "Options.Key": "--key", "Options.Prefix": "--prefix", "Prefix": "--prefix", "ID": "--id", "TTL": "--ttl",
 	"RenewInterval": "--renew-interval", "KillGrace": "--kill-grace", "SafetyMargin": "--safety-margin",
 	"StopSignal": "--stop-signal", "AcquireTimeout": "--acquire-timeout", "Restart": "--restart",
 	"RestartDelay": "--restart-delay", "OnLost": "--on-lost", "HTTPAddr": "--http-addr",
-	"Dir": "--lock-dir", "LockDir": "--lock-dir", "local.StateDir": "--state-dir",
-	"consul.Address": "--consul-addr", "consul.Token": "--consul-token", "consul.TokenFile": "--consul-token-file",
-	"consul.CACert": "--consul-ca-file", "consul.ClientCert": "--consul-client-cert", "consul.ClientKey": "--consul-client-key",
-	"consul.TLSServerName": "--consul-tls-server-name", "consul.Datacenter": "--consul-datacenter",
-	"consul.LockDelay": "--consul-lock-delay", "consul.SessionChecks": "--consul-session-checks",
-	"zookeeper.Servers": "--zk-servers", "zookeeper.Chroot": "--zk-chroot", "zookeeper.Auth": "--zk-auth",
-	"kubernetes.Namespace": "--k8s-namespace", "kubernetes.Kubeconfig": "--kubeconfig", "kubernetes.Context": "--k8s-context",
-	"etcd.Endpoints": "--etcd-endpoints", "etcd.Username": "--etcd-user", "etcd.Password": "--etcd-password",
-	"etcd.CACert": "--etcd-cacert", "etcd.Cert": "--etcd-cert", "etcd.Key": "--etcd-key", "etcd.DialTimeout": "--etcd-dial-timeout",
 }
 
 // configError words a setting a library refused with the flag the operator
 // typed: "--ttl must be at least 10s on Consul, got 5s". A local file
 // error (the lock directory) is said as what it is, not as a refusal by a
 // remote backend.
-func configError(backend string, err error) error {
+func (cfg *runConfig) configError(err error) error { return configError(cfg.backend, err) }
+
+// configError is runConfig.configError for backend b.
+func configError(b *backend, err error) error {
 	var ce *locker.ConfigError
 	if errors.As(err, &ce) {
-		flag, ok := fieldFlags[backend+"."+ce.Field]
+		flag, ok := b.Fields[ce.Field]
 		if !ok {
 			flag, ok = fieldFlags[ce.Field]
 		}
@@ -273,8 +268,8 @@ func configError(backend string, err error) error {
 		return errors.New(msg)
 	}
 	var pe *fs.PathError
-	if backend == "local" && errors.As(err, &pe) {
-		return fmt.Errorf("--lock-dir: cannot %s %s: %w", pe.Op, pe.Path, pe.Err)
+	if b.FileFlag != "" && errors.As(err, &pe) {
+		return fmt.Errorf("%s: cannot %s %s: %w", b.FileFlag, pe.Op, pe.Path, pe.Err)
 	}
 	return err
 }

@@ -3,9 +3,8 @@
 package cmdline
 
 import (
+	"slices"
 	"time"
-
-	"github.com/leaderrun/leaderrun/locker/zookeeper"
 
 	"github.com/urfave/cli/v2"
 )
@@ -20,17 +19,15 @@ const (
 	catChild      = "Child"
 	catOutput     = "Output"
 	catQuery      = "Reading the backend"
-	catConsul     = "Consul"
-	catEtcd       = "etcd"
-	catZooKeeper  = "ZooKeeper"
-	catKubernetes = "Kubernetes"
-	catLocal      = "Local backend"
 	catOther      = "Other"
 )
 
-// categoryOrder is the reading order of the groups.
-var categoryOrder = []string{catLeadership, catTiming, catChild, catOutput, catQuery,
-	catConsul, catEtcd, catZooKeeper, catKubernetes, catLocal, catOther}
+// categoryOrder is the reading order of the groups: each backend's group
+// (backend_<name>.go) comes after the common ones.
+func categoryOrder() []string {
+	return slices.Concat([]string{catLeadership, catTiming, catChild, catOutput, catQuery},
+		backendCategories(), []string{catOther})
+}
 
 // categoryNote is a line printed under a group's title.
 var categoryNote = map[string]string{
@@ -40,7 +37,7 @@ var categoryNote = map[string]string{
 // flagArg is the placeholder of an option whose Usage names none.
 var flagArg = map[string]string{
 	"backend": "NAME", "prefix": "PREFIX", "on-lost": "ACTION", "restart": "POLICY",
-	"log-level": "LEVEL", "log-format": "FORMAT", "consul-datacenter": "NAME", "etcd-password": "PASSWORD",
+	"log-level": "LEVEL", "log-format": "FORMAT",
 }
 
 // maxTTL bounds --ttl: a lease of more than a day is a typo (Consul's own
@@ -93,71 +90,16 @@ func runFlags() []cli.Flag {
 }
 
 // backendFlags select and configure the backend; status and check use them
-// too.
+// too. Each backend's own options come from its file (backend_<name>.go).
 func backendFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "key", Category: catLeadership, EnvVars: []string{"LEADERRUN_KEY"},
 			Usage: "the leadership `KEY` (required; see KEY below)"},
-		&cli.StringFlag{Name: "backend", Category: catLeadership, EnvVars: []string{"LEADERRUN_BACKEND"}, Value: "consul",
+		&cli.StringFlag{Name: "backend", Category: catLeadership, EnvVars: []string{"LEADERRUN_BACKEND"}, Value: defaultBackend,
 			Usage: backendList()},
 		&cli.StringFlag{Name: "prefix", Category: catLeadership, EnvVars: []string{"LEADERRUN_PREFIX"}, Value: "leaderrun",
 			Usage: "namespace of leaderrun's keys on the backend"},
-
-		&cli.StringFlag{Name: "consul-addr", Category: catConsul, EnvVars: []string{"CONSUL_HTTP_ADDR"}, DefaultText: "127.0.0.1:8500",
-			Usage: "agent `ADDRESS`, or a comma-separated list of servers; https:// for TLS"},
-		&cli.StringFlag{Name: "consul-token", Category: catConsul, EnvVars: []string{"CONSUL_HTTP_TOKEN"},
-			Usage: "ACL `TOKEN` (prefer the file)"},
-		&cli.StringFlag{Name: "consul-token-file", Category: catConsul, EnvVars: []string{"CONSUL_HTTP_TOKEN_FILE"},
-			Usage: "`FILE` holding the ACL token"},
-		&cli.StringFlag{Name: "consul-ca-file", Category: catConsul, EnvVars: []string{"CONSUL_CACERT"},
-			Usage: "CA certificate `FILE`"},
-		&cli.StringFlag{Name: "consul-client-cert", Category: catConsul, EnvVars: []string{"CONSUL_CLIENT_CERT"},
-			Usage: "client certificate `FILE`"},
-		&cli.StringFlag{Name: "consul-client-key", Category: catConsul, EnvVars: []string{"CONSUL_CLIENT_KEY"},
-			Usage: "client key `FILE`"},
-		&cli.StringFlag{Name: "consul-tls-server-name", Category: catConsul, EnvVars: []string{"CONSUL_TLS_SERVER_NAME"},
-			Usage: "`NAME` to verify in the server's certificate"},
-		&cli.StringFlag{Name: "consul-datacenter", Category: catConsul, EnvVars: []string{"CONSUL_DATACENTER"}, DefaultText: "the agent's",
-			Usage: "Consul datacenter"},
-		&cli.DurationFlag{Name: "consul-lock-delay", Category: catConsul, EnvVars: []string{"LEADERRUN_CONSUL_LOCK_DELAY"}, DefaultText: "ttl, at most 60s",
-			Usage: "session lock-delay"},
-		&cli.StringSliceFlag{Name: "consul-session-checks", Category: catConsul, EnvVars: []string{"LEADERRUN_CONSUL_SESSION_CHECKS"},
-			Usage: "opt-in session health `CHECK` (repeatable; needs lock-delay >= ttl)"},
-
-		&cli.StringFlag{Name: "etcd-endpoints", Category: catEtcd, EnvVars: []string{"ETCDCTL_ENDPOINTS"}, Value: "127.0.0.1:2379",
-			Usage: "comma-separated `ENDPOINTS`"},
-		&cli.StringFlag{Name: "etcd-user", Category: catEtcd, EnvVars: []string{"ETCDCTL_USER"},
-			Usage: "`USER` or USER:PASSWORD"},
-		&cli.StringFlag{Name: "etcd-password", Category: catEtcd, EnvVars: []string{"ETCDCTL_PASSWORD"},
-			Usage: "password for --etcd-user"},
-		&cli.StringFlag{Name: "etcd-cacert", Category: catEtcd, EnvVars: []string{"ETCDCTL_CACERT"},
-			Usage: "CA certificate `FILE`"},
-		&cli.StringFlag{Name: "etcd-cert", Category: catEtcd, EnvVars: []string{"ETCDCTL_CERT"},
-			Usage: "client certificate `FILE`"},
-		&cli.StringFlag{Name: "etcd-key", Category: catEtcd, EnvVars: []string{"ETCDCTL_KEY"},
-			Usage: "client key `FILE`"},
-		&cli.DurationFlag{Name: "etcd-dial-timeout", Category: catEtcd, EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}, Value: 5 * time.Second,
-			Usage: "time allowed to connect"},
-
-		&cli.StringFlag{Name: "zk-servers", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_SERVERS", "ZOOKEEPER_SERVERS"}, Value: zookeeper.DefaultServer,
-			Usage: "comma-separated host:port `LIST`, optionally ending in a chroot (h1:2181,h2:2181/apps)"},
-		&cli.StringFlag{Name: "zk-chroot", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_CHROOT"},
-			Usage: "znode `PATH` under which leaderrun works"},
-		&cli.StringFlag{Name: "zk-auth", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_AUTH"},
-			Usage: "digest credentials `USER:PASSWORD`; znodes become creator-only"},
-
-		&cli.StringFlag{Name: "kubeconfig", Category: catKubernetes, EnvVars: []string{"KUBECONFIG"}, DefaultText: "~/.kube/config, else the pod's service account",
-			Usage: "kubeconfig `FILE` (several joined with : as in kubectl)"},
-		&cli.StringFlag{Name: "k8s-context", Category: catKubernetes, EnvVars: []string{"LEADERRUN_K8S_CONTEXT"}, DefaultText: "the current one",
-			Usage: "kubeconfig context"},
-		&cli.StringFlag{Name: "k8s-namespace", Category: catKubernetes, EnvVars: []string{"LEADERRUN_K8S_NAMESPACE"}, DefaultText: "the context's, else the pod's own, else default",
-			Usage: "namespace of the Lease"},
-
-		&cli.StringFlag{Name: "lock-dir", Category: catLocal, EnvVars: []string{"LEADERRUN_LOCK_DIR"}, DefaultText: "/run/leaderrun for root",
-			Usage: "lock `DIR`, an absolute path; /tmp/leaderrun-UID for other users, owner-checked"},
-		&cli.StringFlag{Name: "state-dir", Category: catLocal, EnvVars: []string{"LEADERRUN_STATE_DIR"}, DefaultText: "--lock-dir unless tmpfs, else /var/lib/leaderrun for root, /var/tmp/leaderrun-UID for others",
-			Usage: "absolute `DIR` keeping the run records and a copy of the epoch across reboots"},
-	}
+	}, allBackendFlags()...)
 }
 
 // commonFlags are on every command (urfave/cli adds --help itself).

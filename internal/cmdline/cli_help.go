@@ -168,13 +168,13 @@ func groupFlags(docs []flagDoc) (titles []string, groups map[string][]flagDoc) {
 		if cat == "" {
 			cat = catOther
 		}
-		if _, seen := groups[cat]; !seen && !slices.Contains(categoryOrder, cat) {
+		if _, seen := groups[cat]; !seen && !slices.Contains(categoryOrder(), cat) {
 			titles = append(titles, cat)
 		}
 		groups[cat] = append(groups[cat], d)
 	}
 	var ordered []string
-	for _, c := range categoryOrder {
+	for _, c := range categoryOrder() {
 		if len(groups[c]) > 0 {
 			ordered = append(ordered, c)
 		}
@@ -255,8 +255,11 @@ const (
 	synopsisOther  = "leaderrun help [status|check] | leaderrun version"
 )
 
-const summary = "Runs COMMAND only while this host leads KEY in Consul, etcd, ZooKeeper, " +
-	"a Kubernetes Lease or a local lock, and stops all of it before the lease could pass to another host."
+// summary is the help's first paragraph.
+func summary() string {
+	return "Runs COMMAND only while this host leads KEY in " + backendTitles() +
+		", and stops all of it before the lease could pass to another host."
+}
 
 // envRule says how options map to environment variables.
 const envRule = "Environment: an option can also be set as LEADERRUN_<OPTION> " +
@@ -276,7 +279,7 @@ const keyRule = "KEY: 1 to 128 of A-Z a-z 0-9 . _ / -, starting with a letter or
 // writeAppHelp is `leaderrun --help` and `leaderrun help`.
 func writeAppHelp(w io.Writer, app *cli.App) {
 	fmt.Fprintf(w, "Usage: %s\n       %s\n       %s\n       %s\n\n", synopsisRun, synopsisStatus, synopsisCheck, synopsisOther)
-	writeParagraph(w, summary)
+	writeParagraph(w, summary())
 	writeOptions(w, app.Flags)
 	fmt.Fprintln(w)
 	writeParagraph(w, envRule)

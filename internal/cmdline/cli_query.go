@@ -97,8 +97,10 @@ func queryLocker(c *cli.Context) (locker.Locker, locker.Options, error) {
 	if c.Duration("timeout") <= 0 {
 		return nil, opts, fmt.Errorf("--timeout must be greater than 0, got %v", c.Duration("timeout"))
 	}
-	spec := specFromCLI(c, opts)
-	spec.ReadOnly = true // status and check create nothing
-	lk, err := spec.newLocker(newQuietLogger())
-	return lk, opts, configError(c.String("backend"), err)
+	b, settings, err := readBackend(c, opts)
+	if err != nil {
+		return nil, opts, err
+	}
+	lk, err := settings.New(opts, true, newQuietLogger()) // status and check create nothing
+	return lk, opts, configError(b, err)
 }

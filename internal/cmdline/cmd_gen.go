@@ -68,7 +68,7 @@ func manPage(app *cli.App) (string, error) {
 	}
 
 	w(".SH DESCRIPTION\n")
-	for i, p := range manDescription {
+	for i, p := range manDescription() {
 		if i > 0 {
 			w(".PP\n")
 		}
@@ -161,22 +161,24 @@ func roffText(s string) string {
 }
 
 // manDescription is the DESCRIPTION of leaderrun(1), one paragraph each.
-var manDescription = []string{
-	"leaderrun campaigns for KEY on Consul, etcd, ZooKeeper, a Kubernetes Lease or a local lock file. Once this host leads, " +
-		"it starts COMMAND with LEADER_EPOCH, LEADER_KEY and LEADER_ID in its environment, renews " +
-		"the lease, and stops all of the command (its process group and everything it started) " +
-		"before its local deadline: the moment each successful renewal was sent plus the TTL, on " +
-		"the monotonic clock. Leadership is released only once the command is gone, so a standby " +
-		"never starts while any process of the old one runs.",
-	"LEADER_EPOCH is a fencing token: it is greater than every epoch granted before for KEY. " +
-		"A lease alone cannot give mutual exclusion (a host frozen past its TTL wakes believing " +
-		"it leads), so pass the epoch to what the command writes to, or run " +
-		"\"leaderrun check || exit 1\" before each step that must not run twice.",
-	keyRule,
-	"A dead-man guard process kills the command at its kill point if leaderrun itself is frozen, " +
-		"and at once if leaderrun dies, then releases the lease.",
-	"The design, and which promise each part keeps, is described in " +
-		"/usr/share/doc/leaderrun/DESIGN.md.",
+func manDescription() []string {
+	return []string{
+		"leaderrun campaigns for KEY on " + backendTitles() + ". Once this host leads, " +
+			"it starts COMMAND with LEADER_EPOCH, LEADER_KEY and LEADER_ID in its environment, renews " +
+			"the lease, and stops all of the command (its process group and everything it started) " +
+			"before its local deadline: the moment each successful renewal was sent plus the TTL, on " +
+			"the monotonic clock. Leadership is released only once the command is gone, so a standby " +
+			"never starts while any process of the old one runs.",
+		"LEADER_EPOCH is a fencing token: it is greater than every epoch granted before for KEY. " +
+			"A lease alone cannot give mutual exclusion (a host frozen past its TTL wakes believing " +
+			"it leads), so pass the epoch to what the command writes to, or run " +
+			"\"leaderrun check || exit 1\" before each step that must not run twice.",
+		keyRule,
+		"A dead-man guard process kills the command at its kill point if leaderrun itself is frozen, " +
+			"and at once if leaderrun dies, then releases the lease.",
+		"The design, and which promise each part keeps, is described in " +
+			"/usr/share/doc/leaderrun/DESIGN.md.",
+	}
 }
 
 // manSections follow OPTIONS and COMMANDS. A paragraph starting with two
@@ -272,7 +274,7 @@ _leaderrun() {
 		return 0
 		;;
 	--backend)
-		mapfile -t COMPREPLY < <(compgen -W "` + strings.Join(backendNames, " ") + `" -- "$cur")
+		mapfile -t COMPREPLY < <(compgen -W "` + strings.Join(backendNames(), " ") + `" -- "$cur")
 		return 0
 		;;
 	--restart)
@@ -329,7 +331,7 @@ _leaderrun() {
 	--lock-dir) _directories; return ;;
 	--consul-token-file|--consul-ca-file|--consul-client-cert|--consul-client-key|--etcd-cacert|--etcd-cert|--etcd-key|--env-file)
 		_files; return ;;
-	--backend) compadd ` + strings.Join(backendNames, " ") + `; return ;;
+	--backend) compadd ` + strings.Join(backendNames(), " ") + `; return ;;
 	--restart) compadd never on-failure always; return ;;
 	--on-lost) compadd exit rejoin; return ;;
 	--log-format) compadd text json; return ;;

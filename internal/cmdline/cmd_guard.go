@@ -5,7 +5,6 @@ package cmdline
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/guard"
+	"github.com/leaderrun/leaderrun/locker"
 )
 
 // The dead-man guard (package guard) normally runs as the small
@@ -38,7 +38,7 @@ func guardCommand() *cli.Command {
 			&cli.StringFlag{Name: "log-format", Value: "text"},
 		},
 		Action: func(c *cli.Context) error {
-			log, err := newLogger(c)
+			log, err := logSettings{level: c.String("log-level"), format: c.String("log-format")}.logger()
 			if err != nil {
 				return usage(err)
 			}
@@ -71,14 +71,37 @@ func releaseCommand() *cli.Command {
 	}
 }
 
+// guardHello is the guard's hello payload for this run (guard.BackendHello),
+// and why leaderrun-guard could not release the lease by itself ("" when
+// it can).
+func guardHello(cfg *runConfig, lk locker.Locker) ([]byte, string) {
+	settings, whyFull := cfg.settings.Guard(lk)
+	raw, err := json.Marshal(settings)
+	if err == nil {
+		var b []byte
+		if b, err = json.Marshal(guard.BackendHello{Backend: cfg.backend.Name, Options: cfg.opts, Settings: raw}); err == nil {
+			return b, whyFull
+		}
+	}
+	panic(fmt.Sprintf("encode the guard's hello: %v", err)) // plain data cannot fail
+}
+
 // releaseFromHello builds the backend from the guard's hello payload and
 // releases the lease by its handle.
 func releaseFromHello(ctx context.Context, hello []byte, handle string) error {
-	var spec backendSpec
-	if err := json.Unmarshal(hello, &spec); err != nil {
-		return fmt.Errorf("read backend settings: %w", err)
+	h, err := guard.ParseBackendHello(hello)
+	if err != nil {
+		return err
 	}
-	lk, err := spec.newLocker(newQuietLogger())
+	b := backendNamed(h.Backend)
+	if b == nil {
+		return fmt.Errorf("hello: no backend %q", h.Backend)
+	}
+	settings, err := b.FromHello(h.Settings)
+	if err != nil {
+		return fmt.Errorf("hello: %s settings: %w", b.Name, err)
+	}
+	lk, err := settings.New(h.Options, false, newQuietLogger())
 	if err != nil {
 		return err
 	}
@@ -87,63 +110,40 @@ func releaseFromHello(ctx context.Context, hello []byte, handle string) error {
 }
 
 // guardSpec tells the supervisor how to start the guard, and says (as a
-// warning to log) when it must fall back to re-executing leaderrun.
-func guardSpec(c *cli.Context, spec backendSpec) (*guard.Spec, string) {
-	logArgs := []string{"--log-level", c.String("log-level"), "--log-format", c.String("log-format")}
+// warning to log) when it must fall back to re-executing leaderrun:
+// leaderrun-guard is missing, or (whyFull) it cannot release this lease
+// by itself.
+//
+// The small guard releases local locks (by unlocking the descriptor it
+// holds), etcd leases and Consul sessions (over their HTTP APIs),
+// ZooKeeper sessions (closeSession) and, when leaderrun's credentials
+// allow, Kubernetes Leases itself. Otherwise (a Kubernetes user behind an
+// exec plugin, say) it would have to execute leaderrun, which adds that
+// start-up to a crash failover (about 100ms, measured); there the guard is
+// leaderrun itself, so failover stays as fast as the backend allows.
+func guardSpec(logs logSettings, hello []byte, whyFull string) (*guard.Spec, string) {
+	logArgs := []string{"--log-level", logs.level, "--log-format", logs.format}
 	self, err := os.Executable()
-	// The small guard releases local locks (by unlocking the descriptor it
-	// holds), etcd leases and Consul sessions (over their HTTP APIs),
-	// ZooKeeper sessions (closeSession) and, when leaderrun's credentials
-	// allow, Kubernetes Leases (kubeSmallGuardReleases) itself. Otherwise
-	// (a Kubernetes user behind an exec plugin, say) it would have to
-	// execute leaderrun, which adds that start-up to a crash failover
-	// (about 100ms, measured); there the guard is leaderrun itself, so
-	// failover stays as fast as the backend allows.
-	if !smallGuardReleases(spec.Backend) && !kubeSmallGuardReleases(spec) {
-		err = errFullGuard
-	}
-	if err == nil {
+	if err == nil && whyFull == "" {
 		small := filepath.Join(filepath.Dir(self), guard.Name)
 		if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
 			return &guard.Spec{
 				Path:  small,
 				Args:  append([]string{guard.Name, "--release-with", self}, logArgs...),
 				Env:   os.Environ(),
-				Hello: spec.encode(),
+				Hello: hello,
 			}, ""
 		}
+	}
+	warning := ""
+	if whyFull == "" {
+		warning = guard.Name + " is not installed next to leaderrun; the guard is leaderrun itself, which costs more memory"
 	}
 	return &guard.Spec{
 		// The running binary itself, even if its file was replaced since.
 		Path:  "/proc/self/exe",
 		Args:  append([]string{guard.Name, guardCommandName}, logArgs...),
 		Env:   os.Environ(),
-		Hello: spec.encode(),
-	}, fullGuardReason(err)
-}
-
-// smallGuardReleases says whether leaderrun-guard gives back this backend's
-// lease without running leaderrun.
-func smallGuardReleases(backend string) bool {
-	return backend == "local" || backend == "etcd" || backend == "consul" || backend == "zookeeper"
-}
-
-// kubeSmallGuardReleases says whether leaderrun-guard clears this
-// Kubernetes Lease itself: when leaderrun passed it a connection a plain
-// HTTPS client can use (bearer token or client certificate; an exec
-// plugin or auth provider needs leaderrun).
-func kubeSmallGuardReleases(spec backendSpec) bool {
-	return spec.Backend == "kubernetes" && spec.K8sServer != ""
-}
-
-// errFullGuard says the backend's release needs leaderrun's own clients.
-var errFullGuard = errors.New("a network backend's release is fastest from leaderrun itself")
-
-// fullGuardReason is the warning for a guard that is leaderrun itself, or
-// nothing when that was chosen on purpose.
-func fullGuardReason(err error) string {
-	if errors.Is(err, errFullGuard) {
-		return ""
-	}
-	return guard.Name + " is not installed next to leaderrun; the guard is leaderrun itself, which costs more memory"
+		Hello: hello,
+	}, warning
 }

@@ -4,32 +4,26 @@ package cmdline
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/contain/scope"
 	"github.com/leaderrun/leaderrun/guard"
-	"github.com/leaderrun/leaderrun/locker/local"
+	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/supervise"
 )
 
 // openContainment picks where jobs run (--contain, DESIGN §1.4) and says
 // which mode is in force and why, in one line.
-func openContainment(c *cli.Context, log hclog.Logger) (*contain.Box, error) {
-	mode, err := contain.ParseMode(c.String("contain"))
-	if err != nil {
-		return nil, fmt.Errorf("--contain %w", err)
-	}
-	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started, Reaped: supervise.Reaped, HoldReaps: supervise.HoldReaps, Key: jobKey(c)}
+func openContainment(cfg *runConfig, log hclog.Logger) (*contain.Box, error) {
+	mode := cfg.contain
+	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started, Reaped: supervise.Reaped, HoldReaps: supervise.HoldReaps, Key: jobKey(cfg)}
 	if mode != contain.Group {
-		if dir, err := systemdScope(c.String("key")); err != nil {
+		if dir, err := systemdScope(cfg.opts.Key); err != nil {
 			log.Warn("cannot get a systemd scope for the job", "error", err)
 		} else if dir != "" {
 			opts.Cgroup = dir
@@ -49,30 +43,27 @@ func openContainment(c *cli.Context, log hclog.Logger) (*contain.Box, error) {
 // backends' addresses are left out: one cluster may be named by different
 // address lists, and a leftover of a dead leaderrun missed is worse than an
 // unsupervised job of the same key in another cluster killed.
-func jobKey(c *cli.Context) string {
-	id := []string{c.String("backend"), c.String("prefix"), c.String("key")}
-	if c.String("backend") == "local" {
-		dir := c.String("lock-dir")
-		if dir == "" {
-			dir = local.DefaultDir()
-		}
-		id = append(id, filepath.Clean(dir))
+func jobKey(cfg *runConfig) string {
+	id := []string{cfg.backend.Name, cfg.opts.Prefix, cfg.opts.Key}
+	if scope := cfg.settings.Scope(); scope != "" {
+		id = append(id, scope)
 	}
 	return strings.Join(id, "\x00")
 }
 
 // runGuard is the guard to start with each term, or nil with --no-guard.
-func runGuard(c *cli.Context, spec backendSpec, log hclog.Logger) *guard.Spec {
-	if c.Bool("no-guard") {
+func runGuard(cfg *runConfig, lk locker.Locker, log hclog.Logger) *guard.Spec {
+	if cfg.noGuard {
 		log.Warn("running without the dead-man guard (--no-guard): a frozen or killed leaderrun leaves its job to PDEATHSIG alone")
 		return nil
 	}
-	g, warning := guardSpec(c, spec)
+	hello, whyFull := guardHello(cfg, lk)
+	g, warning := guardSpec(cfg.logs, hello, whyFull)
 	if warning != "" {
 		log.Warn(warning)
 	}
-	if spec.fullGuardWhy != "" && g != nil && g.Path == "/proc/self/exe" {
-		log.Info("the guard is leaderrun itself: leaderrun-guard cannot release this lease alone", "why", spec.fullGuardWhy)
+	if whyFull != "" {
+		log.Info("the guard is leaderrun itself: leaderrun-guard cannot release this lease alone", "why", whyFull)
 	}
 	return g
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,95 +20,21 @@ import (
 
 	"github.com/leaderrun/leaderrun/guard"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/consul/consulwire"
+	"github.com/leaderrun/leaderrun/locker/etcd/etcdwire"
 	"github.com/leaderrun/leaderrun/locker/kubernetes"
+	"github.com/leaderrun/leaderrun/locker/kubernetes/kubewire"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/zookeeper"
+	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
-// The guard reads leaderrun's hello with its own struct; a renamed field
-// on either side fails here.
-func TestGuardReadsBackendSpec(t *testing.T) {
-	spec := backendSpec{
-		Backend:       "etcd",
-		EtcdEndpoints: []string{"https://127.0.0.1:1", "127.0.0.2:2"},
-		EtcdUser:      "u",
-		EtcdPassword:  "p",
-		EtcdCACert:    "/ca.pem",
-		EtcdCert:      "/cert.pem",
-		EtcdKey:       "/key.pem",
-
-		ConsulAddr:          "127.0.0.1:8500,https://127.0.0.2:8501",
-		ConsulToken:         "t",
-		ConsulTokenFile:     "/token",
-		ConsulCACert:        "/consul-ca.pem",
-		ConsulClientCert:    "/consul-cert.pem",
-		ConsulClientKey:     "/consul-key.pem",
-		ConsulTLSServerName: "consul.example",
-		ConsulDatacenter:    "dc2",
-
-		ZKServers: []string{"127.0.0.1:2181", "127.0.0.2:2181/chroot"},
-		Options:   locker.Options{TTL: 7 * time.Second},
-
-		K8sServer:        "https://127.0.0.1:6443/prefix",
-		K8sCAData:        "ca-pem",
-		K8sCAFile:        "/k8s-ca.pem",
-		K8sCertData:      "cert-pem",
-		K8sKeyData:       "key-pem",
-		K8sCertFile:      "/k8s-cert.pem",
-		K8sKeyFile:       "/k8s-key.pem",
-		K8sToken:         "k8s-token",
-		K8sTokenFile:     "/k8s-token",
-		K8sTLSServerName: "kubernetes.default.svc",
-		K8sInsecure:      true,
-	}
-	got, err := guard.ParseBackendHello(spec.encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := guard.BackendHello{
-		Backend:       spec.Backend,
-		EtcdEndpoints: spec.EtcdEndpoints,
-		EtcdUser:      spec.EtcdUser,
-		EtcdPassword:  spec.EtcdPassword,
-		EtcdCACert:    spec.EtcdCACert,
-		EtcdCert:      spec.EtcdCert,
-		EtcdKey:       spec.EtcdKey,
-
-		ConsulAddr:          spec.ConsulAddr,
-		ConsulToken:         spec.ConsulToken,
-		ConsulTokenFile:     spec.ConsulTokenFile,
-		ConsulCACert:        spec.ConsulCACert,
-		ConsulClientCert:    spec.ConsulClientCert,
-		ConsulClientKey:     spec.ConsulClientKey,
-		ConsulTLSServerName: spec.ConsulTLSServerName,
-		ConsulDatacenter:    spec.ConsulDatacenter,
-
-		ZKServers: spec.ZKServers,
-
-		K8sServer:        spec.K8sServer,
-		K8sCAData:        spec.K8sCAData,
-		K8sCAFile:        spec.K8sCAFile,
-		K8sCertData:      spec.K8sCertData,
-		K8sKeyData:       spec.K8sKeyData,
-		K8sCertFile:      spec.K8sCertFile,
-		K8sKeyFile:       spec.K8sKeyFile,
-		K8sToken:         spec.K8sToken,
-		K8sTokenFile:     spec.K8sTokenFile,
-		K8sTLSServerName: spec.K8sTLSServerName,
-		K8sInsecure:      spec.K8sInsecure,
-	}
-	want.Options.TTL = spec.Options.TTL
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("guard read %+v, want %+v", got, want)
-	}
-}
-
 // guardEtcdRelease holds key under a lease, has the guard release it
 // directly and checks the key is gone and the lease revoked; a second
 // release of the same handle succeeds too.
-func guardEtcdRelease(t *testing.T, admin *clientv3.Client, spec backendSpec) {
+func guardEtcdRelease(t *testing.T, admin *clientv3.Client, spec etcdwire.Hello) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -123,9 +48,9 @@ func guardEtcdRelease(t *testing.T, admin *clientv3.Client, spec backendSpec) {
 	}
 	handle := fmt.Sprintf("%x:%s", int64(l.ID), key)
 	// A dead endpoint first: the next one answers.
-	spec.EtcdEndpoints = append([]string{"http://127.0.0.1:1"}, spec.EtcdEndpoints...)
+	spec.Endpoints = append([]string{"http://127.0.0.1:1"}, spec.Endpoints...)
 	for i := range 2 {
-		if err := guard.DirectRelease(ctx, spec.encode(), handle); err != nil {
+		if err := guard.DirectRelease(ctx, helloOf("etcd", spec), handle); err != nil {
 			t.Fatalf("release %d: %v", i+1, err)
 		}
 	}
@@ -153,7 +78,7 @@ func TestGuardReleasesEtcdLease(t *testing.T) {
 	}
 	defer admin.Close()
 	t.Run("no auth", func(t *testing.T) {
-		guardEtcdRelease(t, admin, backendSpec{Backend: "etcd", EtcdEndpoints: c.Endpoints()})
+		guardEtcdRelease(t, admin, etcdwire.Hello{Endpoints: c.Endpoints()})
 	})
 	t.Run("user and password", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -173,13 +98,13 @@ func TestGuardReleasesEtcdLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer root.Close()
-		spec := backendSpec{Backend: "etcd", EtcdEndpoints: c.Endpoints(), EtcdUser: "root", EtcdPassword: "wrong"}
-		if err := guard.DirectRelease(ctx, spec.encode(), "1:/x/@1"); err == nil {
+		spec := etcdwire.Hello{Endpoints: c.Endpoints(), User: "root", Password: "wrong"}
+		if err := guard.DirectRelease(ctx, helloOf("etcd", spec), "1:/x/@1"); err == nil {
 			t.Error("release with a wrong password succeeded")
 		} else if s := err.Error(); strings.Contains(s, "wrong") {
 			t.Errorf("error shows the password: %s", s)
 		}
-		spec.EtcdPassword = "rootpw"
+		spec.Password = "rootpw"
 		guardEtcdRelease(t, root, spec)
 	})
 }
@@ -200,9 +125,9 @@ func TestGuardReleasesConsulSession(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(c.ManagementToken()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for name, spec := range map[string]backendSpec{
-		"token":      {Backend: "consul", ConsulAddr: "127.0.0.1:1," + c.HTTPAddr(0), ConsulToken: c.ManagementToken()},
-		"token file": {Backend: "consul", ConsulAddr: c.HTTPAddr(0), ConsulTokenFile: tokenFile},
+	for name, spec := range map[string]consulwire.Hello{
+		"token":      {Address: "127.0.0.1:1," + c.HTTPAddr(0), Token: c.ManagementToken()},
+		"token file": {Address: c.HTTPAddr(0), TokenFile: tokenFile},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -219,7 +144,7 @@ func TestGuardReleasesConsulSession(t *testing.T) {
 			}
 			handle := "consul:" + session + ":" + key
 			for i := range 2 {
-				if err := guard.DirectRelease(ctx, spec.encode(), handle); err != nil {
+				if err := guard.DirectRelease(ctx, helloOf("consul", spec), handle); err != nil {
 					t.Fatalf("release %d: %v", i+1, err)
 				}
 			}
@@ -238,12 +163,12 @@ func TestGuardReleasesConsulSession(t *testing.T) {
 	t.Run("wrong token", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		spec := backendSpec{Backend: "consul", ConsulAddr: c.HTTPAddr(0), ConsulToken: "6d1c6b8e-0000-4000-8000-000000000000"}
-		err := guard.DirectRelease(ctx, spec.encode(), "consul:6d1c6b8e-0000-4000-8000-000000000001:k")
+		spec := consulwire.Hello{Address: c.HTTPAddr(0), Token: "6d1c6b8e-0000-4000-8000-000000000000"}
+		err := guard.DirectRelease(ctx, helloOf("consul", spec), "consul:6d1c6b8e-0000-4000-8000-000000000001:k")
 		if err == nil {
 			t.Fatal("release with an unknown token succeeded")
 		}
-		if strings.Contains(err.Error(), spec.ConsulToken) {
+		if strings.Contains(err.Error(), spec.Token) {
 			t.Errorf("error shows the token: %v", err)
 		}
 	})
@@ -265,11 +190,10 @@ func TestGuardClosesZooKeeperSession(t *testing.T) {
 	leader := lockertest.MustAcquire(t, newLocker())
 	ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker())
 	// A dead server first: the next one answers.
-	spec := backendSpec{Backend: "zookeeper", ZKServers: append([]string{"127.0.0.1:1"}, z.Addrs()...),
-		Options: locker.Options{TTL: 4 * time.Second}}
+	spec := zkwire.Hello{Servers: append([]string{"127.0.0.1:1"}, z.Addrs()...), SessionTimeout: 4 * time.Second}
 	released := time.Now()
 	for i := range 2 {
-		if err := guard.DirectRelease(lockertest.Ctx(t, 10*time.Second), spec.encode(), leader.Handle()); err != nil {
+		if err := guard.DirectRelease(lockertest.Ctx(t, 10*time.Second), helloOf("zookeeper", spec), leader.Handle()); err != nil {
 			t.Fatalf("release %d: %v", i+1, err)
 		}
 	}
@@ -286,7 +210,7 @@ func TestGuardClosesZooKeeperSession(t *testing.T) {
 		t.Errorf("epoch %d after the guard's release, want > %d", r.Lease.Epoch(), leader.Epoch())
 	}
 	testsupport.WaitFor(t, 10*time.Second, "old lease lost", func() bool { return testsupport.IsClosed(leader.Lost()) })
-	if err := guard.DirectRelease(lockertest.Ctx(t, 5*time.Second), spec.encode(), "zz:00:/x"); err == nil {
+	if err := guard.DirectRelease(lockertest.Ctx(t, 5*time.Second), helloOf("zookeeper", spec), "zz:00:/x"); err == nil {
 		t.Error("a malformed handle was accepted")
 	}
 }
@@ -318,20 +242,20 @@ func TestGuardReleasesOverTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		handle := fmt.Sprintf("%x:/guard-release/@%x", int64(l.ID), int64(l.ID))
-		for name, bad := range map[string]backendSpec{
-			"another CA":            {EtcdCACert: other.Path, EtcdCert: clientCert, EtcdKey: clientKey},
-			"no client certificate": {EtcdCACert: ca.Path},
+		for name, bad := range map[string]etcdwire.Hello{
+			"another CA":            {CACert: other.Path, Cert: clientCert, Key: clientKey},
+			"no client certificate": {CACert: ca.Path},
 		} {
-			bad.Backend, bad.EtcdEndpoints = "etcd", e.TLSEndpoints()
-			if err := guard.DirectRelease(ctx, bad.encode(), handle); err == nil {
+			bad.Endpoints = e.TLSEndpoints()
+			if err := guard.DirectRelease(ctx, helloOf("etcd", bad), handle); err == nil {
 				t.Errorf("%s: release succeeded", name)
 			}
 			if ttl, err := admin.TimeToLive(ctx, l.ID); err != nil || ttl.TTL <= 0 {
 				t.Errorf("%s: lease after a refused release: %v, %v; want alive", name, ttl, err)
 			}
 		}
-		guardEtcdRelease(t, admin, backendSpec{Backend: "etcd", EtcdEndpoints: e.TLSEndpoints(),
-			EtcdCACert: ca.Path, EtcdCert: clientCert, EtcdKey: clientKey})
+		guardEtcdRelease(t, admin, etcdwire.Hello{Endpoints: e.TLSEndpoints(),
+			CACert: ca.Path, Cert: clientCert, Key: clientKey})
 	})
 
 	t.Run("consul", func(t *testing.T) {
@@ -354,21 +278,21 @@ func TestGuardReleasesOverTLS(t *testing.T) {
 			t.Fatalf("acquire %s: %v %v", key, ok, err)
 		}
 		handle := "consul:" + session + ":" + key
-		for name, bad := range map[string]backendSpec{
-			"another CA":            {ConsulCACert: other.Path, ConsulClientCert: clientCert, ConsulClientKey: clientKey},
-			"no client certificate": {ConsulCACert: ca.Path},
+		for name, bad := range map[string]consulwire.Hello{
+			"another CA":            {CACert: other.Path, ClientCert: clientCert, ClientKey: clientKey},
+			"no client certificate": {CACert: ca.Path},
 		} {
-			bad.Backend, bad.ConsulAddr = "consul", c.HTTPSAddr(0)
-			if err := guard.DirectRelease(ctx, bad.encode(), handle); err == nil {
+			bad.Address = c.HTTPSAddr(0)
+			if err := guard.DirectRelease(ctx, helloOf("consul", bad), handle); err == nil {
 				t.Errorf("%s: release succeeded", name)
 			}
 			if s, _, err := admin.Session().Info(session, nil); err != nil || s == nil {
 				t.Errorf("%s: session after a refused release: %+v, %v; want alive", name, s, err)
 			}
 		}
-		spec := backendSpec{Backend: "consul", ConsulAddr: c.HTTPSAddr(0),
-			ConsulCACert: ca.Path, ConsulClientCert: clientCert, ConsulClientKey: clientKey}
-		if err := guard.DirectRelease(ctx, spec.encode(), handle); err != nil {
+		spec := consulwire.Hello{Address: c.HTTPSAddr(0),
+			CACert: ca.Path, ClientCert: clientCert, ClientKey: clientKey}
+		if err := guard.DirectRelease(ctx, helloOf("consul", spec), handle); err != nil {
 			t.Fatalf("release over TLS: %v", err)
 		}
 		if s, _, err := admin.Session().Info(session, nil); err != nil || s != nil {
@@ -475,9 +399,9 @@ func TestGuardReleasesKubernetesLease(t *testing.T) {
 			defer cancel()
 			kc := kubeconfigFor(t, tc.cluster, tc.user)
 			key := "guard-" + strings.ReplaceAll(tc.name, " ", "-")
-			spec := backendSpec{Backend: "kubernetes"}.withConnection(locker.OneAttempt(kubeLocker(t, kc, key, "a"), key, "", 0))
-			if !kubeSmallGuardReleases(spec) {
-				t.Fatalf("the small guard would not release: %+v", spec.K8sServer)
+			spec, whyFull := kubeHello(locker.OneAttempt(kubeLocker(t, kc, key, "a"), key, "", 0))
+			if whyFull != "" || spec.Conn == nil {
+				t.Fatalf("the small guard would not release: %s", whyFull)
 			}
 			// The guard's release and the Locker's own, on two Leases.
 			var shapes []string
@@ -496,7 +420,7 @@ func TestGuardReleasesKubernetesLease(t *testing.T) {
 				} else {
 					epochA = lease.Epoch()
 					for n := range 2 { // the second finds nothing to do
-						if err = guard.DirectRelease(ctx, spec.encode(), lease.Handle()); err != nil {
+						if err = guard.DirectRelease(ctx, helloOf("kubernetes", spec), lease.Handle()); err != nil {
 							t.Fatalf("guard's release %d: %v", n+1, err)
 						}
 					}
@@ -527,13 +451,33 @@ func TestGuardReleasesKubernetesLease(t *testing.T) {
 		{"proxy", server + caFile + "    proxy-url: http://127.0.0.1:1\n", "    token: " + admin + "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spec := backendSpec{Backend: "kubernetes"}.withConnection(kubeLocker(t, kubeconfigFor(t, tc.cluster, tc.user), "guard-full", "a"))
-			if kubeSmallGuardReleases(spec) {
+			spec, whyFull := kubeHello(kubeLocker(t, kubeconfigFor(t, tc.cluster, tc.user), "guard-full", "a"))
+			if whyFull == "" {
 				t.Fatalf("the small guard would release with %s", tc.name)
 			}
-			if spec.K8sToken != "" || spec.K8sServer != "" {
+			if spec.Conn != nil {
 				t.Errorf("the hello carries a connection the small guard will not use")
 			}
 		})
 	}
+}
+
+// helloOf is the guard's hello for a backend with these settings.
+func helloOf(backend string, settings any) []byte {
+	raw, err := json.Marshal(settings)
+	if err != nil {
+		panic(err)
+	}
+	b, err := json.Marshal(guard.BackendHello{Backend: backend, Settings: raw})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// kubeHello is what a run's guard hello carries for lk, and why the small
+// guard could not release its Lease ("" when it can).
+func kubeHello(lk locker.Locker) (kubewire.Hello, string) {
+	h, whyFull := (&kubernetesSettings{}).Guard(lk)
+	return h.(kubewire.Hello), whyFull
 }

@@ -3,7 +3,6 @@
 package cmdline
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,8 +11,6 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/once"
 	"github.com/leaderrun/leaderrun/locker"
-	"github.com/leaderrun/leaderrun/locker/consul"
-	"github.com/leaderrun/leaderrun/locker/local"
 )
 
 // onceFlags are the options of once-per mode (distributed cron).
@@ -28,64 +25,25 @@ func onceFlags() []cli.Flag {
 	}
 }
 
-// onceGate builds the once-per gate from the flags, or nil when once-per
-// mode is off. The slot is fixed now, when this invocation starts, not
-// when it wins leadership.
-func onceGate(c *cli.Context, opts locker.Options, lk locker.Locker, skipCode int, log hclog.Logger) (*once.Gate, error) {
-	period, runID, record := c.Duration("once-per"), c.String("run-id"), c.String("once-record")
-	if record != once.RecordSuccess && record != once.RecordStart {
-		return nil, fmt.Errorf("--once-record must be success or start, got %q", record)
-	}
-	if !c.IsSet("once-per") && !c.IsSet("run-id") {
-		if c.IsSet("once-record") {
-			return nil, errors.New("--once-record needs --once-per or --run-id")
-		}
+// onceGate builds the once-per gate, or nil when once-per mode is off.
+// The slot is fixed now, when this invocation starts, not when it wins
+// leadership.
+func onceGate(cfg *runConfig, lk locker.Locker, log hclog.Logger) (*once.Gate, error) {
+	o := cfg.once
+	if o == nil {
 		return nil, nil
 	}
-	g := &once.Gate{Options: opts, Record: record, SkipCode: skipCode, Logger: log.Named("once"), Keep: once.RunIDKeep}
-	if c.IsSet("once-per") {
-		if err := once.ValidatePeriod(period); err != nil {
-			return nil, fmt.Errorf("--once-per %w", err)
-		}
-		g.Slot, g.Keep = once.SlotOf(period, time.Now()), once.KeepPeriods*period
+	g := &once.Gate{Options: cfg.opts, Record: o.record, SkipCode: cfg.skip, Logger: log.Named("once"), Keep: once.RunIDKeep}
+	if o.period > 0 {
+		g.Slot, g.Keep = once.SlotOf(o.period, time.Now()), once.KeepPeriods*o.period
 	}
-	if c.IsSet("run-id") {
-		if err := locker.ValidateSlot(runID); err != nil {
-			return nil, fmt.Errorf("--run-id %w", err)
-		}
-		g.Slot = runID
+	if o.runID != "" {
+		g.Slot = o.runID
 	}
 	rl, ok := locker.RunLogOf(lk)
 	if !ok {
-		return nil, fmt.Errorf("--once-per/--run-id: backend %q keeps no run records", c.String("backend"))
+		return nil, fmt.Errorf("--once-per/--run-id: backend %q keeps no run records", cfg.backend.Name)
 	}
 	g.Log = rl
 	return g, nil
-}
-
-// attemptTarget is what a --no-wait attempt talks to, for its error line,
-// and how long it may take: the backend's dial timeout. A backend that knows
-// its own target says so (ZooKeeper, Kubernetes).
-func attemptTarget(c *cli.Context, lk locker.Locker) (string, time.Duration) {
-	if t, ok := lk.(interface {
-		Target() (string, time.Duration)
-	}); ok {
-		return t.Target()
-	}
-	switch c.String("backend") {
-	case "etcd":
-		return c.String("etcd-endpoints"), c.Duration("etcd-dial-timeout")
-	case "consul":
-		addr := c.String("consul-addr")
-		if addr == "" {
-			addr = "127.0.0.1:8500"
-		}
-		return addr, consul.DialTimeout
-	default:
-		dir := c.String("lock-dir")
-		if dir == "" {
-			dir = local.DefaultDir()
-		}
-		return dir, 0
-	}
 }

@@ -98,104 +98,94 @@ func runAction(c *cli.Context) error {
 		writeShortUsage(os.Stderr, "no --key KEY and no -- COMMAND to run")
 		return exitCode(exitcode.Internal)
 	}
-	log, err := newLogger(c)
+	cfg, err := parseRun(c)
 	if err != nil {
 		return usage(err)
 	}
-	opts, err := lockerOptions(c, c.String("key"))
+	return run(cfg)
+}
+
+// run carries out a parsed run: it builds the backend, the guard, the
+// containment and the supervisor, and runs the command while it leads.
+func run(cfg *runConfig) error {
+	log, err := cfg.logs.logger()
 	if err != nil {
 		return usage(err)
 	}
-	if c.NArg() == 0 {
-		return usage(errors.New("a command to run is required after --"))
-	}
-	cfg, err := supervisorConfig(c, opts.TTL)
-	if err != nil {
-		return usage(err)
-	}
+	sup := cfg.sup
 	// Bad options are reported as such before the command is looked up.
-	if err := cfg.ValidateOptions(); err != nil {
-		return usage(configError(c.String("backend"), err))
+	if err := sup.ValidateOptions(); err != nil {
+		return usage(cfg.configError(err))
 	}
-	path, err := supervise.ResolveCommand(c.Args().First())
+	path, err := supervise.ResolveCommand(cfg.command[0])
 	if err != nil {
 		var se *supervise.StartError
 		errors.As(err, &se)
 		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", err)
 		return exitCode(se.Code)
 	}
-	lk, err := newLocker(c, opts, log)
+	lk, err := cfg.settings.New(cfg.opts, false, log)
 	if err != nil {
-		return usage(configError(c.String("backend"), err))
+		return usage(cfg.configError(err))
 	}
 	defer lk.Close()
-	conflict, err := conflictExit(c)
-	if err != nil {
-		return usage(err)
+	if cfg.opts.NoWait {
+		addr, timeout := cfg.settings.Target(lk)
+		lk = locker.OneAttempt(lk, cfg.opts.Key, addr, timeout)
 	}
-	if opts.NoWait {
-		addr, timeout := attemptTarget(c, lk)
-		lk = locker.OneAttempt(lk, opts.Key, addr, timeout)
-	}
-	// A slot that already ran is done, not a conflict: exit 0 unless
-	// --conflict-exit says otherwise.
-	skipCode := 0
-	if c.IsSet("conflict-exit") {
-		skipCode = conflict
-	}
-	gate, err := onceGate(c, opts, lk, skipCode, log)
+	gate, err := onceGate(cfg, lk, log)
 	if err != nil {
 		return usage(err)
 	}
 	if gate != nil {
-		cfg.Term = gate.Hooks()
+		sup.Term = gate.Hooks()
 	}
 
-	cfg.Locker = lk
-	cfg.Logger = log
+	sup.Locker = lk
+	sup.Logger = log
 	if err := supervise.BecomeSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)
 	}
-	cfg.Guard = runGuard(c, specFromCLI(c, opts).withConnection(lk), log)
-	cfg.Command = supervise.Command{Path: path, Args: c.Args().Slice(), Env: childEnv(c, opts)}
+	sup.Guard = runGuard(cfg, lk, log)
+	sup.Command = supervise.Command{Path: path, Args: cfg.command, Env: childEnv(cfg)}
 	forward := make(chan os.Signal, 8)
 	// Signals ignored when leaderrun started stay ignored, for leaderrun and
 	// its child (DESIGN §1.11).
 	signal.Notify(forward, signals.NotIgnored(signals.Forwarded)...)
-	cfg.Forward = forward
+	sup.Forward = forward
 
 	obs, err := ops.Start(ops.Config{
-		Key: opts.Key, ID: opts.ID, HTTPAddr: c.String("http-addr"), RenewInterval: cfg.RenewInterval,
-		Rejoin: cfg.OnLost == supervise.LostRejoin, Backend: lk, Logger: log,
+		Key: cfg.opts.Key, ID: cfg.opts.ID, HTTPAddr: cfg.httpAddr, RenewInterval: sup.RenewInterval,
+		Rejoin: sup.OnLost == supervise.LostRejoin, Backend: lk, Logger: log,
 	})
 	if err != nil {
-		return usage(configError(c.String("backend"), err))
+		return usage(cfg.configError(err))
 	}
 	defer obs.Close()
-	cfg.Events = ops.Chain(cfg.Events, obs.Events())
+	sup.Events = ops.Chain(sup.Events, obs.Events())
 	// A 124 that ends a campaign is "held elsewhere"; a child's own 124 is not.
 	var campaigning bool
-	cfg.Events = ops.Chain(cfg.Events, supervise.Events{
+	sup.Events = ops.Chain(sup.Events, supervise.Events{
 		Campaigning: func() { campaigning = true },
 		Acquired:    func(uint64, time.Time) { campaigning = false },
 	})
-	box, err := openContainment(c, log)
+	box, err := openContainment(cfg, log)
 	if err != nil {
 		return usage(err)
 	}
 	defer box.Close()
-	cfg.Contain = box
+	sup.Contain = box
 
-	sup, err := supervise.New(cfg)
+	s, err := supervise.New(sup)
 	if err != nil {
-		return usage(configError(c.String("backend"), err))
+		return usage(cfg.configError(err))
 	}
 	ctx, stop := stopOnSignal()
 	defer stop()
 	trimResidentLater()
-	code := sup.Run(ctx)
+	code := s.Run(ctx)
 	if code == supervise.ExitNotHeld && campaigning {
-		code = conflict
+		code = cfg.conflict
 	}
 	return exitCode(code)
 }
@@ -220,75 +210,6 @@ func stopOnSignal() (context.Context, func()) {
 // newQuietLogger logs only errors, for one-shot helpers.
 func newQuietLogger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: hclog.Error, Output: logOutput()})
-}
-
-func newLogger(c *cli.Context) (hclog.Logger, error) {
-	level := hclog.LevelFromString(c.String("log-level"))
-	if level == hclog.NoLevel {
-		return nil, fmt.Errorf("--log-level must be trace, debug, info, warn, error or off, got %q", c.String("log-level"))
-	}
-	if c.Bool("quiet") && level < hclog.Warn {
-		// Quiet: state changes and skips are not news; trouble still is.
-		level = hclog.Warn
-	}
-	var json bool
-	switch c.String("log-format") {
-	case "text":
-	case "json":
-		json = true
-	default:
-		return nil, fmt.Errorf("--log-format must be text or json, got %q", c.String("log-format"))
-	}
-	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: logOutput()}), nil
-}
-
-// lockerOptions are the settings every backend shares; key is the one the
-// command line named (--key, or status's and check's argument).
-func lockerOptions(c *cli.Context, key string) (locker.Options, error) {
-	if key == "" {
-		return locker.Options{}, errors.New("--key is required")
-	}
-	if err := locker.ValidateKey(key); err != nil {
-		return locker.Options{}, fmt.Errorf("--key %w", err)
-	}
-	if err := locker.ValidatePrefix(c.String("prefix")); err != nil {
-		return locker.Options{}, fmt.Errorf("--prefix %w", err)
-	}
-	id := c.String("id")
-	if id == "" {
-		host, _ := os.Hostname()
-		id = fmt.Sprintf("%s:%d", host, os.Getpid())
-	}
-	ttl := c.Duration("ttl")
-	if ttl > maxTTL {
-		return locker.Options{}, fmt.Errorf("--ttl must be at most %s, got %s", roundDuration(maxTTL), roundDuration(ttl))
-	}
-	return locker.Options{
-		Key: key, Prefix: c.String("prefix"), ID: id, TTL: ttl,
-		NoWait: c.Bool("no-wait"), Version: buildVersion(),
-	}, nil
-}
-
-func supervisorConfig(c *cli.Context, ttl time.Duration) (supervise.Config, error) {
-	stopSig, err := stopSignal(c.String("stop-signal"))
-	if err != nil {
-		return supervise.Config{}, err
-	}
-	renew := c.Duration("renew-interval")
-	if !c.IsSet("renew-interval") {
-		renew = (ttl / 3).Round(time.Millisecond)
-	}
-	return supervise.Config{
-		TTL:            ttl,
-		RenewInterval:  renew,
-		KillGrace:      c.Duration("kill-grace"),
-		SafetyMargin:   c.Duration("safety-margin"),
-		StopSignal:     stopSig,
-		AcquireTimeout: c.Duration("acquire-timeout"),
-		Restart:        supervise.RestartPolicy(c.String("restart")),
-		RestartDelay:   c.Duration("restart-delay"),
-		OnLost:         supervise.LostPolicy(c.String("on-lost")),
-	}, nil
 }
 
 // stopSignal parses --stop-signal and refuses signals that would not end
@@ -324,42 +245,21 @@ func roundDuration(d time.Duration) string {
 // childEnv is leaderrun's environment without the systemd notification
 // variables (the child must not notify for us, DESIGN §5), plus what the
 // child and `leaderrun check` need. Secrets given by flag are never added.
-func childEnv(c *cli.Context, opts locker.Options) []string {
+func childEnv(cfg *runConfig) []string {
+	vars := []envVar{
+		{"LEADER_KEY", cfg.opts.Key},
+		{"LEADER_ID", cfg.opts.ID},
+		{"LEADERRUN_BACKEND", cfg.backend.Name},
+		{"LEADERRUN_PREFIX", cfg.opts.Prefix},
+	}
+	vars = append(vars, cfg.settings.ChildEnv()...)
 	var added []string
 	replaced := map[string]bool{"NOTIFY_SOCKET": true, "LEADER_EPOCH": true}
-	set := func(name, value string) {
-		if value != "" {
-			added = append(added, name+"="+value)
-			replaced[name] = true
+	for _, v := range vars {
+		if v.Value != "" {
+			added = append(added, v.Name+"="+v.Value)
+			replaced[v.Name] = true
 		}
-	}
-	set("LEADER_KEY", opts.Key)
-	set("LEADER_ID", opts.ID)
-	set("LEADERRUN_BACKEND", c.String("backend"))
-	set("LEADERRUN_PREFIX", opts.Prefix)
-	switch c.String("backend") {
-	case "local":
-		set("LEADERRUN_LOCK_DIR", c.String("lock-dir"))
-		set("LEADERRUN_STATE_DIR", c.String("state-dir"))
-	case "etcd":
-		set("ETCDCTL_ENDPOINTS", c.String("etcd-endpoints"))
-		set("ETCDCTL_CACERT", c.String("etcd-cacert"))
-		set("ETCDCTL_CERT", c.String("etcd-cert"))
-		set("ETCDCTL_KEY", c.String("etcd-key"))
-	case "consul":
-		set("CONSUL_HTTP_ADDR", c.String("consul-addr"))
-		set("CONSUL_CACERT", c.String("consul-ca-file"))
-		set("CONSUL_CLIENT_CERT", c.String("consul-client-cert"))
-		set("CONSUL_CLIENT_KEY", c.String("consul-client-key"))
-		set("CONSUL_TLS_SERVER_NAME", c.String("consul-tls-server-name"))
-		set("CONSUL_DATACENTER", c.String("consul-datacenter"))
-	case "zookeeper":
-		set("LEADERRUN_ZK_SERVERS", c.String("zk-servers"))
-		set("LEADERRUN_ZK_CHROOT", c.String("zk-chroot"))
-	case "kubernetes":
-		set("LEADERRUN_K8S_NAMESPACE", c.String("k8s-namespace"))
-		set("KUBECONFIG", c.String("kubeconfig"))
-		set("LEADERRUN_K8S_CONTEXT", c.String("k8s-context"))
 	}
 	var env []string
 	for _, kv := range os.Environ() {
@@ -379,18 +279,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// conflictExit is --conflict-exit, checked to be an exit status.
-func conflictExit(c *cli.Context) (int, error) {
-	if !c.IsSet("conflict-exit") {
-		return exitcode.NotHeld, nil
-	}
-	n := c.Int("conflict-exit")
-	if n < 0 || n > 255 {
-		return 0, fmt.Errorf("--conflict-exit must be from 0 to 255, got %d", n)
-	}
-	return n, nil
 }
 
 // usage reports a bad input on one line and exits 125 (DESIGN §4).

@@ -3,17 +3,13 @@ package consul
 import (
 	"context"
 	"fmt"
-	"strings"
+	"github.com/leaderrun/leaderrun/locker/consul/consulwire"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/leaderrun/leaderrun/locker"
 )
-
-// handlePrefix starts every Consul lease handle, so a handle of another
-// backend is refused instead of misread.
-const handlePrefix = "consul:"
 
 // Leader reads the current holder with consistent reads: the key, whose
 // ModifyIndex is the holder's epoch, then its session, whose TTL is the
@@ -86,19 +82,13 @@ func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
 }
 
 // formatHandle encodes a session and the KV path of its key.
-func formatHandle(session, key string) string {
-	return handlePrefix + session + ":" + key
-}
+func formatHandle(session, key string) string { return consulwire.Handle(session, key) }
 
-// parseHandle decodes formatHandle. Neither session IDs nor keys contain
-// ':' (locker.ValidateKey).
+// parseHandle decodes formatHandle.
 func parseHandle(handle string) (session, key string, err error) {
-	rest, ok := strings.CutPrefix(handle, handlePrefix)
-	if ok {
-		session, key, ok = strings.Cut(rest, ":")
-	}
-	if !ok || session == "" || key == "" || strings.ContainsAny(session, "/?#") {
-		return "", "", fmt.Errorf("release: %q is not a consul lease handle", handle)
+	session, key, err = consulwire.ParseHandle(handle)
+	if err != nil {
+		return "", "", fmt.Errorf("release: %w", err)
 	}
 	return session, key, nil
 }

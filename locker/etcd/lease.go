@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"github.com/leaderrun/leaderrun/locker/etcd/etcdwire"
 	"strings"
 	"time"
 
@@ -84,14 +84,13 @@ func (s *lease) markLost(reason string) {
 	}
 }
 
-// Handle is "<lease-id-hex>:<election key>"; see Locker.ReleaseHandle.
-func (s *lease) Handle() string { return fmt.Sprintf("%x:%s", s.id, s.key) }
+// Handle is etcdwire's lease handle; see Locker.ReleaseHandle.
+func (s *lease) Handle() string { return etcdwire.Handle(int64(s.id), s.key) }
 
 // parseHandle undoes Handle, accepting only handles for keys under dir.
 func parseHandle(handle, dir string) (clientv3.LeaseID, error) {
-	hex, key, ok := strings.Cut(handle, ":")
-	id, err := strconv.ParseInt(hex, 16, 64)
-	if !ok || err != nil || id <= 0 || key != dir+hex {
+	id, key, err := etcdwire.ParseHandle(handle)
+	if err != nil || key != dir+fmt.Sprintf("%x", id) {
 		return 0, fmt.Errorf("etcd: %w: %q is not a lease handle for %s", locker.ErrRefused, handle, strings.TrimSuffix(dir, "@"))
 	}
 	return clientv3.LeaseID(id), nil

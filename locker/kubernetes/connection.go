@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"errors"
+	"github.com/leaderrun/leaderrun/locker/kubernetes/kubewire"
 	"net/http"
 	"net/url"
 	"strings"
@@ -11,36 +12,10 @@ import (
 )
 
 // Connection is how a Locker reaches its API server, as New resolved it
-// from the kubeconfig or the pod's service account: enough for a plain
-// HTTPS client to make the same requests as the same user. leaderrun's
-// dead-man guard uses it to give back a Lease without client-go. It holds
-// secrets (a token, a private key): never log it.
-type Connection struct {
-	// Server is the base URL of the API server, with its path prefix if
-	// it has one (https://host:port/prefix, no trailing slash).
-	Server string
-
-	// CAData is the PEM bundle that verifies the server; CAFile the file
-	// holding it. Neither: the system's roots.
-	CAData []byte
-	CAFile string
-
-	// CertData and KeyData, or CertFile and KeyFile, are the client's
-	// certificate and key, PEM-encoded.
-	CertData, KeyData []byte
-	CertFile, KeyFile string
-
-	// Token is a bearer token; TokenFile a file holding one, to be read at
-	// each use (the kubelet rotates a pod's token).
-	Token     string
-	TokenFile string
-
-	// ServerName overrides the name the server's certificate is checked
-	// against; Insecure skips that check (kubeconfig's
-	// insecure-skip-tls-verify).
-	ServerName string
-	Insecure   bool
-}
+// from the kubeconfig or the pod's service account (kubewire, which the
+// guard shares). leaderrun's dead-man guard uses it to give back a Lease
+// without client-go. It holds secrets: never log it.
+type Connection = kubewire.Connection
 
 // Connection returns how the Locker reaches its API server. It fails, with
 // a reason that names no secret, when the configuration needs more than TLS

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leaderrun/leaderrun/locker/kubernetes/kubewire"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -198,8 +198,8 @@ func (s *lease) follow(ctx context.Context, w watch.Interface) string {
 	}
 }
 
-// Handle is "<namespace>/<name>/<term>"; see Locker.ReleaseHandle.
-func (s *lease) Handle() string { return s.l.namespace + "/" + s.l.name + "/" + s.term }
+// Handle is kubewire's lease handle; see Locker.ReleaseHandle.
+func (s *lease) Handle() string { return kubewire.Handle(s.l.namespace, s.l.name, s.term) }
 
 // Release clears the holder with an update conditioned on our last write,
 // bounded by ctx. It stops the watch first, so our own write is not
@@ -241,15 +241,15 @@ func (l *Locker) release(ctx context.Context, cur *coordinationv1.Lease, term st
 // ReleaseHandle clears the holder of the Lease if it still belongs to the
 // leadership the handle names (see lease.Handle).
 func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
-	parts := strings.Split(handle, "/")
-	if len(parts) != 3 || parts[0] != l.namespace || parts[1] != l.name || parts[2] == "" {
+	ns, name, term, err := kubewire.ParseHandle(handle)
+	if err != nil || ns != l.namespace || name != l.name {
 		return fmt.Errorf("kubernetes: %w: %q is not a handle for Lease %s/%s", locker.ErrRefused, handle, l.namespace, l.name)
 	}
 	cur, err := l.get(ctx)
 	if err != nil {
 		return err
 	}
-	return l.release(ctx, cur, parts[2])
+	return l.release(ctx, cur, term)
 }
 
 // errNoLease is wrapped by Leader when the Lease does not exist.

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/leaderrun/leaderrun/locker/kubernetes/kubewire"
 	"os"
 	"strconv"
 	"time"
@@ -14,18 +15,19 @@ import (
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
-// Annotations of the holder's record on the Lease.
+// Annotations of the holder's record on the Lease (kubewire, which the
+// guard shares).
 const (
-	annPrefix   = "leaderrun/"
-	annKey      = annPrefix + "key"            // the key, as given (the name is its encoding)
-	annContract = annPrefix + "contract"       // observe.Contract: standbys may take over by observation
-	annTTL      = annPrefix + "ttl"            // the holder's TTL, a Go duration
-	annTerm     = annPrefix + "term"           // random: tells this leadership from any other
-	annEpoch    = annPrefix + "epoch"          // the holder's epoch, written by its first renewal
-	annPrevious = annPrefix + "previous-epoch" // the epoch of the holder before
-	annHost     = annPrefix + "host"
-	annPID      = annPrefix + "pid"
-	annVersion  = annPrefix + "version"
+	annPrefix   = kubewire.AnnPrefix
+	annKey      = kubewire.AnnKey
+	annContract = kubewire.AnnContract
+	annTTL      = kubewire.AnnTTL
+	annTerm     = kubewire.AnnTerm
+	annEpoch    = kubewire.AnnEpoch
+	annPrevious = kubewire.AnnPrevious
+	annHost     = kubewire.AnnHost
+	annPID      = kubewire.AnnPID
+	annVersion  = kubewire.AnnVersion
 )
 
 // newTerm returns a random token naming one leadership.
@@ -174,7 +176,7 @@ func released(cur *coordinationv1.Lease) *coordinationv1.Lease {
 	ls.Spec.HolderIdentity = nil
 	ls.Spec.AcquireTime = nil
 	ls.Spec.RenewTime = nil
-	for _, a := range []string{annTerm, annHost, annPID, annVersion, annContract, annTTL} {
+	for _, a := range kubewire.Released {
 		delete(ls.Annotations, a)
 	}
 	return ls

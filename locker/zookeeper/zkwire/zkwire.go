@@ -1,6 +1,6 @@
 // Package zkwire is the part of ZooKeeper's client protocol that needs no
-// client library: reading a server list and closing a session by its id
-// and password. The small guard binary releases a leaderrun lease with it
+// client library: the settings leaderrun hands its guard, reading a server
+// list and closing a session by its id and password. The small guard binary releases a leaderrun lease with it
 // (DESIGN §1.4) without linking a ZooKeeper client; locker/zookeeper uses
 // the same code for its ReleaseHandle.
 package zkwire
@@ -56,6 +56,16 @@ func SplitServers(raw []string) (servers []string, chroot string, err error) {
 		servers = append(servers, p)
 	}
 	return servers, chroot, nil
+}
+
+// Hello is how leaderrun's dead-man guard reaches the ensemble, as
+// leaderrun's flags gave it. SessionTimeout is the one leaderrun asks for
+// (its TTL), sent again when the guard takes the session over to close it.
+type Hello struct {
+	Servers        []string      `json:"servers,omitempty"`
+	Chroot         string        `json:"chroot,omitempty"`
+	Auth           string        `json:"auth,omitempty"`
+	SessionTimeout time.Duration `json:"session_timeout,omitempty"`
 }
 
 // Handle names a leadership's session and znode: "<id>:<password>:<znode>",

@@ -1,0 +1,212 @@
+//go:build linux
+
+package cmdline
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/internal/once"
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/supervise"
+)
+
+// runConfig is one run's command line and environment, read and checked
+// once (parseRun); nothing after that reads a flag.
+type runConfig struct {
+	backend  *backend
+	settings backendSettings
+	opts     locker.Options
+	logs     logSettings
+	// sup holds the timing and policies; run adds the rest.
+	sup     supervise.Config
+	command []string // the command to run and its arguments
+	// conflict is the exit code of "held elsewhere"; skip that of a
+	// slot that already ran (0 unless --conflict-exit is set).
+	conflict, skip int
+	once           *onceSettings // nil: once-per mode is off
+	contain        contain.Mode
+	noGuard        bool
+	httpAddr       string
+}
+
+// logSettings are --log-level, --log-format and --quiet.
+type logSettings struct {
+	level, format string
+	quiet         bool
+}
+
+// onceSettings are the once-per options (distributed cron).
+type onceSettings struct {
+	period time.Duration // 0: the slot is --run-id alone
+	runID  string
+	record string
+}
+
+// parseRun reads and checks a run's options, in the order an operator
+// fixes them: logging, the key and shared settings, the command, timing,
+// then the backend's own.
+func parseRun(c *cli.Context) (*runConfig, error) {
+	cfg := &runConfig{}
+	var err error
+	cfg.logs = logSettings{level: c.String("log-level"), format: c.String("log-format"), quiet: c.Bool("quiet")}
+	if _, err := cfg.logs.logger(); err != nil {
+		return nil, err
+	}
+	if cfg.opts, err = lockerOptions(c, c.String("key")); err != nil {
+		return nil, err
+	}
+	if c.NArg() == 0 {
+		return nil, errors.New("a command to run is required after --")
+	}
+	cfg.command = c.Args().Slice()
+	if cfg.sup, err = supervisorConfig(c, cfg.opts.TTL); err != nil {
+		return nil, err
+	}
+	if cfg.backend, cfg.settings, err = readBackend(c, cfg.opts); err != nil {
+		return nil, err
+	}
+	if cfg.conflict, err = conflictExit(c); err != nil {
+		return nil, err
+	}
+	if c.IsSet("conflict-exit") {
+		cfg.skip = cfg.conflict
+	}
+	if cfg.once, err = readOnce(c); err != nil {
+		return nil, err
+	}
+	if cfg.contain, err = contain.ParseMode(c.String("contain")); err != nil {
+		return nil, fmt.Errorf("--contain %w", err)
+	}
+	cfg.noGuard = c.Bool("no-guard")
+	cfg.httpAddr = c.String("http-addr")
+	return cfg, nil
+}
+
+// readBackend is --backend and that backend's options.
+func readBackend(c *cli.Context, opts locker.Options) (*backend, backendSettings, error) {
+	b := backendNamed(c.String("backend"))
+	if b == nil {
+		return nil, nil, fmt.Errorf("--backend must be %s, got %q", backendList(), c.String("backend"))
+	}
+	s, err := b.Read(c, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, s, nil
+}
+
+// logger builds the logger the settings ask for.
+func (l logSettings) logger() (hclog.Logger, error) {
+	level := hclog.LevelFromString(l.level)
+	if level == hclog.NoLevel {
+		return nil, fmt.Errorf("--log-level must be trace, debug, info, warn, error or off, got %q", l.level)
+	}
+	if l.quiet && level < hclog.Warn {
+		// Quiet: state changes and skips are not news; trouble still is.
+		level = hclog.Warn
+	}
+	var json bool
+	switch l.format {
+	case "text":
+	case "json":
+		json = true
+	default:
+		return nil, fmt.Errorf("--log-format must be text or json, got %q", l.format)
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: logOutput()}), nil
+}
+
+// lockerOptions are the settings every backend shares; key is the one the
+// command line named (--key, or status's and check's argument).
+func lockerOptions(c *cli.Context, key string) (locker.Options, error) {
+	if key == "" {
+		return locker.Options{}, errors.New("--key is required")
+	}
+	if err := locker.ValidateKey(key); err != nil {
+		return locker.Options{}, fmt.Errorf("--key %w", err)
+	}
+	if err := locker.ValidatePrefix(c.String("prefix")); err != nil {
+		return locker.Options{}, fmt.Errorf("--prefix %w", err)
+	}
+	id := c.String("id")
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	ttl := c.Duration("ttl")
+	if ttl > maxTTL {
+		return locker.Options{}, fmt.Errorf("--ttl must be at most %s, got %s", roundDuration(maxTTL), roundDuration(ttl))
+	}
+	return locker.Options{
+		Key: key, Prefix: c.String("prefix"), ID: id, TTL: ttl,
+		NoWait: c.Bool("no-wait"), Version: buildVersion(),
+	}, nil
+}
+
+func supervisorConfig(c *cli.Context, ttl time.Duration) (supervise.Config, error) {
+	stopSig, err := stopSignal(c.String("stop-signal"))
+	if err != nil {
+		return supervise.Config{}, err
+	}
+	renew := c.Duration("renew-interval")
+	if !c.IsSet("renew-interval") {
+		renew = (ttl / 3).Round(time.Millisecond)
+	}
+	return supervise.Config{
+		TTL:            ttl,
+		RenewInterval:  renew,
+		KillGrace:      c.Duration("kill-grace"),
+		SafetyMargin:   c.Duration("safety-margin"),
+		StopSignal:     stopSig,
+		AcquireTimeout: c.Duration("acquire-timeout"),
+		Restart:        supervise.RestartPolicy(c.String("restart")),
+		RestartDelay:   c.Duration("restart-delay"),
+		OnLost:         supervise.LostPolicy(c.String("on-lost")),
+	}, nil
+}
+
+// conflictExit is --conflict-exit, checked to be an exit status.
+func conflictExit(c *cli.Context) (int, error) {
+	if !c.IsSet("conflict-exit") {
+		return exitcode.NotHeld, nil
+	}
+	n := c.Int("conflict-exit")
+	if n < 0 || n > 255 {
+		return 0, fmt.Errorf("--conflict-exit must be from 0 to 255, got %d", n)
+	}
+	return n, nil
+}
+
+// readOnce reads the once-per options, or nil when once-per mode is off.
+func readOnce(c *cli.Context) (*onceSettings, error) {
+	o := &onceSettings{runID: c.String("run-id"), record: c.String("once-record")}
+	if o.record != once.RecordSuccess && o.record != once.RecordStart {
+		return nil, fmt.Errorf("--once-record must be success or start, got %q", o.record)
+	}
+	if !c.IsSet("once-per") && !c.IsSet("run-id") {
+		if c.IsSet("once-record") {
+			return nil, errors.New("--once-record needs --once-per or --run-id")
+		}
+		return nil, nil
+	}
+	if c.IsSet("once-per") {
+		o.period = c.Duration("once-per")
+		if err := once.ValidatePeriod(o.period); err != nil {
+			return nil, fmt.Errorf("--once-per %w", err)
+		}
+	}
+	if c.IsSet("run-id") {
+		if err := locker.ValidateSlot(o.runID); err != nil {
+			return nil, fmt.Errorf("--run-id %w", err)
+		}
+	}
+	return o, nil
+}
