@@ -45,6 +45,11 @@ func (s *Supervisor) checkGuard(l *leadership) {
 	if l.guardFired || l.guard == nil || !l.guard.HasFired() {
 		return
 	}
+	s.guardFired(l)
+}
+
+// guardFired ends the term for a guard that fired, as checkGuard tells.
+func (s *Supervisor) guardFired(l *leadership) {
 	l.guardFired = true
 	const reason = "the dead-man guard fired: its kill point passed, it kills the job and releases leadership"
 	if !l.stopping {
@@ -67,10 +72,14 @@ func (s *Supervisor) checkGuard(l *leadership) {
 func (s *Supervisor) onGuardExit(l *leadership) {
 	old := l.guard
 	old.Kill() // reaped already; collects its reply reader
-	s.checkGuard(l)
+	// Forgotten before the term may end: its pipe is closed, and the
+	// descriptor's number free for another file.
 	l.guard = nil
 	if isClosed(old.Released()) {
 		l.guardReleased = true
+	}
+	if !l.guardFired && old.HasFired() {
+		s.guardFired(l)
 	}
 	if l.stopping {
 		s.log.Warn("the dead-man guard exited while stopping", "pid", old.Pid())
