@@ -386,6 +386,7 @@ func TestGuardThatFiredAndDiedIsNotWrittenTo(t *testing.T) {
 	lease := newTestLease(3, 15*time.Second)
 	l := &leadership{
 		lease:    lease,
+		guard:    guardTerm{now: s.clock.Now},
 		timeline: StopTimeline{Deadline: s.clock.Now().Add(time.Minute), SafetyMargin: time.Second, KillGrace: 5 * time.Second},
 	}
 	if err := s.ensureGuard(l); err != nil {
@@ -402,7 +403,7 @@ func TestGuardThatFiredAndDiedIsNotWrittenTo(t *testing.T) {
 	job.Started(c.Pid())
 	<-c.Done()
 	l.job = job // gone, its exit handled, not yet seen gone
-	exited := guardExited(l)
+	exited := l.guard.exitedC()
 	if err := os.WriteFile(filepath.Join(dir, "fire"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
