@@ -35,9 +35,11 @@ type renewal struct {
 
 // leadership is the state of one term as leader, owned by lead's goroutine.
 type leadership struct {
+	// The lease.
 	lease    locker.Lease
 	timeline StopTimeline // the lease's timeline while not stopping
 
+	// The child and its restarts.
 	child     *Child       // running, its exit not yet handled
 	job       *contain.Job // the last job started, until seen gone
 	startedAt time.Time
@@ -45,6 +47,7 @@ type leadership struct {
 	restarts  retry.Backoff
 	restartAt Timer // armed while waiting to start the child again
 
+	// The stop sequence and how the term ends.
 	stopping   bool // the stop sequence began; nothing un-stops it (§1.3)
 	lost       bool
 	retry      bool // ended for want of a guard: campaign again
@@ -56,6 +59,7 @@ type leadership struct {
 
 	guard guardTerm // the term's dead-man guard and what it was told (§1.9)
 
+	// What the term did (TermHooks.AfterRun, the exit code of a stop).
 	started   bool // a child was started this term
 	succeeded bool // a child exited 0 on its own this term
 }
