@@ -6,11 +6,15 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/leaderrun/leaderrun/guard"
 	"github.com/leaderrun/leaderrun/signals"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // standInGuard is a dead-man guard the test controls: it writes what
@@ -343,5 +347,76 @@ func TestGuardHearsAnEarlierKillPointThatEndsTheTerm(t *testing.T) {
 	}
 	if code, exited := advanceFor(t, clock, done, 10*time.Second, 100*time.Millisecond); !exited || code != ExitLost {
 		t.Errorf("exit %d (exited %v), want %d", code, exited, ExitLost)
+	}
+}
+
+// A guard that fired and died before leaderrun read its "fired" is
+// replaced by nobody: the term ends as a loss. Ending it must not write
+// to the dead guard, whose pipe is closed by then: its descriptor number
+// is free and may already be another file's (DESIGN §1.9). Here the job
+// is gone but not yet seen gone, so ending the term tells "gone" to
+// whatever guard the term still has.
+func TestGuardThatFiredAndDiedIsNotWrittenTo(t *testing.T) {
+	dir := t.TempDir()
+	var logs testsupport.SyncBuffer
+	sh, err := ResolveCommand("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{
+		Locker:        &testLocker{},
+		Command:       Command{Path: sh, Args: []string{"sh", "-c", "exit 0"}, Env: os.Environ()},
+		TTL:           15 * time.Second,
+		RenewInterval: 5 * time.Second,
+		KillGrace:     5 * time.Second,
+		SafetyMargin:  time.Second,
+		StopSignal:    syscall.SIGTERM,
+		RestartDelay:  time.Second,
+		Restart:       RestartNever,
+		OnLost:        LostExit,
+		Logger:        hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug}),
+		// Says "fired" once told to, and exits.
+		Guard: &guard.Spec{Path: "/bin/sh", Args: []string{"sh", "-c",
+			`while [ ! -e "$D/fire" ]; do sleep 0.01; done; echo fired >&3`},
+			Env: append(os.Environ(), "D="+dir)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := newTestLease(3, 15*time.Second)
+	l := &leadership{
+		lease:    lease,
+		guard:    guardTerm{now: s.clock.Now},
+		timeline: StopTimeline{Deadline: s.clock.Now().Add(time.Minute), SafetyMargin: time.Second, KillGrace: 5 * time.Second},
+	}
+	if err := s.ensureGuard(l); err != nil {
+		t.Fatal(err)
+	}
+	job, err := s.box.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := StartChild(s.cfg.Command, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Started(c.Pid())
+	<-c.Done()
+	l.job = job // gone, its exit handled, not yet seen gone
+	exited := l.guard.exitedC()
+	if err := os.WriteFile(filepath.Join(dir, "fire"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the guard did not exit")
+	}
+	s.onGuardExit(l)
+	if !l.stopping || !l.lost || l.code != ExitLost {
+		t.Errorf("after the guard fired and died: stopping %v, lost %v, code %d; want a loss, %d", l.stopping, l.lost, l.code, ExitLost)
+	}
+	if out := logs.String(); strings.Contains(out, "cannot reach the guard") {
+		t.Errorf("the dead guard's closed pipe was written to:\n%s", out)
 	}
 }

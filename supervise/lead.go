@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/contain"
-	"github.com/leaderrun/leaderrun/guard"
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
@@ -36,9 +35,11 @@ type renewal struct {
 
 // leadership is the state of one term as leader, owned by lead's goroutine.
 type leadership struct {
+	// The lease.
 	lease    locker.Lease
 	timeline StopTimeline // the lease's timeline while not stopping
 
+	// The child and its restarts.
 	child     *Child       // running, its exit not yet handled
 	job       *contain.Job // the last job started, until seen gone
 	startedAt time.Time
@@ -46,6 +47,7 @@ type leadership struct {
 	restarts  retry.Backoff
 	restartAt Timer // armed while waiting to start the child again
 
+	// The stop sequence and how the term ends.
 	stopping   bool // the stop sequence began; nothing un-stops it (§1.3)
 	lost       bool
 	retry      bool // ended for want of a guard: campaign again
@@ -55,11 +57,9 @@ type leadership struct {
 	killAt     Timer          // armed while stopping, until SIGKILL is sent
 	killed     bool           // SIGKILL was sent: sweep again while the job lives
 
-	guard         *guard.Process // nil without a guard
-	guardKillAt   time.Time      // the kill point the guard last heard
-	guardFired    bool           // the guard's kill point passed: the term is over
-	guardReleased bool           // the guard released the lease itself
+	guard guardTerm // the term's dead-man guard and what it was told (§1.9)
 
+	// What the term did (TermHooks.AfterRun, the exit code of a stop).
 	started   bool // a child was started this term
 	succeeded bool // a child exited 0 on its own this term
 }
@@ -73,6 +73,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		timeline:   StopTimeline{Deadline: deadline, SafetyMargin: s.cfg.SafetyMargin, KillGrace: s.cfg.KillGrace},
 		restarts:   retry.Backoff{Min: s.cfg.RestartDelay, Max: MaxRestartDelay},
 		stopSignal: s.cfg.StopSignal,
+		guard:      guardTerm{now: s.clock.Now},
 	}
 	renewCtx, stopRenewing := context.WithCancel(context.Background())
 	renewals := make(chan renewal)
@@ -134,15 +135,12 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			stopRenewing()
 			<-renewDone
 			s.afterRun(l)
-			if l.guard != nil && isClosed(l.guard.Released()) {
-				l.guardReleased = true
-			}
 			switch {
-			case l.guardReleased:
+			case l.guard.releasedLease():
 				s.log.Info("leadership already released by the guard", "epoch", lease.Epoch())
 				// Still stop the lease's own goroutines; the backend says no.
 				s.releaseQuietly(lease)
-			case l.guardFired:
+			case l.guard.didFire():
 				// The guard releases it once it sees the job gone, maybe
 				// after a standby took the lock: leave the record alone.
 				s.log.Info("leadership is released by the guard", "epoch", lease.Epoch())
@@ -150,11 +148,9 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			default:
 				s.release(lease)
 			}
-			if l.guard != nil {
-				// After the release: a leaderrun dying in between still has its
-				// lease released by the guard.
-				l.guard.Stop()
-			}
+			// After the release: a leaderrun dying in between still has its
+			// lease released by the guard.
+			l.guard.stop()
 			if f := s.cfg.Events.Released; f != nil {
 				f()
 			}
@@ -205,12 +201,12 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			}
 		case sig := <-s.cfg.Forward:
 			s.forward(l, sig)
-		case <-guardExited(l):
+		case <-l.guard.exitedC():
 			s.onGuardExit(l)
-		case <-guardFiredC(l):
+		case <-l.guard.firedC():
 			s.checkGuard(l)
-		case <-guardReleasedC(l):
-			l.guardReleased = true
+		case <-l.guard.releasedC():
+			l.guard.noteReleased()
 			s.checkGuard(l) // a guard that released has fired
 		case <-tickerC(poll):
 			// A heartbeat; while stopping, re-check the job at the top.
@@ -294,8 +290,8 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 	// the last one (§1.2, §1.6).
 	l.timeline.Deadline = NewDeadline(r.sent, s.cfg.TTL, r.granted)
 	// Before anything else: an earlier kill point must reach the guard
-	// even when it ends the term here.
-	s.extendGuard(l)
+	// even when it ends the term here (guardTerm.extend).
+	l.guard.extend(l.timeline.KillAt())
 	if s.overdue(l) {
 		return
 	}
@@ -305,30 +301,6 @@ func (s *Supervisor) onRenewal(l *leadership, r renewal, termAt *Timer) {
 	if f := s.cfg.Events.Renewed; f != nil {
 		f(l.timeline.Deadline)
 	}
-}
-
-// extendGuard tells the guard the lease's kill point each time it moves,
-// that is after every successful renewal. The guard's kill point is then
-// leaderrun's own SIGKILL point for the current deadline, deadline - safety
-// margin (§1.3, §1.9): never later, and earlier only by the microseconds
-// MonoAt errs by, or, for the moment between accepting a renewal here and
-// the guard reading this message, by the time between that renewal's send
-// and the one before. A leaderrun that stalls therefore meets the guard
-// only once it is itself past its own kill point (a shorter stall leaves
-// the job alone), and a guard that fired in that moment ends the term all
-// the same (checkGuard). A kill point told lazily, only when the old one
-// came near, could pass a renew interval or more before leaderrun's own
-// stop signal, and killed the jobs of leaderruns that had merely paused.
-func (s *Supervisor) extendGuard(l *leadership) {
-	if l.guard == nil {
-		return
-	}
-	want := l.timeline.KillAt()
-	if want.Equal(l.guardKillAt) {
-		return
-	}
-	l.guardKillAt = want
-	l.guard.Extend(guard.MonoAt(want, s.clock.Now))
 }
 
 // onChildExit handles the child's own exit: restart it, or end this term.
@@ -457,19 +429,12 @@ func (s *Supervisor) startChild(l *leadership) error {
 	l.child, l.job, l.startedAt = c, job, s.clock.Now()
 	l.killed = false
 	l.started = true
-	if l.guard != nil {
-		l.guardKillAt = l.timeline.KillAt()
-		l.guard.Watch(guard.MonoAt(l.guardKillAt, s.clock.Now), guardJob(job))
-	}
+	l.guard.watch(l.timeline.KillAt(), job)
 	s.log.Info("child started", "pid", c.Pid(), "epoch", l.lease.Epoch())
 	if f := s.cfg.Events.ChildStarted; f != nil {
 		f(c.Pid())
 	}
 	return nil
-}
-
-func guardJob(j *contain.Job) guard.Job {
-	return guard.Job{Pgid: j.Pgid(), Since: j.Since(), Token: j.Token(), Cgroup: j.Cgroup()}
 }
 
 // jobAlive reports whether anything of the last job can still run. Once it
@@ -486,9 +451,7 @@ func (s *Supervisor) jobAlive(l *leadership) bool {
 		s.log.Warn("cannot remove the job's cgroup", "error", err)
 	}
 	l.job = nil
-	if l.guard != nil {
-		l.guard.Gone()
-	}
+	l.guard.gone()
 	return false
 }
 
