@@ -4,6 +4,8 @@ package cmdline
 
 import (
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,8 +51,8 @@ func TestEveryBackendIsNamed(t *testing.T) {
 		"leaderrun.env's comment":   envComment("packaging/systemd/leaderrun.env"),
 		"main.go's package comment": pkgComment("main.go"),
 		"locker's package comment":  pkgComment("locker/locker.go"),
-		"bash completion":           bashCompletion[strings.Index(bashCompletion, "--backend)"):][:200],
-		"zsh completion":            zshCompletion[strings.Index(zshCompletion, "--backend)"):][:100],
+		"bash completion":           bashCompletion()[strings.Index(bashCompletion(), "--backend)"):][:200],
+		"zsh completion":            zshCompletion()[strings.Index(zshCompletion(), "--backend)"):][:100],
 	}
 	for what, text := range texts {
 		for _, b := range backendNames() {
@@ -58,5 +60,39 @@ func TestEveryBackendIsNamed(t *testing.T) {
 				t.Errorf("%s does not name the %s backend:\n%s", what, b, text)
 			}
 		}
+	}
+}
+
+// TestReadmeBackendTable fails when the README's table of backends and the
+// registry part: the same backends in the same order, each row listing
+// exactly that backend's options.
+func TestReadmeBackendTable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z]+)` \\|[^|]*\\|([^|]*)\\|")
+	var names []string
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		b := backendNamed(m[1])
+		if b == nil {
+			continue // another table
+		}
+		names = append(names, m[1])
+		var listed, want []string
+		for _, o := range regexp.MustCompile("`(--[a-z0-9-]+)`").FindAllStringSubmatch(m[2], -1) {
+			listed = append(listed, o[1])
+		}
+		for _, f := range b.Flags() {
+			want = append(want, "--"+f.Names()[0])
+		}
+		slices.Sort(listed)
+		slices.Sort(want)
+		if !slices.Equal(listed, want) {
+			t.Errorf("README's %s row lists %q, the backend has %q", b.Name, listed, want)
+		}
+	}
+	if !slices.Equal(names, backendNames()) {
+		t.Errorf("README's backend table has %q, want %q", names, backendNames())
 	}
 }

@@ -16,6 +16,9 @@ import (
 // what they check is the text and exit code an operator sees.
 func TestMain(m *testing.M) {
 	if os.Getenv("LEADERRUN_TEST_RUN_MAIN") == "1" {
+		if os.Getenv("LEADERRUN_TEST_FAKE_BACKEND") == "1" {
+			backends = append(backends, fakeBackend)
+		}
 		os.Exit(Main(os.Args))
 	}
 	os.Exit(m.Run())

@@ -1,0 +1,77 @@
+package repo
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// packageDeps lists every package of the module with all it depends on.
+func packageDeps(t *testing.T) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		deps[f[0]] = f[1:]
+	}
+	if len(deps) < 20 {
+		t.Fatalf("go list found only %d packages", len(deps))
+	}
+	return deps
+}
+
+const module = "github.com/leaderrun/leaderrun"
+
+// TestOnlyTheCommandLineSeesTheFlagParser fails when a package below the
+// command line (internal/cmdline and the root's main) depends on
+// urfave/cli: what a run needs reaches them as parsed values.
+func TestOnlyTheCommandLineSeesTheFlagParser(t *testing.T) {
+	above := []string{module, module + "/internal/cmdline"}
+	for pkg, deps := range packageDeps(t) {
+		if slices.Contains(above, pkg) {
+			continue
+		}
+		for _, d := range deps {
+			if strings.HasPrefix(d, "github.com/urfave/cli") {
+				t.Errorf("%s depends on %s; only the command line may", pkg, d)
+			}
+		}
+	}
+}
+
+// TestGuardLinksNoClientLibrary fails when the small guard, or a backend's
+// wire package (what the guard and the backend share), links more than
+// the standard library, golang.org/x/sys and leaderrun's own small
+// packages: the guard stays a few MiB for the life of every job.
+func TestGuardLinksNoClientLibrary(t *testing.T) {
+	deps := packageDeps(t)
+	checked := 0
+	for pkg, list := range deps {
+		if pkg != module+"/cmd/leaderrun-guard" && !strings.HasSuffix(pkg, "wire") {
+			continue
+		}
+		checked++
+		for _, d := range list {
+			first, _, _ := strings.Cut(d, "/")
+			switch {
+			case !strings.Contains(first, "."), strings.HasPrefix(d, "golang.org/x/sys/"):
+			case strings.HasPrefix(d, module+"/"):
+				if _, ok := deps[d]; !ok {
+					t.Errorf("%s: unknown package %s", pkg, d)
+				}
+			default:
+				t.Errorf("%s links %s", pkg, d)
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("checked %d packages, want the guard and four wire packages", checked)
+	}
+}
