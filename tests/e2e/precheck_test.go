@@ -79,6 +79,21 @@ func TestUnwritableDirsAreRefusedBeforeCampaigning(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A shared lock directory (mode 1777, like /tmp) where another user's
+	// lock file for the key is there already, readable only.
+	shared := filepath.Join(root, "shared")
+	if err := os.MkdirAll(filepath.Join(shared, "leaderrun"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{shared, filepath.Join(shared, "leaderrun")} {
+		if err := os.Chmod(d, 0o1777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	othersLock := filepath.Join(shared, "leaderrun", "k.lock")
+	if err := os.WriteFile(othersLock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// An interpreter the user may not execute.
 	private := filepath.Join(root, "private-sh")
 	if err := exec.Command("cp", "/bin/sh", private).Run(); err != nil {
@@ -100,6 +115,7 @@ func TestUnwritableDirsAreRefusedBeforeCampaigning(t *testing.T) {
 	}{
 		{"lock dir", []string{"--lock-dir", empty}, 125, []string{"--lock-dir", empty, "permission denied"}},
 		{"lock dir used before", []string{"--lock-dir", used}, 125, []string{"--lock-dir", used, "permission denied"}},
+		{"another user's lock file", []string{"--lock-dir", shared}, 125, []string{"--lock-dir", othersLock, "permission denied"}},
 		{"state dir", []string{"--state-dir", empty}, 125, []string{"--state-dir", empty, "permission denied"}},
 		{"interpreter", []string{"--lock-dir", filepath.Join(u.home, "locks"), "--", script}, 126, []string{"interpreter " + private, "not executable"}},
 	} {
