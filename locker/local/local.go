@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/user"
@@ -165,15 +166,6 @@ func New(cfg Config) (*Locker, error) {
 		if _, err := os.Stat(cfg.Dir); err != nil {
 			return nil, &locker.ConfigError{Field: "Dir", Rule: "lock directory " + cfg.Dir + " cannot be read", Err: err}
 		}
-	} else {
-		if !explicit {
-			if err := ownDir(cfg.Dir, "Dir"); err != nil {
-				return nil, err
-			}
-		}
-		if err := os.MkdirAll(l.lockDir, 0o755); err != nil {
-			return nil, &locker.ConfigError{Field: "Dir", Rule: "cannot create the lock directory", Err: err}
-		}
 	}
 
 	// A lock directory that was given and is on disk keeps the counter
@@ -191,16 +183,30 @@ func New(cfg Config) (*Locker, error) {
 	base := filepath.Join(state, rel)
 	l.runDir = base + "~run"
 	l.addCounter(strings.TrimSuffix(l.lockPath, ".lock")+".epoch", false)
+
+	// The directories New makes, each checked before any is made: a
+	// setting refused leaves nothing behind (DESIGN §1.10).
+	lockDir := dirNeed{path: l.lockDir, mode: 0o755, field: "Dir"}
+	if !explicit {
+		lockDir.own = cfg.Dir
+	}
+	hostSub := dirNeed{path: filepath.Dir(filepath.Join(host, rel)), mode: stateMode(), field: "StateDir"}
+	if os.Geteuid() != 0 {
+		hostSub.own = host
+	}
+	needs := []dirNeed{lockDir}
 	if !lasting {
 		// With --state-dir given, a host directory that cannot be made
 		// (no /var/tmp, a read-only /var) leaves the counter to it.
 		spare := false
 		if !cfg.ReadOnly && state != host {
-			if err := makeHostDir(host, rel); err != nil {
+			if err := hostSub.check(); err != nil {
 				if cfg.StateDir == "" {
 					return nil, err
 				}
 				spare = true
+			} else {
+				needs = append(needs, hostSub)
 			}
 		}
 		l.addCounter(filepath.Join(host, rel)+".epoch", spare)
@@ -214,18 +220,165 @@ func New(cfg Config) (*Locker, error) {
 			}
 		}
 	}
-	if !cfg.ReadOnly {
-		var err error
-		if state == host {
-			err = makeHostDir(host, rel)
-		} else {
-			err = makeStateDir(filepath.Dir(base))
+	if cfg.ReadOnly {
+		return l, nil
+	}
+	if state == host {
+		needs = append(needs, hostSub)
+	} else {
+		needs = append(needs, dirNeed{path: filepath.Dir(base), mode: stateMode(), field: "StateDir"})
+	}
+	for _, n := range needs {
+		if err := n.check(); err != nil {
+			return nil, err
 		}
-		if err != nil {
+	}
+	if err := l.checkFiles(); err != nil {
+		return nil, err
+	}
+	var made []string
+	for _, n := range needs {
+		if err := n.make(&made); err != nil {
+			unmake(made)
 			return nil, err
 		}
 	}
 	return l, nil
+}
+
+// dirNeed is a directory New makes (with any missing parents) and then
+// writes in.
+type dirNeed struct {
+	path  string
+	mode  os.FileMode
+	own   string // path or a parent of it that ownDir checks, "" for none
+	field string // the setting that chooses another directory
+}
+
+// check reports, before anything is made, what would stop New making the
+// directory or writing in it: a per-user directory someone else controls,
+// a file in the way, or no write permission (for root too on a read-only
+// mount) in the directory itself or, if it is missing, in its nearest
+// existing parent, where New would make it.
+func (n dirNeed) check() error {
+	if n.own != "" {
+		if err := checkOwnDir(n.own, n.field); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	p := n.path
+	for {
+		fi, err := os.Stat(p)
+		if err == nil {
+			if !fi.IsDir() {
+				if p == n.path {
+					return &locker.ConfigError{Field: n.field, Rule: p + " is not a directory"}
+				}
+				return &locker.ConfigError{Field: n.field, Rule: "cannot create " + n.path + ": " + p + " is not a directory"}
+			}
+			break
+		}
+		parent := filepath.Dir(p)
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) || parent == p {
+			return &locker.ConfigError{Field: n.field, Rule: "cannot read " + p, Err: unwrapPath(err)}
+		}
+		p = parent
+	}
+	if err := writable(p); err != nil {
+		if p == n.path {
+			return &locker.ConfigError{Field: n.field, Rule: "cannot write to " + p, Err: err}
+		}
+		return &locker.ConfigError{Field: n.field, Rule: "cannot create " + n.path + ": cannot write to " + p, Err: err}
+	}
+	return nil
+}
+
+// make creates the directory and any missing parents, adding each it
+// made to made.
+func (n dirNeed) make(made *[]string) error {
+	if n.own != "" {
+		if err := ownDir(n.own, n.field, made); err != nil {
+			return err
+		}
+	}
+	var missing []string
+	for p := n.path; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil || filepath.Dir(p) == p {
+			break
+		}
+		missing = append(missing, p)
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		err := os.Mkdir(missing[i], n.mode)
+		if err == nil {
+			*made = append(*made, missing[i])
+			continue
+		}
+		if errors.Is(err, os.ErrExist) {
+			continue // made meanwhile by another leaderrun
+		}
+		rule := "cannot create the state directory"
+		if n.field == "Dir" {
+			rule = "cannot create the lock directory"
+		}
+		return &locker.ConfigError{Field: n.field, Rule: rule, Err: err}
+	}
+	return nil
+}
+
+// unmake removes the directories New made, newest first; one another
+// process has put something in meanwhile stays.
+func unmake(made []string) {
+	for i := len(made) - 1; i >= 0; i-- {
+		_ = os.Remove(made[i])
+	}
+}
+
+// writable reports why we cannot create entries in dir, or nil. access(2)
+// answers for the effective user, ACLs and security modules included, and
+// says EROFS for a read-only file system or mount even to root (whom file
+// modes do not stop); statfs is asked too, in case access is emulated.
+func writable(dir string) error {
+	if err := unix.Faccessat(unix.AT_FDCWD, dir, unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
+		return err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
+		return unix.EROFS
+	}
+	return nil
+}
+
+// checkFiles checks the files Acquire opens in place rather than
+// replaces: the lock file, opened for reading and writing, and each
+// counter that must be read. Missing ones are made later, in directories
+// checked already.
+func (l *Locker) checkFiles() error {
+	if err := unix.Faccessat(unix.AT_FDCWD, l.lockPath, unix.R_OK|unix.W_OK, unix.AT_EACCESS); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &locker.ConfigError{Field: "Dir", Rule: "cannot open the lock file " + l.lockPath + " for writing", Err: err}
+	}
+	for i, c := range l.counters {
+		if c.spare {
+			continue
+		}
+		if err := unix.Faccessat(unix.AT_FDCWD, c.path, unix.R_OK, unix.AT_EACCESS); err != nil && !errors.Is(err, unix.ENOENT) {
+			field := "StateDir"
+			if i == 0 {
+				field = "Dir" // the counter beside the lock file
+			}
+			return &locker.ConfigError{Field: field, Rule: "cannot read the epoch counter " + c.path, Err: err}
+		}
+	}
+	return nil
+}
+
+// unwrapPath is the cause of a *fs.PathError, whose path the rule names.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // addCounter adds a place for the epoch counter, once.
@@ -249,38 +402,31 @@ func stateMode() os.FileMode {
 	return 0o700
 }
 
-func makeStateDir(dir string) error {
-	if err := os.MkdirAll(dir, stateMode()); err != nil {
-		return &locker.ConfigError{Field: "StateDir", Rule: "cannot create the state directory", Err: err}
-	}
-	return nil
-}
-
-// makeHostDir creates the host directory and the subdirectory of rel. An
-// ordinary user's lies in the shared /var/tmp and is checked as the
-// per-user lock directory is: nobody else may own it or write to it.
-func makeHostDir(host, rel string) error {
-	if os.Geteuid() != 0 {
-		if err := ownDir(host, "StateDir"); err != nil {
-			return err
-		}
-	}
-	return makeStateDir(filepath.Dir(filepath.Join(host, rel)))
-}
-
 // ownDir creates a default lock directory (or a user's host directory) or
-// checks the existing one: a real directory (not a symlink), owned by us,
-// writable by nobody else. Another user could otherwise squat the fixed
-// path and steal or block our locks, or rewind our epoch. field names the
-// setting that chooses another directory.
-func ownDir(dir, field string) error {
+// checks the existing one (checkOwnDir), adding it to made (if not nil)
+// when it made it.
+func ownDir(dir, field string, made *[]string) error {
 	mode := os.FileMode(0o700)
 	if os.Geteuid() == 0 {
 		mode = 0o755 // a monitoring user may read a root-held lock
 	}
-	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {
+	err := os.Mkdir(dir, mode)
+	if err != nil && !errors.Is(err, os.ErrExist) {
 		return &locker.ConfigError{Field: field, Rule: "cannot create " + dir, Err: err}
 	}
+	if err == nil && made != nil {
+		*made = append(*made, dir)
+	}
+	return checkOwnDir(dir, field)
+}
+
+// checkOwnDir checks a default lock directory (or a user's host
+// directory): a real directory (not a symlink), owned by us, writable by
+// nobody else. Another user could otherwise squat the fixed path and steal
+// or block our locks, or rewind our epoch. field names the setting that
+// chooses another directory. A missing one is an error that
+// errors.Is(os.ErrNotExist).
+func checkOwnDir(dir, field string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
 		return &locker.ConfigError{Field: field, Rule: "cannot read " + dir, Err: err}
@@ -388,7 +534,7 @@ func (l *Locker) openLock() (*os.File, error) {
 	f, err := os.OpenFile(l.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
 	if errors.Is(err, os.ErrNotExist) {
 		if l.defaultDir {
-			if err := ownDir(l.dir, "Dir"); err != nil {
+			if err := ownDir(l.dir, "Dir", nil); err != nil {
 				return nil, err
 			}
 		}
