@@ -3,8 +3,9 @@
 // Command leaderrun-guard is leaderrun's dead-man guard (package guard): a
 // process of a few MiB that sleeps while the job runs and kills it if
 // leaderrun misses its kill point or dies. It links only the standard
-// library, golang.org/x/sys and leaderrun's guard, contain and zkwire
-// packages. It releases a lease itself (guard.DirectRelease): etcd and
+// library, golang.org/x/sys and leaderrun's guard and contain packages and
+// the backends' stdlib-only wire packages (etcdwire, consulwire, zkwire,
+// kubewire). It releases a lease itself (guard.DirectRelease): etcd and
 // Consul over their HTTP APIs, ZooKeeper by closing the session, a
 // Kubernetes Lease by a conditioned update; where it cannot (for example a
 // kubeconfig exec plugin), leaderrun is the guard instead, and `leaderrun

@@ -50,6 +50,7 @@ var consulBackend = &backend{
 		"TLSServerName": "--consul-tls-server-name", "Datacenter": "--consul-datacenter",
 		"LockDelay": "--consul-lock-delay", "SessionChecks": "--consul-session-checks",
 	},
+	LeaseLeft: func(left string) string { return "at most " + left + " (Consul session TTL)" },
 	Read: func(c *cli.Context, opts locker.Options) (backendSettings, error) {
 		return &consulSettings{
 			Hello: consulwire.Hello{

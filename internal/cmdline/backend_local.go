@@ -30,6 +30,7 @@ var localBackend = &backend{
 	},
 	Fields:   map[string]string{"Dir": "--lock-dir", "LockDir": "--lock-dir", "StateDir": "--state-dir"},
 	FileFlag: "--lock-dir",
+	NoExpiry: "local flock, no expiry",
 	Read: func(c *cli.Context, _ locker.Options) (backendSettings, error) {
 		return &localSettings{Dir: c.String("lock-dir"), StateDir: c.String("state-dir")}, nil
 	},

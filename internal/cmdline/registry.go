@@ -30,6 +30,12 @@ type backend struct {
 	// Fields maps the Config fields its library names in a
 	// *locker.ConfigError to the options an operator types.
 	Fields map[string]string
+	// NoExpiry, for a backend whose lease lasts as long as its holder's
+	// process, says so in status ("local flock, no expiry").
+	NoExpiry string
+	// LeaseLeft words a lease's time left for status, where the backend's
+	// own terms differ from "5s left (NAME lease TTL)".
+	LeaseLeft func(left string) string
 	// FileFlag is the option a file error of its library is about, for
 	// a backend that keeps its keys in files ("--lock-dir").
 	FileFlag string

@@ -66,7 +66,8 @@ func newStatusReport(key, backend string, h locker.Holder, err error) (statusRep
 		at := h.AcquiredAt.UTC()
 		l.AcquiredAt = &at
 	}
-	if backend != "local" && h.LeaseRemaining > 0 {
+	// A lease without expiry has no time left to show, whatever it says.
+	if b := backendNamed(backend); h.LeaseRemaining > 0 && (b == nil || b.NoExpiry == "") {
 		s := h.LeaseRemaining.Seconds()
 		l.LeaseRemainingSeconds = &s
 	}
@@ -118,16 +119,17 @@ func (r statusReport) lastRunRow(row func(k, v string)) {
 // leaseText says how long the lease lasts, in each backend's own terms.
 func (r statusReport) leaseText() string {
 	l := r.Leader
+	b := backendNamed(r.Backend)
 	switch {
-	case r.Backend == "local":
+	case b != nil && b.NoExpiry != "":
 		if l.PID != 0 {
-			return fmt.Sprintf("held while pid %d lives (local flock, no expiry)", l.PID)
+			return fmt.Sprintf("held while pid %d lives (%s)", l.PID, b.NoExpiry)
 		}
-		return "held while its process lives (local flock, no expiry)"
+		return "held while its process lives (" + b.NoExpiry + ")"
 	case l.LeaseRemainingSeconds == nil:
 		return "unknown"
-	case r.Backend == "consul":
-		return fmt.Sprintf("at most %s (Consul session TTL)", secs(*l.LeaseRemainingSeconds))
+	case b != nil && b.LeaseLeft != nil:
+		return b.LeaseLeft(secs(*l.LeaseRemainingSeconds))
 	default:
 		return fmt.Sprintf("%s left (%s lease TTL)", secs(*l.LeaseRemainingSeconds), r.Backend)
 	}
