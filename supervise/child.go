@@ -65,29 +65,64 @@ type Child struct {
 	pid    int
 	done   chan struct{}
 	status syscall.WaitStatus
+
+	// terminal: the child's group was made the foreground group of
+	// leaderrun's terminal when it started (tty.go).
+	terminal bool
+	// hadTerminal: its group still held the terminal when it exited, and
+	// leaderrun took it back then. Valid after Done.
+	hadTerminal bool
+	// stops hears of the signals that stop the child; only with terminal.
+	stops chan syscall.Signal
 }
 
 // StartChild starts cmd as the first process of job, with inherited stdin,
-// stdout and stderr.
+// stdout and stderr. When leaderrun runs in the foreground of its terminal,
+// the child's group becomes the terminal's foreground group until the child
+// exits (tty.go).
 func StartChild(cmd Command, job *contain.Job) (*Child, error) {
-	c := &Child{done: make(chan struct{})}
+	c := &Child{done: make(chan struct{}), terminal: ownTerminal()}
+	w := waiter{exited: func(ws syscall.WaitStatus) {
+		c.status = ws
+		if c.terminal {
+			// Before Done: whoever sees the child gone finds the
+			// terminal back in leaderrun's hands.
+			c.hadTerminal = reclaimTerminal(func(fg int) bool { return fg == c.pid })
+		}
+		close(c.done)
+	}}
+	if c.terminal {
+		c.stops = make(chan syscall.Signal, 1)
+		w.stopped = func(sig syscall.Signal) {
+			select {
+			case c.stops <- sig:
+			default: // one unhandled stop is enough to act on
+			}
+		}
+	}
 	started := make(chan error, 1)
 	go func() {
 		// PR_SET_PDEATHSIG fires when the forking THREAD exits, not the
 		// process; keep this thread alive, and unshared, for the child's life.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		pid, err := children.startProcess(func() (int, error) { return forkExec(cmd, job) }, func(ws syscall.WaitStatus) {
-			c.status = ws
-			close(c.done)
-		})
-		c.pid = pid
+		_, err := children.spawn(func() (int, error) {
+			pid, err := forkExec(cmd, job, c.terminal)
+			// Set under the reaper's lock, which exited runs under.
+			c.pid = pid
+			return pid, err
+		}, w)
 		started <- err
 		if err == nil {
 			<-c.done
 		}
 	}()
 	if err := <-started; err != nil {
+		if c.terminal {
+			// A child that failed before or at exec may have taken the
+			// terminal with it.
+			reclaimTerminal(func(fg int) bool { return !signals.GroupExists(fg) })
+		}
 		if errors.Is(err, syscall.ENOENT) && job.Cgroup() != "" {
 			// clone3 into a cgroup that vanished says ENOENT too.
 			if _, serr := os.Stat(job.Cgroup()); serr != nil {
@@ -103,10 +138,17 @@ func StartChild(cmd Command, job *contain.Job) (*Child, error) {
 	return c, nil
 }
 
-func forkExec(cmd Command, job *contain.Job) (int, error) {
+func forkExec(cmd Command, job *contain.Job, foreground bool) (int, error) {
 	sys := &syscall.SysProcAttr{
 		Setpgid:   true,
 		Pdeathsig: syscall.SIGKILL,
+		// The child makes its new group the terminal's foreground group
+		// itself, before exec and with its signals still blocked (so no
+		// SIGTTOU), as a job-control shell's child does: it never runs a
+		// first instruction in the background. Ctty is stdin, in this
+		// process's numbering.
+		Foreground: foreground,
+		Ctty:       0,
 	}
 	job.SysProcAttr(sys)
 	attr := &syscall.ProcAttr{
@@ -153,6 +195,22 @@ func (c *Child) ExitCode() int {
 		return exitcode.SignalBase + int(c.status.Signal())
 	}
 	return c.status.ExitStatus()
+}
+
+// Stopped hears of the signals that stop a child started in the terminal's
+// foreground (Ctrl-Z); nil for any other child.
+func (c *Child) Stopped() <-chan syscall.Signal { return c.stops }
+
+// InterruptedAtTerminal reports whether the child was killed by SIGINT or
+// SIGQUIT while its group was the terminal's foreground group: Ctrl-C or
+// Ctrl-\ at the terminal, the operator's way to stop a foreground job.
+// Valid after Done.
+func (c *Child) InterruptedAtTerminal() (syscall.Signal, bool) {
+	if !c.hadTerminal || !c.status.Signaled() {
+		return 0, false
+	}
+	sig := c.status.Signal()
+	return sig, sig == syscall.SIGINT || sig == syscall.SIGQUIT
 }
 
 // Describe says how the child ended, for logs.

@@ -181,6 +181,8 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			}
 		case <-childDone(l.child):
 			s.onChildExit(l)
+		case sig := <-childStops(l.child):
+			s.onChildStopped(l, sig)
 		case <-timerC(l.restartAt):
 			l.restartAt = nil
 			s.restart(ctx, l)
@@ -319,6 +321,9 @@ func (s *Supervisor) onChildExit(l *leadership) {
 		if l.childCode {
 			l.code = l.lastCode
 		}
+		return
+	}
+	if s.interruptedAtTerminal(l, c) {
 		return
 	}
 	restart := s.cfg.Restart == RestartAlways || (s.cfg.Restart == RestartOnFailure && l.lastCode != 0)

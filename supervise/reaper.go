@@ -24,11 +24,18 @@ import (
 type reaper struct {
 	once    sync.Once
 	mu      sync.Mutex // held across fork+register and across wait4+deliver
-	waiters map[int]func(syscall.WaitStatus)
+	waiters map[int]waiter
 	reaped  atomic.Uint64 // children reaped so far
 }
 
-var children = &reaper{waiters: map[int]func(syscall.WaitStatus){}}
+// waiter is told what becomes of one child: exited once it is reaped, and
+// stopped, when set, each time a signal stops it.
+type waiter struct {
+	exited  func(syscall.WaitStatus)
+	stopped func(syscall.Signal)
+}
+
+var children = &reaper{waiters: map[int]waiter{}}
 
 // start begins reaping on SIGCHLD. The goroutine lives as long as the
 // process, like the signal handler it serves.
@@ -47,23 +54,32 @@ func (r *reaper) loop(sigchld <-chan os.Signal) {
 }
 
 // reap collects every exited child without blocking. SIGCHLD coalesces, so
-// one signal may stand for many exits.
+// one signal may stand for many exits. It also hears of children stopped by
+// a signal (WUNTRACED; each stop is reported once): a stop is no exit, and
+// only a waiter that asked for stops hears of it.
 func (r *reaper) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG|syscall.WUNTRACED, nil)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil || pid <= 0 {
 			return
 		}
+		w, ok := r.waiters[pid]
+		if ws.Stopped() {
+			if ok && w.stopped != nil {
+				w.stopped(ws.StopSignal())
+			}
+			continue
+		}
 		r.reaped.Add(1)
-		if done, ok := r.waiters[pid]; ok {
+		if ok {
 			delete(r.waiters, pid)
-			done(ws)
+			w.exited(ws)
 		}
 	}
 }
@@ -72,6 +88,11 @@ func (r *reaper) reap() {
 // status. Holding mu across both means the reaper cannot collect the new
 // pid before its waiter is known.
 func (r *reaper) startProcess(fork func() (int, error), done func(syscall.WaitStatus)) (int, error) {
+	return r.spawn(fork, waiter{exited: done})
+}
+
+// spawn is startProcess for a waiter that may also hear of stops.
+func (r *reaper) spawn(fork func() (int, error), w waiter) (int, error) {
 	r.start()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -81,7 +102,7 @@ func (r *reaper) startProcess(fork func() (int, error), done func(syscall.WaitSt
 	}
 	// A SIGCHLD from this pid can only be handled by a reap that waits for
 	// mu, so it finds the waiter registered.
-	r.waiters[pid] = done
+	r.waiters[pid] = w
 	return pid, nil
 }
 

@@ -3,6 +3,7 @@
 // process's exit status as a shell reports it, a systemd notification
 // socket, throwaway TLS certificates, loopback servers that never answer,
 // a reverse proxy that fails requests on demand, HTTP and metric reading,
-// a program whose main thread exits while it runs on, and a read-only mount. It holds no
-// product logic and is imported only by tests.
+// a pseudo-terminal to type at, a program whose main thread exits while it
+// runs on, and a read-only mount. It holds no product logic and is
+// imported only by tests.
 package testsupport
