@@ -30,9 +30,12 @@ import (
 )
 
 const (
-	// goneTimeout bounds the wait for a killed job to disappear. A job
-	// that outlives it is not released: the lease then expires on its own.
+	// goneTimeout bounds one round of killing the job and waiting for it
+	// to disappear. A job that outlives it is killed again, round after
+	// round, and its lease is not released meanwhile.
 	goneTimeout = 5 * time.Second
+	// retryKill is the pause between two rounds.
+	retryKill = 100 * time.Millisecond
 	// releaseTimeout bounds releasing the lease.
 	releaseTimeout = 5 * time.Second
 )
@@ -90,6 +93,11 @@ func Run(in io.Reader, reply io.Writer, release Releaser, log Logger) int {
 			// later: only the clock decides.
 			if MonoNow() >= g.killAt {
 				g.killPointPassed()
+				if g.job != nil {
+					// Still alive: keep killing it, whatever comes on
+					// the pipe meanwhile (DESIGN §1.9).
+					kill.set(MonoNow() + int64(retryKill))
+				}
 			}
 		}
 	}
@@ -202,15 +210,22 @@ func (g *state) say(verb string) {
 // leaderrunDied: the pipe closed without "done". Kill the job at once, wait
 // for it to be gone, then release the lease so a standby need not wait for
 // the TTL.
+//
+// The guard does not exit while any of the job lives: it keeps killing it.
+// Exiting would close the local lock it holds, which hands the key to a
+// standby while the job still runs; on other backends it would leave the
+// job to outlive its lease.
 func (g *state) leaderrunDied() {
 	if g.job != nil {
 		// The supervisor is gone: its pid may be anyone's now.
 		g.job.AdoptFrom(0)
 	}
-	if !g.killJob("leaderrun died") || g.released {
-		return
+	for !g.killJob("leaderrun died") {
+		time.Sleep(retryKill)
 	}
-	g.releaseLease("leaderrun died")
+	if !g.released {
+		g.releaseLease("leaderrun died")
+	}
 }
 
 // killJob kills the watched job and reports whether it is gone.
@@ -234,7 +249,7 @@ func (g *state) killJob(reason string) bool {
 		g.log.Warn("killed the job", "pgid", j.Pgid(), "cgroup", j.Cgroup(), "reason", reason)
 	}
 	if !j.WaitGone(goneTimeout) {
-		g.log.Error("the job is still alive; not releasing, the lease will expire", "pgid", j.Pgid(), "cgroup", j.Cgroup())
+		g.log.Error("the job is still alive; killing it again, not releasing", "pgid", j.Pgid(), "cgroup", j.Cgroup())
 		return false
 	}
 	g.job = nil
