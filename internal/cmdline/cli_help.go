@@ -310,9 +310,10 @@ func writeShortUsage(w io.Writer, missing string) {
 		missing, synopsisRun, synopsisStatus, synopsisCheck)
 }
 
-// version and commit are set with -ldflags "-X main.version=... -X
-// main.commit=..." by `make build`; a plain `go build` takes the commit
-// from Go's VCS stamp when it has one.
+// version and commit are set with -ldflags "-X <this package>.version=...
+// -X <this package>.commit=..." by `make build` (the Makefile's
+// VERSION_PKG); a plain `go build` takes the commit from Go's VCS stamp
+// when it has one.
 var version, commit = "", ""
 
 // buildVersion is leaderrun's version: the release's, the module's, or

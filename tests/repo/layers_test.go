@@ -75,3 +75,28 @@ func TestGuardLinksNoClientLibrary(t *testing.T) {
 		t.Fatalf("checked %d packages, want the guard and four wire packages", checked)
 	}
 }
+
+// TestMakefileSetsTheVersion builds leaderrun with the Makefile's -X flags
+// and checks that `leaderrun version` prints what they set: a -X naming a
+// package or variable that does not exist is silently ignored by the
+// linker.
+func TestMakefileSetsTheVersion(t *testing.T) {
+	out, err := exec.Command("make", "-s", "-C", root, "-f", "Makefile", "--eval", "print-ldflags: ; @echo '$(LDFLAGS)'", "print-ldflags",
+		"VERSION=9.8.7-test", "COMMIT=abcdef123456").Output()
+	if err != nil {
+		t.Fatalf("make print-ldflags: %v", err)
+	}
+	bin := t.TempDir() + "/leaderrun"
+	build := exec.Command("go", "build", "-ldflags", strings.TrimSpace(string(out)), "-o", bin, ".")
+	build.Dir = root
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	v, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(v), "9.8.7-test") || !strings.Contains(string(v), "abcdef123456") {
+		t.Errorf("leaderrun version = %q, want the Makefile's version and commit", v)
+	}
+}
