@@ -11,7 +11,9 @@
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
-LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# The version and commit `leaderrun version` prints live in internal/cmdline.
+LDFLAGS := -s -w -X github.com/leaderrun/leaderrun/internal/cmdline.version=$(VERSION) \
+	-X github.com/leaderrun/leaderrun/internal/cmdline.commit=$(COMMIT)
 
 # Packages: a release tag vX.Y.Z gives version X.Y.Z; any other commit
 # 0.0.0~git<commit>, which sorts before every release.
