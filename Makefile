@@ -59,25 +59,39 @@ systemd-root: deps
 systemd-test: servers systemd-root packages
 	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist LEADERRUN_SYSTEMD_ROOT=$(SYSTEMD_ROOT) $(GO) test -count=1 -v ./tests/systemdtest/
 
-# The files the packages ship, generated from the CLI definition by the
-# hidden `leaderrun gen` (run on this machine, so GOARCH may differ).
+# The files the packages ship: leaderrun's man page and completions
+# generated from the CLI definition by the hidden `leaderrun gen` (run on
+# this machine, so GOARCH may differ); the guard's man page; the docs
+# compressed as Debian wants them; the changelogs, from packaging/changelog
+# with an entry for this build on top when it is not a release.
+PKG_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+PKG_DATE   := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 dist: build
-	rm -rf dist && mkdir -p dist/completions
+	rm -rf dist && mkdir -p dist/completions dist/doc
 	CGO_ENABLED=0 GOARCH=$(GOARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/leaderrun .
 	CGO_ENABLED=0 GOARCH=$(GOARCH) $(GO) build -trimpath -ldflags '-s -w' -o dist/leaderrun-guard ./cmd/leaderrun-guard
 	bin/leaderrun gen man > dist/leaderrun.1 && gzip -9n dist/leaderrun.1
+	gzip -9n < packaging/leaderrun-guard.1 > dist/leaderrun-guard.1.gz
 	bin/leaderrun gen bash > dist/completions/leaderrun.bash
 	bin/leaderrun gen zsh > dist/completions/_leaderrun
+	gzip -9n < README.md > dist/doc/README.md.gz
+	gzip -9n < docs/DESIGN.md > dist/doc/DESIGN.md.gz
+	packaging/changelog.sh deb '$(PKG_VERSION)' '$(PKG_MAINTAINER)' '$(PKG_DATE)' '$(PKG_COMMIT)' > dist/doc/changelog
+	gzip -9n dist/doc/changelog
+	packaging/changelog.sh rpm '$(PKG_VERSION)' '$(PKG_MAINTAINER)' '$(PKG_DATE)' '$(PKG_COMMIT)' > dist/changelog.yml
 
 # nfpm, pinned, into the git-ignored bin/ (first build takes a minute or two).
 nfpm:
 	@$(GO) version -m $(NFPM) 2>/dev/null | grep -q 'mod.*goreleaser/nfpm/v2.*$(NFPM_VERSION)' || \
 		{ echo "installing nfpm $(NFPM_VERSION) into bin/"; GOBIN=$(CURDIR)/bin $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION); }
 
+# The .rpm's configuration is packaging/nfpm.yaml with the changelog
+# added (see there why the .deb's is not nfpm's).
 packages: dist nfpm
-	for p in deb rpm; do \
+	{ cat packaging/nfpm.yaml; echo 'changelog: dist/changelog.yml'; } > dist/nfpm-rpm.yaml
+	for p in deb:packaging/nfpm.yaml rpm:dist/nfpm-rpm.yaml; do \
 		VERSION='$(PKG_VERSION)' GOARCH='$(GOARCH)' PKG_MAINTAINER='$(PKG_MAINTAINER)' \
-			$(NFPM) package --config packaging/nfpm.yaml --packager $$p --target dist/ || exit 1; \
+			$(NFPM) package --config $${p#*:} --packager $${p%%:*} --target dist/ || exit 1; \
 	done
 
 package-test: packages

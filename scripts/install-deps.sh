@@ -12,6 +12,11 @@ done
 # ZooKeeper test ensembles run the Debian server jars on Java.
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+# The package test lints the .deb and the .rpm.
+for pair in lintian:lintian rpmlint:rpmlint; do
+	cmd=${pair%%:*} pkg=${pair##*:}
+	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done
 # tests/systemdtest: a Debian root to boot systemd in, and the namespace
 # tools to boot and enter it.
 for pair in debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do

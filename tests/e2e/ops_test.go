@@ -645,6 +645,81 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	}
 }
 
+// packagedExample is the commented example of an instance's KEY.env. It
+// is outside /usr/share/doc, which minimal images drop (Debian policy
+// 12.3: nothing may rely on it).
+const packagedExample = "/usr/share/leaderrun/example.env"
+
+// lintianClean runs lintian on the .deb with every severity shown, down to
+// pedantic, and fails on each tag it reports: the package's own overrides
+// (packaging/lintian-overrides, each with its reason) are the only
+// exceptions, and one that no longer matches is itself reported
+// (unused-override, mismatched-override).
+func lintianClean(t *testing.T, deb string) {
+	t.Helper()
+	lintian, err := exec.LookPath("lintian")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("lintian not installed (scripts/install-deps.sh installs it)")
+		}
+		t.Log("lintian not installed: the .deb is not linted (apt-get install lintian)")
+		return
+	}
+	start := time.Now()
+	cmd := exec.Command(lintian, "--fail-on", "error,warning,info,pedantic", "--display-level", ">=pedantic",
+		"--tag-display-limit", "0", "--no-cfg", deb)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	tags := regexp.MustCompile(`(?m)^[EWIPX]: .*$`).FindAllString(stdout.String(), -1)
+	if err != nil || len(tags) > 0 {
+		t.Errorf("lintian %s: %v\n%s\n%s", filepath.Base(deb), err, strings.Join(tags, "\n"), stderr.String())
+	}
+	t.Logf("lintian: %d tags in %v", len(tags), time.Since(start).Round(time.Millisecond))
+}
+
+// rpmlintClean runs rpmlint on the .rpm with the package's configuration
+// (packaging/rpmlint.toml: the rpm distributions' conventions rpmlint's
+// defaults do not know, and each filtered finding with its reason) and
+// fails on every error or warning it still prints.
+func rpmlintClean(t *testing.T, rpm string) {
+	t.Helper()
+	rpmlint, err := exec.LookPath("rpmlint")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("rpmlint not installed (scripts/install-deps.sh installs it)")
+		}
+		t.Log("rpmlint not installed: the .rpm is not linted (apt-get install rpmlint)")
+		return
+	}
+	// rpmlint unpacks the package with `rpm2cpio | cpio -id`, and nfpm's
+	// payload names its files by absolute paths, which GNU cpio writes
+	// where they say: into this machine's /usr and /etc. A cpio first in
+	// PATH makes them relative to rpmlint's scratch directory, and leaves
+	// a mark so the test knows it was the one that ran.
+	realCpio, err := exec.LookPath("cpio")
+	if err != nil {
+		t.Fatalf("rpmlint needs cpio: %v", err)
+	}
+	wrap := t.TempDir()
+	mark := filepath.Join(wrap, "used")
+	script := "#!/bin/sh\n: > '" + mark + "'\nexec '" + realCpio + "' --no-absolute-filenames \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(wrap, "cpio"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(rpmlint, "--config", repoFile(t, "packaging/rpmlint.toml"), rpm)
+	cmd.Env = append(os.Environ(), "LANG=C.UTF-8", "PATH="+wrap+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if _, serr := os.Stat(mark); serr != nil {
+		t.Fatalf("rpmlint did not unpack the package through the wrapped cpio: %v\n%s", serr, out)
+	}
+	findings := regexp.MustCompile(`(?m)^\S+: [EW]: .*$`).FindAllString(string(out), -1)
+	if err != nil || len(findings) > 0 {
+		t.Errorf("rpmlint %s: %v\n%s", filepath.Base(rpm), err, out)
+	}
+	t.Logf("rpmlint: %d findings", len(findings))
+}
+
 // TestPackages checks the .deb and .rpm that `make packages` built into
 // $LEADERRUN_PACKAGE_DIR (make test and make package-test set it), and
 // installs the .deb on this machine when run as root and no leaderrun
@@ -671,10 +746,11 @@ func TestPackages(t *testing.T) {
 
 	want := []string{
 		"/usr/bin/leaderrun",
+		"/usr/bin/leaderrun-guard",
 		"/etc/leaderrun/leaderrun.env",
-		"/usr/share/doc/leaderrun/example.env",
-		"/usr/share/doc/leaderrun/DESIGN.md",
+		packagedExample,
 		"/usr/share/man/man1/leaderrun.1.gz",
+		"/usr/share/man/man1/leaderrun-guard.1.gz",
 		"/usr/share/bash-completion/completions/leaderrun",
 		"/usr/lib/tmpfiles.d/leaderrun.conf",
 	}
@@ -683,11 +759,25 @@ func TestPackages(t *testing.T) {
 		t.Fatalf("dpkg-deb -c: %v", err)
 	}
 	for _, f := range append(want, "/lib/systemd/system/leaderrun@.service", "/usr/share/zsh/vendor-completions/_leaderrun",
-		"/usr/share/doc/leaderrun/copyright", "/usr/share/doc/leaderrun/LICENSE") {
+		"/usr/share/doc/leaderrun/copyright", "/usr/share/doc/leaderrun/changelog.gz",
+		"/usr/share/doc/leaderrun/README.md.gz", "/usr/share/doc/leaderrun/DESIGN.md.gz", "/var/lib/leaderrun/") {
 		if !strings.Contains(string(out), "."+f+"\n") {
 			t.Errorf(".deb lacks %s:\n%s", f, out)
 		}
 	}
+	// Debian policy 12.3: nothing may rely on /usr/share/doc (minimal
+	// images drop it), and what is there is compressed, apart from the
+	// copyright file.
+	for _, m := range regexp.MustCompile(`(?m)^-\S+ \S+ +\d+ \S+ \S+ \./usr/share/doc/leaderrun/(\S+)$`).FindAllStringSubmatch(string(out), -1) {
+		if m[1] != "copyright" && !strings.HasSuffix(m[1], ".gz") {
+			t.Errorf(".deb ships /usr/share/doc/leaderrun/%s uncompressed", m[1])
+		}
+	}
+	if unit, err := os.ReadFile(repoFile(t, "packaging/systemd/leaderrun@.service")); err != nil || bytes.Contains(unit, []byte("/usr/share/doc/")) {
+		t.Errorf("leaderrun@.service sends the operator to /usr/share/doc (%v)", err)
+	}
+	lintianClean(t, deb)
+	rpmlintClean(t, rpm)
 	if strings.Contains(string(out), "./etc/leaderrun/example.env") {
 		t.Errorf(".deb installs example.env into /etc/leaderrun, where it is a startable instance")
 	}
@@ -708,7 +798,7 @@ func TestPackages(t *testing.T) {
 			t.Fatalf("rpm -qlp: %v", err)
 		}
 		for _, f := range append(want, "/usr/lib/systemd/system/leaderrun@.service", "/usr/share/zsh/site-functions/_leaderrun",
-			"/usr/share/licenses/leaderrun/LICENSE") {
+			"/usr/share/licenses/leaderrun/LICENSE", "/usr/share/doc/leaderrun/README.md", "/var/lib/leaderrun") {
 			if !strings.Contains(string(out), f+"\n") {
 				t.Errorf(".rpm lacks %s:\n%s", f, out)
 			}
@@ -745,6 +835,10 @@ func TestPackages(t *testing.T) {
 		t.Log("a leaderrun package is already installed here: not replacing it")
 		return
 	}
+	if ents, _ := os.ReadDir("/var/lib/leaderrun"); len(ents) > 0 {
+		t.Log("/var/lib/leaderrun holds root's epoch counters: not installing (the purge would delete them)")
+		return
+	}
 	if out, err := exec.Command("dpkg", "-i", deb).CombinedOutput(); err != nil {
 		t.Fatalf("dpkg -i: %v\n%s", err, out)
 	}
@@ -752,7 +846,7 @@ func TestPackages(t *testing.T) {
 		if out, err := exec.Command("dpkg", "--purge", "leaderrun").CombinedOutput(); err != nil {
 			t.Errorf("dpkg --purge: %v\n%s", err, out)
 		}
-		for _, f := range []string{"/usr/bin/leaderrun", "/etc/leaderrun/leaderrun.env"} {
+		for _, f := range []string{"/usr/bin/leaderrun", "/etc/leaderrun/leaderrun.env", "/var/lib/leaderrun"} {
 			if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("%s still there after purge: %v", f, err)
 			}
@@ -763,6 +857,11 @@ func TestPackages(t *testing.T) {
 		t.Fatalf("installed leaderrun version: %q %v", ver, err)
 	}
 	t.Logf("installed: %s", strings.TrimSpace(string(ver)))
+	// A build between releases is versioned 0.0.0~git<commit>: the binary
+	// says which commit it is too.
+	if m := regexp.MustCompile(`~git([0-9a-f]{7,})_`).FindStringSubmatch(filepath.Base(deb)); m != nil && !strings.Contains(string(ver), "commit "+m[1]) {
+		t.Errorf("installed leaderrun version %q does not name commit %s, the package's", ver, m[1])
+	}
 	for _, f := range append(want, "/lib/systemd/system/leaderrun@.service") {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("after dpkg -i: %v", err)
@@ -770,6 +869,13 @@ func TestPackages(t *testing.T) {
 	}
 	if info, err := os.Stat("/etc/leaderrun/leaderrun.env"); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("installed leaderrun.env: %v %v, want mode 0600", info, err)
+	}
+	if owner, err := exec.Command("dpkg-query", "-S", "/var/lib/leaderrun").CombinedOutput(); err != nil || !strings.HasPrefix(string(owner), "leaderrun: ") {
+		t.Errorf("dpkg-query -S /var/lib/leaderrun: %q %v, want the package to own it", owner, err)
+	}
+	// Root's epoch counters, which only a purge deletes.
+	if err := os.WriteFile("/var/lib/leaderrun/pkgtest", []byte("1\n"), 0o600); err != nil {
+		t.Error(err)
 	}
 
 	// An instance configured as the README says: the shared file names the

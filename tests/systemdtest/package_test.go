@@ -52,8 +52,8 @@ func arch(deb string) string {
 // epoch run on, with the old binary, until the operator restarts the
 // instance. Removing the package stops running instances cleanly (their
 // jobs get the stop signal, the units end inactive) and keeps the
-// configuration; purging deletes the packaged configuration files but not
-// the operator's own KEY.env.
+// configuration and root's epoch counters in /var/lib/leaderrun; purging
+// deletes both but not the operator's own KEY.env.
 func TestUpgradeRemovePurge(t *testing.T) {
 	deb := Package(t)
 	out, err := exec.Command("dpkg-deb", "-I", deb, "conffiles").Output()
@@ -65,6 +65,9 @@ func TestUpgradeRemovePurge(t *testing.T) {
 		t.Fatalf("%s has no conffiles", deb)
 	}
 	m := leaderMachine(t)
+	if out, err := m.Run("dpkg-query", "-S", "/var/lib/leaderrun"); err != nil || !strings.HasPrefix(out, "leaderrun: ") {
+		t.Errorf("dpkg-query -S /var/lib/leaderrun: %q %v, want the package to own it", out, err)
+	}
 	m.Configure("billing", map[string]string{"LEADERRUN_BACKEND": "local"}, nil)
 	epoch, child := m.start("billing")
 	mainPID := m.Show("leaderrun@billing", "MainPID")
@@ -124,8 +127,18 @@ func TestUpgradeRemovePurge(t *testing.T) {
 		t.Errorf("after dpkg -r: ActiveState=%s Result=%s, want inactive", got, m.Show("leaderrun@billing", "Result"))
 	}
 
-	// Purge: the packaged conffiles go, the operator's file stays.
+	// Removing keeps root's epoch counters (the instance's is in
+	// /var/lib/leaderrun: its lock directory, /run/leaderrun, is tmpfs).
+	if out, err := m.Run("find", "/var/lib/leaderrun", "-type", "f"); err != nil || strings.TrimSpace(out) == "" {
+		t.Errorf("after dpkg -r, /var/lib/leaderrun holds no epoch counter: %v %q", err, out)
+	}
+
+	// Purge: the packaged conffiles and root's epoch counters go, the
+	// operator's file stays.
 	m.MustRun("dpkg", "--purge", "leaderrun")
+	if _, err := os.Stat(filepath.Join(m.Root, "/var/lib/leaderrun")); err == nil {
+		t.Error("/var/lib/leaderrun still there after purge")
+	}
 	for _, f := range conffiles {
 		if _, err := os.Stat(filepath.Join(m.Root, f)); err == nil {
 			t.Errorf("%s still there after purge", f)
