@@ -2,6 +2,7 @@ package consul
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -43,10 +44,13 @@ func (l *Locker) leader(ctx context.Context) (locker.Holder, error) {
 			keys, _, err = c.KV().Keys(l.path+"/~", "", l.queryOpts(ctx, true))
 			return err
 		})
+		// A token that may read the key but not list beside it still
+		// gets "no leader": only whether it was used is unknown.
 		if err != nil {
-			return locker.Holder{}, l.fail("read the records of "+l.path, err)
-		}
-		if len(keys) == 0 {
+			if err := l.fail("read the records of "+l.path, err); !errors.Is(err, locker.ErrRefused) {
+				return locker.Holder{}, err
+			}
+		} else if len(keys) == 0 {
 			return locker.Holder{}, l.neverUsed()
 		}
 	}

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -30,11 +31,14 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 	if len(resp.Kvs) == 0 {
 		// No candidate: was there ever one? Every candidate leaves the
 		// mark (campaign.go), and once-per records live beside it.
+		// A user who may read the election keys but not the rest of the
+		// key's prefix still gets "no leader": only the mark is unknown.
 		used, err := cli.Get(ctx, l.tracePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
-			return locker.Holder{}, classify(fmt.Sprintf("etcd: read the records of %q", l.opts.Key), err)
-		}
-		if used.Count == 0 {
+			if err := classify(fmt.Sprintf("etcd: read the records of %q", l.opts.Key), err); !errors.Is(err, locker.ErrRefused) {
+				return locker.Holder{}, err
+			}
+		} else if used.Count == 0 {
 			return locker.Holder{}, l.neverUsed()
 		}
 		return locker.Holder{}, fmt.Errorf("etcd: key %q: %w", l.opts.Key, locker.ErrNoLeader)
