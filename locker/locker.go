@@ -37,7 +37,39 @@ var (
 
 	// ErrNoLeader is returned by Leader when nobody holds the key.
 	ErrNoLeader = errors.New("no leader")
+
+	// ErrNeverUsed is returned by Leader, always together with ErrNoLeader
+	// (a *NeverUsedError), when the backend finds no trace that the key
+	// was ever campaigned for where it looked: a typo in the key, or the
+	// wrong server, prefix or lock directory, rather than a key whose
+	// holder has let go.
+	ErrNeverUsed = errors.New("key never used")
 )
+
+// NeverUsedError is how Leader says that nobody holds the key and nothing
+// shows it ever was: each backend decides what counts as a trace (a record
+// it leaves behind after a release, an epoch counter, run records). It
+// matches both ErrNoLeader and ErrNeverUsed, so a caller that only asks
+// "is there a leader?" needs no change.
+type NeverUsedError struct {
+	Key string
+	// Where names the place the backend looked, in its own terms:
+	// "/run/leaderrun (local lock dir)", "/leaderrun/billing/ on etcd
+	// 10.0.0.1:2379".
+	Where string
+	// Fields are the settings that choose that place, as Config field
+	// names (like ConfigError.Field), for the caller to word as the
+	// options an operator typed.
+	Fields []string
+}
+
+// Error says that the key was never used and where the backend looked.
+func (e *NeverUsedError) Error() string {
+	return fmt.Sprintf("key %q was never used at %s", e.Key, e.Where)
+}
+
+// Unwrap lets errors.Is find both ErrNoLeader and ErrNeverUsed.
+func (e *NeverUsedError) Unwrap() []error { return []error{ErrNoLeader, ErrNeverUsed} }
 
 // Locker campaigns for one key on one backend.
 type Locker interface {
@@ -51,7 +83,9 @@ type Locker interface {
 	Acquire(ctx context.Context) (Lease, error)
 
 	// Leader reads the current holder of the key with a linearizable read.
-	// It returns ErrNoLeader (wrapped) when nobody holds the key.
+	// It returns ErrNoLeader (wrapped) when nobody holds the key, and a
+	// *NeverUsedError (which wraps ErrNoLeader too) when nothing on the
+	// backend shows that the key was ever used.
 	Leader(ctx context.Context) (Holder, error)
 
 	// ReleaseHandle gives up a lease that another process acquired,

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/leaderrun/leaderrun/internal/exitcode"
 )
 
 // TestMain lets the CLI tests run this test binary as leaderrun itself:
@@ -253,7 +255,7 @@ func TestKeyAsArgument(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	code, out, errOut := leaderrun(t, nil, "status", "--backend", "local", "--lock-dir", dir, "billing")
-	if code != 0 || !regexp.MustCompile(`(?m)^key\s+billing$`).MatchString(out) {
+	if code != exitcode.StatusNeverUsed || !regexp.MustCompile(`(?m)^key\s+billing$`).MatchString(out) {
 		t.Fatalf("status KEY: exit %d\n%s%s", code, out, errOut)
 	}
 	code, _, errOut = leaderrun(t, nil, "check", "--backend", "local", "--lock-dir", dir, "--epoch", "3", "billing")
@@ -271,7 +273,7 @@ func TestEnvFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut := leaderrun(t, []string{"LEADERRUN_BACKEND=etcd"}, "status", "--env-file", file, "--json", "billing")
-	if code != 0 || !strings.Contains(out, `"backend": "local"`) {
+	if code != exitcode.StatusNeverUsed || !strings.Contains(out, `"backend": "local"`) {
 		t.Fatalf("status --env-file: exit %d\n%s%s", code, out, errOut)
 	}
 	code, _, errOut = leaderrun(t, nil, "status", "--env-file", filepath.Join(dir, "missing.env"), "billing")

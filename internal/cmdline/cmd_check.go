@@ -68,7 +68,10 @@ var errNotLeader = errors.New("not leader")
 // nil when epoch still holds key, an error wrapping errNotLeader when it
 // does not, and the backend's error as is when it could not be read.
 func checkEpoch(key string, epoch uint64, h locker.Holder, err error) error {
+	var nu *locker.NeverUsedError
 	switch {
+	case errors.As(err, &nu):
+		return fmt.Errorf("%w: epoch %d does not hold key %q: no leader, the key was never used at %s", errNotLeader, epoch, key, nu.Where)
 	case errors.Is(err, locker.ErrNoLeader):
 		return fmt.Errorf("%w: epoch %d does not hold key %q: no leader", errNotLeader, epoch, key)
 	case err != nil:

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/internal/exitcode"
 )
 
 // statusCommand is `leaderrun status`: who leads a key, read from the
@@ -21,7 +23,9 @@ func statusCommand() *cli.Command {
 		UsageText: synopsisStatus,
 		Description: "Reads the current holder of KEY with a linearizable read and prints it as a table, " +
 			"or as JSON with --json. Nobody leading is not an error: it prints \"no leader\" " +
-			"(JSON: \"leader\": null) and exits 0. Exits 125 when the backend cannot be read. " +
+			"(JSON: \"leader\": null) and exits 0. A key the backend has no trace of (never used: " +
+			"a typo, or the wrong server, prefix or --lock-dir) exits 3, saying where it looked " +
+			"(JSON: \"never_used\": true, \"looked_at\"). Exits 125 when the backend cannot be read. " +
 			"--unit NAME reads the settings of the systemd instance leaderrun@NAME.",
 		Flags: slices.Concat(queryFlags(),
 			[]cli.Flag{&cli.BoolFlag{Name: "json", Category: catQuery, EnvVars: []string{"LEADERRUN_STATUS_JSON"}, Usage: "print a JSON document instead of a table"}},
@@ -45,7 +49,13 @@ func statusAction(c *cli.Context) error {
 	if c.Bool("json") {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(report)
+		err = enc.Encode(report)
+	} else {
+		err = report.writeText(os.Stdout, time.Now())
 	}
-	return report.writeText(os.Stdout, time.Now())
+	if err != nil || !report.NeverUsed {
+		return err
+	}
+	fmt.Fprintf(errorOutput(), "leaderrun: %s\n", report.neverUsedLine())
+	return exitCode(exitcode.StatusNeverUsed)
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -22,6 +24,15 @@ type statusReport struct {
 	Backend string `json:"backend"`
 	// Leader is the current holder, or null when nobody leads the key.
 	Leader *leaderReport `json:"leader"`
+	// NeverUsed is true when nobody leads the key and the backend has no
+	// trace of it ever being used where it looked (LookedAt); absent
+	// otherwise. status then exits exitcode.StatusNeverUsed.
+	NeverUsed bool `json:"never_used,omitempty"`
+	// LookedAt names that place in the backend's terms (lock directory,
+	// endpoints and key prefix, KV path, znode, Lease).
+	LookedAt string `json:"looked_at,omitempty"`
+	// check is the settings to look at again, worded as options.
+	check []string
 	// LastRun is the newest live once-per record of the key (--once-per,
 	// --run-id): slot, outcome, who ran it and when; absent when none.
 	LastRun *locker.Run `json:"last_run,omitempty"`
@@ -55,6 +66,12 @@ type leaderReport struct {
 // other than locker.ErrNoLeader is returned as is.
 func newStatusReport(key, backend string, h locker.Holder, err error) (statusReport, error) {
 	r := statusReport{Key: key, Backend: backend}
+	var nu *locker.NeverUsedError
+	if errors.As(err, &nu) {
+		r.NeverUsed, r.LookedAt = true, nu.Where
+		r.check = fieldsAsFlags(backendNamed(backend), nu.Fields)
+		return r, nil
+	}
 	if errors.Is(err, locker.ErrNoLeader) {
 		return r, nil
 	}
@@ -82,6 +99,12 @@ func (r statusReport) writeText(w io.Writer, now time.Time) error {
 	row("key", r.Key)
 	row("backend", r.Backend)
 	l := r.Leader
+	if l == nil && r.NeverUsed {
+		row("leader", "no leader, key never used")
+		row("looked at", r.LookedAt)
+		r.lastRunRow(row)
+		return tw.Flush()
+	}
 	if l == nil {
 		row("leader", "no leader")
 		r.lastRunRow(row)
@@ -107,6 +130,36 @@ func (r statusReport) writeText(w io.Writer, now time.Time) error {
 	}
 	r.lastRunRow(row)
 	return tw.Flush()
+}
+
+// neverUsedLine is what status says on stderr about a key never used:
+// where it looked and which settings choose that place.
+func (r statusReport) neverUsedLine() string {
+	opts := append([]string{"the key"}, r.check...)
+	list := opts[0]
+	if n := len(opts); n > 1 {
+		list = strings.Join(opts[:n-1], ", ") + " and " + opts[n-1]
+	}
+	return fmt.Sprintf("key %q was never used at %s — check %s", r.Key, r.LookedAt, list)
+}
+
+// fieldsAsFlags words the Config fields a backend names as the options an
+// operator types, as configError does, each once.
+func fieldsAsFlags(b *backend, fields []string) []string {
+	var out []string
+	for _, f := range fields {
+		flag, ok := "", false
+		if b != nil {
+			flag, ok = b.Fields[f]
+		}
+		if !ok {
+			flag, ok = fieldFlags[f]
+		}
+		if ok && !slices.Contains(out, flag) {
+			out = append(out, flag)
+		}
+	}
+	return out
 }
 
 // lastRunRow adds the once-per record, if any.

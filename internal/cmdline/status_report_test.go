@@ -22,6 +22,7 @@ func TestReport(t *testing.T) {
 		err      error
 		text     []string
 		json     string
+		line     string // neverUsedLine, for a key never used
 		failWith string
 	}{
 		{
@@ -49,6 +50,19 @@ func TestReport(t *testing.T) {
 			json: `{"key":"k","backend":"etcd","leader":null}`,
 		},
 		{
+			name: "never used", backend: "local",
+			err:  &locker.NeverUsedError{Key: "k", Where: "/run/leaderrun (local lock dir)", Fields: []string{"Dir"}},
+			text: []string{"leader     no leader, key never used", "looked at  /run/leaderrun (local lock dir)"},
+			json: `{"key":"k","backend":"local","leader":null,"never_used":true,"looked_at":"/run/leaderrun (local lock dir)"}`,
+			line: `key "k" was never used at /run/leaderrun (local lock dir) — check the key and --lock-dir`,
+		},
+		{
+			name: "never used, wrapped", backend: "etcd",
+			err:  fmt.Errorf("read: %w", &locker.NeverUsedError{Key: "k", Where: "/leaderrun/k/ on etcd a:2379", Fields: []string{"Endpoints", "Prefix"}}),
+			json: `{"key":"k","backend":"etcd","leader":null,"never_used":true,"looked_at":"/leaderrun/k/ on etcd a:2379"}`,
+			line: `key "k" was never used at /leaderrun/k/ on etcd a:2379 — check the key, --etcd-endpoints and --prefix`,
+		},
+		{
 			name: "backend error", backend: "etcd", err: errors.New("context deadline exceeded"),
 			failWith: "deadline",
 		},
@@ -74,6 +88,11 @@ func TestReport(t *testing.T) {
 					t.Errorf("table lacks %q:\n%s", want, out.String())
 				}
 			}
+			if got := r.NeverUsed; got != (c.line != "") {
+				t.Errorf("NeverUsed %v, want %v", got, c.line != "")
+			} else if got && r.neverUsedLine() != c.line {
+				t.Errorf("line\n got %s\nwant %s", r.neverUsedLine(), c.line)
+			}
 			if c.json != "" {
 				b, _ := json.Marshal(r)
 				if string(b) != c.json {
@@ -97,6 +116,7 @@ func TestCheckEpoch(t *testing.T) {
 		{"still leads", 43, b, nil, false, ""},
 		{"taken over", 42, b, nil, true, `epoch 42 does not hold key "k": held by b:7 (host b, pid 7) with epoch 43`},
 		{"nobody leads", 42, locker.Holder{}, fmt.Errorf("x: %w", locker.ErrNoLeader), true, "no leader"},
+		{"never used", 42, locker.Holder{}, &locker.NeverUsedError{Key: "k", Where: "/srv/locks (local lock dir)"}, true, `no leader, the key was never used at /srv/locks (local lock dir)`},
 		{"backend down", 42, locker.Holder{}, errors.New("connection refused"), false, "connection refused"},
 	}
 	for _, c := range cases {

@@ -22,4 +22,10 @@ const (
 	// CheckNotLeader is `leaderrun check`'s answer when the epoch no
 	// longer leads (0 when it does, Internal on error).
 	CheckNotLeader = 1
+
+	// StatusNeverUsed is `leaderrun status`'s answer when nobody leads the
+	// key and the backend has no trace of it ever being used where it
+	// looked: a mistyped key or the wrong server, prefix or lock directory
+	// (0 for a key that was used and is free now, Internal on error).
+	StatusNeverUsed = 3
 )

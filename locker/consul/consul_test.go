@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
@@ -136,6 +137,7 @@ func TestSingleServer(t *testing.T) {
 		"LostOnSessionDestroy":   testLostOnSessionDestroy,
 		"SessionExpiry":          testSessionExpiry,
 		"Leader":                 testLeader,
+		"NeverUsed":              testNeverUsed,
 		"ReleaseHandle":          testReleaseHandle,
 		"RenewRoundTrip":         testRenewRoundTrip,
 	} {
@@ -428,6 +430,15 @@ func testLeader(t *testing.T, c *cluster, addr string) {
 	if _, err := l.Leader(ctx); !errors.Is(err, locker.ErrNoLeader) {
 		t.Fatalf("Leader after Release: got %v, want ErrNoLeader", err)
 	}
+}
+
+// testNeverUsed: with neither the KV key nor records beside it, Leader
+// says never used and names the path and address; a release leaves the
+// key, free, so afterwards it is only "no leader".
+func testNeverUsed(t *testing.T, c *cluster, addr string) {
+	l := c.locker(t, "neverused", addr)
+	lockertest.NeverUsed(t, l, func() { release(t, acquire(t, l)) },
+		"KV leaderrun-test/neverused on Consul ", addr)
 }
 
 // testReleaseHandle: another process gives back our lease from the handle

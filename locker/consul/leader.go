@@ -2,13 +2,15 @@ package consul
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/leaderrun/leaderrun/locker/consul/consulwire"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/consul/consulwire"
 )
 
 // Leader reads the current holder with consistent reads: the key, whose
@@ -34,6 +36,24 @@ func (l *Locker) leader(ctx context.Context) (locker.Holder, error) {
 	if err != nil {
 		return locker.Holder{}, l.fail("read "+l.path, err)
 	}
+	if pair == nil {
+		// A release leaves the key in place, free; only once-per records
+		// can show a key that was used and then deleted by hand.
+		var keys []string
+		err := l.do(ctx, func(c *api.Client) (err error) {
+			keys, _, err = c.KV().Keys(l.path+"/~", "", l.queryOpts(ctx, true))
+			return err
+		})
+		// A token that may read the key but not list beside it still
+		// gets "no leader": only whether it was used is unknown.
+		if err != nil {
+			if err := l.fail("read the records of "+l.path, err); !errors.Is(err, locker.ErrRefused) {
+				return locker.Holder{}, err
+			}
+		} else if len(keys) == 0 {
+			return locker.Holder{}, l.neverUsed()
+		}
+	}
 	if pair == nil || pair.Session == "" {
 		return locker.Holder{}, fmt.Errorf("read %s: %w", l.path, locker.ErrNoLeader)
 	}
@@ -58,6 +78,18 @@ func (l *Locker) leader(ctx context.Context) (locker.Holder, error) {
 		h.LeaseRemaining = ttl
 	}
 	return h, nil
+}
+
+// neverUsed is Leader's answer when neither the KV key nor records beside
+// it exist: it names the KV path, the addresses and the datacenter.
+func (l *Locker) neverUsed() error {
+	where := "KV " + l.path + " on Consul " + strings.Join(l.ep.addrs, ",")
+	fields := []string{"Address", "Prefix"}
+	if l.dc != "" {
+		where += " (datacenter " + l.dc + ")"
+		fields = append(fields, "Datacenter")
+	}
+	return &locker.NeverUsedError{Key: l.opts.Key, Where: where, Fields: fields}
 }
 
 // ReleaseHandle gives back the lease named by a handle from Lease.Handle,

@@ -51,7 +51,8 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 }
 
 // enter grants a lease and creates our election key under it, in one
-// linearizable write that only creates the key if it is absent (DESIGN §1.1).
+// linearizable write that only creates the key if it is absent (DESIGN §1.1)
+// and also marks the key as used (usedKey).
 func (l *Locker) enter(ctx context.Context, cli *clientv3.Client) (*candidate, error) {
 	gctx, cancel := context.WithTimeout(ctx, l.timeout)
 	grant, err := cli.Grant(gctx, l.ttl)
@@ -76,7 +77,8 @@ func (l *Locker) enter(ctx context.Context, cli *clientv3.Client) (*candidate, e
 	tctx, cancel := context.WithTimeout(ctx, l.timeout)
 	resp, err := cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)).
-		Then(clientv3.OpPut(c.key, record, clientv3.WithLease(c.id))).
+		Then(clientv3.OpPut(c.key, record, clientv3.WithLease(c.id)),
+			clientv3.OpPut(l.usedKey(), "")).
 		Commit()
 	cancel()
 	if err == nil && !resp.Succeeded {

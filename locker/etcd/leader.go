@@ -2,7 +2,9 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,6 +29,18 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, classify(fmt.Sprintf("etcd: read leader of %q", l.opts.Key), err)
 	}
 	if len(resp.Kvs) == 0 {
+		// No candidate: was there ever one? Every candidate leaves the
+		// mark (campaign.go), and once-per records live beside it.
+		// A user who may read the election keys but not the rest of the
+		// key's prefix still gets "no leader": only the mark is unknown.
+		used, err := cli.Get(ctx, l.tracePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			if err := classify(fmt.Sprintf("etcd: read the records of %q", l.opts.Key), err); !errors.Is(err, locker.ErrRefused) {
+				return locker.Holder{}, err
+			}
+		} else if used.Count == 0 {
+			return locker.Holder{}, l.neverUsed()
+		}
 		return locker.Holder{}, fmt.Errorf("etcd: key %q: %w", l.opts.Key, locker.ErrNoLeader)
 	}
 	kv := resp.Kvs[0]
@@ -46,6 +60,29 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		h.LeaseRemaining = time.Duration(ttl.TTL) * time.Second
 	}
 	return h, nil
+}
+
+// tracePrefix starts every key that outlives a candidate: the mark
+// (usedKey) and the once-per records. '~' never occurs in a key, so no
+// other key's records start with it.
+func (l *Locker) tracePrefix() string { return strings.TrimSuffix(l.dir, "@") + "~" }
+
+// usedKey is the mark every candidate writes, with no lease, in the
+// transaction that enters the election: it stays after the candidate's
+// key is gone, so that Leader can tell a key whose holder let go from one
+// that was never used here.
+func (l *Locker) usedKey() string { return l.tracePrefix() + "used" }
+
+// neverUsed is Leader's answer when nothing under the key's prefix shows
+// a candidate ever entered: it names the prefix and the endpoints.
+func (l *Locker) neverUsed() error {
+	eps := make([]string, len(l.endpoints))
+	for i, e := range l.endpoints {
+		eps[i] = e.raw
+	}
+	return &locker.NeverUsedError{Key: l.opts.Key,
+		Where:  strings.TrimSuffix(l.dir, "@") + " on etcd " + strings.Join(eps, ","),
+		Fields: []string{"Endpoints", "Prefix"}}
 }
 
 // ReleaseHandle revokes the lease named by a Lease.Handle of this key,

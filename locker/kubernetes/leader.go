@@ -19,7 +19,12 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, err
 	}
 	if ls == nil {
-		return locker.Holder{}, fmt.Errorf("kubernetes: %w: %w %s/%s", locker.ErrNoLeader, errNoLease, l.namespace, l.name)
+		// A release keeps the Lease (holderIdentity cleared), so only a
+		// key never campaigned for here, or a Lease deleted by hand, has
+		// none.
+		return locker.Holder{}, &locker.NeverUsedError{Key: l.opts.Key,
+			Where:  fmt.Sprintf("Lease %s/%s on %s", l.namespace, l.name, l.host),
+			Fields: []string{"Namespace", "Context", "Prefix"}}
 	}
 	id := holderOf(ls)
 	if id == "" {

@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/leaderrun/leaderrun/locker/kubernetes/kubewire"
 	"strconv"
@@ -251,6 +250,3 @@ func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
 	}
 	return l.release(ctx, cur, term)
 }
-
-// errNoLease is wrapped by Leader when the Lease does not exist.
-var errNoLease = errors.New("no such Lease")

@@ -297,15 +297,12 @@ func TestLease(t *testing.T) {
 		}
 	})
 
-	// Leader says "no leader" for a missing and for a released Lease.
+	// Leader says "no leader" for a missing and for a released Lease, and
+	// for the missing one also that the key was never used, naming the
+	// Lease and the server.
 	t.Run("NoLeader", func(t *testing.T) {
 		l := srv.newLocker(t, lockertest.Key(t))
-		if _, err := l.Leader(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
-			t.Fatalf("Leader of a missing Lease = %v, want ErrNoLeader", err)
-		}
-		lockertest.Release(mustAcquire(t, l))
-		if _, err := l.Leader(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
-			t.Fatalf("Leader of a released Lease = %v, want ErrNoLeader", err)
-		}
+		lockertest.NeverUsed(t, l, func() { lockertest.Release(mustAcquire(t, l)) },
+			"Lease "+testNamespace+"/"+l.Name()+" on ", l.host)
 	})
 }

@@ -134,6 +134,7 @@ type Locker struct {
 	// ordinary user (its per-user state directory), read as well.
 	oldRunDir string
 	dir       string // the lock directory as configured
+	stateDir  string // the state directory: run records, a counter copy
 	// defaultDir: dir is DefaultDir, checked (ownDir) whenever it is made.
 	defaultDir bool
 	readOnly   bool
@@ -181,6 +182,7 @@ func New(cfg Config) (*Locker, error) {
 		}
 	}
 	base := filepath.Join(state, rel)
+	l.stateDir = state
 	l.runDir = base + "~run"
 	l.addCounter(strings.TrimSuffix(l.lockPath, ".lock")+".epoch", false)
 
@@ -744,6 +746,9 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		if _, derr := os.Stat(l.dir); derr != nil {
 			return locker.Holder{}, &locker.ConfigError{Field: "Dir", Rule: "lock directory " + l.dir + " cannot be read", Err: derr}
 		}
+		if !l.traced() {
+			return locker.Holder{}, l.neverUsed()
+		}
 		return locker.Holder{}, fmt.Errorf("%s: %w", l.lockPath, locker.ErrNoLeader)
 	}
 	if err != nil {
@@ -763,6 +768,37 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, fmt.Errorf("%s: %w", l.lockPath, locker.ErrNoLeader)
 	}
 	return h, nil
+}
+
+// traced reports whether anything but the lock file shows that the key was
+// used with this configuration: an epoch counter at a place that depends on
+// the uid and the settings alone (not an earlier version's per-user copy,
+// which a wrong --lock-dir would share), or the once-per records. A
+// counter that cannot be read counts as a trace: only "nothing there" is
+// never used.
+func (l *Locker) traced() bool {
+	paths := []string{l.runDir}
+	for _, c := range l.counters {
+		if !c.spare {
+			paths = append(paths, c.path)
+		}
+	}
+	for _, p := range paths {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			return true
+		}
+	}
+	return false
+}
+
+// neverUsed is Leader's answer for a key with no trace: it names the lock
+// directory, and the state directory when that is another.
+func (l *Locker) neverUsed() error {
+	where := l.dir + " (local lock dir)"
+	if l.stateDir != l.dir {
+		where += ", state dir " + l.stateDir
+	}
+	return &locker.NeverUsedError{Key: l.opts.Key, Where: where, Fields: []string{"Dir"}}
 }
 
 // ReleaseHandle has nothing to do: the kernel released the flock when its

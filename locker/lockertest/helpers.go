@@ -2,6 +2,7 @@ package lockertest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -104,4 +105,29 @@ func Open[C any, L locker.Locker](t testing.TB, newLocker func(C) (L, error), cf
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
+}
+
+// NeverUsed checks Leader's two answers for a free key on a real backend:
+// l's key, which nothing has used, is a *locker.NeverUsedError that also
+// matches ErrNoLeader and whose Where contains each of where; once use has
+// acquired and released it, Leader says ErrNoLeader and not ErrNeverUsed.
+func NeverUsed(t testing.TB, l locker.Locker, use func(), where ...string) {
+	t.Helper()
+	_, err := l.Leader(Ctx(t, 10*time.Second))
+	var nu *locker.NeverUsedError
+	if !errors.As(err, &nu) || !errors.Is(err, locker.ErrNoLeader) || !errors.Is(err, locker.ErrNeverUsed) {
+		t.Fatalf("Leader of a key never used = %v, want a *locker.NeverUsedError", err)
+	}
+	for _, w := range where {
+		if !strings.Contains(nu.Where, w) {
+			t.Errorf("never used: Where %q does not name %q", nu.Where, w)
+		}
+	}
+	if len(nu.Fields) == 0 {
+		t.Errorf("never used: no Fields name the settings that chose %q", nu.Where)
+	}
+	use()
+	if _, err := l.Leader(Ctx(t, 10*time.Second)); !errors.Is(err, locker.ErrNoLeader) || errors.Is(err, locker.ErrNeverUsed) {
+		t.Fatalf("Leader after one acquire and release = %v, want ErrNoLeader and not ErrNeverUsed", err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/go-zookeeper/zk"
@@ -57,18 +58,25 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, classify(fmt.Sprintf("zookeeper: sync before reading the leader of %q", l.opts.Key), err)
 	}
 	for {
-		names, err := call(ctx, func() ([]string, error) {
-			names, _, err := s.conn.Children(l.dir)
-			return names, err
+		type kids struct {
+			names []string
+			stat  *zk.Stat
+		}
+		k, err := call(ctx, func() (kids, error) {
+			names, stat, err := s.conn.Children(l.dir)
+			return kids{names, stat}, err
 		})
 		if errors.Is(err, zk.ErrNoNode) {
-			return locker.Holder{}, fmt.Errorf("zookeeper: key %q: %w", l.opts.Key, locker.ErrNoLeader)
+			return locker.Holder{}, l.neverUsed()
 		}
 		if err != nil {
 			return locker.Holder{}, classify(fmt.Sprintf("zookeeper: read leader of %q", l.opts.Key), err)
 		}
-		names = candidates(names)
+		names := candidates(k.names)
 		if len(names) == 0 {
+			if !traced(k.names, k.stat) {
+				return locker.Holder{}, l.neverUsed()
+			}
 			return locker.Holder{}, fmt.Errorf("zookeeper: key %q: %w", l.opts.Key, locker.ErrNoLeader)
 		}
 		type got struct {
@@ -89,6 +97,29 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		h.Epoch = uint64(g.stat.Czxid)
 		return h, nil
 	}
+}
+
+// traced reports whether the key's znode, with no candidate under it now,
+// shows it was used: once-per records, or a child that is gone (the
+// cversion counts every create and delete of a child, and only candidates
+// are ever deleted). A znode whose children are all still there and are
+// other keys' paths ("team" for the key "team/a") was only made as their
+// parent.
+func traced(children []string, stat *zk.Stat) bool {
+	for _, n := range children {
+		if n == "~run" {
+			return true
+		}
+	}
+	return stat == nil || int(stat.Cversion) != len(children)
+}
+
+// neverUsed is Leader's answer for a key whose znode is absent, or was
+// only made as the parent of other keys: it names the znode and servers.
+func (l *Locker) neverUsed() error {
+	return &locker.NeverUsedError{Key: l.opts.Key,
+		Where:  "znode " + l.dir + " on ZooKeeper " + strings.Join(l.servers, ","),
+		Fields: []string{"Servers", "Chroot", "Prefix"}}
 }
 
 // ReleaseHandle ends the session named by a Lease.Handle of this key: it

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -78,6 +79,8 @@ type statusJSON struct {
 		AcquiredAt            time.Time `json:"acquired_at"`
 		LeaseRemainingSeconds *float64  `json:"lease_remaining_seconds"`
 	} `json:"leader"`
+	NeverUsed bool   `json:"never_used"`
+	LookedAt  string `json:"looked_at"`
 }
 
 func readEpoch(t *testing.T, path string) uint64 {
@@ -106,27 +109,37 @@ func checkingChild(dir, name string) []string {
 }
 
 // statusAndCheck is the scenario every backend must pass: status and check
-// with nobody leading, with A leading (also `check` from A's child), and
-// right after B took over from a kill -9'd A. args select the backend and
-// key (what status and check take); timing is added for the runs.
-func statusAndCheck(t *testing.T, backend string, args, timing []string, takeover time.Duration, lease func(*float64) error) {
+// on a key never used, with A leading (also `check` from A's child), right
+// after B took over from a kill -9'd A, and once nobody leads the used
+// key. args select the backend and key (what status and check take);
+// timing is added for the runs; where is what "looked at" must name.
+func statusAndCheck(t *testing.T, backend string, args, timing []string, takeover time.Duration, lease func(*float64) error, where ...string) {
 	dir := t.TempDir()
 	env := []string{"LR=" + binary}
 	run := append(append([]string(nil), args...), timing...)
+	key := args[slices.Index(args, "--key")+1]
 
-	// Nobody leads yet.
+	// Nobody ever used the key: status says so, where it looked, exit 3.
 	code, out, errOut, _ := runOnce(t, env, append([]string{"status"}, args...)...)
-	if code != 0 || !regexp.MustCompile(`(?m)^leader\s+no leader$`).MatchString(out) {
-		t.Fatalf("status with no leader: exit %d\n%s%s", code, out, errOut)
+	line := regexp.MustCompile(`^leaderrun: key "` + regexp.QuoteMeta(key) + `" was never used at (.+) — check the key(, --[a-z-]+)* and --[a-z-]+\n$`).FindStringSubmatch(errOut)
+	if code != 3 || line == nil || !regexp.MustCompile(`(?m)^leader\s+no leader, key never used$`).MatchString(out) ||
+		!strings.Contains(out, line[1]) {
+		t.Fatalf("status of a key never used: exit %d\n%s%s", code, out, errOut)
 	}
+	for _, w := range where {
+		if !strings.Contains(line[1], w) {
+			t.Errorf("status of a key never used: %q does not name %q", line[1], w)
+		}
+	}
+	t.Logf("%s: %s", backend, strings.TrimSpace(errOut))
 	code, out, _, _ = runOnce(t, env, append([]string{"status", "--json"}, args...)...)
 	var st statusJSON
-	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Leader != nil || st.Backend != backend {
-		t.Fatalf("status --json with no leader: exit %d, %v\n%s", code, err, out)
+	if err := json.Unmarshal([]byte(out), &st); code != 3 || err != nil || st.Leader != nil || st.Backend != backend || !st.NeverUsed || st.LookedAt != line[1] {
+		t.Fatalf("status --json of a key never used: exit %d, %v\n%s", code, err, out)
 	}
 	code, _, errOut, _ = runOnce(t, env, append([]string{"check", "--epoch", "1"}, args...)...)
-	if code != 1 || !strings.Contains(errOut, "no leader") {
-		t.Fatalf("check with no leader: exit %d, stderr %q", code, errOut)
+	if code != 1 || !strings.Contains(errOut, "no leader, the key was never used at "+line[1]) {
+		t.Fatalf("check of a key never used: exit %d, stderr %q", code, errOut)
 	}
 
 	a := start(t, "A", env, append(append([]string{"--id", "host-a"}, run...), checkingChild(dir, "a")...)...)
@@ -181,18 +194,34 @@ func statusAndCheck(t *testing.T, backend string, args, timing []string, takeove
 	}
 	b.Signal(syscall.SIGTERM)
 	b.Wait(20 * time.Second)
+
+	// Nobody leads the used key: "no leader", exit 0.
+	code, out, errOut, _ = runOnce(t, env, append([]string{"status"}, args...)...)
+	if code != 0 || !regexp.MustCompile(`(?m)^leader\s+no leader$`).MatchString(out) || errOut != "" {
+		t.Fatalf("status with no leader: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _, _ = runOnce(t, env, append([]string{"status", "--json"}, args...)...)
+	st = statusJSON{}
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Leader != nil || st.NeverUsed || strings.Contains(out, "looked_at") {
+		t.Fatalf("status --json with no leader: exit %d, %v\n%s", code, err, out)
+	}
+	code, _, errOut, _ = runOnce(t, env, append([]string{"check", "--epoch", "1"}, args...)...)
+	if code != 1 || !strings.HasSuffix(errOut, ": no leader\n") {
+		t.Fatalf("check with no leader: exit %d, stderr %q", code, errOut)
+	}
 }
 
 func TestStatusAndCheck(t *testing.T) {
 	t.Run("local", func(t *testing.T) {
 		t.Parallel()
 		timing := []string{"--ttl", "4s", "--renew-interval", "300ms", "--kill-grace", "1s", "--safety-margin", "500ms"}
-		statusAndCheck(t, "local", localBackend(t.TempDir(), opsKey("local")), timing, 10*time.Second, func(left *float64) error {
+		locks := t.TempDir()
+		statusAndCheck(t, "local", localBackend(locks, opsKey("local")), timing, 10*time.Second, func(left *float64) error {
 			if left != nil {
 				return fmt.Errorf("%v, want null: a flock does not expire", *left)
 			}
 			return nil
-		})
+		}, locks+" (local lock dir)")
 	})
 	t.Run("etcd", func(t *testing.T) {
 		t.Parallel()
@@ -204,7 +233,7 @@ func TestStatusAndCheck(t *testing.T) {
 				return fmt.Errorf("%v, want the lease's TimeToLive, in (0, 3s]", left)
 			}
 			return nil
-		})
+		}, "/leaderrun/"+args[len(args)-1]+"/ on etcd "+c.Endpoints()[0])
 	})
 	t.Run("consul", func(t *testing.T) {
 		t.Parallel()
@@ -217,7 +246,7 @@ func TestStatusAndCheck(t *testing.T) {
 				return fmt.Errorf("%v, want the session TTL, 10", left)
 			}
 			return nil
-		})
+		}, "KV leaderrun/"+args[len(args)-1]+" on Consul "+c.HTTPAddr(0))
 	})
 }
 
