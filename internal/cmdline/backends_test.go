@@ -41,8 +41,8 @@ func TestEveryBackendIsNamed(t *testing.T) {
 		return s[i : i+j]
 	}
 	nfpm := read("packaging/nfpm.yaml")
-	// The description's first line, its one-line summary.
-	desc := strings.SplitN(nfpm[strings.Index(nfpm, "description:"):], "\n", 3)[1]
+	// The description: its one-line synopsis and the paragraph under it.
+	desc := nfpm[strings.Index(nfpm, "description:"):strings.Index(nfpm, "homepage:")]
 	texts := map[string]string{
 		"help summary":              summary(),
 		"man page DESCRIPTION":      manDescription()[0],
