@@ -20,7 +20,7 @@ import (
 // leaderrunOptions are the options leaderrun opens its Box with
 // (contain_cli.go), with the test reaper in place of supervise's.
 func leaderrunOptions() Options {
-	return Options{AdoptOrphans: true, Known: reaper.known, Reaped: reaper.count, HoldReaps: reaper.hold}
+	return Options{AdoptOrphans: true, Known: reaper.Started, Reaped: reaper.Reaped, HoldReaps: reaper.Hold}
 }
 
 // view is one way of looking at a running job: leaderrun's own, the guard's
