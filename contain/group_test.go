@@ -20,7 +20,7 @@ import (
 // leaderrunOptions are the options leaderrun opens its Box with
 // (contain_cli.go), with the test reaper in place of supervise's.
 func leaderrunOptions() Options {
-	return Options{AdoptOrphans: true, Known: reaper.known, Reaped: reaper.count, HoldReaps: reaper.hold}
+	return Options{AdoptOrphans: true, Known: reaper.Started, Reaped: reaper.Reaped, HoldReaps: reaper.Hold}
 }
 
 // view is one way of looking at a running job: leaderrun's own, the guard's
@@ -69,14 +69,9 @@ func readPids(file string) []int {
 // environment holds the job's marker.
 func markedAlive(token string) []int {
 	want := []byte(EnvMarker + "=" + token)
-	entries, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+	for _, pid := range testsupport.Pids() {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 		if err != nil || !bytes.Contains(env, want) {
 			continue
 		}

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 func TestMain(m *testing.M) {
@@ -69,32 +69,15 @@ func waitGone(t *testing.T, j Job, within time.Duration) {
 
 type run struct {
 	w        *io.PipeWriter
-	replies  *syncBuf
+	replies  *testsupport.SyncBuffer
 	code     chan int
 	released atomic.Value // the handle released, if any
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startGuard(t *testing.T) *run {
 	t.Helper()
 	r, w := io.Pipe()
-	g := &run{w: w, code: make(chan int, 1), replies: &syncBuf{}}
+	g := &run{w: w, code: make(chan int, 1), replies: &testsupport.SyncBuffer{}}
 	release := func(_ context.Context, hello []byte, handle string) error {
 		g.released.Store(string(hello) + "|" + handle)
 		return nil
@@ -354,7 +337,7 @@ func TestHeldLockReleaseRunsNoReleaser(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, w := io.Pipe()
-	g := &run{w: w, code: make(chan int, 1), replies: &syncBuf{}}
+	g := &run{w: w, code: make(chan int, 1), replies: &testsupport.SyncBuffer{}}
 	var called atomic.Bool
 	release := func(context.Context, []byte, string) error {
 		called.Store(true)

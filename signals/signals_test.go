@@ -8,33 +8,22 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	cases := []struct {
-		in   string
-		want syscall.Signal
-		bad  bool
-	}{
-		{in: "TERM", want: syscall.SIGTERM},
-		{in: "SIGTERM", want: syscall.SIGTERM},
-		{in: "sigint", want: syscall.SIGINT},
-		{in: "hup", want: syscall.SIGHUP},
-		{in: "9", want: syscall.SIGKILL},
-		{in: "USR1", want: syscall.SIGUSR1},
-		{in: "", bad: true},
-		{in: "0", bad: true},
-		{in: "65", bad: true},
-		{in: "NOPE", bad: true},
-		{in: "SIG", bad: true},
+	good := map[string]syscall.Signal{
+		"TERM":    syscall.SIGTERM,
+		"SIGTERM": syscall.SIGTERM,
+		"sigint":  syscall.SIGINT,
+		"hup":     syscall.SIGHUP,
+		"9":       syscall.SIGKILL,
+		"USR1":    syscall.SIGUSR1,
 	}
-	for _, c := range cases {
-		got, err := Parse(c.in)
-		if c.bad {
-			if err == nil {
-				t.Errorf("Parse(%q) = %v, want an error", c.in, got)
-			}
-			continue
+	for in, want := range good {
+		if got, err := Parse(in); err != nil || got != want {
+			t.Errorf("Parse(%q) = %v, %v; want %v", in, got, err, want)
 		}
-		if err != nil || got != c.want {
-			t.Errorf("Parse(%q) = %v, %v; want %v", c.in, got, err, c.want)
+	}
+	for _, in := range []string{"", "0", "65", "NOPE", "SIG"} {
+		if got, err := Parse(in); err == nil {
+			t.Errorf("Parse(%q) = %v, want an error", in, got)
 		}
 	}
 }

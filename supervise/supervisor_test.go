@@ -23,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// The reaper and the signal handler serve the whole process.
-		goleak.IgnoreTopFunction("github.com/leaderrun/leaderrun/supervise.(*reaper).loop"),
+		goleak.IgnoreTopFunction("github.com/leaderrun/leaderrun/internal/reap.(*Reaper).loop"),
 		goleak.IgnoreTopFunction("os/signal.signal_recv"),
 		goleak.IgnoreTopFunction("os/signal.loop"),
 	)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"reflect"
@@ -195,12 +194,8 @@ func TestEndpointsFollowTheEvents(t *testing.T) {
 }
 
 func TestBindFailureNamesTheField(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, err = start(Config{Key: "k", HTTPAddr: ln.Addr().String()}, notifier{})
+	ln := testsupport.Listen(t)
+	_, err := start(Config{Key: "k", HTTPAddr: ln.Addr().String()}, notifier{})
 	var ce *locker.ConfigError
 	if !errors.As(err, &ce) || ce.Field != "HTTPAddr" || !strings.Contains(err.Error(), ln.Addr().String()) || !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("bind on a used port: %v", err)
@@ -245,26 +240,23 @@ func TestSystemdNotifications(t *testing.T) {
 	expect(t, msgs, "STATUS=leader of billing, epoch 9, child pid 77", 2*time.Second)
 
 	// Healthy: the loop turns every 10ms, pings flow.
-	var ticking atomic.Bool
+	var ticking, stop atomic.Bool
 	ticking.Store(true)
-	ctx, cancel := context.WithCancel(context.Background())
 	tickerDone := make(chan struct{})
 	go func() {
 		defer close(tickerDone)
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
+		for range t.C {
+			if stop.Load() {
 				return
-			case <-t.C:
-				if ticking.Load() {
-					ev.Tick()
-				}
+			}
+			if ticking.Load() {
+				ev.Tick()
 			}
 		}
 	}()
-	defer func() { cancel(); <-tickerDone }()
+	defer func() { stop.Store(true); <-tickerDone }()
 	for i := 0; i < 3; i++ {
 		expect(t, msgs, "WATCHDOG=1", time.Second)
 	}

@@ -39,10 +39,7 @@ func testConfig(key, addr string) Config {
 
 func TestNewRefusesBadConfig(t *testing.T) {
 	dir := t.TempDir()
-	garbage := filepath.Join(dir, "garbage.pem")
-	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	garbage := testsupport.WriteFile(t, filepath.Join(dir, "garbage.pem"), "not a certificate", 0o600)
 	tests := []struct {
 		name   string
 		change func(*Config)

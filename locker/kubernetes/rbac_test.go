@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,77 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
-
-// resources maps the kinds of packaging/kubernetes to their API paths.
-var resources = map[string]string{
-	"ServiceAccount": "/api/v1/namespaces/%s/serviceaccounts",
-	"Secret":         "/api/v1/namespaces/%s/secrets",
-	"Role":           "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles",
-	"RoleBinding":    "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings",
-	"Deployment":     "/apis/apps/v1/namespaces/%s/deployments",
-}
-
-// apply creates every object of a multi-document YAML file in namespace
-// ns, as kubectl apply would on an empty namespace.
-func apply(t *testing.T, k *testcluster.Kube, ns string, manifest []byte) {
-	t.Helper()
-	for _, doc := range strings.Split(string(manifest), "\n---\n") {
-		js, err := yaml.YAMLToJSON([]byte(doc))
-		if err != nil {
-			t.Fatalf("manifest: %v", err)
-		}
-		var head struct{ Kind string }
-		if err := json.Unmarshal(js, &head); err != nil || head.Kind == "" {
-			continue // comments only
-		}
-		path, ok := resources[head.Kind]
-		if !ok {
-			t.Fatalf("manifest: unexpected kind %s", head.Kind)
-		}
-		if code, body := k.Do(t, "POST", fmt.Sprintf(path, ns), js); code != 201 {
-			t.Fatalf("create %s: %d %s", head.Kind, code, body)
-		}
-	}
-}
-
-// createNamespace makes a namespace.
-func createNamespace(t *testing.T, k *testcluster.Kube, ns string) {
-	t.Helper()
-	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, ns)
-	if code, out := k.Do(t, "POST", "/api/v1/namespaces", []byte(body)); code != 201 {
-		t.Fatalf("create namespace: %d %s", code, out)
-	}
-}
-
-// serviceAccountToken asks the TokenRequest API for a token of service
-// account sa, bound to the Secret named bound when not empty (deleting the
-// Secret then revokes the token).
-func serviceAccountToken(t *testing.T, k *testcluster.Kube, ns, sa, bound string) string {
-	t.Helper()
-	spec := `{"audiences":["https://kubernetes.default.svc"],"expirationSeconds":3600}`
-	if bound != "" {
-		code, out := k.Do(t, "GET", fmt.Sprintf("/api/v1/namespaces/%s/secrets/%s", ns, bound), nil)
-		var secret struct{ Metadata struct{ UID string } }
-		if code != 200 || json.Unmarshal(out, &secret) != nil {
-			t.Fatalf("get secret %s: %d %s", bound, code, out)
-		}
-		spec = fmt.Sprintf(`{"audiences":["https://kubernetes.default.svc"],"expirationSeconds":3600,"boundObjectRef":{"kind":"Secret","apiVersion":"v1","name":%q,"uid":%q}}`, bound, secret.Metadata.UID)
-	}
-	body := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":` + spec + `}`
-	code, out := k.Do(t, "POST", fmt.Sprintf("/api/v1/namespaces/%s/serviceaccounts/%s/token", ns, sa), []byte(body))
-	var tr struct{ Status struct{ Token string } }
-	if code != 201 || json.Unmarshal(out, &tr) != nil || tr.Status.Token == "" {
-		t.Fatalf("token request: %d %s", code, out)
-	}
-	return tr.Status.Token
-}
 
 // tokenFileKubeconfig writes a kubeconfig whose user reads its token from a
 // file, as the in-cluster configuration does, and returns both paths.
@@ -109,13 +42,13 @@ func TestRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ns = "jobs"
-	createNamespace(t, srv.kube, ns)
-	apply(t, srv.kube, ns, manifest)
+	srv.kube.CreateNamespace(t, ns)
+	srv.kube.Apply(t, ns, manifest)
 
 	// Two candidates with tokens of the example's service account, bound to
 	// exactly its Role, go through a whole leadership and a hand-over.
 	t.Run("ExampleRoleSuffices", func(t *testing.T) {
-		tok := serviceAccountToken(t, srv.kube, ns, "leaderrun", "")
+		tok := srv.kube.ServiceAccountToken(t, ns, "leaderrun", "")
 		cfg := srv.kube.Kubeconfig(t, tok, ns)
 		key := lockertest.Key(t)
 		useSA := func(c *Config) { c.Kubeconfig, c.Namespace = cfg, "" }
@@ -180,13 +113,13 @@ func TestRBAC(t *testing.T) {
 	// a pod's token), with the old token revoked, keeps renewals working.
 	t.Run("RotatedTokenFile", func(t *testing.T) {
 		for _, s := range []string{"first", "second"} {
-			apply(t, srv.kube, ns, []byte(fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n", s)))
+			srv.kube.CreateSecret(t, ns, s)
 		}
-		first := serviceAccountToken(t, srv.kube, ns, "leaderrun", "first")
+		first := srv.kube.ServiceAccountToken(t, ns, "leaderrun", "first")
 		cfg, file := tokenFileKubeconfig(t, srv.kube, first)
 		l := srv.newLocker(t, lockertest.Key(t), func(c *Config) { c.Kubeconfig, c.Namespace = cfg, ns })
 		a := mustAcquire(t, l)
-		if err := os.WriteFile(file, []byte(serviceAccountToken(t, srv.kube, ns, "leaderrun", "second")), 0o600); err != nil {
+		if err := os.WriteFile(file, []byte(srv.kube.ServiceAccountToken(t, ns, "leaderrun", "second")), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if code, out := srv.kube.Do(t, "DELETE", "/api/v1/namespaces/"+ns+"/secrets/first", nil); code != 200 {

@@ -4,21 +4,15 @@ import (
 	"net"
 	"os"
 	"testing"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // TestConnectedTo: a process is found connected to the address it dialled,
 // and to no other.
 func TestConnectedTo(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	other, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	ln := testsupport.Listen(t)
+	other := testsupport.Listen(t)
 	if ok, err := connectedTo(os.Getpid(), []string{ln.Addr().String()}); err != nil || ok {
 		t.Fatalf("before dialling: connected %v, error %v", ok, err)
 	}

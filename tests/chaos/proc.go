@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/tests/fence"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // ProcSpec says how to start a process.
@@ -143,14 +144,7 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
 // Exited reports whether the process has exited.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *Proc) Exited() bool { return testsupport.IsClosed(p.done) }
 
 // Code is the exit status as a shell reports it (128+N for signal N);
 // valid once Done is closed.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // ProcStat is what /proc says about one process.
@@ -104,13 +105,9 @@ func Scan(exes ...string) []Process {
 		want[e] = true
 	}
 	var out []Process
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		exe, err := os.Readlink("/proc/" + e.Name() + "/exe")
+	for _, pid := range testsupport.Pids() {
+		dir := "/proc/" + strconv.Itoa(pid)
+		exe, err := os.Readlink(dir + "/exe")
 		if err != nil {
 			continue
 		}
@@ -122,7 +119,7 @@ func Scan(exes ...string) []Process {
 		if !ok || st.State == "Z" || st.State == "X" {
 			continue
 		}
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		cmd, _ := os.ReadFile(dir + "/cmdline")
 		out = append(out, Process{Pid: pid, PPid: st.PPid, State: st.State, Exe: exe,
 			Cmdline: strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")})
 	}

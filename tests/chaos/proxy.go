@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // CutMode says how a cut proxy treats the connections it drops and the new
@@ -194,26 +196,25 @@ func reset(c net.Conn) {
 
 func (p *Proxy) accept() {
 	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		switch {
-		case p.done:
-			p.mu.Unlock()
-			c.Close()
-			return
-		case p.mode == Refuse:
-			p.mu.Unlock()
-			reset(c)
-			continue
-		case p.mode == Blackhole:
-			p.held = append(p.held, c)
-			p.mu.Unlock()
-			continue
-		}
+	testsupport.AcceptEach(p.ln, p.admit)
+}
+
+// admit deals with a new client connection as the mode says: reset, held
+// silent, or forwarded. After Close (which closed the listener first) it is
+// only closed.
+func (p *Proxy) admit(c net.Conn) {
+	p.mu.Lock()
+	switch {
+	case p.done:
+		p.mu.Unlock()
+		c.Close()
+	case p.mode == Refuse:
+		p.mu.Unlock()
+		reset(c)
+	case p.mode == Blackhole:
+		p.held = append(p.held, c)
+		p.mu.Unlock()
+	default:
 		p.mu.Unlock()
 		p.wg.Add(1)
 		go p.forward(c)
@@ -290,11 +291,4 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, n *atomic.Int64, c io.Writer) {
 	}
 }
 
-func (l *link) isFrozen() bool {
-	select {
-	case <-l.frozen:
-		return true
-	default:
-		return false
-	}
-}
+func (l *link) isFrozen() bool { return testsupport.IsClosed(l.frozen) }

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 func newProxy(t *testing.T, target string, proto Protocol) *Proxy {
@@ -208,11 +210,7 @@ func TestTLSCounter(t *testing.T) {
 // first client bytes that match, and the server sees those bytes only
 // after it returned; bytes that do not match pass at once.
 func TestProxyBeforeForwardHoldsTheMatchingBytes(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := testsupport.Listen(t)
 	got := make(chan string, 16)
 	go func() {
 		c, err := ln.Accept()

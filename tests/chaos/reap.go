@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // Orphans of the suite's jobs (an escaped writer, a fork storm's relays, the
@@ -60,13 +62,8 @@ func ReapOrphans(exes ...string) (stop func()) {
 // name is in comms.
 func reapZombies(comms map[string]bool) {
 	self := os.Getpid()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	for _, pid := range testsupport.Pids() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			continue
 		}

@@ -11,18 +11,14 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/signals"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // guardsOf lists the dead-man guards whose parent is pid.
 func guardsOf(pid int) []int {
 	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+	for _, p := range testsupport.Pids() {
+		comm, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/comm")
 		if err != nil || strings.TrimSpace(string(comm)) != "leaderrun-guard" {
 			continue
 		}

@@ -65,14 +65,10 @@ func leftoverGuards() []int {
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		left = left[:0]
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			exe, _ := os.Readlink("/proc/" + e.Name() + "/exe")
-			cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		for _, pid := range testsupport.Pids() {
+			dir := "/proc/" + strconv.Itoa(pid)
+			exe, _ := os.Readlink(dir + "/exe")
+			cmd, _ := os.ReadFile(dir + "/cmdline")
 			exe = strings.TrimSuffix(exe, " (deleted)")
 			if (exe == guardBinary || exe == binary && strings.Contains(string(cmd), "__guard")) && alive(pid) {
 				left = append(left, pid)

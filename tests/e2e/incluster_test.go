@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/leaderrun/leaderrun/locker/kubernetes"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
@@ -43,7 +41,7 @@ func TestKubernetesInCluster(t *testing.T) {
 	k := testcluster.StartKube(t, e)
 	const ns = "jobs-incluster"
 	inClusterSetup(t, k, ns)
-	first := inClusterToken(t, k, ns, "first")
+	first := k.ServiceAccountToken(t, ns, "leaderrun", "first")
 
 	// The mount's content, copied into the namespace's tmpfs by the wrapper.
 	src := t.TempDir()
@@ -101,7 +99,7 @@ func TestKubernetesInCluster(t *testing.T) {
 
 	// Rotation as the kubelet does it: a new token written beside the old
 	// and renamed over it, then the old token revoked (its Secret deleted).
-	second := inClusterToken(t, k, ns, "second")
+	second := k.ServiceAccountToken(t, ns, "leaderrun", "second")
 	mount := fmt.Sprintf("/proc/%d/root%s", p.Pid(), saDir)
 	tmp := filepath.Join(mount, ".token.tmp")
 	if err := os.WriteFile(tmp, []byte(second), 0o600); err != nil {
@@ -190,53 +188,11 @@ func inClusterSetup(t *testing.T, k *testcluster.Kube, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := func(path string, body []byte) {
-		if code, out := k.Do(t, "POST", path, body); code != 201 {
-			t.Fatalf("POST %s: %d %s", path, code, out)
-		}
-	}
-	post("/api/v1/namespaces", []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, ns)))
-	paths := map[string]string{
-		"ServiceAccount": "/api/v1/namespaces/%s/serviceaccounts",
-		"Role":           "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles",
-		"RoleBinding":    "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings",
-	}
-	for _, doc := range strings.Split(string(manifest), "\n---\n") {
-		js, err := yaml.YAMLToJSON([]byte(doc))
-		if err != nil {
-			t.Fatalf("rbac.yaml: %v", err)
-		}
-		var head struct{ Kind string }
-		if err := json.Unmarshal(js, &head); err != nil || head.Kind == "" {
-			continue
-		}
-		path, ok := paths[head.Kind]
-		if !ok {
-			t.Fatalf("rbac.yaml: unexpected kind %s", head.Kind)
-		}
-		post(fmt.Sprintf(path, ns), js)
-	}
+	k.CreateNamespace(t, ns)
+	k.Apply(t, ns, manifest)
 	for _, s := range []string{"first", "second"} {
-		post("/api/v1/namespaces/"+ns+"/secrets", []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":%q}}`, s)))
+		k.CreateSecret(t, ns, s)
 	}
-}
-
-// inClusterToken asks the TokenRequest API for a token of the leaderrun
-// service account bound to Secret secret: deleting the Secret revokes it.
-func inClusterToken(t *testing.T, k *testcluster.Kube, ns, secret string) string {
-	t.Helper()
-	code, out := k.Do(t, "GET", "/api/v1/namespaces/"+ns+"/secrets/"+secret, nil)
-	var s struct{ Metadata struct{ UID string } }
-	if code != 200 || json.Unmarshal(out, &s) != nil {
-		t.Fatalf("get secret %s: %d %s", secret, code, out)
-	}
-	body := fmt.Sprintf(`{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"audiences":["https://kubernetes.default.svc"],"expirationSeconds":3600,"boundObjectRef":{"kind":"Secret","apiVersion":"v1","name":%q,"uid":%q}}}`, secret, s.Metadata.UID)
-	code, out = k.Do(t, "POST", "/api/v1/namespaces/"+ns+"/serviceaccounts/leaderrun/token", []byte(body))
-	var tr struct{ Status struct{ Token string } }
-	if code != 201 || json.Unmarshal(out, &tr) != nil || tr.Status.Token == "" {
-		t.Fatalf("token request: %d %s", code, out)
-	}
-	return tr.Status.Token
 }
 
 // readLease returns the holder and renew time of the Lease at path.

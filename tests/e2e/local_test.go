@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // localArgs runs leaderrun on the local backend in a private lock dir, with
@@ -27,10 +29,7 @@ func withCommand(args []string, script string) []string {
 func TestExitCodes(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	noexec := filepath.Join(dir, "noexec.sh")
-	if err := os.WriteFile(noexec, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	noexec := testsupport.WriteFile(t, filepath.Join(dir, "noexec.sh"), "#!/bin/sh\nexit 0\n", 0o644)
 	cases := []struct {
 		name string
 		args []string

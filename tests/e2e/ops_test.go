@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -489,11 +488,7 @@ func TestReadyMeansTheBackendAnswered(t *testing.T) {
 
 func TestHTTPAddrInUseExits125(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := testsupport.Listen(t)
 	dir := t.TempDir()
 	code, out, errOut, _ := runOnce(t, nil, withCommand(opsLocalArgs(dir, "k", "--http-addr", ln.Addr().String()), "touch "+dir+"/ran")...)
 	if code != 125 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "--http-addr "+ln.Addr().String()) {

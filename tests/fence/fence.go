@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // Mono is a point on CLOCK_MONOTONIC in nanoseconds.
@@ -170,11 +172,7 @@ func (s *Server) Close() error {
 
 func (s *Server) accept() {
 	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
+	testsupport.AcceptEach(s.ln, func(c net.Conn) {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -185,7 +183,7 @@ func (s *Server) accept() {
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go s.serve(c)
-	}
+	})
 }
 
 // serve runs one writer's connection. Its goroutine sits in Read whenever

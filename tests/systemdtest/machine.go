@@ -35,6 +35,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 //go:embed boot.sh
@@ -275,12 +277,7 @@ func poll(timeout time.Duration, cond func() bool) bool {
 
 // HostPID maps a PID inside the machine to the host's PID (0 if none).
 func (m *Machine) HostPID(inner int) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range testsupport.Pids() {
 		ns := nsPIDs(pid)
 		if len(ns) == 2 && ns[1] == inner && m.inMachine(pid) {
 			return pid
@@ -334,12 +331,7 @@ func Alive(pid int) bool {
 // GroupAlive reports whether any process of the process group pgid (host
 // PIDs) is alive.
 func GroupAlive(pgid int) bool {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range testsupport.Pids() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			continue

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // How long the helpers wait. The machine may be small and shared with other
@@ -92,17 +94,7 @@ func serverEnv() []string {
 }
 
 // running reports whether the process was started and has not exited.
-func (p *proc) running() bool {
-	if p.done == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
+func (p *proc) running() bool { return p.done != nil && !testsupport.IsClosed(p.done) }
 
 // exitErr describes an exit that happened although nobody asked for it,
 // or returns nil while the process runs or after a deliberate stop.

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // ZooKeeper servers come from Debian's zookeeper package (3.8) and run on
@@ -481,11 +483,7 @@ func (p *blackholeProxy) port() int { return p.ln.Addr().(*net.TCPAddr).Port }
 
 func (p *blackholeProxy) accept() {
 	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
+	testsupport.AcceptEach(p.ln, func(c net.Conn) {
 		p.mu.Lock()
 		p.conns[c] = true
 		p.mu.Unlock()
@@ -494,7 +492,7 @@ func (p *blackholeProxy) accept() {
 			defer p.wg.Done()
 			p.forward(c)
 		}()
-	}
+	})
 }
 
 func (p *blackholeProxy) forward(c net.Conn) {

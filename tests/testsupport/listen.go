@@ -6,6 +6,31 @@ import (
 	"testing"
 )
 
+// Listen listens on a free loopback TCP port until the test ends, or fails
+// the test.
+func Listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// AcceptEach hands every connection ln accepts to handle, in the calling
+// goroutine, until ln is closed; handle starts whatever serves the
+// connection.
+func AcceptEach(ln net.Listener, handle func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		handle(c)
+	}
+}
+
 // Serve accepts on ln until the test ends, runs greet on each connection
 // and then holds it open; at the end the listener and every connection are
 // closed and the goroutines waited for.
@@ -18,11 +43,7 @@ func Serve(t testing.TB, ln net.Listener, greet func(net.Conn)) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
+		AcceptEach(ln, func(c net.Conn) {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
@@ -31,7 +52,7 @@ func Serve(t testing.TB, ln net.Listener, greet func(net.Conn)) {
 				defer wg.Done()
 				greet(c)
 			}()
-		}
+		})
 	}()
 	t.Cleanup(func() {
 		ln.Close()
