@@ -223,6 +223,8 @@ func (g *state) killJob(reason string) bool {
 		g.log.Warn("killing processes of the job that moved into leaderrun's own cgroup", "pids", in)
 	}
 	if j.Alive() {
+		// Named before they die: pid and command of each.
+		procs := contain.ProcessList(j.Processes())
 		if err := j.Kill(); err != nil {
 			g.log.Error("kill the job", "error", err)
 		}
@@ -231,7 +233,7 @@ func (g *state) killJob(reason string) bool {
 		for end := time.Now().Add(goneTimeout); j.Cgroup() == "" && time.Now().Before(end) && j.Alive(); {
 			_ = j.Kill()
 		}
-		g.log.Warn("killed the job", "pgid", j.Pgid(), "cgroup", j.Cgroup(), "reason", reason)
+		g.log.Warn("killed the job", "pgid", j.Pgid(), "cgroup", j.Cgroup(), "reason", reason, "processes", procs)
 	}
 	if !j.WaitGone(goneTimeout) {
 		g.log.Error("the job is still alive; not releasing, the lease will expire", "pgid", j.Pgid(), "cgroup", j.Cgroup())

@@ -44,6 +44,10 @@ const MaxRestartDelay = 30 * time.Second
 type Config struct {
 	// Locker is the backend to campaign on.
 	Locker locker.Locker
+	// Target names the backend's address for log lines (what --no-wait
+	// names): an --acquire-timeout that passes without a holder seen says
+	// which address could not be reached. Empty says nothing.
+	Target string
 	// Command is the child to run while leader. Command.Env is completed
 	// with LEADER_EPOCH at each start.
 	Command Command

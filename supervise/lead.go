@@ -313,7 +313,7 @@ func (s *Supervisor) onChildExit(l *leadership) {
 	if !l.stopping && l.lastCode == 0 {
 		l.succeeded = true
 	}
-	s.log.Info("child exited", "pid", c.Pid(), "status", c.Describe())
+	s.logChildExit(l, c)
 	if f := s.cfg.Events.ChildExited; f != nil {
 		f(l.lastCode)
 	}
@@ -474,11 +474,7 @@ func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
 	if running {
 		msg = "stopping child"
 	}
-	if lost {
-		s.log.Warn(msg, "reason", reason)
-	} else {
-		s.log.Info(msg, "reason", reason)
-	}
+	s.logEnding(l, msg, reason, lost, running)
 	if f := s.cfg.Events.Stopping; f != nil {
 		f(reason, lost)
 	}
