@@ -146,7 +146,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 				s.log.Info("leadership is released by the guard", "epoch", lease.Epoch())
 				s.releaseQuietly(lease)
 			default:
-				s.release(lease)
+				s.release(lease, routineEnd(l))
 			}
 			// After the release: a leaderrun dying in between still has its
 			// lease released by the guard.

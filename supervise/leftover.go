@@ -114,3 +114,10 @@ func (s *Supervisor) logEnding(l *leadership, msg, reason string, lost, running 
 			"processes", contain.ProcessList(l.job.Processes()))
 	}
 }
+
+// routineEnd reports whether the term ends as a trivial run does: the
+// child exited 0 on its own and nothing was lost, so its release is not
+// news (logged at DEBUG).
+func routineEnd(l *leadership) bool {
+	return l.succeeded && !l.lost && l.code == 0 && !l.retry
+}

@@ -148,7 +148,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 				}
 				return lease, deadline, 0, true
 			}
-			s.release(lease)
+			s.release(lease, false)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -229,15 +229,20 @@ func (s *Supervisor) confirm(lease locker.Lease) (time.Time, error) {
 }
 
 // release gives leadership back with its own timeout. Only called once the
-// job is gone (DESIGN §1.4).
-func (s *Supervisor) release(lease locker.Lease) {
+// job is gone (DESIGN §1.4). A routine release (the child succeeded and
+// leaderrun exits) is said at DEBUG, any other at INFO.
+func (s *Supervisor) release(lease locker.Lease, routine bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {
 		s.log.Warn("release failed; the lease will expire on its own", "error", err)
 		return
 	}
-	s.log.Debug("released", "epoch", lease.Epoch())
+	level := hclog.Info
+	if routine {
+		level = hclog.Debug
+	}
+	s.log.Log(level, "released", "epoch", lease.Epoch())
 }
 
 // releaseQuietly stops the lease's own goroutines after the guard released
