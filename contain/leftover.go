@@ -181,8 +181,12 @@ func (j *Job) Processes() []Process {
 	} else {
 		pids = j.members()
 	}
-	slices.Sort(pids)
-	pids = slices.Compact(pids)
+	return Named(pids)
+}
+
+// Named is each of pids with its command, once each, by pid.
+func Named(pids []int) []Process {
+	pids = slices.Compact(slices.Sorted(slices.Values(pids)))
 	out := make([]Process, 0, len(pids))
 	for _, pid := range pids {
 		out = append(out, Process{Pid: pid, Command: comm(pid)})

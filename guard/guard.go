@@ -220,7 +220,7 @@ func (g *state) killJob(reason string) bool {
 	}
 	j := g.job
 	if in := j.Intruders(); len(in) > 0 {
-		g.log.Warn("killing processes of the job that moved into leaderrun's own cgroup", "pids", in)
+		g.log.Warn("killing processes of the job that moved into leaderrun's own cgroup", "processes", contain.ProcessList(contain.Named(in)))
 	}
 	if j.Alive() {
 		// Named before they die: pid and command of each.

@@ -77,7 +77,7 @@ func (s *Supervisor) noteIntruders(l *leadership) {
 		return
 	}
 	if pids := l.job.Intruders(); len(pids) > 0 {
-		s.log.Warn("processes of the job moved into leaderrun's own cgroup; stopping them with the job", "pids", pids)
+		s.log.Warn("processes of the job moved into leaderrun's own cgroup; stopping them with the job", "processes", contain.ProcessList(contain.Named(pids)))
 	}
 }
 
