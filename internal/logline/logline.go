@@ -1,7 +1,7 @@
-// Package logline keeps leaderrun's log records to the shape the operator
-// reads (docs/REFERENCE.md, "Logs"): one line per record, in text and JSON
-// alike, and every duration in seconds with the unit in the field's name
-// (lease_left_s=14.998, not lease_left=15000000000 nanoseconds in JSON).
+// Package logline keeps leaderrun's log records to one shape: one line per
+// record, in text and JSON alike, and every duration in seconds with the
+// unit in the field's name (lease_left_s=14.998, not lease_left=15000000000
+// nanoseconds in JSON).
 //
 // Wrap applies both rules to every record of a logger, whoever logs it (the
 // supervisor, a backend, the observer), so a call site passes a
