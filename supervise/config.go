@@ -75,7 +75,8 @@ type Config struct {
 	Forward <-chan os.Signal
 	// Events are optional callbacks for observers (metrics, systemd).
 	Events Events
-	// Logger receives one line per state change; nil discards.
+	// Logger receives one line per state change, each record on one line and
+	// every duration as KEY_s in seconds (package logline); nil discards.
 	Logger hclog.Logger
 	// Clock is the time source; nil means RealClock.
 	Clock Clock

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/internal/logline"
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 )
@@ -55,6 +56,8 @@ func New(cfg Config) (*Supervisor, error) {
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
+	// One line per record, durations as KEY_s seconds, whoever logs.
+	s.log = logline.Wrap(s.log)
 	if s.clock == nil {
 		s.clock = RealClock{}
 	}
