@@ -114,6 +114,108 @@ type Leftover struct {
 	Cgroup string
 	// Pids are the job's processes that were found alive.
 	Pids []int
+	// Comm is each of them's command (/proc/PID/comm), read when it was
+	// found, before it was killed; "" where it could not be read.
+	Comm map[int]string
+}
+
+// Processes are the leftover's processes with their commands, by pid.
+func (l Leftover) Processes() []Process {
+	out := make([]Process, 0, len(l.Pids))
+	for _, pid := range l.Pids {
+		out = append(out, Process{Pid: pid, Command: l.Comm[pid]})
+	}
+	return out
+}
+
+// Process is one process as a log line names it: "123 (sleep)".
+type Process struct {
+	Pid     int
+	Command string // its comm, "" if unknown
+}
+
+func (p Process) String() string {
+	if p.Command == "" {
+		return strconv.Itoa(p.Pid)
+	}
+	return strconv.Itoa(p.Pid) + " (" + p.Command + ")"
+}
+
+// maxListed bounds how many processes ProcessList names.
+const maxListed = 20
+
+// ProcessList is ps for a log line: "123 (sleep), 124 (sh)", the first
+// maxListed of them and how many more there are.
+func ProcessList(ps []Process) string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i == maxListed {
+			fmt.Fprintf(&b, " and %d more", len(ps)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// comm is pid's command name, "" if it cannot be read.
+func comm(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Processes lists the job's live processes with their commands, for a log
+// line that says what is killed. It reads /proc once more and changes
+// nothing of what the job's own scans judge (see look).
+func (j *Job) Processes() []Process {
+	var pids []int
+	if j.cgroup != "" {
+		pids, _ = cgroupProcs(j.cgroup)
+		pids = append(pids, j.Intruders()...)
+	} else {
+		pids = j.members()
+	}
+	return Named(pids)
+}
+
+// Named is each of pids with its command, once each, by pid.
+func Named(pids []int) []Process {
+	pids = slices.Compact(slices.Sorted(slices.Values(pids)))
+	out := make([]Process, 0, len(pids))
+	for _, pid := range pids {
+		out = append(out, Process{Pid: pid, Command: comm(pid)})
+	}
+	return out
+}
+
+// members is group mode's list of the job's live processes from one scan
+// of /proc, judged as look judges them but without counting the scan.
+func (j *Job) members() []int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.pgid <= 1 && j.token == "" {
+		return nil
+	}
+	marked := map[int]bool{}
+	me := os.Getpid()
+	procs, _ := scanProcs(func(p procInfo) {
+		if j.token != "" && p.start >= j.since && p.pid != me && hasMarker(p.pid, j.token) {
+			marked[p.pid] = true
+		}
+	})
+	var pids []int
+	for _, m := range j.classify(procs, marked) {
+		if ProcessAlive(m.pid) {
+			pids = append(pids, m.pid)
+		}
+	}
+	return pids
 }
 
 // Sweep kills every job that a dead leaderrun of this box's key (Options.Key)
@@ -136,7 +238,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 	note := func(tok string, o owner) *Leftover {
 		l := found[tok]
 		if l == nil {
-			l = &Leftover{Owner: o.pid, Token: tok}
+			l = &Leftover{Owner: o.pid, Token: tok, Comm: map[int]string{}}
 			found[tok] = l
 			order = append(order, tok)
 		}
@@ -163,6 +265,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 			for _, pid := range treeProcs(c.dir) {
 				if !slices.Contains(l.Pids, pid) {
 					l.Pids = append(l.Pids, pid)
+					l.Comm[pid] = comm(pid) // before the kill
 				}
 			}
 			_ = (&Job{cgroup: c.dir, cgfd: -1, hasKill: b.hasKill}).killCgroup()
@@ -173,6 +276,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 			l := note(p.token, p.owner)
 			if !slices.Contains(l.Pids, p.pid) {
 				l.Pids = append(l.Pids, p.pid)
+				l.Comm[p.pid] = p.comm
 			}
 		}
 		if alive == 0 && settled {
@@ -311,6 +415,7 @@ type leftoverProc struct {
 	start uint64
 	token string
 	owner owner
+	comm  string // read when first found, before it was signalled
 }
 
 // sweeper finds and kills the processes of the jobs of a key whose
@@ -401,10 +506,18 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 	found := map[int]leftoverProc{}
 	take := func(p procInfo, tok string, o owner) {
 		f := leftoverProc{pid: p.pid, start: p.start, token: tok, owner: o}
+		if prev, ok := s.seen[p.pid]; ok && prev.start == p.start {
+			f.comm = prev.comm
+		}
 		found[p.pid] = f
 		if ProcessAlive(p.pid) {
-			hits = append(hits, f)
 			signalFound(p.pid, p.start, syscall.SIGSTOP)
+			if f.comm == "" {
+				// Stopped, it forks no more while its name is read.
+				f.comm = comm(p.pid)
+				found[p.pid] = f
+			}
+			hits = append(hits, f)
 		}
 	}
 	defer func() {

@@ -91,6 +91,12 @@ func TestSweepKillsOnlyDeadLeaderrunsJobsOfTheKey(t *testing.T) {
 	if len(found) != 1 || found[0].Owner != me || !slices.Equal(found[0].Pids, slices.Sorted(slices.Values([]int{dead.Process.Pid, kid}))) {
 		t.Errorf("found %+v, want one job of owner %d with pids %d and %d", found, me, dead.Process.Pid, kid)
 	}
+	// Each named with its command, read before it was killed.
+	if len(found) == 1 {
+		if got, want := ProcessList(found[0].Processes()), ProcessList([]Process{{dead.Process.Pid, "sleep"}, {kid, "sleep"}}); got != want {
+			t.Errorf("leftover named %q, want %q", got, want)
+		}
+	}
 	for _, pid := range []int{dead.Process.Pid, kid} {
 		if ProcessAlive(pid) {
 			t.Errorf("leftover process %d still runs", pid)

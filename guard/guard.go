@@ -235,9 +235,10 @@ func (g *state) killJob(reason string) bool {
 	}
 	j := g.job
 	if in := j.Intruders(); len(in) > 0 {
-		g.log.Warn("killing processes of the job that moved into leaderrun's own cgroup", "pids", in)
+		g.log.Warn("killing processes of the job that moved into leaderrun's own cgroup", "processes", contain.ProcessList(contain.Named(in)))
 	}
 	if j.Alive() {
+		procs := g.name(j)
 		if err := j.Kill(); err != nil {
 			g.log.Error("kill the job", "error", err)
 		}
@@ -246,7 +247,11 @@ func (g *state) killJob(reason string) bool {
 		for end := time.Now().Add(goneTimeout); j.Cgroup() == "" && time.Now().Before(end) && j.Alive(); {
 			_ = j.Kill()
 		}
-		g.log.Warn("killed the job", "pgid", j.Pgid(), "cgroup", j.Cgroup(), "reason", reason)
+		args := []any{"pgid", j.Pgid(), "cgroup", j.Cgroup(), "reason", reason}
+		if procs != "" {
+			args = append(args, "processes", procs)
+		}
+		g.log.Warn("killed the job", args...)
 	}
 	if !j.WaitGone(goneTimeout) {
 		g.log.Error("the job is still alive; killing it again, not releasing", "pgid", j.Pgid(), "cgroup", j.Cgroup())
@@ -264,6 +269,22 @@ func (g *state) killJob(reason string) bool {
 		}
 	}
 	return true
+}
+
+// nameAhead is how far before the kill point the guard still names the
+// processes of a group-mode job before it kills them: naming them there
+// costs a scan of /proc (milliseconds, more on a host of thousands of
+// processes) that must not eat into the safety margin.
+const nameAhead = int64(time.Second)
+
+// name lists the job's processes, pid and command, for the line that says
+// they were killed; "" where listing them would delay the kill: a group
+// mode job at or near its kill point. A cgroup lists them in one read.
+func (g *state) name(j *contain.Job) string {
+	if j.Cgroup() == "" && MonoNow() > g.killAt-nameAhead {
+		return ""
+	}
+	return contain.ProcessList(j.Processes())
 }
 
 // releaseLease gives the lease back: the local lock by unlocking the held

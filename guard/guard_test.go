@@ -4,6 +4,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -366,4 +367,25 @@ func TestHeldLockReleaseRunsNoReleaser(t *testing.T) {
 	}
 	g.send(t, Done())
 	g.wait(t)
+}
+
+// TestStderrLoggerTimestampsInLeaderrunsLayout: the small guard's lines
+// carry hclog's timestamp and level, in text or JSON, one line a record.
+func TestStderrLoggerTimestampsInLeaderrunsLayout(t *testing.T) {
+	at := time.Date(2026, 12, 1, 11, 41, 56, 738123000, time.UTC)
+	var text, js strings.Builder
+	now := func() time.Time { return at }
+	StderrLogger{Level: "info", Out: &text, Now: now}.Warn("killed the job", "processes", "123 (sleep)", "error", errors.New("a\nb"), "after", 1500*time.Millisecond)
+	StderrLogger{Level: "info", Out: &text, Now: now}.Info("quiet", "k", "v")
+	StderrLogger{Level: "warn", Out: &text, Now: now}.Info("not shown")
+	want := "2026-12-01T11:41:56.738Z [WARN]  leaderrun.guard: killed the job: processes=\"123 (sleep)\" error=\"a; b\" after_s=1.5\n" +
+		"2026-12-01T11:41:56.738Z [INFO]  leaderrun.guard: quiet: k=v\n"
+	if text.String() != want {
+		t.Fatalf("text:\n%q\nwant\n%q", text.String(), want)
+	}
+	StderrLogger{Level: "info", Format: "json", Out: &js, Now: now}.Error("release failed", "error", errors.New("x\ny"), "after", "leaderrun died")
+	want = `{"@level":"error","@message":"release failed","@module":"leaderrun.guard","@timestamp":"2026-12-01T11:41:56.738123Z","after":"leaderrun died","error":"x; y"}` + "\n"
+	if js.String() != want {
+		t.Fatalf("json:\n%s\nwant\n%s", js.String(), want)
+	}
 }

@@ -4,14 +4,17 @@ package guard
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -78,8 +81,17 @@ func ReadReleaseRequest(r io.Reader) (hello []byte, handle string, err error) {
 }
 
 // StderrLogger is a minimal Logger for the small guard binary: one line a
-// message on stderr, in hclog's text layout.
-type StderrLogger struct{ Level string }
+// record on stderr, timestamped, in the layout of leaderrun's own logs
+// (hclog's text, or its JSON with Format "json"), under the same rules:
+// one line per record, durations in seconds as KEY_s.
+type StderrLogger struct {
+	Level  string
+	Format string // "text" (the default) or "json"
+	// Out is where the lines go; nil means os.Stderr.
+	Out io.Writer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
 
 func (l StderrLogger) Info(msg string, args ...any) { l.log("INFO", msg, args) }
 func (l StderrLogger) Warn(msg string, args ...any) { l.log("WARN", msg, args) }
@@ -87,19 +99,103 @@ func (l StderrLogger) Error(msg string, args ...any) {
 	l.log("ERROR", msg, args)
 }
 
+// The layouts of hclog's timestamps, text and JSON.
+const (
+	textTime = "2006-01-02T15:04:05.000Z0700"
+	jsonTime = "2006-01-02T15:04:05.000000Z07:00"
+)
+
 func (l StderrLogger) log(level, msg string, args []any) {
 	rank := map[string]int{"TRACE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3, "ERROR": 4}
 	if rank[level] < rank[strings.ToUpper(l.Level)] {
 		return
 	}
+	now := time.Now
+	if l.Now != nil {
+		now = l.Now
+	}
+	out := l.Out
+	if out == nil {
+		out = os.Stderr
+	}
+	t := now()
+	msg = fold(msg)
+	if l.Format == "json" {
+		rec := map[string]any{"@level": strings.ToLower(level), "@message": msg, "@module": "leaderrun.guard", "@timestamp": t.Format(jsonTime)}
+		for i := 0; i+1 < len(args); i += 2 {
+			k, v := field(fmt.Sprint(args[i]), args[i+1])
+			rec[k] = v
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			b, _ = json.Marshal(map[string]any{"@level": strings.ToLower(level), "@message": msg, "@module": "leaderrun.guard", "@timestamp": t.Format(jsonTime), "log_error": err.Error()})
+		}
+		_, _ = out.Write(append(b, '\n'))
+		return
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "[%s] leaderrun.guard: %s", level, msg)
+	fmt.Fprintf(&b, "%s %-7s leaderrun.guard: %s", t.Format(textTime), "["+level+"]", msg)
 	if len(args) > 0 {
 		b.WriteString(":")
 	}
 	for i := 0; i+1 < len(args); i += 2 {
-		fmt.Fprintf(&b, " %v=%v", args[i], args[i+1])
+		k, v := field(fmt.Sprint(args[i]), args[i+1])
+		val := fmt.Sprint(v)
+		if _, ok := v.(float64); ok {
+			val = strconv.FormatFloat(v.(float64), 'f', -1, 64)
+		}
+		if needsQuoting(val) {
+			val = strconv.Quote(val)
+		}
+		fmt.Fprintf(&b, " %s=%s", k, val)
 	}
 	b.WriteString("\n")
-	_, _ = os.Stderr.WriteString(b.String())
+	_, _ = io.WriteString(out, b.String())
+}
+
+// field is the guard's copy of leaderrun's rule for a value (package
+// logline, which the small guard does not link): a duration as KEY_s in
+// seconds, an error or a text of several lines folded onto one.
+func field(key string, v any) (string, any) {
+	switch x := v.(type) {
+	case time.Duration:
+		if !strings.HasSuffix(key, "_s") {
+			key += "_s"
+		}
+		return key, x.Round(time.Millisecond).Seconds()
+	case error:
+		if x != nil {
+			return key, fold(x.Error())
+		}
+	case string:
+		return key, fold(x)
+	case fmt.Stringer:
+		return key, fold(x.String())
+	}
+	return key, v
+}
+
+// fold puts a text of several lines on one, its lines joined by "; ".
+func fold(s string) string {
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	var kept []string
+	for _, l := range strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		if l = strings.TrimSpace(l); l != "" {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, "; ")
+}
+
+// needsQuoting: hclog writes a value unquoted only if it is all of '-'
+// through '~'.
+func needsQuoting(s string) bool {
+	for _, r := range s {
+		if r < 0x2D || r > 0x7E {
+			return true
+		}
+	}
+	return false
 }

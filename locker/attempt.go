@@ -49,6 +49,10 @@ func OneAttempt(l Locker, key, addr string, timeout time.Duration) Locker {
 	return oneAttempt{Locker: l, key: key, addr: addr, timeout: timeout}
 }
 
+// SingleAttempt is the capability of a Locker made by OneAttempt: its
+// Acquire waits for no holder, so nothing is logged about one it waits for.
+type SingleAttempt interface{ OneAttempt() }
+
 type oneAttempt struct {
 	Locker
 	key, addr string
@@ -83,6 +87,9 @@ func (o oneAttempt) Acquire(ctx context.Context) (Lease, error) {
 	}
 	return nil, attemptError{addr: o.addr, err: err}
 }
+
+// OneAttempt marks the wrapper (SingleAttempt).
+func (o oneAttempt) OneAttempt() {}
 
 // Unwrap returns the wrapped Locker, so that As finds the capabilities
 // (RunLog, HostLocal, ...) of the backend behind the wrapper.

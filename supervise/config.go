@@ -44,6 +44,10 @@ const MaxRestartDelay = 30 * time.Second
 type Config struct {
 	// Locker is the backend to campaign on.
 	Locker locker.Locker
+	// Target names the backend's address for log lines (what --no-wait
+	// names): an --acquire-timeout that passes without a holder seen says
+	// which address could not be reached. Empty says nothing.
+	Target string
 	// Command is the child to run while leader. Command.Env is completed
 	// with LEADER_EPOCH at each start.
 	Command Command
@@ -71,7 +75,8 @@ type Config struct {
 	Forward <-chan os.Signal
 	// Events are optional callbacks for observers (metrics, systemd).
 	Events Events
-	// Logger receives one line per state change; nil discards.
+	// Logger receives one line per state change, each record on one line and
+	// every duration as KEY_s in seconds (package logline); nil discards.
 	Logger hclog.Logger
 	// Clock is the time source; nil means RealClock.
 	Clock Clock

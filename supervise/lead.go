@@ -146,7 +146,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 				s.log.Info("leadership is released by the guard", "epoch", lease.Epoch())
 				s.releaseQuietly(lease)
 			default:
-				s.release(lease)
+				s.release(lease, routineEnd(l))
 			}
 			// After the release: a leaderrun dying in between still has its
 			// lease released by the guard.
@@ -313,7 +313,7 @@ func (s *Supervisor) onChildExit(l *leadership) {
 	if !l.stopping && l.lastCode == 0 {
 		l.succeeded = true
 	}
-	s.log.Info("child exited", "pid", c.Pid(), "status", c.Describe())
+	s.logChildExit(l, c)
 	if f := s.cfg.Events.ChildExited; f != nil {
 		f(l.lastCode)
 	}
@@ -474,11 +474,7 @@ func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
 	if running {
 		msg = "stopping child"
 	}
-	if lost {
-		s.log.Warn(msg, "reason", reason)
-	} else {
-		s.log.Info(msg, "reason", reason)
-	}
+	s.logEnding(l, msg, reason, lost, running)
 	if f := s.cfg.Events.Stopping; f != nil {
 		f(reason, lost)
 	}

@@ -4,6 +4,7 @@ package supervise
 
 import (
 	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/signals"
 )
 
 // sweepResult is what one sweep of leftover jobs found.
@@ -30,7 +31,7 @@ func (s *Supervisor) sweepNow() sweepResult {
 
 func (s *Supervisor) logSweep(r sweepResult) {
 	for _, j := range r.found {
-		args := []any{"leaderrun_pid", j.Owner, "count", len(j.Pids), "pids", j.Pids, "marker", j.Token}
+		args := []any{"leaderrun_pid", j.Owner, "count", len(j.Pids), "processes", contain.ProcessList(j.Processes()), "marker", j.Token}
 		if j.Cgroup != "" {
 			args = append(args, "cgroup", j.Cgroup)
 		}
@@ -76,6 +77,47 @@ func (s *Supervisor) noteIntruders(l *leadership) {
 		return
 	}
 	if pids := l.job.Intruders(); len(pids) > 0 {
-		s.log.Warn("processes of the job moved into leaderrun's own cgroup; stopping them with the job", "pids", pids)
+		s.log.Warn("processes of the job moved into leaderrun's own cgroup; stopping them with the job", "processes", contain.ProcessList(contain.Named(pids)))
 	}
+}
+
+// logChildExit says how the child ended, with its exit code as a number:
+// at WARN when it failed on its own (a non-zero exit, a signal leaderrun
+// did not send), at INFO otherwise.
+func (s *Supervisor) logChildExit(l *leadership, c *Child) {
+	args := []any{"pid", c.Pid(), "exit_code", c.ExitCode(), "status", c.Describe()}
+	if c.ExitCode() != 0 && !l.stopping {
+		s.log.Warn("child exited", args...)
+		return
+	}
+	s.log.Info("child exited", args...)
+}
+
+// logEnding says why the term ends: at WARN when leadership was lost, at
+// INFO when a running child is stopped, at DEBUG when nothing runs any
+// more (the child exited, which was said). Processes the child left running
+// after its own exit (a nohup'ed job) are named at WARN, pid and command,
+// as they are stopped.
+func (s *Supervisor) logEnding(l *leadership, msg, reason string, lost, running bool) {
+	switch {
+	case lost:
+		s.log.Warn(msg, "reason", reason)
+	case running && l.child == nil:
+		// Only leftovers of the child are alive.
+	case running:
+		s.log.Info(msg, "reason", reason)
+	default:
+		s.log.Debug(msg, "reason", reason)
+	}
+	if running && l.child == nil && l.job != nil {
+		s.log.Warn("stopping processes the child left running", "reason", reason, "signal", signals.Name(l.stopSignal),
+			"processes", contain.ProcessList(l.job.Processes()))
+	}
+}
+
+// routineEnd reports whether the term ends as a trivial run does: the
+// child exited 0 on its own and nothing was lost, so its release is not
+// news (logged at DEBUG).
+func routineEnd(l *leadership) bool {
+	return l.succeeded && !l.lost && l.code == 0 && !l.retry
 }

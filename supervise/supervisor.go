@@ -17,6 +17,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/internal/logline"
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 )
@@ -55,6 +56,8 @@ func New(cfg Config) (*Supervisor, error) {
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
+	// One line per record, durations as KEY_s seconds, whoever logs.
+	s.log = logline.Wrap(s.log)
 	if s.clock == nil {
 		s.clock = RealClock{}
 	}
@@ -132,20 +135,23 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 
 	retry := retry.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
 	var failed error // the last attempt that failed for a reason of its own
+	holder := s.watchHolder(actx)
+	defer holder.stop()
 	for {
-		s.log.Info("campaigning")
+		s.log.Debug("campaigning")
 		call(s.cfg.Events.Campaigning)
 		lease, err := s.cfg.Locker.Acquire(actx)
 		if err == nil {
 			deadline, err = s.confirm(lease)
 			if err == nil {
-				s.log.Info("acquired", "epoch", lease.Epoch(), "lease_left", deadline.Sub(s.clock.Now()).Round(time.Millisecond))
+				holder.stop()
+				s.log.Debug("acquired", "epoch", lease.Epoch(), "lease_left", deadline.Sub(s.clock.Now()))
 				if f := s.cfg.Events.Acquired; f != nil {
 					f(lease.Epoch(), deadline)
 				}
 				return lease, deadline, 0, true
 			}
-			s.release(lease)
+			s.release(lease, false)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -158,7 +164,8 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			s.log.Error("backend refused", "error", err)
 			return nil, time.Time{}, ExitInternal, false
 		case actx.Err() != nil:
-			return nil, time.Time{}, s.timedOut(ctx, failed), false
+			holder.stop()
+			return nil, time.Time{}, s.timedOut(ctx, failed, holder), false
 		}
 		failed = err
 		wait := retry.Next()
@@ -177,23 +184,37 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 const holderReadTimeout = 2 * time.Second
 
 // timedOut is the outcome of an --acquire-timeout that passed. "Held
-// elsewhere" (124, or --conflict-exit) is said only when the backend
-// answers: it is asked once more who leads, and a backend that cannot say is
-// an outage (125), logged at WARN with the last error so that --quiet shows
-// it (DESIGN §4).
-func (s *Supervisor) timedOut(ctx context.Context, failed error) int {
+// elsewhere" (124, or --conflict-exit) is said only when a holder was seen:
+// it is asked once more who leads, and a holder read then or by the
+// campaign's watch (holderWatch) is a conflict. Without one the wait was an
+// outage (125), logged at WARN, which --quiet shows, with the backend's
+// address and the last error the campaign met (DESIGN §4).
+func (s *Supervisor) timedOut(ctx context.Context, failed error, w *holderWatch) int {
 	rctx, cancel := context.WithTimeout(ctx, holderReadTimeout)
 	defer cancel()
 	h, err := s.cfg.Locker.Leader(rctx)
-	if err == nil {
+	last, seen, watchErr := w.result()
+	if err != nil && seen {
+		h = last
+	}
+	if err == nil || seen {
 		s.log.Info("not acquired within --acquire-timeout", "timeout", s.cfg.AcquireTimeout, "holder", h.ID, "epoch", h.Epoch)
 		return ExitNotHeld
 	}
-	if failed == nil {
-		failed = err
+	msg := "not acquired within --acquire-timeout: the backend could not be reached"
+	if failed == nil && errors.Is(err, locker.ErrNoLeader) {
+		msg = "not acquired within --acquire-timeout, and no holder was seen"
 	}
-	s.log.Warn("not acquired within --acquire-timeout: the backend could not be reached",
-		"timeout", s.cfg.AcquireTimeout, "error", failed)
+	for _, e := range []error{watchErr, err} {
+		if failed == nil {
+			failed = e
+		}
+	}
+	args := []any{"timeout", s.cfg.AcquireTimeout, "error", failed}
+	if s.cfg.Target != "" {
+		args = append([]any{"address", s.cfg.Target}, args...)
+	}
+	s.log.Warn(msg, args...)
 	return ExitInternal
 }
 
@@ -211,15 +232,20 @@ func (s *Supervisor) confirm(lease locker.Lease) (time.Time, error) {
 }
 
 // release gives leadership back with its own timeout. Only called once the
-// job is gone (DESIGN §1.4).
-func (s *Supervisor) release(lease locker.Lease) {
+// job is gone (DESIGN §1.4). A routine release (the child succeeded and
+// leaderrun exits) is said at DEBUG, any other at INFO.
+func (s *Supervisor) release(lease locker.Lease, routine bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {
 		s.log.Warn("release failed; the lease will expire on its own", "error", err)
 		return
 	}
-	s.log.Info("released", "epoch", lease.Epoch())
+	level := hclog.Info
+	if routine {
+		level = hclog.Debug
+	}
+	s.log.Log(level, "released", "epoch", lease.Epoch())
 }
 
 // releaseQuietly stops the lease's own goroutines after the guard released

@@ -30,7 +30,7 @@ func main() {
 	fs := flag.NewFlagSet(guard.Name, flag.ContinueOnError)
 	releaseWith := fs.String("release-with", "", "the leaderrun binary that releases a lease")
 	level := fs.String("log-level", "info", "trace, debug, info, warn or error")
-	_ = fs.String("log-format", "text", "text (json is logged as text)")
+	format := fs.String("log-format", "text", "text or json")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(125)
 	}
@@ -57,5 +57,5 @@ func main() {
 	// Package init (TLS, networking) touched pages the guard never needs
 	// while it sleeps; give them back once it has settled.
 	time.AfterFunc(2*time.Second, guard.TrimResident)
-	os.Exit(guard.Main(release, guard.StderrLogger{Level: *level}))
+	os.Exit(guard.Main(release, guard.StderrLogger{Level: *level, Format: *format}))
 }

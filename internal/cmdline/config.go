@@ -13,6 +13,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/internal/logline"
 	"github.com/leaderrun/leaderrun/internal/once"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/supervise"
@@ -121,7 +122,8 @@ func (l logSettings) logger() (hclog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format must be text or json, got %q", l.format)
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: logOutput()}), nil
+	// One line per record, durations in seconds (package logline).
+	return logline.Wrap(hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: logOutput()})), nil
 }
 
 // lockerOptions are the settings every backend shares; key is the one the

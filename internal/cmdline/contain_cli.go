@@ -13,6 +13,7 @@ import (
 	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/contain/scope"
 	"github.com/leaderrun/leaderrun/guard"
+	"github.com/leaderrun/leaderrun/internal/logline"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/supervise"
 )
@@ -60,7 +61,13 @@ func runGuard(cfg *runConfig, lk locker.Locker, log hclog.Logger) *guard.Spec {
 	hello, whyFull := guardHello(cfg, lk)
 	g, warning := guardSpec(cfg.logs, hello, whyFull)
 	if warning != "" {
-		log.Warn(warning)
+		// At WARN once per boot and binary, at INFO after that: cron would
+		// mail it on every quiet run.
+		if self, _ := os.Executable(); logline.FirstThisBoot("guard warning\x00" + self + "\x00" + warning) {
+			log.Warn(warning)
+		} else {
+			log.Info(warning)
+		}
 	}
 	if whyFull != "" {
 		log.Info("the guard is leaderrun itself: leaderrun-guard cannot release this lease alone", "why", whyFull)

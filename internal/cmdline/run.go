@@ -142,6 +142,7 @@ func run(cfg *runConfig) error {
 	}
 
 	sup.Locker = lk
+	sup.Target, _ = cfg.settings.Target(lk)
 	sup.Logger = log
 	if err := supervise.BecomeSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)

@@ -280,7 +280,7 @@ func TestConsulObserverTakeover(t *testing.T) {
 			a := startHost(t, dir, "a", "b", consulArgs(proxy.Addr, key, "--log-level", "debug"))
 			a.waitStarted(t, 30*time.Second)
 			b := startHost(t, dir, "b", "a", consulArgs(c.HTTPAddr(0), key))
-			waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "campaigning") })
+			waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
 			time.Sleep(consulTTL / 2) // b watches a few heartbeats first
 			if b.started() {
 				t.Fatal("the standby's child started while the leader renewed")

@@ -70,9 +70,12 @@ func unreachableIsAnOutage(t *testing.T, args []string) {
 	if took := time.Since(began); took > 7*time.Second {
 		t.Fatalf("took %v with --acquire-timeout 2s", took)
 	}
-	if !strings.Contains(out, "[WARN]  leaderrun: not acquired within --acquire-timeout: the backend could not be reached") ||
-		!strings.Contains(out, "127.0.0.1:1") {
-		t.Fatalf("want a WARN line naming the address under -q, got:\n%s", out)
+	// The last line says it all: the address tried and the last error.
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	if !strings.Contains(last, "[WARN]  leaderrun: not acquired within --acquire-timeout: the backend could not be reached") ||
+		!strings.Contains(last, "address=127.0.0.1:1 ") || !strings.Contains(last, "error=\"") {
+		t.Fatalf("want a last WARN line naming the address and the last error under -q, got:\n%s", out)
 	}
 }
 

@@ -102,7 +102,7 @@ func pair(t *testing.T, args []string, env ...string) (a, b *host) {
 	a = startHost(t, dir, "a", "b", args, env...)
 	a.waitStarted(t, 30*time.Second)
 	b = startHost(t, dir, "b", "a", args, env...)
-	waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "campaigning") })
+	waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
 	return a, b
 }
 

@@ -117,7 +117,7 @@ func TestKubernetes(t *testing.T) {
 		a := startHost(t, dir, "a", "b", kubeArgs(admin, key))
 		a.waitStarted(t, 30*time.Second)
 		b := start(t, "standby", nil, append(kubeArgs(admin, key), "--", "touch", dir+"/ran")...)
-		waitFor(t, 10*time.Second, "standby to campaign", func() bool { return strings.Contains(b.Output(), "campaigning") })
+		waitFor(t, 10*time.Second, "standby to campaign", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
 		time.Sleep(200 * time.Millisecond)
 		sent := time.Now()
 		b.Signal(syscall.SIGTERM)

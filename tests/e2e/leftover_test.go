@@ -104,7 +104,7 @@ func TestLeftoverOfKilledSupervisorsIsSweptBeforeTheNextChild(t *testing.T) {
 			var b *Proc
 			if tc.standby {
 				b = start(t, "B", nil, withCommand(args, checkingJob(dir))...)
-				waitFor(t, 10*time.Second, "the standby to campaign", func() bool { return strings.Contains(b.Output(), "campaigning") })
+				waitFor(t, 10*time.Second, "the standby to campaign", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
 			}
 			killBoth(t, a)
 			if !tc.standby {
@@ -199,11 +199,11 @@ echo $p > ` + dir + `/intruder.pid
 func wantWarnedPid(t *testing.T, out string, pid int) {
 	t.Helper()
 	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "[WARN]") && strings.Contains(line, strconv.Itoa(pid)) {
+		if strings.Contains(line, "[WARN]") && strings.Contains(line, strconv.Itoa(pid)+" (") {
 			return
 		}
 	}
-	t.Errorf("no warning names process %d:\n%s", pid, out)
+	t.Errorf("no warning names process %d and its command, as \"%d (sleep)\":\n%s", pid, pid, out)
 }
 
 // nextLeaderSwept waits for the next leader b's child (a checkingJob in
@@ -472,7 +472,7 @@ exec sleep 1000`
 	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
 	waitFor(t, 10*time.Second, "the inner leaderrun to campaign", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "inner.log"))
-		return strings.Contains(string(b), "campaigning")
+		return strings.Contains(string(b), "waiting for the holder")
 	})
 	killBoth(t, a)
 	waitFor(t, 15*time.Second, "the inner leader's child to start", func() bool {

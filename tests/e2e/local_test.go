@@ -192,7 +192,7 @@ func TestTermWhileWaitingEndsWithinOneSecond(t *testing.T) {
 	holder := start(t, "holder", nil, withCommand(localArgs(dir, "k"), "echo $$ > "+dir+"/holder.pid; exec sleep 1000")...)
 	readPID(t, dir+"/holder.pid")
 	standby := start(t, "standby", nil, withCommand(localArgs(dir, "k"), "echo started > "+dir+"/standby")...)
-	waitFor(t, 5*time.Second, "standby to campaign", func() bool { return strings.Contains(standby.Output(), "campaigning") })
+	waitFor(t, 5*time.Second, "standby to campaign", func() bool { return strings.Contains(standby.Output(), "waiting for the holder") })
 	sent := time.Now()
 	standby.Signal(syscall.SIGTERM)
 	code := standby.Wait(5 * time.Second)
@@ -218,7 +218,7 @@ func TestStandbyTakesOverWithHigherEpoch(t *testing.T) {
 	first := start(t, "first", nil, withCommand(localArgs(dir, "k"), script("first"))...)
 	e1 := readPID(t, dir+"/first.epoch")
 	second := start(t, "second", nil, withCommand(localArgs(dir, "k"), script("second"))...)
-	waitFor(t, 5*time.Second, "second to campaign", func() bool { return strings.Contains(second.Output(), "campaigning") })
+	waitFor(t, 5*time.Second, "second to campaign", func() bool { return strings.Contains(second.Output(), "waiting for the holder") })
 	if _, err := os.Stat(dir + "/second.epoch"); err == nil {
 		t.Fatal("second child ran while the first led")
 	}

@@ -73,7 +73,7 @@ func TestLocalLockFileRemovedWhileHeldStartsNoSecondJob(t *testing.T) {
 			old := start(t, "old leader", nil, withCommand(args, job("old"))...)
 			oldPID := readPID(t, dir+"/old.pid")
 			standby := start(t, "standby", nil, withCommand(args, job("new"))...)
-			waitFor(t, 5*time.Second, "the standby to campaign", func() bool { return strings.Contains(standby.Output(), "campaigning") })
+			waitFor(t, 5*time.Second, "the standby to campaign", func() bool { return strings.Contains(standby.Output(), "waiting for the holder") })
 			lock := filepath.Join(dir, "leaderrun", "k.lock")
 			switch tamper {
 			case "removed":
@@ -141,7 +141,7 @@ func TestLocalStandbyOutlivesAWipedLockDir(t *testing.T) {
 	old := start(t, "old leader", nil, withCommand(args, job("old"))...)
 	oldPID := readPID(t, out+"/old.pid")
 	standby := start(t, "standby", nil, withCommand(args, job("new"))...)
-	waitFor(t, 5*time.Second, "the standby to campaign", func() bool { return strings.Contains(standby.Output(), "campaigning") })
+	waitFor(t, 5*time.Second, "the standby to campaign", func() bool { return strings.Contains(standby.Output(), "waiting for the holder") })
 	// Wiped at once (a tmpfs unmounted, a directory moved away), so that no
 	// candidate's new lock file lands in it before it goes.
 	sub := filepath.Join(dir, "leaderrun")

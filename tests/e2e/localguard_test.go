@@ -63,7 +63,7 @@ func fireGuardUnderStalledLeader(t *testing.T, restart string) guardFired {
 	newJob := "echo \"$LEADER_EPOCH $$\" >> " + starts + "; echo $$ > " + dir + "/new.pid; " +
 		"while :; do if '" + binary + "' check 2>>" + dir + "/check.err; then echo ok; else echo fail; fi >> " + dir + "/checks; sleep 0.1; done"
 	standby := start(t, "standby", nil, withCommand(append([]string(nil), args[:len(args)-4]...), newJob)...)
-	waitFor(t, 5*time.Second, "the standby to campaign", func() bool { return strings.Contains(standby.Output(), "campaigning") })
+	waitFor(t, 5*time.Second, "the standby to campaign", func() bool { return strings.Contains(standby.Output(), "waiting for the holder") })
 	if err := os.Remove(oldBinary); err != nil {
 		t.Fatal(err)
 	}

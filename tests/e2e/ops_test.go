@@ -170,7 +170,7 @@ func statusAndCheck(t *testing.T, backend string, args, timing []string, takeove
 
 	// B waits; A dies without a word; B takes over.
 	b := start(t, "B", env, append(append([]string{"--id", "host-b"}, run...), checkingChild(dir, "b")...)...)
-	waitFor(t, 10*time.Second, "B to campaign", func() bool { return strings.Contains(b.Output(), "campaigning") })
+	waitFor(t, 10*time.Second, "B to campaign", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
 	a.Signal(syscall.SIGKILL)
 	a.Wait(5 * time.Second)
 	waitFor(t, takeover, "B's child to start", func() bool { _, err := os.Stat(dir + "/b.epoch"); return err == nil })
@@ -464,8 +464,8 @@ func TestReadyMeansTheBackendAnswered(t *testing.T) {
 
 	expectNotify(t, msgs, "READY=1", 10*time.Second)
 	// Its log line may reach us a moment after its notification.
-	waitFor(t, 2*time.Second, "the standby's campaigning line", func() bool { return strings.Contains(standby.Output(), "campaigning") })
-	if out := standby.Output(); strings.Contains(out, "acquired") || !strings.Contains(out, "campaigning") {
+	waitFor(t, 2*time.Second, "the standby's waiting line", func() bool { return strings.Contains(standby.Output(), "waiting for the holder") })
+	if out := standby.Output(); strings.Contains(out, "child started") || !strings.Contains(out, "waiting for the holder") {
 		t.Fatalf("READY=1 came from a standby that is not campaigning:\n%s", standby.Output())
 	}
 	// The unreachable one has had as long, and more: still not ready.

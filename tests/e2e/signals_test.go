@@ -21,7 +21,7 @@ func TestSignalToStandbyIsNotDeliveredAfterTakeover(t *testing.T) {
 	a := start(t, "A", nil, withCommand(localArgs(dir, "k"), "echo $$ > "+dir+"/a.pid; exec sleep 1000")...)
 	readPID(t, dir+"/a.pid")
 	b := start(t, "B", nil, withCommand(localArgs(dir, "k"), "echo $$ > "+dir+"/b.pid; exec sleep 1000")...)
-	waitFor(t, 5*time.Second, "B to campaign", func() bool { return strings.Contains(b.Output(), "campaigning") })
+	waitFor(t, 5*time.Second, "B to campaign", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
 	b.Signal(syscall.SIGHUP)
 	time.Sleep(200 * time.Millisecond)
 	a.Signal(syscall.SIGTERM)

@@ -1,0 +1,89 @@
+package supervise
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// waitingLocker never grants the key; Leader answers with leader(n) on its
+// n-th call.
+type waitingLocker struct {
+	calls  atomic.Int32
+	leader func(n int32) (locker.Holder, error)
+}
+
+func (l *waitingLocker) Acquire(ctx context.Context) (locker.Lease, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (l *waitingLocker) Leader(context.Context) (locker.Holder, error) {
+	return l.leader(l.calls.Add(1))
+}
+func (l *waitingLocker) ReleaseHandle(context.Context, string) error { return nil }
+func (l *waitingLocker) Close() error                                { return nil }
+
+// runWaiting runs a supervisor on lk with a 1s acquire timeout and returns
+// its exit code and log.
+func runWaiting(t *testing.T, lk locker.Locker) (int, string) {
+	t.Helper()
+	var buf testsupport.SyncBuffer
+	sh, _ := ResolveCommand("sh")
+	s, err := New(Config{
+		Locker: lk, Target: "10.0.0.1:2379", Command: Command{Path: sh, Args: []string{"sh", "-c", "true"}, Env: os.Environ()},
+		TTL: 15 * time.Second, RenewInterval: 200 * time.Millisecond, KillGrace: 5 * time.Second, SafetyMargin: time.Second,
+		StopSignal: syscall.SIGTERM, RestartDelay: time.Second, Restart: RestartNever, OnLost: LostExit,
+		AcquireTimeout: time.Second, Logger: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Run(context.Background()), buf.String()
+}
+
+// TestAcquireTimeoutIsAConflictOnlyWithAHolderSeen: a holder read during the
+// wait makes the timeout "held elsewhere" (124), even if the backend fails
+// the last read; a backend that never named one is an outage (125), logged
+// at WARN with its address and the last error.
+func TestAcquireTimeoutIsAConflictOnlyWithAHolderSeen(t *testing.T) {
+	host, _ := os.Hostname()
+	refused := errors.New("dial tcp 10.0.0.1:2379: connect: connection refused")
+	seen := &waitingLocker{leader: func(n int32) (locker.Holder, error) {
+		if n == 1 {
+			return locker.Holder{ID: "other", Hostname: host + "-elsewhere", PID: 7, Epoch: 3}, nil
+		}
+		return locker.Holder{}, refused
+	}}
+	code, out := runWaiting(t, seen)
+	if code != ExitNotHeld {
+		t.Fatalf("holder seen during the wait: exit %d, want %d\n%s", code, ExitNotHeld, out)
+	}
+	if strings.Count(out, "waiting for the holder") != 1 || !strings.Contains(out, "holder=other host="+host+"-elsewhere pid=7 epoch=3") {
+		t.Fatalf("want one line naming the holder waited for:\n%s", out)
+	}
+
+	never := &waitingLocker{leader: func(int32) (locker.Holder, error) { return locker.Holder{}, refused }}
+	code, out = runWaiting(t, never)
+	if code != ExitInternal {
+		t.Fatalf("no holder ever seen: exit %d, want %d\n%s", code, ExitInternal, out)
+	}
+	if !strings.Contains(out, "[WARN]  not acquired within --acquire-timeout: the backend could not be reached: address=10.0.0.1:2379") ||
+		!strings.Contains(out, "connection refused") || strings.Contains(out, "waiting for the holder") {
+		t.Fatalf("want a WARN naming the address and the last error:\n%s", out)
+	}
+	// Reads: one at the start and at most one per renew interval (200ms)
+	// in the 1s wait, and the last one.
+	if n := never.calls.Load(); n < 3 || n > 8 {
+		t.Fatalf("%d holder reads in a 1s wait with a 200ms renew interval", n)
+	}
+}
