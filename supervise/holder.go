@@ -16,8 +16,9 @@ import (
 // INFO line "waiting for the holder" (id, host, pid, epoch) when the
 // campaign starts and whenever the holder changes. The Locker interface has
 // no change notification, so the holder is read with Locker.Leader once at
-// the start and then at most once per renew interval: one read per
-// interval per standby, the pace at which the leader itself writes. The
+// the start and then once a TTL (at least a renew interval): a holder
+// changes at most that often unless it hands over, and a standby adds one
+// read a TTL to what it costs the backend (DESIGN §5). The
 // last error the read met is kept for an --acquire-timeout that passes
 // (timedOut), and whether a holder was seen at all.
 type holderWatch struct {
@@ -47,7 +48,7 @@ func (s *Supervisor) watchHolder(ctx context.Context) *holderWatch {
 				last = h
 				s.log.Info("waiting for the holder", "holder", h.ID, "host", h.Hostname, "pid", h.PID, "epoch", h.Epoch)
 			}
-			if !s.sleep(ctx, s.cfg.RenewInterval) {
+			if !s.sleep(ctx, max(s.cfg.RenewInterval, s.cfg.TTL)) {
 				return
 			}
 		}

@@ -81,9 +81,9 @@ func TestAcquireTimeoutIsAConflictOnlyWithAHolderSeen(t *testing.T) {
 		!strings.Contains(out, "connection refused") || strings.Contains(out, "waiting for the holder") {
 		t.Fatalf("want a WARN naming the address and the last error:\n%s", out)
 	}
-	// Reads: one at the start and at most one per renew interval (200ms)
-	// in the 1s wait, and the last one.
-	if n := never.calls.Load(); n < 3 || n > 8 {
-		t.Fatalf("%d holder reads in a 1s wait with a 200ms renew interval", n)
+	// Reads: one at the start, then one a TTL (15s, so none in the 1s
+	// wait), and the last one.
+	if n := never.calls.Load(); n != 2 {
+		t.Fatalf("%d holder reads in a 1s wait with a 15s TTL, want 2", n)
 	}
 }
