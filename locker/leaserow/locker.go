@@ -332,3 +332,6 @@ func (l *Locker) LatestRun(ctx context.Context) (locker.Run, error) {
 	}
 	return locker.LatestOf(runs, time.Now())
 }
+
+// ID is the candidate's id (Options.ID).
+func (l *Locker) ID() string { return l.opts.ID }
