@@ -71,8 +71,11 @@ type Config struct {
 	Logger hclog.Logger
 }
 
-// New builds the Locker. It parses the connection settings but does not
-// connect: the first call does, and checks the server then.
+// New builds the Locker. It connects once, within the connect timeout, so
+// that a server that can never do (a standby, a database that does not
+// exist, credentials refused) is a configuration error of the DSN at once;
+// a server it cannot reach is left to the first call, which retries.
+// Every new connection checks again that the server is no standby.
 func New(cfg Config) (*leaserow.Locker, error) {
 	if err := locker.ValidateKey(cfg.Key); err != nil {
 		return nil, &locker.ConfigError{Field: "Key", Rule: "is not a valid key", Err: err}
@@ -84,6 +87,10 @@ func New(cfg Config) (*leaserow.Locker, error) {
 	}
 	st, err := newStore(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := st.probe(); err != nil {
+		st.Close()
 		return nil, err
 	}
 	return leaserow.New(leaserow.Config{Options: cfg.Options, Store: st, Name: "postgres",
@@ -199,6 +206,30 @@ func checkPrimary(ctx context.Context, conn *pgx.Conn) error {
 	if recovery {
 		return errStandby
 	}
+	return nil
+}
+
+// probe connects once; see New.
+func (s *store) probe() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err == nil {
+		defer conn.Release()
+		var ro string
+		if s.readOnly || conn.QueryRow(ctx, "SHOW transaction_read_only").Scan(&ro) != nil || ro != "on" {
+			return nil
+		}
+		return &locker.ConfigError{Field: "DSN", Rule: "names a read-only database (transaction_read_only is on): leases are written there"}
+	}
+	var ce *locker.ConfigError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	if c := code(err); strings.HasPrefix(c, "28") || strings.HasPrefix(c, "3D") {
+		return &locker.ConfigError{Field: "DSN", Rule: "is refused by the server", Err: errors.New(oneLine(err.Error()))}
+	}
+	s.log.Debug("cannot connect yet", "error", oneLine(err.Error()))
 	return nil
 }
 

@@ -300,7 +300,7 @@ func (p *Postgres) StartStandby(t testing.TB) *Postgres {
 		}
 	}
 	bb := exec.Command(filepath.Join(p.bindir, "pg_basebackup"), "-D", s.data(), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port),
-		"-U", "postgres", "-R", "-X", "stream", "--no-sync")
+		"-U", "postgres", "-R", "-X", "stream", "--no-sync", "--checkpoint=fast")
 	bb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
 	bb.Env = pgEnv()
 	if out, err := bb.CombinedOutput(); err != nil {
