@@ -12,6 +12,9 @@ done
 # ZooKeeper test ensembles run the Debian server jars on Java.
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+# PostgreSQL test servers (tests/testcluster/postgres.go) run Debian's
+# server binaries, which live outside PATH.
+{ [ -x /usr/lib/postgresql/15/bin/initdb ] || [ -x "$(pg_config --bindir 2>/dev/null)/initdb" ]; } || need+=(postgresql)
 # tests/systemdtest: a Debian root to boot systemd in, and the namespace
 # tools to boot and enter it.
 for pair in debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do

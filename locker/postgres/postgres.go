@@ -147,8 +147,8 @@ func newStore(cfg Config) (*store, error) {
 	if cc.RuntimeParams["application_name"] == "" {
 		cc.RuntimeParams["application_name"] = "leaderrun"
 	}
-	// Simple protocol: no prepared statements, so a pooler in transaction
-	// mode works too; every statement is one round trip either way.
+	// No named prepared statements (the unnamed one, per statement), so a
+	// pooler in transaction mode works too.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
 	pc.MaxConns = 4
 	pc.MinConns = 0
