@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -276,4 +277,54 @@ func TestLatency(t *testing.T) {
 	am, a99 := med(acq)
 	rm, r99 := med(ren)
 	t.Logf("acquire (read + conditional write): median %v, p99 %v; renew: median %v, p99 %v", am, a99, rm, r99)
+}
+
+// TestExampleSQLWithLeastPrivilege: the tables made by examples/postgres.sql
+// and a role with only the grants it lists are enough for every call, and
+// leaderrun then creates nothing.
+func TestExampleSQLWithLeastPrivilege(t *testing.T) {
+	pg := testcluster.StartPostgres(t)
+	sql, err := os.ReadFile("../../examples/postgres.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(string(sql), `"public"`, `"jobs"`)
+	var grants []string
+	for _, line := range strings.Split(script, "\n") {
+		if g, ok := strings.CutPrefix(line, "-- GRANT "); ok {
+			grants = append(grants, "GRANT "+strings.ReplaceAll(g, "leaderrun_role", "lrmin"))
+		}
+	}
+	if len(grants) != 4 {
+		t.Fatalf("examples/postgres.sql lists %d grants, want 4", len(grants))
+	}
+	pg.Exec(t, `CREATE SCHEMA jobs`)
+	pg.Exec(t, script)
+	pg.Exec(t, `CREATE ROLE lrmin LOGIN`)
+	pg.Exec(t, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+	for _, g := range grants {
+		pg.Exec(t, g)
+	}
+	dsn := strings.Replace(pg.DSN(), "postgres@", "lrmin@", 1)
+	schema := func(c *Config) { c.Schema = "jobs" }
+	a := newLocker(t, dsn, lockertest.Key(t), schema)
+	ls := lockertest.MustAcquire(t, a)
+	if _, err := ls.Renew(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	run := locker.NewRun(locker.Options{ID: "a"}, "s1", locker.RunSucceeded, ls.Epoch(), time.Hour)
+	if err := a.RecordRun(ctx(t), ls, run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LookupRun(ctx(t), "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	b := newLocker(t, dsn, lockertest.Key(t), schema)
+	lb := lockertest.MustAcquire(t, b)
+	if lb.Epoch() <= ls.Epoch() {
+		t.Fatalf("epoch %d after %d", lb.Epoch(), ls.Epoch())
+	}
 }
