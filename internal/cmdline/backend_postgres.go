@@ -85,7 +85,8 @@ func (s *postgresSettings) ChildEnv() []envVar {
 var dsnPassword = regexp.MustCompile(`(^|\s)password\s*=\s*('([^'\\]|\\.)*'|\S*)`)
 
 // dsnWithoutPassword is dsn with any password taken out (URL or
-// keyword=value form).
+// keyword=value form; the spaces between keywords are normalised, which
+// quoted values with runs of spaces do not survive).
 func dsnWithoutPassword(dsn string) string {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
@@ -102,7 +103,7 @@ func dsnWithoutPassword(dsn string) string {
 		}
 		return u.String()
 	}
-	return strings.TrimSpace(dsnPassword.ReplaceAllString(dsn, "$1"))
+	return strings.Join(strings.Fields(dsnPassword.ReplaceAllString(dsn, "$1")), " ")
 }
 
 func (s *postgresSettings) Target(lk locker.Locker) (string, time.Duration) {
