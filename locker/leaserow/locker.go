@@ -147,7 +147,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	term := token()
 	seen := observe.Watch{Now: l.now}
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
-	warned := false
+	warned, failing := false, false
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -157,13 +157,19 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			if errors.Is(err, locker.ErrRefused) || l.opts.NoWait || ctx.Err() != nil {
 				return nil, err
 			}
-			l.log.Debug("reading the lease row failed; retrying", "error", err)
+			if !failing {
+				l.log.Warn("reading the lease row failed; retrying", "error", err)
+				failing = true
+			} else {
+				l.log.Debug("reading the lease row failed; retrying", "error", err)
+			}
 			if !retry.Sleep(ctx, backoff.Next()) {
 				return nil, ctx.Err()
 			}
 			continue
 		}
 		backoff.Reset()
+		failing = false
 		wait := l.poll
 		switch ttl, contract := declares(cur); {
 		case !exists || cur.Term == "":
