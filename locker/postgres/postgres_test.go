@@ -328,3 +328,26 @@ func TestExampleSQLWithLeastPrivilege(t *testing.T) {
 		t.Fatalf("epoch %d after %d", lb.Epoch(), ls.Epoch())
 	}
 }
+
+// TestServerRestartUnderTheLeader: renewals fail while the server is down
+// (not a loss), and the first one after it is back succeeds on the row
+// the server kept: the pool makes new connections by itself.
+func TestServerRestartUnderTheLeader(t *testing.T) {
+	pg := testcluster.StartPostgres(t)
+	l := newLocker(t, pg.DSN(), lockertest.Key(t), func(c *Config) { c.TTL = 10 * time.Second })
+	ls := lockertest.MustAcquire(t, l)
+	pg.Kill()
+	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := ls.Renew(rctx)
+	cancel()
+	if err == nil || errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew while the server is down: %v, want a failed attempt", err)
+	}
+	pg.Restart(t)
+	if _, err := ls.Renew(ctx(t)); err != nil {
+		t.Fatalf("Renew after the restart: %v", err)
+	}
+	if h, err := l.Leader(ctx(t)); err != nil || h.Epoch != ls.Epoch() {
+		t.Fatalf("Leader after the restart = %+v, %v", h, err)
+	}
+}

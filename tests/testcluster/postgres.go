@@ -245,23 +245,67 @@ func (p *Postgres) Stop() {
 	_ = p.proc.signal(syscall.SIGINT, stopTimeout)
 }
 
-// Kill SIGKILLs the server and its backends, and waits until all are gone
-// (a backend left holding the shared memory would stop a restart).
+// Kill SIGKILLs the server and its backends, and waits until all are gone.
+// Each backend runs in a session of its own (PostgreSQL calls setsid), so
+// the process group holds only the postmaster: the backends are found by
+// their parent, and would otherwise answer their clients for a moment
+// longer, and keep the shared memory a restart needs.
 func (p *Postgres) Kill() {
+	kids := p.backends()
 	p.proc.kill()
-	p.waitGroupGone()
+	for _, pid := range kids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	p.waitGone(kids)
 }
 
-// waitGroupGone waits until no process of the server's process group is
-// left.
-func (p *Postgres) waitGroupGone() {
-	if p.proc.cmd == nil {
-		return
+// backends are the pids of the running postmaster's children.
+func (p *Postgres) backends() []int {
+	if !p.proc.running() {
+		return nil
 	}
+	parent := p.proc.cmd.Process.Pid
+	var kids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _ := procState(pid); ppid == parent {
+			kids = append(kids, pid)
+		}
+	}
+	return kids
+}
+
+// procState is a process's parent and state letter; 0 and "" once it is
+// gone.
+func procState(pid int) (int, string) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0, ""
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid, f[0]
+}
+
+// waitGone waits until the pids are gone or zombies.
+func (p *Postgres) waitGone(pids []int) {
 	deadline := time.Now().Add(stopTimeout)
-	for syscall.Kill(-p.proc.cmd.Process.Pid, 0) == nil && time.Now().Before(deadline) {
-		_ = syscall.Kill(-p.proc.cmd.Process.Pid, syscall.SIGKILL)
-		time.Sleep(10 * time.Millisecond)
+	for _, pid := range pids {
+		for time.Now().Before(deadline) {
+			if _, st := procState(pid); st == "" || st == "Z" {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 
@@ -271,7 +315,6 @@ func (p *Postgres) Restart(t testing.TB) {
 	if p.proc.running() {
 		p.Stop()
 	}
-	p.waitGroupGone()
 	_ = os.Remove(filepath.Join(p.data(), "postmaster.pid"))
 	if err := p.run(); err != nil {
 		t.Fatalf("testcluster: restart postgres: %v\n%s", err, p.proc.logTail())
@@ -314,7 +357,7 @@ func (p *Postgres) StartStandby(t testing.TB) *Postgres {
 
 func (p *Postgres) close() {
 	if p.proc != nil {
-		killAll([]*proc{p.proc})
+		p.Kill()
 	}
 	os.RemoveAll(p.dir)
 }
