@@ -301,3 +301,27 @@ func TestFastStandbyClockNeverTakesOverEarly(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimWhoseAnswerWasLost: a claim written but answered with an
+// error is read back and is the leadership, not a row left to wait out.
+func TestClaimWhoseAnswerWasLost(t *testing.T) {
+	db := newMemDB()
+	a := newTestLocker(t, db, "k", "a")
+	db.lostTake = true
+	first := lockertest.MustAcquire(t, a)
+	if err := first.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	db.lostTake = true
+	ls, err := a.Acquire(lockertest.Ctx(t, 2*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire whose take lost its answer: %v", err)
+	}
+	defer lockertest.Release(ls)
+	if ls.Epoch() <= first.Epoch() {
+		t.Fatalf("epoch %d after %d", ls.Epoch(), first.Epoch())
+	}
+	if _, err := ls.Renew(ctx(t)); err != nil {
+		t.Fatalf("Renew of the adopted claim: %v", err)
+	}
+}

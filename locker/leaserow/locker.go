@@ -220,6 +220,16 @@ func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (l
 	} else {
 		epoch, err = l.store.Create(cctx, row)
 	}
+	if err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, locker.ErrRefused) && ctx.Err() == nil {
+		// The write may have happened with its answer lost: if the row
+		// is our claim, it is ours (the supervisor's first renewal,
+		// conditioned on it, gives the deadline), else a row left with
+		// our term would be waited out for a TTL.
+		if cur, ok, rerr := l.read(ctx); rerr == nil && ok && cur.Term == term && cur.Version == row.Version {
+			l.log.Debug("the answer to our claim was lost, but the row is ours", "error", err)
+			epoch, err = cur.Epoch, nil
+		}
+	}
 	switch {
 	case errors.Is(err, ErrConflict):
 		return nil, fmt.Errorf("%s: %w", l.name, errTaken)

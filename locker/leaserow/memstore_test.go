@@ -21,6 +21,9 @@ type memDB struct {
 	// lostAnswer, when set, makes the next Renew be written but answered
 	// with an error, as a reply lost in the network.
 	lostAnswer bool
+	// lostTake, when set, makes the next Take or Create be written but
+	// answered with an error.
+	lostTake bool
 	// epochBack, when set, makes the next Take or Create hand out this
 	// epoch instead of the counter's next one.
 	epochBack uint64
@@ -65,7 +68,7 @@ func (s memStore) Create(_ context.Context, row Row) (uint64, error) {
 	}
 	row.Epoch = s.nextEpoch()
 	s.db.rows[s.key] = &row
-	return row.Epoch, nil
+	return s.answer(row.Epoch)
 }
 
 func (s memStore) Take(_ context.Context, prev string, row Row) (uint64, error) {
@@ -78,7 +81,16 @@ func (s memStore) Take(_ context.Context, prev string, row Row) (uint64, error) 
 	}
 	row.Epoch = s.nextEpoch()
 	*r = row
-	return row.Epoch, nil
+	return s.answer(row.Epoch)
+}
+
+// answer is a claim's answer: lost once when lostTake is set.
+func (s memStore) answer(epoch uint64) (uint64, error) {
+	if s.db.lostTake {
+		s.db.lostTake = false
+		return 0, errors.New("i/o timeout")
+	}
+	return epoch, nil
 }
 
 func (s memStore) Renew(_ context.Context, prev string, row Row) error {
