@@ -17,6 +17,9 @@ for pair in lintian:lintian rpmlint:rpmlint; do
 	cmd=${pair%%:*} pkg=${pair##*:}
 	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
+# PostgreSQL test servers (tests/testcluster/postgres.go) run Debian's
+# server binaries, which live outside PATH.
+{ [ -x /usr/lib/postgresql/15/bin/initdb ] || [ -x "$(pg_config --bindir 2>/dev/null)/initdb" ]; } || need+=(postgresql)
 # tests/systemdtest: a Debian root to boot systemd in, and the namespace
 # tools to boot and enter it.
 for pair in debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do

@@ -38,6 +38,9 @@ type proc struct {
 	bin     string
 	args    []string
 	logPath string
+	// cred, when set, runs the process as that user (PostgreSQL refuses
+	// to run as root).
+	cred *syscall.Credential
 
 	cmd     *exec.Cmd
 	done    chan struct{} // closed once the process has been reaped
@@ -64,7 +67,7 @@ func (p *proc) start() error {
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.Env = serverEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.cred}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}

@@ -1,0 +1,70 @@
+//go:build linux
+
+package cmdline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/guard"
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+)
+
+// TestGuardReleasesPostgresRow: the guard is leaderrun itself, and its
+// release from the hello alone frees the row the run held.
+func TestGuardReleasesPostgresRow(t *testing.T) {
+	pg := testcluster.StartPostgres(t)
+	s := &postgresSettings{DSN: pg.DSN(), Schema: "public", Table: "leaderrun_leases", ConnectTimeout: 2 * time.Second}
+	opts := locker.Options{Key: "guarded", Prefix: "leaderrun", ID: "a", TTL: 5 * time.Second}
+	lk, err := s.New(opts, false, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	ls := lockertest.MustAcquire(t, lk)
+	settings, whyFull := s.Guard(lk)
+	if whyFull == "" {
+		t.Fatal("the small guard is said to release a PostgreSQL row by itself")
+	}
+	raw, err := json.Marshal(settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello, err := json.Marshal(guard.BackendHello{Backend: "postgres", Options: opts, Settings: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := releaseFromHello(ctx, hello, ls.Handle()); err != nil {
+		t.Fatalf("release from the hello: %v", err)
+	}
+	if h, err := lk.Leader(ctx); !errors.Is(err, locker.ErrNoLeader) {
+		t.Fatalf("after the guard's release the row is held by %+v (%v)", h, err)
+	}
+	// A second release (the lease is gone) is no error.
+	if err := releaseFromHello(ctx, hello, ls.Handle()); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+}
+
+func TestDSNWithoutPassword(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "",
+		"host=db1 user=lr password=s3cret dbname=app":           "host=db1 user=lr dbname=app",
+		"password='a b\\' c' host=db1":                          "host=db1",
+		"postgres://lr:s3cret@db1:5432/app?sslmode=verify-full": "postgres://lr@db1:5432/app?sslmode=verify-full",
+		"postgresql://db1/app?password=s3cret&sslmode=require":  "postgresql://db1/app?sslmode=require",
+	} {
+		if got := dsnWithoutPassword(in); got != want {
+			t.Errorf("dsnWithoutPassword(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,327 @@
+package leaserow
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/locker/observe"
+)
+
+// jumpClock is the real monotonic clock plus an offset a test moves
+// forward: time passing on the standby's own clock without the test
+// waiting for it.
+type jumpClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *jumpClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *jumpClock) jump(d time.Duration) {
+	c.mu.Lock()
+	c.off += d
+	c.mu.Unlock()
+}
+
+const testTTL = 10 * time.Second
+
+func newTestLocker(t *testing.T, db *memDB, key, id string, mods ...func(*Config)) *Locker {
+	t.Helper()
+	cfg := Config{Options: locker.Options{Key: key, ID: id, TTL: testTTL}, Store: memStore{db, key}, Name: "mem", Poll: 5 * time.Millisecond}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func ctx(t *testing.T) context.Context { return lockertest.Ctx(t, 10*time.Second) }
+
+func TestAcquireCreatesThenHeld(t *testing.T) {
+	db := newMemDB()
+	a := newTestLocker(t, db, "k", "a")
+	ls := lockertest.MustAcquire(t, a)
+	if ls.Epoch() != 1 {
+		t.Fatalf("first epoch %d, want 1", ls.Epoch())
+	}
+	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.NoWait = true })
+	if _, err := b.Acquire(ctx(t)); !errors.Is(err, locker.ErrHeld) {
+		t.Fatalf("second candidate with NoWait: %v, want ErrHeld", err)
+	}
+	h, err := b.Leader(ctx(t))
+	if err != nil || h.ID != "a" || h.Epoch != 1 {
+		t.Fatalf("Leader = %+v, %v; want a at epoch 1", h, err)
+	}
+	r, _ := memStore{db, "k"}.Read(ctx(t))
+	if r.Contract != observe.Contract || r.TTL != testTTL {
+		t.Fatalf("row declares %q %v, want the contract and the TTL", r.Contract, r.TTL)
+	}
+}
+
+func TestRenewIsConditionedOnOurLastWrite(t *testing.T) {
+	db := newMemDB()
+	ls := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
+	before, _ := memStore{db, "k"}.Read(ctx(t))
+	if got, err := ls.Renew(ctx(t)); err != nil || got != testTTL {
+		t.Fatalf("Renew = %v, %v", got, err)
+	}
+	after, _ := memStore{db, "k"}.Read(ctx(t))
+	if after.Version == before.Version || after.Epoch != before.Epoch {
+		t.Fatalf("renewal left version %q (was %q), epoch %d (was %d)", after.Version, before.Version, after.Epoch, before.Epoch)
+	}
+	// A hand edit that keeps our term is a loss: standbys count from it.
+	db.edit("k", func(r *Row) { r.TTL = time.Second })
+	if _, err := ls.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew after a hand edit: %v, want ErrLost", err)
+	}
+	select {
+	case <-ls.Lost():
+	default:
+		t.Fatal("Lost not closed after the loss")
+	}
+	if _, err := ls.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew after the loss: %v, want ErrLost", err)
+	}
+}
+
+func TestRenewAdoptsOwnWriteWhoseAnswerWasLost(t *testing.T) {
+	db := newMemDB()
+	ls := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
+	db.lostAnswer = true
+	if _, err := ls.Renew(ctx(t)); err == nil || errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew whose answer was lost: %v, want a retryable error", err)
+	}
+	if _, err := ls.Renew(ctx(t)); err == nil || errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew meeting our own earlier write: %v, want a failed attempt, not a loss", err)
+	}
+	if _, err := ls.Renew(ctx(t)); err != nil {
+		t.Fatalf("Renew after adopting: %v", err)
+	}
+}
+
+func TestTakeoverOnlyAfterTTLAndAllowanceOnOurClock(t *testing.T) {
+	db := newMemDB()
+	a := newTestLocker(t, db, "k", "a")
+	old := lockertest.MustAcquire(t, a)
+	clock := &jumpClock{}
+	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Now = clock.Now })
+	got := lockertest.AcquireAsync(t, ctx(t), b)
+	due := testTTL + observe.Allowance(testTTL)
+
+	time.Sleep(50 * time.Millisecond) // b has seen the row
+	clock.jump(due - 200*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case r := <-got:
+		t.Fatalf("took over before TTL + allowance: %+v", r)
+	default:
+	}
+	// A renewal starts the wait over.
+	if _, err := old.Renew(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	clock.jump(due - 200*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case r := <-got:
+		t.Fatalf("took over a holder that renewed: %+v", r)
+	default:
+	}
+	clock.jump(250 * time.Millisecond)
+	var r lockertest.Acquired
+	select {
+	case r = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no takeover after TTL + allowance unchanged")
+	}
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	defer lockertest.Release(r.Lease)
+	if r.Lease.Epoch() <= old.Epoch() {
+		t.Fatalf("takeover epoch %d not above %d", r.Lease.Epoch(), old.Epoch())
+	}
+	if _, err := old.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) || !strings.Contains(err.Error(), `taken over by "b"`) {
+		t.Fatalf("old holder's Renew after the takeover: %v, want ErrLost naming b", err)
+	}
+	// The old holder's release leaves the new holder's row alone.
+	if err := old.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := b.Leader(ctx(t)); err != nil || h.ID != "b" {
+		t.Fatalf("Leader after the old holder's release = %+v, %v", h, err)
+	}
+}
+
+func TestHolderWithoutContractIsOnlyWaitedFor(t *testing.T) {
+	db := newMemDB()
+	db.rows["k"] = &Row{Term: "other", Holder: locker.Holder{ID: "other-tool"}, TTL: time.Second, Epoch: 5, Version: "v1"}
+	db.counter = 5
+	clock := &jumpClock{}
+	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Now = clock.Now })
+	got := lockertest.AcquireAsync(t, ctx(t), b)
+	time.Sleep(30 * time.Millisecond)
+	clock.jump(time.Hour)
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case r := <-got:
+		t.Fatalf("took over a holder without the contract: %+v", r)
+	default:
+	}
+	db.edit("k", func(r *Row) { r.Term, r.Holder = "", locker.Holder{} })
+	select {
+	case r := <-got:
+		if r.Err != nil || r.Lease.Epoch() != 6 {
+			t.Fatalf("after the release: %+v, want epoch 6", r)
+		}
+		lockertest.Release(r.Lease)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a freed row was not taken")
+	}
+}
+
+func TestEpochGrowsAcrossReleaseAndReacquire(t *testing.T) {
+	db := newMemDB()
+	a := newTestLocker(t, db, "k", "a")
+	var last uint64
+	for i := range 3 {
+		ls, err := a.Acquire(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls.Epoch() <= last {
+			t.Fatalf("acquire %d: epoch %d not above %d", i, ls.Epoch(), last)
+		}
+		last = ls.Epoch()
+		if i == 1 {
+			// Released by the guard, through the handle.
+			if err := a.ReleaseHandle(ctx(t), ls.Handle()); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := ls.Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Leader(ctx(t)); !errors.Is(err, locker.ErrNoLeader) {
+			t.Fatalf("Leader after release: %v, want ErrNoLeader", err)
+		}
+	}
+	if err := a.ReleaseHandle(ctx(t), "other-key abc"); !errors.Is(err, locker.ErrRefused) {
+		t.Fatalf("ReleaseHandle of another key's handle: %v, want ErrRefused", err)
+	}
+}
+
+func TestEpochThatWentBackIsRefused(t *testing.T) {
+	db := newMemDB()
+	a := newTestLocker(t, db, "k", "a")
+	ls := lockertest.MustAcquire(t, a)
+	if err := ls.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	db.mu.Lock()
+	db.rows["k"].Epoch = 9 // the last holder's epoch, above what the counter gives next
+	db.mu.Unlock()
+	if _, err := a.Acquire(ctx(t)); !errors.Is(err, locker.ErrRefused) || !strings.Contains(err.Error(), "not greater") {
+		t.Fatalf("Acquire with an epoch counter behind the row: %v, want ErrRefused", err)
+	}
+	if _, err := a.Leader(ctx(t)); !errors.Is(err, locker.ErrNoLeader) {
+		t.Fatalf("the refused acquire left the row held: %v", err)
+	}
+}
+
+func TestRecordRunNeedsTheRow(t *testing.T) {
+	db := newMemDB()
+	a := newTestLocker(t, db, "k", "a")
+	ls := lockertest.MustAcquire(t, a)
+	run := locker.NewRun(locker.Options{ID: "a"}, "s1", locker.RunSucceeded, ls.Epoch(), time.Hour)
+	db.edit("k", func(r *Row) { r.Term = "someone-else" })
+	if err := a.RecordRun(ctx(t), ls, run); !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("RecordRun after the row changed hands: %v, want ErrLost", err)
+	}
+}
+
+func TestRunLogContractInMemory(t *testing.T) {
+	db := newMemDB()
+	lockertest.RunLogContract(t, func(t *testing.T, key string) locker.Locker {
+		return newTestLocker(t, db, key, "c")
+	})
+}
+
+// rateClock runs at rate times real time from its start: a standby whose
+// oscillator is fast (rate > 1) or slow.
+type rateClock struct {
+	start time.Time
+	rate  float64
+}
+
+func (c rateClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(time.Since(c.start)) * c.rate))
+}
+
+// TestFastStandbyClockNeverTakesOverEarly: a standby whose clock runs 5%
+// fast (within what the allowance covers at this TTL: 250ms on 2s) takes
+// over no earlier than the holder's TTL after its last renewal, in real
+// time; one 30% fast (far beyond it) would, which shows the test can fail.
+func TestFastStandbyClockNeverTakesOverEarly(t *testing.T) {
+	const ttl = 2 * time.Second
+	for _, tc := range []struct {
+		rate  float64
+		early bool
+	}{{1.05, false}, {0.95, false}, {1.3, true}} {
+		db := newMemDB()
+		holder := newTestLocker(t, db, "k", "a", func(c *Config) { c.TTL = ttl })
+		ls := lockertest.MustAcquire(t, holder)
+		if _, err := ls.Renew(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		lastSend := time.Now() // after the renewal's send: errs late, against the test
+		b := newTestLocker(t, db, "k", "b", func(c *Config) { c.TTL = ttl; c.Now = rateClock{time.Now(), tc.rate}.Now })
+		r := <-lockertest.AcquireAsync(t, ctx(t), b)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		lockertest.Release(r.Lease)
+		took := r.At.Sub(lastSend)
+		t.Logf("standby clock rate %.2f: took over %v after the last renewal (TTL %v)", tc.rate, took.Round(time.Millisecond), ttl)
+		if early := took < ttl; early != tc.early {
+			t.Errorf("rate %.2f: took over %v after the last renewal; early = %v, want %v", tc.rate, took, early, tc.early)
+		}
+	}
+}
+
+// TestClaimWhoseAnswerWasLost: a claim written but answered with an
+// error is read back and is the leadership, not a row left to wait out.
+func TestClaimWhoseAnswerWasLost(t *testing.T) {
+	db := newMemDB()
+	a := newTestLocker(t, db, "k", "a")
+	db.lostTake = true
+	first := lockertest.MustAcquire(t, a)
+	if err := first.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	db.lostTake = true
+	ls, err := a.Acquire(lockertest.Ctx(t, 2*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire whose take lost its answer: %v", err)
+	}
+	defer lockertest.Release(ls)
+	if ls.Epoch() <= first.Epoch() {
+		t.Fatalf("epoch %d after %d", ls.Epoch(), first.Epoch())
+	}
+	if _, err := ls.Renew(ctx(t)); err != nil {
+		t.Fatalf("Renew of the adopted claim: %v", err)
+	}
+}

@@ -1,0 +1,353 @@
+package leaserow
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/internal/retry"
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/observe"
+)
+
+// Config configures a Locker.
+type Config struct {
+	locker.Options
+	// Store holds the key's row; the Locker owns it from New on (Close
+	// closes it).
+	Store Store
+	// Name names the backend in errors and logs: "postgres".
+	Name string
+	// Poll is how often a waiting candidate reads the row; 0: TTL/10,
+	// between 100ms and 1s. A holder that stopped renewing is replaced
+	// between TTL + allowance and TTL + allowance + Poll after its last
+	// renewal.
+	Poll time.Duration
+	// Timeout bounds each call Acquire, Leader and the releases make
+	// (renewals are bounded by the caller); 0: the store's Target timeout,
+	// else 5s.
+	Timeout time.Duration
+	// Logger receives the Locker's logs; nil: none.
+	Logger hclog.Logger
+	// Now replaces the monotonic clock of the standby's watch (tests).
+	Now func() time.Time
+}
+
+// Locker campaigns for one key through a Store. It implements
+// locker.Locker, locker.RunLog and locker.Targeter.
+type Locker struct {
+	opts    locker.Options
+	store   Store
+	name    string
+	poll    time.Duration
+	timeout time.Duration
+	log     hclog.Logger
+	now     func() time.Time
+}
+
+var (
+	_ locker.Locker   = (*Locker)(nil)
+	_ locker.RunLog   = (*Locker)(nil)
+	_ locker.Targeter = (*Locker)(nil)
+)
+
+// New builds a Locker on cfg.Store. It makes no call to the store.
+func New(cfg Config) (*Locker, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("leaserow: no store")
+	}
+	if cfg.TTL <= 0 {
+		return nil, &locker.ConfigError{Field: "TTL", Rule: "must be positive"}
+	}
+	l := &Locker{opts: cfg.Options, store: cfg.Store, name: cfg.Name, poll: cfg.Poll, timeout: cfg.Timeout, log: cfg.Logger, now: cfg.Now}
+	if l.name == "" {
+		l.name = "leaserow"
+	}
+	if l.poll <= 0 {
+		l.poll = min(max(cfg.TTL/10, 100*time.Millisecond), time.Second)
+	}
+	if l.timeout <= 0 {
+		if _, t := cfg.Store.Target(); t > 0 {
+			l.timeout = t
+		} else {
+			l.timeout = 5 * time.Second
+		}
+	}
+	if l.log == nil {
+		l.log = hclog.NewNullLogger()
+	}
+	return l, nil
+}
+
+// Target is the store's: what a single attempt talks to, and for how long.
+func (l *Locker) Target() (string, time.Duration) {
+	addr, _ := l.store.Target()
+	return addr, l.timeout
+}
+
+// Close closes the store. It does not release a held lease.
+func (l *Locker) Close() error { return l.store.Close() }
+
+// token is a fresh random token: a term or a version.
+func token() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// declares reports the TTL a row's holder declares, if it follows the
+// observer-clock contract.
+func declares(r Row) (time.Duration, bool) {
+	return r.TTL, r.Contract == observe.Contract && r.TTL > 0
+}
+
+// read reads the row within the Locker's timeout. ok is false when there
+// is none.
+func (l *Locker) read(ctx context.Context) (Row, bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	r, err := l.store.Read(cctx)
+	switch {
+	case errors.Is(err, ErrNoRow):
+		return Row{}, false, nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return Row{}, false, ctx.Err()
+		}
+		return Row{}, false, err
+	}
+	return r, true, nil
+}
+
+// claim is the row this candidate writes to take the key under term.
+func (l *Locker) claim(term string) Row {
+	h := locker.NewHolder(l.opts)
+	return Row{Term: term, Holder: h, Contract: observe.Contract, TTL: l.opts.TTL,
+		Version: token(), RenewedAt: time.Now().UTC()}
+}
+
+// errTaken means another candidate's write came first; the caller reads
+// again.
+var errTaken = errors.New("another candidate wrote first")
+
+// Acquire waits until this candidate holds the key's row and returns the
+// leadership: it creates the row when there is none, takes a free row at
+// once, and takes a row whose holder follows the observer-clock contract
+// once its version has stayed unchanged for the TTL it declares plus
+// observe.Allowance, on our own clock (DESIGN §1.12). Every take is
+// conditioned on the version read. With Options.NoWait a row that is held
+// is ErrHeld at once: a single attempt does not wait a TTL out.
+func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
+	term := token()
+	seen := observe.Watch{Now: l.now}
+	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	warned, failing := false, false
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		cur, exists, err := l.read(ctx)
+		if err != nil {
+			if errors.Is(err, locker.ErrRefused) || l.opts.NoWait || ctx.Err() != nil {
+				return nil, err
+			}
+			if !failing {
+				l.log.Warn("reading the lease row failed; retrying", "error", err)
+				failing = true
+			} else {
+				l.log.Debug("reading the lease row failed; retrying", "error", err)
+			}
+			if !retry.Sleep(ctx, backoff.Next()) {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		backoff.Reset()
+		failing = false
+		wait := l.poll
+		switch ttl, contract := declares(cur); {
+		case !exists || cur.Term == "":
+			seen.Reset()
+			ls, err := l.take(ctx, cur, exists, term)
+			if !errors.Is(err, errTaken) {
+				return ls, err
+			}
+			continue
+		case l.opts.NoWait:
+			return nil, fmt.Errorf("%s: %w: held by %q", l.name, locker.ErrHeld, cur.Holder.ID)
+		case !contract:
+			seen.Reset()
+			if !warned {
+				l.log.Warn("the lease row is held by a holder that does not follow leaderrun's observer-clock contract; waiting until it is released",
+					"key", l.opts.Key, "holder", cur.Holder.ID)
+				warned = true
+			}
+		default:
+			seen.Observe(cur.Version, ttl)
+			if _, left, _ := seen.Due(); left > 0 {
+				wait = min(wait, left)
+				break
+			}
+			l.log.Info("holder stopped renewing; taking over", "holder", cur.Holder.ID, "ttl", ttl)
+			ls, err := l.take(ctx, cur, true, term)
+			if !errors.Is(err, errTaken) {
+				return ls, err
+			}
+			continue
+		}
+		if !retry.Sleep(ctx, wait) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// take writes our claim: a Create when the key has no row, else a Take
+// conditioned on cur's version. errTaken: someone else wrote first.
+func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (locker.Lease, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	row := l.claim(term)
+	var epoch uint64
+	var err error
+	if exists {
+		epoch, err = l.store.Take(cctx, cur.Version, row)
+	} else {
+		epoch, err = l.store.Create(cctx, row)
+	}
+	if err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, locker.ErrRefused) && ctx.Err() == nil {
+		// The write may have happened with its answer lost: if the row
+		// is our claim, it is ours (the supervisor's first renewal,
+		// conditioned on it, gives the deadline), else a row left with
+		// our term would be waited out for a TTL.
+		if cur, ok, rerr := l.read(ctx); rerr == nil && ok && cur.Term == term && cur.Version == row.Version {
+			l.log.Debug("the answer to our claim was lost, but the row is ours", "error", err)
+			epoch, err = cur.Epoch, nil
+		}
+	}
+	switch {
+	case errors.Is(err, ErrConflict):
+		return nil, fmt.Errorf("%s: %w", l.name, errTaken)
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	row.Epoch = epoch
+	if exists && epoch <= cur.Epoch {
+		// Give the row back at once: we cannot lead with a safe epoch.
+		rctx, rcancel := context.WithTimeout(context.Background(), l.timeout)
+		defer rcancel()
+		_ = l.store.Clear(rctx, row.Version, token())
+		return nil, fmt.Errorf("%s: %w: the new epoch %d is not greater than the previous holder's %d: the store's epoch counter went back",
+			l.name, locker.ErrRefused, epoch, cur.Epoch)
+	}
+	l.log.Debug("acquired", "key", l.opts.Key, "epoch", epoch)
+	return &lease{l: l, term: term, row: row}, nil
+}
+
+// Leader reads the row's holder. A free row, or none, is ErrNoLeader. How
+// long the holder has left is not known: only its own clock tells.
+func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
+	cur, exists, err := l.read(ctx)
+	if err != nil {
+		return locker.Holder{}, err
+	}
+	if !exists || cur.Term == "" {
+		return locker.Holder{}, fmt.Errorf("%s: %w for key %q", l.name, locker.ErrNoLeader, l.opts.Key)
+	}
+	h := cur.Holder
+	h.Epoch = cur.Epoch
+	return h, nil
+}
+
+// handle is a lease's Handle: the key and the term, which no key contains
+// a space of.
+func handle(key, term string) string { return key + " " + term }
+
+// ReleaseHandle frees the row if the leadership the handle names still
+// holds it (see Lease.Handle).
+func (l *Locker) ReleaseHandle(ctx context.Context, h string) error {
+	key, term, ok := strings.Cut(h, " ")
+	if !ok || key != l.opts.Key || term == "" {
+		return fmt.Errorf("%s: %w: %q is not a handle for key %q", l.name, locker.ErrRefused, h, l.opts.Key)
+	}
+	return l.clear(ctx, term, "")
+}
+
+// clear frees the row if term holds it, conditioned on version (or, when
+// that fails or is empty, on the version read back), at most three writes.
+func (l *Locker) clear(ctx context.Context, term, version string) error {
+	for range 3 {
+		if version == "" {
+			cur, exists, err := l.read(ctx)
+			if err != nil {
+				return err
+			}
+			if !exists || cur.Term != term {
+				return nil // not ours any more: nothing to give back
+			}
+			version = cur.Version
+		}
+		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		err := l.store.Clear(cctx, version, token())
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, ErrConflict):
+			return err
+		}
+		version = ""
+	}
+	return fmt.Errorf("%s: release of key %q: conflicting writes kept coming", l.name, l.opts.Key)
+}
+
+// RecordRun writes run if lease still holds the row, checked in the same
+// write; ErrLost otherwise.
+func (l *Locker) RecordRun(ctx context.Context, held locker.Lease, run locker.Run) error {
+	ls, ok := held.(*lease)
+	if !ok || ls.l != l {
+		return fmt.Errorf("%s: record run: not a lease of this locker", l.name)
+	}
+	select {
+	case <-ls.Lost():
+		return fmt.Errorf("%s: record run of slot %s: %w: %s", l.name, run.Slot, locker.ErrLost, ls.LostReason())
+	default:
+	}
+	err := l.store.PutRun(ctx, ls.term, run)
+	if errors.Is(err, ErrConflict) {
+		return fmt.Errorf("%s: record run of slot %s: %w: the lease row is no longer ours", l.name, run.Slot, locker.ErrLost)
+	}
+	return err
+}
+
+// LookupRun reads the record of slot; ErrNoRun when none is live.
+func (l *Locker) LookupRun(ctx context.Context, slot string) (locker.Run, error) {
+	r, err := l.store.GetRun(ctx, slot)
+	if err != nil {
+		return locker.Run{}, err
+	}
+	if !r.Live(time.Now()) {
+		return locker.Run{}, fmt.Errorf("%s: slot %s: %w", l.name, slot, locker.ErrNoRun)
+	}
+	return r, nil
+}
+
+// LatestRun is the live record with the latest At.
+func (l *Locker) LatestRun(ctx context.Context) (locker.Run, error) {
+	runs, err := l.store.ListRuns(ctx)
+	if err != nil {
+		return locker.Run{}, err
+	}
+	return locker.LatestOf(runs, time.Now())
+}
+
+// ID is the candidate's id (Options.ID).
+func (l *Locker) ID() string { return l.opts.ID }

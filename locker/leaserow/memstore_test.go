@@ -1,0 +1,168 @@
+package leaserow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// memDB is an in-memory store shared by several candidates' memStores, for
+// the core's pure-logic tests only: the backends' tests run on real
+// servers.
+type memDB struct {
+	mu      sync.Mutex
+	rows    map[string]*Row
+	runs    map[string]map[string]locker.Run
+	counter uint64
+	// lostAnswer, when set, makes the next Renew be written but answered
+	// with an error, as a reply lost in the network.
+	lostAnswer bool
+	// lostTake, when set, makes the next Take or Create be written but
+	// answered with an error.
+	lostTake bool
+	// epochBack, when set, makes the next Take or Create hand out this
+	// epoch instead of the counter's next one.
+	epochBack uint64
+	writes    int
+}
+
+func newMemDB() *memDB {
+	return &memDB{rows: map[string]*Row{}, runs: map[string]map[string]locker.Run{}}
+}
+
+// memStore is one candidate's view of key in db.
+type memStore struct {
+	db  *memDB
+	key string
+}
+
+func (s memStore) Read(context.Context) (Row, error) {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	r, ok := s.db.rows[s.key]
+	if !ok {
+		return Row{}, ErrNoRow
+	}
+	return *r, nil
+}
+
+func (s memStore) nextEpoch() uint64 {
+	if e := s.db.epochBack; e != 0 {
+		s.db.epochBack = 0
+		return e
+	}
+	s.db.counter++
+	return s.db.counter
+}
+
+func (s memStore) Create(_ context.Context, row Row) (uint64, error) {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	s.db.writes++
+	if _, ok := s.db.rows[s.key]; ok {
+		return 0, ErrConflict
+	}
+	row.Epoch = s.nextEpoch()
+	s.db.rows[s.key] = &row
+	return s.answer(row.Epoch)
+}
+
+func (s memStore) Take(_ context.Context, prev string, row Row) (uint64, error) {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	s.db.writes++
+	r, ok := s.db.rows[s.key]
+	if !ok || r.Version != prev {
+		return 0, ErrConflict
+	}
+	row.Epoch = s.nextEpoch()
+	*r = row
+	return s.answer(row.Epoch)
+}
+
+// answer is a claim's answer: lost once when lostTake is set.
+func (s memStore) answer(epoch uint64) (uint64, error) {
+	if s.db.lostTake {
+		s.db.lostTake = false
+		return 0, errors.New("i/o timeout")
+	}
+	return epoch, nil
+}
+
+func (s memStore) Renew(_ context.Context, prev string, row Row) error {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	s.db.writes++
+	r, ok := s.db.rows[s.key]
+	if !ok || r.Version != prev {
+		return ErrConflict
+	}
+	row.Epoch = r.Epoch
+	*r = row
+	if s.db.lostAnswer {
+		s.db.lostAnswer = false
+		return errors.New("i/o timeout")
+	}
+	return nil
+}
+
+func (s memStore) Clear(_ context.Context, prev, next string) error {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	s.db.writes++
+	r, ok := s.db.rows[s.key]
+	if !ok || r.Version != prev {
+		return ErrConflict
+	}
+	r.Term, r.Holder, r.Version = "", locker.Holder{}, next
+	return nil
+}
+
+func (s memStore) PutRun(_ context.Context, term string, run locker.Run) error {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	if r, ok := s.db.rows[s.key]; !ok || r.Term != term {
+		return ErrConflict
+	}
+	if s.db.runs[s.key] == nil {
+		s.db.runs[s.key] = map[string]locker.Run{}
+	}
+	s.db.runs[s.key][run.Slot] = run
+	return nil
+}
+
+func (s memStore) GetRun(_ context.Context, slot string) (locker.Run, error) {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	r, ok := s.db.runs[s.key][slot]
+	if !ok {
+		return locker.Run{}, fmt.Errorf("slot %s: %w", slot, locker.ErrNoRun)
+	}
+	return r, nil
+}
+
+func (s memStore) ListRuns(context.Context) ([]locker.Run, error) {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	var runs []locker.Run
+	for _, r := range s.db.runs[s.key] {
+		runs = append(runs, r)
+	}
+	return runs, nil
+}
+
+func (s memStore) Target() (string, time.Duration) { return "memory", time.Second }
+func (s memStore) Close() error                    { return nil }
+
+// edit changes key's row by hand: a new version, the rest as change says.
+func (db *memDB) edit(key string, change func(*Row)) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	r := db.rows[key]
+	change(r)
+	r.Version = "edited-" + token()
+}

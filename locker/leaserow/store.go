@@ -1,0 +1,145 @@
+// Package leaserow is leadership kept in one row of a store that expires
+// nothing by itself (a PostgreSQL table, a DynamoDB item): the shared core
+// of the lease-row backends. A store supplies a strongly consistent read and
+// writes conditioned on the row's version (Store); this package makes of
+// them a locker.Locker whose standbys take over on their own clock
+// (DESIGN §1.12, package locker/observe).
+//
+// # The row
+//
+// One row per key: the holder's term token (a random string naming one
+// leadership, empty when the row is free), its holder record, the
+// observer-clock contract and TTL it declares, the epoch, and a version.
+// The version is a fresh random token on every write, chosen by this
+// package, so a row deleted and created again never shows a version a
+// standby has seen before.
+//
+// # The writes
+//
+//   - acquire: Store.Create when there is no row, else Store.Take
+//     conditioned on the version last read. Both advance the store's epoch
+//     counter in the same write, and the new epoch must be greater than the
+//     one the row carried (else the row is given back and Acquire fails
+//     with locker.ErrRefused, as a store whose counter went back cannot
+//     fence).
+//   - renew: Store.Renew conditioned on the version of our own last
+//     write. Renew reports success only when that write succeeded; the
+//     supervisor took the send time before it (DESIGN §1.2). A conflict is
+//     read back: the row no longer ours is a loss; the row still ours at a
+//     version one of our own unanswered writes chose is adopted (the
+//     attempt still fails); the row still ours at any other version was
+//     edited by hand, and that is a loss too: a standby counts from the
+//     edit, with whatever TTL it now declares.
+//   - release: Store.Clear conditioned on our own last version: the row
+//     stays, free, with its epoch.
+//
+// A standby reads the row every Config.Poll. A free row is taken at once.
+// A row held by a holder that declares observe.Contract is taken once its
+// version has stayed unchanged for its TTL plus observe.Allowance on the
+// standby's own monotonic clock (observe.Watch), with a Take conditioned on
+// that version. A holder that does not declare the contract is never taken
+// over, only waited for.
+package leaserow
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// Sentinel errors a Store returns (wrapped or not); the core compares with
+// errors.Is.
+var (
+	// ErrConflict: the write's condition did not hold (a row exists for
+	// Create; the row is gone or its version is not the one given for
+	// Take, Renew and Clear; the lease row's term is not the one given for
+	// PutRun). Nothing was written.
+	ErrConflict = errors.New("conditional write failed")
+
+	// ErrNoRow: Read found no row for the key.
+	ErrNoRow = errors.New("no lease row")
+)
+
+// Row is one key's lease row as the core writes and reads it. A store
+// keeps every field; how (columns, attributes, a JSON document) is its own
+// affair, as long as a Read returns what the last successful write wrote.
+type Row struct {
+	// Term names the leadership holding the row: a random token per
+	// Acquire. Empty when the row is free.
+	Term string
+	// Holder is who holds it, for status and check. Its Epoch field is not
+	// stored: Row.Epoch is.
+	Holder locker.Holder
+	// Contract is observe.Contract when the holder follows the
+	// observer-clock contract; a standby takes over no other holder.
+	Contract string
+	// TTL is the holder's TTL: a standby waits TTL + observe.Allowance(TTL)
+	// of an unchanged version before it takes over.
+	TTL time.Duration
+	// Epoch is the fencing token of the holder's leadership. The store
+	// sets it on Create and Take (see there) and keeps it otherwise.
+	Epoch uint64
+	// Version changes with every write: the core sets a fresh random token
+	// in each row it writes, and conditions its writes on the one it read.
+	Version string
+	// RenewedAt is the writer's wall clock at the write. Only a hint: it
+	// decides nothing but whether a --no-wait attempt gives up at once.
+	RenewedAt time.Time
+}
+
+// Store is one key's lease row in a store, plus the key's once-per run
+// records. Each method is one round trip bounded by ctx, and each write is
+// one conditional write: it happens whole or not at all, and when its
+// condition fails it returns an error wrapping ErrConflict. An error
+// wrapping locker.ErrRefused means retrying cannot help (denied, no such
+// table, a read-only server); any other error is worth retrying, and a
+// write that failed so may still have happened.
+type Store interface {
+	// Read returns the key's row with a strongly consistent read (one
+	// that sees every write acknowledged before it was sent), or an error
+	// wrapping ErrNoRow.
+	Read(ctx context.Context) (Row, error)
+
+	// Create writes row as the key's row if the key has none, with an
+	// epoch from the store's counter advanced in the same write: greater
+	// than every epoch the store handed out for the key before, also when
+	// the row was deleted in between. It returns that epoch.
+	Create(ctx context.Context, row Row) (epoch uint64, err error)
+
+	// Take replaces the key's row with row if the row's version is prev,
+	// advancing the epoch as Create does, and returns the new epoch.
+	Take(ctx context.Context, prev string, row Row) (epoch uint64, err error)
+
+	// Renew replaces the key's row with row if the row's version is prev.
+	// The epoch stays what it was.
+	Renew(ctx context.Context, prev string, row Row) error
+
+	// Clear frees the key's row if its version is prev: Term and Holder
+	// emptied, Version set to next, Epoch kept.
+	Clear(ctx context.Context, prev, next string) error
+
+	// PutRun writes run as the record of run.Slot for the key, replacing
+	// any older record of the slot, if the key's lease row is held by term
+	// (checked in the same write, so that no takeover comes between). It
+	// may drop records of the key that expired. The record must survive a
+	// restart of the store.
+	PutRun(ctx context.Context, term string, run locker.Run) error
+
+	// GetRun reads the record of slot with a strongly consistent read, or
+	// an error wrapping locker.ErrNoRun. It may return an expired record:
+	// the core checks Live.
+	GetRun(ctx context.Context, slot string) (locker.Run, error)
+
+	// ListRuns reads the key's run records (expired ones may be among
+	// them).
+	ListRuns(ctx context.Context) ([]locker.Run, error)
+
+	// Target names what the store talks to, for a single attempt's error
+	// line, and how long one call may take (locker.Targeter).
+	Target() (addr string, timeout time.Duration)
+
+	// Close frees the store's client.
+	Close() error
+}

@@ -1,0 +1,582 @@
+// Package postgres keeps leadership in a row of a PostgreSQL table: the
+// lease-row core (package leaserow) on a Store of single conditional SQL
+// statements, through jackc/pgx.
+//
+// # What PostgreSQL must give
+//
+// Every write is one statement conditioned on the row's version (UPDATE
+// ... WHERE key = $1 AND version = $2), and reads go to the server that
+// took the writes. That keeps the promise on one primary, and on
+// synchronous replication whose failover loses no committed transaction.
+// An asynchronous standby promoted after a failover can lack a committed
+// acquire or renewal: two holders, and an epoch handed out twice (the
+// sequence goes back too). A connection that lands on a standby
+// (pg_is_in_recovery()) is refused as a configuration error.
+//
+// # The tables
+//
+// In the schema chosen (Config.Schema), Config.Table holds one row per
+// key, Table_epoch is the sequence every acquire takes its epoch from (in
+// the same statement: nextval survives a row deleted by hand, and never
+// goes back on one server), and Table_runs keeps the once-per records.
+// They are created when missing and the role may; examples/postgres.sql
+// is the same DDL for a DBA.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/leaserow"
+)
+
+// Defaults of Config.
+const (
+	DefaultSchema         = "public"
+	DefaultTable          = "leaderrun_leases"
+	DefaultConnectTimeout = 5 * time.Second
+)
+
+// Config configures a Locker.
+type Config struct {
+	locker.Options
+	// DSN is a libpq connection string or URL; what it leaves out comes
+	// from the libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD,
+	// PGDATABASE, PGSSLMODE, PGSSLROOTCERT, ...), ~/.pgpass and the
+	// service file, as psql reads them. TLS follows sslmode.
+	DSN string
+	// Schema and Table name the lease table (DefaultSchema,
+	// DefaultTable when empty).
+	Schema, Table string
+	// ConnectTimeout bounds a connection's set-up when the DSN and
+	// PGCONNECT_TIMEOUT say nothing (DefaultConnectTimeout when 0), and
+	// every call outside a renewal.
+	ConnectTimeout time.Duration
+	// ReadOnly (status, check) creates nothing: a missing table reads as
+	// a key nobody holds.
+	ReadOnly bool
+	// Logger receives the Locker's logs; nil: none.
+	Logger hclog.Logger
+}
+
+// New builds the Locker. It connects once, within the connect timeout, so
+// that a server that can never do (a standby, a database that does not
+// exist, credentials refused) is a configuration error of the DSN at once;
+// a server it cannot reach is left to the first call, which retries.
+// Every new connection checks again that the server is no standby.
+func New(cfg Config) (*leaserow.Locker, error) {
+	if err := locker.ValidateKey(cfg.Key); err != nil {
+		return nil, &locker.ConfigError{Field: "Key", Rule: "is not a valid key", Err: err}
+	}
+	if cfg.Prefix != "" {
+		if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
+			return nil, &locker.ConfigError{Field: "Prefix", Rule: "is not a valid prefix", Err: err}
+		}
+	}
+	st, err := newStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.probe(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return leaserow.New(leaserow.Config{Options: cfg.Options, Store: st, Name: "postgres",
+		Timeout: st.timeout, Logger: cfg.Logger})
+}
+
+// store is one key's row in the lease table. It implements leaserow.Store.
+type store struct {
+	pool     *pgxpool.Pool
+	key      string
+	addr     string
+	timeout  time.Duration
+	readOnly bool
+	log      hclog.Logger
+
+	// Quoted names: "schema"."table", the sequence and the runs table.
+	schema, table, seq, runs string
+	schemaName, tableName    string
+
+	mu    sync.Mutex
+	ready bool // the tables are known to exist
+}
+
+var _ leaserow.Store = (*store)(nil)
+
+func newStore(cfg Config) (*store, error) {
+	if cfg.Schema == "" {
+		cfg.Schema = DefaultSchema
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	for field, name := range map[string]string{"Schema": cfg.Schema, "Table": cfg.Table} {
+		if !validName(name) {
+			return nil, &locker.ConfigError{Field: field, Rule: fmt.Sprintf("%q must be a plain SQL name: lower-case letters, digits and _, at most 50 characters", name)}
+		}
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, &locker.ConfigError{Field: "DSN", Rule: "is not a valid PostgreSQL connection string", Err: errors.New(oneLine(err.Error()))}
+	}
+	cc := pc.ConnConfig
+	timeout := cc.ConnectTimeout
+	if timeout <= 0 {
+		timeout = cfg.ConnectTimeout
+		if timeout <= 0 {
+			timeout = DefaultConnectTimeout
+		}
+		cc.ConnectTimeout = timeout
+	}
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	if cc.RuntimeParams["application_name"] == "" {
+		cc.RuntimeParams["application_name"] = "leaderrun"
+	}
+	// No named prepared statements (the unnamed one, per statement), so a
+	// pooler in transaction mode works too.
+	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pc.MaxConns = 4
+	pc.MinConns = 0
+	pc.MaxConnIdleTime = time.Minute
+	pc.HealthCheckPeriod = time.Minute
+	pc.AfterConnect = checkPrimary
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		return nil, &locker.ConfigError{Field: "DSN", Rule: "cannot be used", Err: err}
+	}
+	key := cfg.Key
+	if cfg.Prefix != "" {
+		key = cfg.Prefix + "/" + cfg.Key
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &store{
+		pool: pool, key: key, addr: net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), timeout: timeout,
+		readOnly: cfg.ReadOnly, log: log,
+		schemaName: cfg.Schema, tableName: cfg.Table,
+		schema: quote(cfg.Schema), table: quote(cfg.Schema) + "." + quote(cfg.Table),
+		seq:  quote(cfg.Schema) + "." + quote(cfg.Table+"_epoch"),
+		runs: quote(cfg.Schema) + "." + quote(cfg.Table+"_runs"),
+	}, nil
+}
+
+// validName accepts names that need no quoting and leave room for the
+// _epoch and _runs suffixes within PostgreSQL's 63 bytes.
+func validName(s string) bool {
+	if s == "" || len(s) > 50 || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func quote(name string) string { return `"` + name + `"` }
+
+// errStandby is what checkPrimary refuses a standby server with.
+var errStandby = &locker.ConfigError{Field: "DSN", Rule: "names a standby server (pg_is_in_recovery() is true): leases must be written and read on the primary"}
+
+// checkPrimary refuses a connection to a server in recovery: a standby
+// serves reads that may be behind, and takes no writes.
+func checkPrimary(ctx context.Context, conn *pgx.Conn) error {
+	var recovery bool
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovery); err != nil {
+		return err
+	}
+	if recovery {
+		return errStandby
+	}
+	return nil
+}
+
+// probe connects once; see New.
+func (s *store) probe() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err == nil {
+		defer conn.Release()
+		var ro string
+		if s.readOnly || conn.QueryRow(ctx, "SHOW transaction_read_only").Scan(&ro) != nil || ro != "on" {
+			return nil
+		}
+		return &locker.ConfigError{Field: "DSN", Rule: "names a read-only database (transaction_read_only is on): leases are written there"}
+	}
+	var ce *locker.ConfigError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	if c := code(err); strings.HasPrefix(c, "28") || strings.HasPrefix(c, "3D") {
+		return &locker.ConfigError{Field: "DSN", Rule: "is refused by the server", Err: errors.New(oneLine(err.Error()))}
+	}
+	s.log.Debug("cannot connect yet", "error", oneLine(err.Error()))
+	return nil
+}
+
+// Target is the server, and the connect timeout.
+func (s *store) Target() (string, time.Duration) { return s.addr, s.timeout }
+
+// Close closes the pool.
+func (s *store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// ddl creates the lease table, its epoch sequence and the runs table
+// (examples/postgres.sql is the same for the default names).
+func (s *store) ddl() []string {
+	return []string{
+		`CREATE SCHEMA IF NOT EXISTS ` + s.schema,
+		`CREATE TABLE IF NOT EXISTS ` + s.table + ` (
+	key        text PRIMARY KEY,
+	term       text NOT NULL,
+	holder     text NOT NULL,
+	contract   text NOT NULL,
+	ttl_ms     bigint NOT NULL,
+	epoch      bigint NOT NULL,
+	version    text NOT NULL,
+	renewed_at timestamptz NOT NULL
+)`,
+		`CREATE SEQUENCE IF NOT EXISTS ` + s.seq + ` AS bigint`,
+		`CREATE TABLE IF NOT EXISTS ` + s.runs + ` (
+	key     text NOT NULL,
+	slot    text NOT NULL,
+	record  text NOT NULL,
+	at      timestamptz NOT NULL,
+	expires timestamptz NOT NULL,
+	PRIMARY KEY (key, slot)
+)`,
+	}
+}
+
+// prepare makes sure the tables exist, once: it creates what is missing
+// unless read-only (the schema only when it is missing too, so a role
+// without CREATE on the database can still use a schema a DBA made).
+func (s *store) prepare(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ready {
+		return nil
+	}
+	missing, err := s.missing(ctx)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		if s.readOnly {
+			return nil // reads then find nothing; check again next time
+		}
+		stmts := s.ddl()
+		if !contains(missing, s.schemaName) {
+			stmts = stmts[1:]
+		}
+		if err := s.create(ctx, stmts); err != nil {
+			err = s.classify(fmt.Sprintf("create the lease tables %s (missing: %s)", s.table, strings.Join(missing, ", ")), err)
+			if errors.Is(err, locker.ErrRefused) {
+				err = fmt.Errorf("%w (a DBA can run examples/postgres.sql)", err)
+			}
+			return err
+		}
+		s.log.Info("created the lease table", "table", s.table)
+	}
+	s.ready = true
+	return nil
+}
+
+// missing names the objects of ddl that do not exist.
+func (s *store) missing(ctx context.Context) ([]string, error) {
+	var schema bool
+	var table, seq, runs *string
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1), to_regclass($2)::text, to_regclass($3)::text, to_regclass($4)::text`,
+		s.schemaName, s.table, s.seq, s.runs).Scan(&schema, &table, &seq, &runs)
+	if err != nil {
+		return nil, s.classify("read the catalog", err)
+	}
+	var m []string
+	if !schema {
+		m = append(m, s.schemaName)
+	}
+	for _, o := range []struct {
+		got  *string
+		name string
+	}{{table, s.table}, {seq, s.seq}, {runs, s.runs}} {
+		if o.got == nil {
+			m = append(m, o.name)
+		}
+	}
+	return m, nil
+}
+
+// create runs stmts in one transaction; a race with another candidate
+// creating the same objects is retried once.
+func (s *store) create(ctx context.Context, stmts []string) error {
+	var err error
+	for range 2 {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			for _, q := range stmts {
+				if _, err := tx.Exec(ctx, q); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if code(err) != "23505" && code(err) != "42P07" {
+			return err
+		}
+	}
+	return err
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+const rowColumns = `term, holder, contract, ttl_ms, epoch, version, renewed_at`
+
+// Read reads the key's row from the primary.
+func (s *store) Read(ctx context.Context) (leaserow.Row, error) {
+	if err := s.prepare(ctx); err != nil {
+		return leaserow.Row{}, err
+	}
+	var r leaserow.Row
+	var holder string
+	var ttlMS, epoch int64
+	err := s.pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM `+s.table+` WHERE key = $1`, s.key).
+		Scan(&r.Term, &holder, &r.Contract, &ttlMS, &epoch, &r.Version, &r.RenewedAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), s.readOnly && code(err) == "42P01":
+		return leaserow.Row{}, leaserow.ErrNoRow
+	case err != nil:
+		return leaserow.Row{}, s.classify("read the lease row", err)
+	}
+	if holder != "" {
+		r.Holder = locker.ParseHolder([]byte(holder))
+	}
+	r.TTL = time.Duration(ttlMS) * time.Millisecond
+	r.Epoch = uint64(epoch)
+	return r, nil
+}
+
+// args are a row's values for the statements below: $3..$8.
+func (s *store) args(r leaserow.Row) []any {
+	holder := ""
+	if r.Term != "" {
+		h := r.Holder
+		h.Epoch = 0
+		holder = string(h.Record())
+	}
+	return []any{r.Term, holder, r.Contract, r.TTL.Milliseconds(), r.Version, r.RenewedAt}
+}
+
+// Create inserts the row with the next epoch, if the key has none.
+func (s *store) Create(ctx context.Context, r leaserow.Row) (uint64, error) {
+	if err := s.prepare(ctx); err != nil {
+		return 0, err
+	}
+	var epoch int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO `+s.table+` (key, `+rowColumns+`)
+VALUES ($1, $2, $3, $4, $5, nextval('`+s.seq+`'), $6, $7)
+ON CONFLICT (key) DO NOTHING RETURNING epoch`, append([]any{s.key}, s.args(r)...)...).Scan(&epoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, leaserow.ErrConflict
+	}
+	if err != nil {
+		return 0, s.classify("create the lease row", err)
+	}
+	return uint64(epoch), nil
+}
+
+// Take replaces the row at version prev, with the next epoch.
+func (s *store) Take(ctx context.Context, prev string, r leaserow.Row) (uint64, error) {
+	var epoch int64
+	err := s.pool.QueryRow(ctx, `UPDATE `+s.table+`
+SET term = $3, holder = $4, contract = $5, ttl_ms = $6, epoch = nextval('`+s.seq+`'), version = $7, renewed_at = $8
+WHERE key = $1 AND version = $2 RETURNING epoch`, append([]any{s.key, prev}, s.args(r)...)...).Scan(&epoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, leaserow.ErrConflict
+	}
+	if err != nil {
+		return 0, s.classify("take the lease row", err)
+	}
+	return uint64(epoch), nil
+}
+
+// Renew replaces the row at version prev, epoch unchanged.
+func (s *store) Renew(ctx context.Context, prev string, r leaserow.Row) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE `+s.table+`
+SET term = $3, holder = $4, contract = $5, ttl_ms = $6, version = $7, renewed_at = $8
+WHERE key = $1 AND version = $2`, append([]any{s.key, prev}, s.args(r)...)...)
+	return s.affected("renew the lease row", tag, err)
+}
+
+// Clear frees the row at version prev.
+func (s *store) Clear(ctx context.Context, prev, next string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE `+s.table+`
+SET term = '', holder = '', version = $3, renewed_at = now()
+WHERE key = $1 AND version = $2`, s.key, prev, next)
+	return s.affected("release the lease row", tag, err)
+}
+
+// affected turns a conditional write's outcome into the Store's errors.
+func (s *store) affected(what string, tag pgconn.CommandTag, err error) error {
+	if err != nil {
+		return s.classify(what, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return leaserow.ErrConflict
+	}
+	return nil
+}
+
+// PutRun writes the record of run.Slot if term holds the row. The lease
+// row is locked FOR SHARE in the same statement, so a takeover either
+// commits first (and the condition fails) or waits for this write.
+// Records of the key that expired are dropped on the way.
+func (s *store) PutRun(ctx context.Context, term string, run locker.Run) error {
+	if err := s.prepare(ctx); err != nil {
+		return err
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH lease AS (
+	SELECT 1 FROM `+s.table+` WHERE key = $1 AND term = $2 FOR SHARE
+), put AS (
+	INSERT INTO `+s.runs+` (key, slot, record, at, expires)
+	SELECT $1, $3, $4, $5, $6 FROM lease
+	ON CONFLICT (key, slot) DO UPDATE SET record = EXCLUDED.record, at = EXCLUDED.at, expires = EXCLUDED.expires
+	RETURNING 1
+), old AS (
+	DELETE FROM `+s.runs+` WHERE key = $1 AND slot <> $3 AND expires < now() AND EXISTS (SELECT 1 FROM lease)
+)
+SELECT count(*) FROM put`, s.key, term, run.Slot, string(run.Record()), run.At, run.Expires).Scan(&n)
+	if err != nil {
+		return s.classify("record the run", err)
+	}
+	if n == 0 {
+		return leaserow.ErrConflict
+	}
+	return nil
+}
+
+// GetRun reads the record of slot.
+func (s *store) GetRun(ctx context.Context, slot string) (locker.Run, error) {
+	if err := s.prepare(ctx); err != nil {
+		return locker.Run{}, err
+	}
+	var rec string
+	err := s.pool.QueryRow(ctx, `SELECT record FROM `+s.runs+` WHERE key = $1 AND slot = $2`, s.key, slot).Scan(&rec)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), s.readOnly && code(err) == "42P01":
+		return locker.Run{}, fmt.Errorf("postgres: slot %s: %w", slot, locker.ErrNoRun)
+	case err != nil:
+		return locker.Run{}, s.classify("read the run", err)
+	}
+	return locker.ParseRun([]byte(rec))
+}
+
+// ListRuns reads the key's records.
+func (s *store) ListRuns(ctx context.Context) ([]locker.Run, error) {
+	if err := s.prepare(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT record FROM `+s.runs+` WHERE key = $1`, s.key)
+	if err != nil {
+		if s.readOnly && code(err) == "42P01" {
+			return nil, nil
+		}
+		return nil, s.classify("list the runs", err)
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, s.classify("list the runs", err)
+	}
+	var runs []locker.Run
+	for _, rec := range recs {
+		if r, err := locker.ParseRun([]byte(rec)); err == nil {
+			runs = append(runs, r)
+		}
+	}
+	return runs, nil
+}
+
+// code is the SQLSTATE of err, "" when it is not a server's error.
+func code(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// refusedCodes are the SQLSTATE classes and codes retrying cannot fix.
+var refusedCodes = map[string]string{
+	"28":    "authentication failed",
+	"3D":    "no such database",
+	"42501": "permission denied",
+	"42P01": "no such table",
+	"3F":    "no such schema",
+	"25006": "the server is read-only",
+	"08P01": "protocol violation",
+	"0A":    "feature not supported",
+}
+
+// classify wraps a failed call: a refusal (ErrRefused: authentication,
+// permissions, a missing database or table, a read-only server, TLS, a
+// standby) or a failure worth retrying, in one line.
+func (s *store) classify(what string, err error) error {
+	var ce *locker.ConfigError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	msg := oneLine(err.Error())
+	if c := code(err); c != "" {
+		for _, k := range []string{c, c[:2]} {
+			if why, ok := refusedCodes[k]; ok {
+				return fmt.Errorf("postgres: %w: %s: %s: %s", locker.ErrRefused, what, why, msg)
+			}
+		}
+		return fmt.Errorf("postgres: %s: %s", what, msg)
+	}
+	if tlsRefusal(msg) {
+		return fmt.Errorf("postgres: %w: %s: %s", locker.ErrRefused, what, msg)
+	}
+	return fmt.Errorf("postgres: %s on %s: %s", what, s.addr, msg)
+}
+
+// tlsRefusal reports whether a connection failed on the server's TLS
+// answer (sslmode asked for what it does not give, a certificate it
+// refused), not on the network.
+func tlsRefusal(msg string) bool {
+	for _, s := range []string{"server refused TLS", "tls: ", "x509: ", "certificate"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,353 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+)
+
+func ctx(t *testing.T) context.Context { return lockertest.Ctx(t, 20*time.Second) }
+
+// sqlConn is a superuser connection for poking at the table by hand.
+func sqlConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctx(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func TestAcquireRenewReleaseOnTheServer(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	a := newLocker(t, pg.DSN(), lockertest.Key(t))
+	ls := lockertest.MustAcquire(t, a)
+	c := sqlConn(t, pg.DSN())
+	var v1, v2, contract string
+	var e1, e2 int64
+	row := `SELECT version, epoch, contract FROM public.leaderrun_leases WHERE key = $1`
+	if err := c.QueryRow(ctx(t), row, "lrtest/"+lockertest.Key(t)).Scan(&v1, &e1, &contract); err != nil {
+		t.Fatal(err)
+	}
+	if uint64(e1) != ls.Epoch() || contract != observe.Contract {
+		t.Fatalf("row: epoch %d contract %q; lease epoch %d", e1, contract, ls.Epoch())
+	}
+	if got, err := ls.Renew(ctx(t)); err != nil || got != 2*time.Second {
+		t.Fatalf("Renew = %v, %v", got, err)
+	}
+	if err := c.QueryRow(ctx(t), row, "lrtest/"+lockertest.Key(t)).Scan(&v2, &e2, &contract); err != nil {
+		t.Fatal(err)
+	}
+	if v2 == v1 || e2 != e1 {
+		t.Fatalf("renewal: version %q -> %q, epoch %d -> %d; want a new version, the same epoch", v1, v2, e1, e2)
+	}
+	b := newLocker(t, pg.DSN(), lockertest.Key(t), func(c *Config) { c.NoWait = true })
+	if _, err := b.Acquire(ctx(t)); !errors.Is(err, locker.ErrHeld) {
+		t.Fatalf("NoWait while held: %v, want ErrHeld", err)
+	}
+	h, err := b.Leader(ctx(t))
+	if err != nil || h.ID != a.ID() || h.Epoch != ls.Epoch() {
+		t.Fatalf("Leader = %+v, %v", h, err)
+	}
+	if err := ls.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Leader(ctx(t)); !errors.Is(err, locker.ErrNoLeader) {
+		t.Fatalf("Leader after release: %v, want ErrNoLeader", err)
+	}
+	ls2 := lockertest.MustAcquire(t, b)
+	if ls2.Epoch() <= ls.Epoch() {
+		t.Fatalf("re-acquire epoch %d not above %d", ls2.Epoch(), ls.Epoch())
+	}
+}
+
+// TestTakeoverOnlyAfterTTLAndAllowance: a holder that renews is never
+// taken over; once it stops, the standby takes over no earlier than TTL +
+// allowance after the last renewal, with a higher epoch, and the old
+// holder's next renewal is a loss.
+func TestTakeoverOnlyAfterTTLAndAllowance(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	ttl := 2 * time.Second
+	a := newLocker(t, pg.DSN(), lockertest.Key(t))
+	old := lockertest.MustAcquire(t, a)
+	b := newLocker(t, pg.DSN(), lockertest.Key(t))
+	got := lockertest.AcquireAsync(t, ctx(t), b)
+	var last time.Time
+	for end := time.Now().Add(2 * ttl); time.Now().Before(end); time.Sleep(ttl / 4) {
+		last = time.Now()
+		if _, err := old.Renew(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			t.Fatalf("standby took over a holder that renews: %+v", r)
+		default:
+		}
+	}
+	var r lockertest.Acquired
+	select {
+	case r = <-got:
+	case <-time.After(3 * ttl):
+		t.Fatal("no takeover")
+	}
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	defer lockertest.Release(r.Lease)
+	took := r.At.Sub(last)
+	t.Logf("takeover %v after the last renewal was sent (TTL %v + allowance %v)", took, ttl, observe.Allowance(ttl))
+	if took < ttl+observe.Allowance(ttl) {
+		t.Fatalf("takeover %v after the last renewal, before TTL + allowance", took)
+	}
+	if r.Lease.Epoch() <= old.Epoch() {
+		t.Fatalf("takeover epoch %d not above %d", r.Lease.Epoch(), old.Epoch())
+	}
+	if _, err := old.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("old holder's Renew after takeover: %v, want ErrLost", err)
+	}
+}
+
+func TestHandEditedRowIsLost(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	ls := lockertest.MustAcquire(t, newLocker(t, pg.DSN(), lockertest.Key(t)))
+	c := sqlConn(t, pg.DSN())
+	if _, err := c.Exec(ctx(t), `UPDATE public.leaderrun_leases SET ttl_ms = 100, version = 'by-hand' WHERE key = $1`, "lrtest/"+lockertest.Key(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ls.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) || !strings.Contains(err.Error(), "someone else") {
+		t.Fatalf("Renew after a hand edit: %v, want ErrLost", err)
+	}
+}
+
+// TestEpochSurvivesDeletedRow: a row deleted by hand and created again
+// still gets a larger epoch (the sequence, not the row, counts).
+func TestEpochSurvivesDeletedRow(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	a := newLocker(t, pg.DSN(), lockertest.Key(t))
+	first := lockertest.MustAcquire(t, a)
+	c := sqlConn(t, pg.DSN())
+	if _, err := c.Exec(ctx(t), `DELETE FROM public.leaderrun_leases WHERE key = $1`, "lrtest/"+lockertest.Key(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) || !strings.Contains(err.Error(), "deleted") {
+		t.Fatalf("Renew of a deleted row: %v, want ErrLost", err)
+	}
+	second := lockertest.MustAcquire(t, newLocker(t, pg.DSN(), lockertest.Key(t)))
+	if second.Epoch() <= first.Epoch() {
+		t.Fatalf("epoch after the row was deleted: %d, not above %d", second.Epoch(), first.Epoch())
+	}
+	// The guard's release, through the handle, in another process's Locker.
+	if err := newLocker(t, pg.DSN(), lockertest.Key(t)).ReleaseHandle(ctx(t), second.Handle()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Leader(ctx(t)); !errors.Is(err, locker.ErrNoLeader) {
+		t.Fatalf("Leader after ReleaseHandle: %v, want ErrNoLeader", err)
+	}
+}
+
+// attempt builds a Locker for dsn and acquires once: the error of New,
+// else Acquire's.
+func attempt(t *testing.T, dsn string, mods ...func(*Config)) error {
+	cfg := Config{Options: locker.Options{Key: lockertest.Key(t), ID: "x", TTL: 2 * time.Second, NoWait: true}, DSN: dsn, ConnectTimeout: 2 * time.Second}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	l, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	_, err = l.Acquire(ctx(t))
+	return err
+}
+
+func TestStandbyServerIsRefused(t *testing.T) {
+	pg := testcluster.StartPostgres(t)
+	sb := pg.StartStandby(t)
+	for _, ro := range []bool{false, true} {
+		err := attempt(t, sb.DSN(), func(c *Config) { c.ReadOnly = ro })
+		var ce *locker.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "DSN" || !strings.Contains(err.Error(), "standby") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("a Locker on a standby (read-only %v): %v, want a one-line ConfigError on DSN", ro, err)
+		}
+		t.Log(err)
+	}
+}
+
+// TestRefusals: what retrying cannot fix is ErrRefused, in one line.
+func TestRefusals(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	pg.Exec(t, `DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'lrreadonly') THEN
+		PERFORM 1;
+	END IF;
+END $$`)
+	c := sqlConn(t, pg.DSN())
+	var n int
+	_ = c.QueryRow(ctx(t), `SELECT count(*) FROM pg_database WHERE datname = 'lrreadonly'`).Scan(&n)
+	if n == 0 {
+		pg.Exec(t, `CREATE DATABASE lrreadonly`)
+		pg.Exec(t, `ALTER DATABASE lrreadonly SET default_transaction_read_only = on`)
+		pg.Exec(t, `CREATE ROLE lrweak LOGIN`)
+	}
+	base := strings.Replace(pg.DSN(), "/postgres?", "/%s?", 1)
+	cases := []struct{ name, dsn, want string }{
+		{"missing database", strings.Replace(base, "%s", "nosuchdb", 1), "does not exist"},
+		{"read-only database", strings.Replace(base, "%s", "lrreadonly", 1), "read-only"},
+		{"no privilege to create", strings.Replace(strings.Replace(base, "%s", "postgres", 1), "postgres@", "lrweak@", 1), "examples/postgres.sql"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := attempt(t, tc.dsn, func(c *Config) { c.Schema = "lrweak_schema" })
+			if !errors.Is(err, locker.ErrRefused) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("Acquire: %v, want a one-line refusal saying %q", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+	t.Run("bad DSN", func(t *testing.T) {
+		_, err := New(Config{Options: locker.Options{Key: "k", TTL: time.Second}, DSN: "host=a port=notanumber"})
+		var ce *locker.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "DSN" {
+			t.Fatalf("New: %v, want a ConfigError on DSN", err)
+		}
+	})
+}
+
+// TestUnreachableIsRetryable: a server that is not there fails the call
+// within the connect timeout, as an error worth retrying.
+func TestUnreachableIsRetryable(t *testing.T) {
+	l := newLocker(t, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable", lockertest.Key(t), func(c *Config) { c.NoWait = true })
+	start := time.Now()
+	_, err := l.Acquire(ctx(t))
+	if err == nil || errors.Is(err, locker.ErrRefused) || time.Since(start) > 3*time.Second {
+		t.Fatalf("Acquire on a closed port: %v after %v", err, time.Since(start))
+	}
+	if addr, timeout := l.Target(); addr != "127.0.0.1:1" || timeout != 2*time.Second {
+		t.Fatalf("Target = %s, %v", addr, timeout)
+	}
+}
+
+func TestRunLog(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	lockertest.RunLogContract(t, func(t *testing.T, key string) locker.Locker {
+		return newLocker(t, pg.DSN(), key)
+	})
+}
+
+// TestLatency logs how long acquire and renew take on the local server.
+func TestLatency(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	l := newLocker(t, pg.DSN(), lockertest.Key(t))
+	var acq, ren []time.Duration
+	for range 20 {
+		s := time.Now()
+		ls, err := l.Acquire(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acq = append(acq, time.Since(s))
+		for range 10 {
+			s = time.Now()
+			if _, err := ls.Renew(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			ren = append(ren, time.Since(s))
+		}
+		if err := ls.Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	med := func(d []time.Duration) (time.Duration, time.Duration) {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return d[len(d)/2], d[len(d)*99/100]
+	}
+	am, a99 := med(acq)
+	rm, r99 := med(ren)
+	t.Logf("acquire (read + conditional write): median %v, p99 %v; renew: median %v, p99 %v", am, a99, rm, r99)
+}
+
+// TestExampleSQLWithLeastPrivilege: the tables made by examples/postgres.sql
+// and a role with only the grants it lists are enough for every call, and
+// leaderrun then creates nothing.
+func TestExampleSQLWithLeastPrivilege(t *testing.T) {
+	pg := testcluster.StartPostgres(t)
+	sql, err := os.ReadFile("../../examples/postgres.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(string(sql), `"public"`, `"jobs"`)
+	var grants []string
+	for _, line := range strings.Split(script, "\n") {
+		if g, ok := strings.CutPrefix(line, "-- GRANT "); ok {
+			grants = append(grants, "GRANT "+strings.ReplaceAll(g, "leaderrun_role", "lrmin"))
+		}
+	}
+	if len(grants) != 4 {
+		t.Fatalf("examples/postgres.sql lists %d grants, want 4", len(grants))
+	}
+	pg.Exec(t, `CREATE SCHEMA jobs`)
+	pg.Exec(t, script)
+	pg.Exec(t, `CREATE ROLE lrmin LOGIN`)
+	pg.Exec(t, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+	for _, g := range grants {
+		pg.Exec(t, g)
+	}
+	dsn := strings.Replace(pg.DSN(), "postgres@", "lrmin@", 1)
+	schema := func(c *Config) { c.Schema = "jobs" }
+	a := newLocker(t, dsn, lockertest.Key(t), schema)
+	ls := lockertest.MustAcquire(t, a)
+	if _, err := ls.Renew(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	run := locker.NewRun(locker.Options{ID: "a"}, "s1", locker.RunSucceeded, ls.Epoch(), time.Hour)
+	if err := a.RecordRun(ctx(t), ls, run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LookupRun(ctx(t), "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	b := newLocker(t, dsn, lockertest.Key(t), schema)
+	lb := lockertest.MustAcquire(t, b)
+	if lb.Epoch() <= ls.Epoch() {
+		t.Fatalf("epoch %d after %d", lb.Epoch(), ls.Epoch())
+	}
+}
+
+// TestServerRestartUnderTheLeader: renewals fail while the server is down
+// (not a loss), and the first one after it is back succeeds on the row
+// the server kept: the pool makes new connections by itself.
+func TestServerRestartUnderTheLeader(t *testing.T) {
+	pg := testcluster.StartPostgres(t)
+	l := newLocker(t, pg.DSN(), lockertest.Key(t), func(c *Config) { c.TTL = 10 * time.Second })
+	ls := lockertest.MustAcquire(t, l)
+	pg.Kill()
+	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := ls.Renew(rctx)
+	cancel()
+	if err == nil || errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew while the server is down: %v, want a failed attempt", err)
+	}
+	pg.Restart(t)
+	if _, err := ls.Renew(ctx(t)); err != nil {
+		t.Fatalf("Renew after the restart: %v", err)
+	}
+	if h, err := l.Leader(ctx(t)); err != nil || h.Epoch != ls.Epoch() {
+		t.Fatalf("Leader after the restart = %+v, %v", h, err)
+	}
+}
