@@ -3,12 +3,17 @@
 package cmdline
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
@@ -127,7 +132,7 @@ func TestVariablesTheIssueFoundIgnored(t *testing.T) {
 	// child runs: the child does not read the file again.
 	other := t.TempDir()
 	env := filepath.Join(dir, "child.env")
-	code, out, errOut = leaderrun(t, []string{"LEADERRUN_ENV_FILE=" + file}, "--lock-dir", other, "--key", "k", "--log-level", "off",
+	code, out, errOut = leaderrunWithin(t, 20*time.Second, []string{"LEADERRUN_ENV_FILE=" + file}, "--lock-dir", other, "--key", "k", "--log-level", "off",
 		"--", "sh", "-c", `echo "dir=$LEADERRUN_LOCK_DIR file=${LEADERRUN_ENV_FILE-unset}" > `+env)
 	if code != 0 {
 		t.Fatalf("run with LEADERRUN_ENV_FILE: exit %d\n%s%s", code, out, errOut)
@@ -222,7 +227,7 @@ func TestContradictionsAreRefused(t *testing.T) {
 	}
 	for _, c := range refused {
 		t.Run(c.name, func(t *testing.T) {
-			code, _, errOut := leaderrun(t, c.env, c.args...)
+			code, _, errOut := leaderrunWithin(t, 20*time.Second, c.env, c.args...)
 			if code != 125 || !strings.HasPrefix(errOut, "leaderrun: "+c.line) || strings.Count(errOut, "\n") != 1 {
 				t.Errorf("exit %d, stderr:\n%s\nwant 125 and one line starting\nleaderrun: %s", code, errOut, c.line)
 			}
@@ -245,11 +250,37 @@ func TestContradictionsAreRefused(t *testing.T) {
 	}
 	for _, c := range accepted {
 		t.Run(c.name, func(t *testing.T) {
-			if code, _, errOut := leaderrun(t, c.env, c.args...); code != 0 {
+			if code, _, errOut := leaderrunWithin(t, 20*time.Second, c.env, c.args...); code != 0 {
 				t.Errorf("exit %d, %q; want the job run", code, errOut)
 			}
 		})
 	}
+}
+
+// leaderrunWithin is leaderrun, killed after d: a command line that
+// should be refused may, on a leaderrun that accepts it, run forever.
+func leaderrunWithin(t *testing.T, d time.Duration, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append([]string{"LEADERRUN_TEST_RUN_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Errorf("%q still ran after %v; killed", args, d)
+		code = -1
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return code, out.String(), errOut.String()
 }
 
 // helpRows is how many rows text takes on an 80-column terminal.
