@@ -112,7 +112,7 @@ func flagError(err error) error {
 	case m.re == reBadEnv:
 		return errors.New(badValue(m.sub[3]+"="+m.sub[1]+" (--"+m.sub[4]+")", m.sub[1], m.sub[2]+" "+m.sub[5]))
 	case m.re == reUndefined:
-		return fmt.Errorf("unknown option --%s (leaderrun --help lists them)", m.sub[1])
+		return fmt.Errorf("unknown option --%s (leaderrun help all lists them)", m.sub[1])
 	case m.re == reNeedsArg:
 		return fmt.Errorf("--%s needs a value", m.sub[1])
 	}

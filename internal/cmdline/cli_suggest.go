@@ -123,7 +123,7 @@ func unknownOption(name string, flags []cli.Flag, cmd string) error {
 	if near := nearest(name, names); near != "" {
 		return fmt.Errorf("unknown option %s (did you mean --%s?)", typed, near)
 	}
-	where := "leaderrun --help lists them"
+	where := "leaderrun help all lists them"
 	if cmd != "" {
 		where = "leaderrun help " + cmd + " lists them"
 		if slices.ContainsFunc(runOptions(), func(f cli.Flag) bool { return slices.Contains(f.Names(), name) }) {

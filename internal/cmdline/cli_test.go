@@ -206,7 +206,7 @@ func TestErrorLines(t *testing.T) {
 			`--kill-grace "soon": not a duration; write it as 5s, 2m or 1h30m`},
 		{"duration from the environment", []string{"LEADERRUN_TTL=5"}, append(local, "--", "true"), 125,
 			"LEADERRUN_TTL=5 (--ttl): a duration needs a unit, as in 5s or 5m"},
-		{"unknown option", nil, []string{"--nope"}, 125, "unknown option --nope (leaderrun --help lists them)"},
+		{"unknown option", nil, []string{"--nope"}, 125, "unknown option --nope (leaderrun help all lists them)"},
 		{"missing value", nil, []string{"--key"}, 125, "--key needs a value"},
 		{"timing rule rounded", nil, append(local, "--ttl", "5s", "--", "true"), 125,
 			"--renew-interval (1.667s) + --kill-grace (5s) + --safety-margin (1s) = 7.667s must be less than --ttl (5s)"},

@@ -123,18 +123,12 @@ func checkCombinations(c *cli.Context) error {
 		if !on {
 			continue
 		}
-		var names []string
-		for _, o := range strings.Split(r.oneOf, "|") {
-			if _, ok := optionGiven(c, o); ok {
-				names = nil
-				break
-			}
-			names = append(names, "--"+o)
-		}
-		if names == nil {
+		others := strings.Split(r.oneOf, "|")
+		if slices.ContainsFunc(others, func(o string) bool { _, ok := optionGiven(c, o); return ok }) {
 			continue
 		}
-		msg := a + " needs " + strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+		n := len(others)
+		msg := a + " needs --" + strings.Join(others[:n-1], ", --") + " or --" + others[n-1]
 		if r.why != "" {
 			msg += ": " + r.why
 		}
