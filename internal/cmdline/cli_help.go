@@ -59,17 +59,20 @@ func (d flagDoc) Head() string {
 	return head
 }
 
-// EnvNote names the variables an option reads besides the one of the rule
-// every option follows (LEADERRUN_ and the name in capitals).
+// EnvNote names the variables an option reads, in the order they win,
+// leaving out the one of the rule every option follows (LEADERRUN_ and
+// the name in capitals) where it comes last.
 func (d flagDoc) EnvNote() string {
-	var vars []string
-	for _, v := range d.Env {
-		if v != ruleEnv(d.Name) {
-			vars = append(vars, "$"+v)
-		}
+	env := d.Env
+	if n := len(env); n > 0 && env[n-1] == ruleEnv(d.Name) {
+		env = env[:n-1]
 	}
-	if len(vars) == 0 {
+	if len(env) == 0 {
 		return ""
+	}
+	vars := make([]string, len(env))
+	for i, v := range env {
+		vars[i] = "$" + v
 	}
 	return "[" + strings.Join(vars, ", ") + "]"
 }
@@ -266,9 +269,10 @@ func summary() string {
 // envRule says how options map to environment variables.
 func envRule() string {
 	return "Environment: every option can also be set as LEADERRUN_<OPTION> " +
-		"(--kill-grace: LEADERRUN_KILL_GRACE), and one with a variable in brackets " +
-		"also as that variable, which wins; an option on the command line wins over " +
-		"the environment. " + noEnvText() + " have no variable."
+		"(--kill-grace: LEADERRUN_KILL_GRACE), and one with variables in brackets " +
+		"as those too: where several are set, the first in brackets wins and " +
+		"LEADERRUN_<OPTION> comes last unless they name it. An option on the command " +
+		"line wins over the environment. " + noEnvText() + " have no variable."
 }
 
 // noEnvText names the options without a variable: "--help, --version and --unit".

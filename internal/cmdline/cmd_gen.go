@@ -203,11 +203,13 @@ var manSections = []struct {
 		"Every option can also be set in the environment as LEADERRUN_ followed by the option's " +
 			"name in capitals with dashes as underscores (LEADERRUN_KILL_GRACE for --kill-grace, " +
 			"LEADERRUN_JSON for status --json, LEADERRUN_EPOCH for check --epoch), except " +
-			noEnvText() + ". An option with a variable in brackets under OPTIONS also reads that " +
-			"one, which wins: for backend options the backend's own (CONSUL_HTTP_ADDR, " +
-			"ETCDCTL_ENDPOINTS, ...), which is also what leaderrun gives its command. An option given " +
-			"on the command line wins over both; files named by --env-file (LEADERRUN_ENV_FILE, a " +
-			"comma-separated list) or --unit override the inherited environment.",
+			noEnvText() + ". An option with variables in brackets under OPTIONS reads those too, " +
+			"and where several are set the first in brackets wins, LEADERRUN_<OPTION> coming last " +
+			"unless they name it: for backend options the brackets hold the backend's own " +
+			"(CONSUL_HTTP_ADDR, ETCDCTL_ENDPOINTS, ...) or the one leaderrun gives its command, so " +
+			"that leaderrun check in the command reads what the run used. An option given on the " +
+			"command line wins over the environment; files named by --env-file (LEADERRUN_ENV_FILE, " +
+			"a comma-separated list) or --unit override the inherited environment.",
 		"The command gets leaderrun's environment plus:",
 		"* LEADER_EPOCH\tthe epoch of this leadership, the fencing token;",
 		"* LEADER_KEY, LEADER_ID\tthe key and this candidate's name;",

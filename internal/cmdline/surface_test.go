@@ -115,6 +115,11 @@ func TestVariablesTheIssueFoundIgnored(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "epoch 3 does not hold") {
 		t.Errorf("LEADERRUN_EPOCH=3 check: exit %d, %q; want 1, epoch 3 does not hold", code, errOut)
 	}
+	// The variable leaderrun gives its child wins over LEADERRUN_EPOCH.
+	code, _, errOut = leaderrun(t, []string{"LEADER_EPOCH=4", "LEADERRUN_EPOCH=3"}, append([]string{"check"}, append(local, "billing")...)...)
+	if code != 1 || !strings.Contains(errOut, "epoch 4 does not hold") {
+		t.Errorf("LEADER_EPOCH=4 LEADERRUN_EPOCH=3 check: exit %d, %q; want LEADER_EPOCH's 4", code, errOut)
+	}
 	file := filepath.Join(dir, "billing.env")
 	if err := os.WriteFile(file, []byte("LEADERRUN_BACKEND=local\nLEADERRUN_LOCK_DIR="+dir+"\n"), 0o600); err != nil {
 		t.Fatal(err)
