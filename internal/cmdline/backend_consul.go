@@ -44,6 +44,8 @@ var consulBackend = &backend{
 				Usage: "opt-in session health `CHECK` (repeatable; needs lock-delay >= ttl)"},
 		}
 	},
+	// A read creates no session.
+	RunOnly: []string{"consul-lock-delay", "consul-session-checks"},
 	Fields: map[string]string{
 		"Address": "--consul-addr", "Token": "--consul-token", "TokenFile": "--consul-token-file",
 		"CACert": "--consul-ca-file", "ClientCert": "--consul-client-cert", "ClientKey": "--consul-client-key",

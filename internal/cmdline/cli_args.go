@@ -49,7 +49,7 @@ func divertUsageError(c *cli.Context, err error, _ bool) error {
 		}
 		return exitCode(0)
 	}
-	return usage(flagError(err))
+	return usageError(c, err)
 }
 
 // rootContext is the context of the top-level command line.
@@ -112,7 +112,7 @@ func flagError(err error) error {
 	case m.re == reBadEnv:
 		return errors.New(badValue(m.sub[3]+"="+m.sub[1]+" (--"+m.sub[4]+")", m.sub[1], m.sub[2]+" "+m.sub[5]))
 	case m.re == reUndefined:
-		return fmt.Errorf("unknown option --%s (leaderrun --help lists them)", m.sub[1])
+		return fmt.Errorf("unknown option --%s (leaderrun help all lists them)", m.sub[1])
 	case m.re == reNeedsArg:
 		return fmt.Errorf("--%s needs a value", m.sub[1])
 	}
@@ -184,24 +184,40 @@ func helpCommand() *cli.Command {
 		Name:      "help",
 		Hidden:    true,
 		Usage:     "show help for leaderrun or one command",
-		ArgsUsage: "[status|check]",
+		ArgsUsage: "[all|BACKEND|status|check]",
 		Before:    divertDoubleDash,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
 				return usage(fmt.Errorf("help takes one command name, got %q", c.Args().Slice()))
 			}
 			name := c.Args().First()
-			if name == "" {
+			switch {
+			case name == "":
 				writeAppHelp(os.Stdout, c.App)
 				return nil
+			case name == "all":
+				writeFullHelp(os.Stdout, c.App)
+				return nil
+			case backendNamed(name) != nil:
+				writeBackendHelp(os.Stdout, backendNamed(name))
+				return nil
 			}
+			topics := []string{"all"}
 			for _, cmd := range c.App.Commands {
 				if cmd.Name == name && !cmd.Hidden {
 					writeCommandHelp(os.Stdout, cmd)
 					return nil
 				}
+				if !cmd.Hidden {
+					topics = append(topics, cmd.Name)
+				}
 			}
-			return usage(fmt.Errorf("help: no command %q; the commands are status, check and version", name))
+			topics = append(topics, backendNames()...)
+			msg := fmt.Sprintf("help: no command or backend %q; help knows %s", name, strings.Join(topics, ", "))
+			if near := nearest(name, topics); near != "" {
+				msg = fmt.Sprintf("help: no command or backend %q; did you mean %q?", name, near)
+			}
+			return usage(errors.New(msg))
 		},
 	}
 }
@@ -272,4 +288,103 @@ func configError(b *backend, err error) error {
 		return fmt.Errorf("%s: cannot %s %s: %w", b.FileFlag, pe.Op, pe.Path, pe.Err)
 	}
 	return err
+}
+
+// interspersedCommands are the commands whose options may follow their
+// KEY, as their synopsis shows.
+var interspersedCommands = []string{"status", "check"}
+
+// interspersed moves the options a status or check line gives after its
+// KEY in front of it, and a "--" between them and the KEY: urfave/cli, as
+// Go's flag package, stops reading options at the first other argument,
+// so `leaderrun status billing --json` would take --json for a second
+// KEY. Nothing after a "--" the line has itself is moved (there every word
+// is an argument), nor anything of a run or another command, nor a line
+// the shell completion asks about (it must end in the completion flag).
+func interspersed(args []string, app *cli.App) []string {
+	if len(args) < 2 || args[len(args)-1] == "--generate-bash-completion" {
+		return args
+	}
+	for i := 1; i < len(args); i++ {
+		arg := args[i]
+		switch {
+		case arg == "--":
+			return args
+		case isOption(arg):
+			if takesValue(app.Flags, arg) {
+				i++
+			}
+			continue
+		}
+		if !slices.Contains(interspersedCommands, arg) {
+			return args
+		}
+		for _, cmd := range app.Commands {
+			if cmd.Name == arg {
+				return slices.Concat(args[:i+1], reorder(args[i+1:], cmd.Flags))
+			}
+		}
+		return args
+	}
+	return args
+}
+
+// reorder puts the options of rest (with their values) first, then "--"
+// and the other arguments, in their order.
+func reorder(rest []string, flags []cli.Flag) []string {
+	var opts, others []string
+	for j := 0; j < len(rest); j++ {
+		arg := rest[j]
+		switch {
+		case arg == "--":
+			others = append(others, rest[j+1:]...)
+			j = len(rest)
+		case isOption(arg):
+			opts = append(opts, arg)
+			if takesValue(flags, arg) && j+1 < len(rest) {
+				j++
+				opts = append(opts, rest[j])
+			}
+		default:
+			others = append(others, arg)
+		}
+	}
+	if len(others) == 0 {
+		return opts
+	}
+	return slices.Concat(opts, []string{"--"}, others)
+}
+
+// isOption reports whether arg is an option rather than an argument ("-"
+// alone is an argument, as for the flag package).
+func isOption(arg string) bool { return len(arg) > 1 && arg[0] == '-' }
+
+// takesValue reports whether the option arg names takes its value from the
+// next argument: "--ttl 5s" does, "--ttl=5s", a switch and an unknown
+// option do not.
+func takesValue(flags []cli.Flag, arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	for _, f := range flags {
+		if slices.Contains(f.Names(), name) {
+			g, ok := f.(cli.DocGenerationFlag)
+			return ok && g.TakesValue()
+		}
+	}
+	return false
+}
+
+// usageError is the one-line refusal of a command line the flag parser
+// could not read; unknown options get a suggestion from c's options.
+func usageError(c *cli.Context, err error) error {
+	if m := reUndefined.FindStringSubmatch(err.Error()); m != nil {
+		flags, cmd := c.App.Flags, ""
+		if c.Command != nil && c.Command.Name != c.App.Name {
+			flags, cmd = c.Command.Flags, c.Command.Name
+		}
+		return usage(unknownOption(m[1], flags, cmd))
+	}
+	return usage(flagError(err))
 }

@@ -29,7 +29,8 @@ const sharedEnvFile = "leaderrun.env"
 
 // loadEnvFiles applies the settings files a command line names, before its
 // flags are parsed (flags read their variables while being parsed):
-// --unit NAME's two files, then each --env-file in order. A later file
+// --unit NAME's two files, then each --env-file in order (or those
+// LEADERRUN_ENV_FILE names when no --env-file is given). A later file
 // overrides an earlier one and the inherited environment, as systemd's
 // EnvironmentFile= does; flags still win over all of them. Settings loaded
 // for a run are also in the command's environment, as under systemd.
@@ -63,6 +64,9 @@ func loadEnvFiles(args []string) error {
 			unitFiles = append(unitFiles, filepath.Join(configDir, value+".env"))
 		}
 	}
+	if len(files) == 0 && !internalCommand(args) {
+		files = envFileVariable()
+	}
 	for _, f := range append(unitFiles, files...) {
 		vars, err := readEnvFile(f)
 		if err != nil {
@@ -76,6 +80,26 @@ func loadEnvFiles(args []string) error {
 		}
 	}
 	return nil
+}
+
+// envFileVariable are the files LEADERRUN_ENV_FILE names, as
+// --env-file's variable: a comma-separated list. The command line's
+// --env-file wins over it, as over any option's variable.
+func envFileVariable() []string {
+	var files []string
+	for _, f := range strings.Split(os.Getenv("LEADERRUN_ENV_FILE"), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			files = append(files, f)
+		}
+	}
+	return files
+}
+
+// internalCommand reports whether args run one of leaderrun's hidden
+// helpers (the guard, a release), which read no settings files: they get
+// everything they need from the leaderrun that started them.
+func internalCommand(args []string) bool {
+	return len(args) > 1 && (args[1] == guardCommandName || args[1] == releaseCommandName)
 }
 
 // flagValue reads "--name VALUE" or "--name=VALUE" at args[*i], moving *i

@@ -3,6 +3,7 @@
 package cmdline
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -103,14 +104,65 @@ func backendFlags() []cli.Flag {
 }
 
 // commonFlags are on every command (urfave/cli adds --help itself).
+// loadEnvFiles reads the files before the flags are parsed.
 func commonFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: envFileFlag, Category: catOther,
-			Usage: "read VAR=value settings from `FILE`; they override the environment (repeatable)"},
+		&cli.StringSliceFlag{Name: envFileFlag, Category: catOther, EnvVars: []string{"LEADERRUN_ENV_FILE"},
+			Usage: "read VAR=value settings from `FILE`; they override the environment (repeatable; the variable takes a comma-separated list)"},
 	}
 }
 
-// versionFlag is the top level's --version.
+// versionFlag is the top level's --version. It has no -v: most tools
+// read that as "verbose".
 func versionFlag() cli.Flag {
-	return &cli.BoolFlag{Name: "version", Aliases: []string{"v"}, Category: catOther, Usage: "print the version"}
+	return &cli.BoolFlag{Name: "version", Category: catOther, Usage: "print the version (there is no -v)"}
+}
+
+// runOptions are the options of a run, as the top level defines them.
+func runOptions() []cli.Flag {
+	return slices.Concat(backendFlags(), runFlags(), onceFlags(), commonFlags())
+}
+
+// noEnvFlags are the options no variable sets: --help and --version do
+// not configure anything, and --unit names the files the variables come
+// from. Every other option reads LEADERRUN_<OPTION> (ruleEnv).
+var noEnvFlags = []string{"help", "version", unitFlag}
+
+// withRuleEnv makes each of flags read LEADERRUN_<OPTION> too, after the
+// variables it names itself: a backend's own variable (CONSUL_HTTP_ADDR)
+// or LEADER_EPOCH is what leaderrun puts in its child's environment, so
+// it must win over a LEADERRUN_ variable the child merely inherited.
+func withRuleEnv(flags []cli.Flag) []cli.Flag {
+	for _, f := range flags {
+		name := f.Names()[0]
+		if slices.Contains(noEnvFlags, name) || name == "generate-bash-completion" {
+			continue
+		}
+		env := ruleEnv(name)
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			f.EnvVars = appendNew(f.EnvVars, env)
+		case *cli.BoolFlag:
+			f.EnvVars = appendNew(f.EnvVars, env)
+		case *cli.DurationFlag:
+			f.EnvVars = appendNew(f.EnvVars, env)
+		case *cli.IntFlag:
+			f.EnvVars = appendNew(f.EnvVars, env)
+		case *cli.Uint64Flag:
+			f.EnvVars = appendNew(f.EnvVars, env)
+		case *cli.StringSliceFlag:
+			f.EnvVars = appendNew(f.EnvVars, env)
+		default:
+			panic(fmt.Sprintf("withRuleEnv: --%s is a %T; add its type", name, f))
+		}
+	}
+	return flags
+}
+
+// appendNew appends v to list unless it is there already.
+func appendNew(list []string, v string) []string {
+	if slices.Contains(list, v) {
+		return list
+	}
+	return append(slices.Clip(list), v)
 }

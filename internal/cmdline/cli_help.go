@@ -59,14 +59,19 @@ func (d flagDoc) Head() string {
 	return head
 }
 
-// EnvNote names the variables when they differ from the rule every option
-// follows otherwise (LEADERRUN_ and the name in capitals).
+// EnvNote names the variables an option reads, in the order they win,
+// leaving out the one of the rule every option follows (LEADERRUN_ and
+// the name in capitals) where it comes last.
 func (d flagDoc) EnvNote() string {
-	if len(d.Env) == 0 || (len(d.Env) == 1 && d.Env[0] == ruleEnv(d.Name)) {
+	env := d.Env
+	if n := len(env); n > 0 && env[n-1] == ruleEnv(d.Name) {
+		env = env[:n-1]
+	}
+	if len(env) == 0 {
 		return ""
 	}
-	vars := make([]string, len(d.Env))
-	for i, v := range d.Env {
+	vars := make([]string, len(env))
+	for i, v := range env {
 		vars[i] = "$" + v
 	}
 	return "[" + strings.Join(vars, ", ") + "]"
@@ -252,7 +257,7 @@ const (
 	synopsisRun    = "leaderrun [options] --key KEY -- COMMAND [ARG...]"
 	synopsisStatus = "leaderrun status [KEY] [--json] [options]"
 	synopsisCheck  = "leaderrun check [KEY] [--epoch N] [options]"
-	synopsisOther  = "leaderrun help [status|check] | leaderrun version"
+	synopsisOther  = "leaderrun help [all|BACKEND|status|check] | leaderrun version"
 )
 
 // summary is the help's first paragraph.
@@ -262,9 +267,29 @@ func summary() string {
 }
 
 // envRule says how options map to environment variables.
-const envRule = "Environment: an option can also be set as LEADERRUN_<OPTION> " +
-	"(--kill-grace: LEADERRUN_KILL_GRACE), or as the variable in brackets; " +
-	"an option on the command line wins over the environment."
+func envRule() string {
+	return "Environment: every option can also be set as LEADERRUN_<OPTION> " +
+		"(--kill-grace: LEADERRUN_KILL_GRACE), and one with variables in brackets " +
+		"as those too: where several are set, the first in brackets wins and " +
+		"LEADERRUN_<OPTION> comes last unless they name it. An option on the command " +
+		"line wins over the environment. " + noEnvText() + " have no variable."
+}
+
+// noEnvText names the options without a variable: "--help, --version and --unit".
+func noEnvText() string {
+	names := make([]string, len(noEnvFlags))
+	for i, n := range noEnvFlags {
+		names[i] = "--" + n
+	}
+	n := len(names)
+	return strings.Join(names[:n-1], ", ") + " and " + names[n-1]
+}
+
+// dashRule says what a first word without "--" before it is.
+const dashRule = "COMMAND: put -- before it. Without --, the first word that is not an " +
+	"option names a command of leaderrun (status, check, help, version); one a typo " +
+	"away from those is refused with a suggestion, and any other is run as COMMAND " +
+	"when --key is given, refused when it is not."
 
 // exitText is the exit-code summary, for help and error hints.
 const exitText = "Exit status: the command's own; 123 leadership lost, command " +
@@ -276,17 +301,96 @@ const exitText = "Exit status: the command's own; 123 leadership lost, command "
 const keyRule = "KEY: 1 to 128 of A-Z a-z 0-9 . _ / -, starting with a letter or " +
 	"digit, without \"..\", \"//\" or a trailing \"/\"; the same rule holds for --prefix."
 
-// writeAppHelp is `leaderrun --help` and `leaderrun help`.
+// essentials are the options `leaderrun --help` shows, in the group order
+// of categoryOrder, each on one line with its default; `leaderrun help
+// all` has every option with its whole description.
+var essentials = []struct{ flag, brief string }{
+	{"key", "the leadership KEY (required)"},
+	{"backend", "where the key is kept"},
+	{"once-per", "run once per PERIOD across hosts (cron)"},
+	{"acquire-timeout", "give up when not leader after this long"},
+	{"no-wait", "one attempt, no waiting"},
+	{"ttl", "lease time"},
+	{"kill-grace", "from the stop signal to SIGKILL"},
+	{"restart", "never, on-failure or always"},
+	{"stop-signal", "the job's first signal"},
+	{"quiet", "nothing on stderr unless something went wrong"},
+	{"log-level", "trace to error, or off"},
+	{"env-file", "read VAR=value settings from FILE"},
+}
+
+// examples are the README's recommended lines, verbatim (a test holds
+// them to it): each is one line to copy, however wide.
+var examples = []string{
+	"7 3 * * *  leaderrun -q --backend etcd --etcd-endpoints https://etcd1:2379 --key nightly-report --once-per 24h --acquire-timeout 2h -- /usr/local/bin/nightly-report",
+	"systemctl enable --now leaderrun@billing",
+	"leaderrun --backend etcd --etcd-endpoints https://etcd1:2379 --key billing -- /usr/local/bin/nightly-billing.sh",
+	"leaderrun check || exit 1",
+}
+
+// writeAppHelp is `leaderrun --help` and `leaderrun help`: one screen for
+// the common case.
 func writeAppHelp(w io.Writer, app *cli.App) {
+	fmt.Fprintf(w, "Usage: %s\n       %s\n       %s\n       %s\n\n", synopsisRun, synopsisStatus, synopsisCheck, synopsisOther)
+	writeParagraph(w, summary())
+	var docs []flagDoc
+	for _, e := range essentials {
+		for _, d := range visibleFlags(app.Flags) {
+			if d.Name == "--"+e.flag {
+				d.Usage = e.brief
+				docs = append(docs, d)
+			}
+		}
+	}
+	column := 0
+	for _, d := range docs {
+		column = max(column, 2+len(d.Head())+2)
+	}
+	titles, groups := groupFlags(docs)
+	fmt.Fprintln(w)
+	for _, title := range titles {
+		fmt.Fprintf(w, "%s:\n", title)
+		for _, d := range groups[title] {
+			text := d.Usage
+			if d.Default != "" {
+				text += " (default " + d.Default + ")"
+			}
+			fmt.Fprintf(w, "%-*s%s\n", column, "  "+d.Head(), text)
+		}
+	}
+	fmt.Fprintln(w, "\nExamples (README.md explains each):")
+	for _, e := range examples {
+		fmt.Fprintln(w, "  "+e)
+	}
+	fmt.Fprintln(w)
+	writeParagraph(w, "More: 'leaderrun help all' (every option, the environment, exit codes), "+
+		"'leaderrun help BACKEND' ("+backendList()+": its options). The version: --version (there is no -v).")
+}
+
+// writeFullHelp is `leaderrun help all`: every option of a run, by group.
+func writeFullHelp(w io.Writer, app *cli.App) {
 	fmt.Fprintf(w, "Usage: %s\n       %s\n       %s\n       %s\n\n", synopsisRun, synopsisStatus, synopsisCheck, synopsisOther)
 	writeParagraph(w, summary())
 	writeOptions(w, app.Flags)
 	fmt.Fprintln(w)
-	writeParagraph(w, envRule)
+	writeParagraph(w, envRule())
 	fmt.Fprintln(w)
 	writeParagraph(w, exitText)
 	fmt.Fprintln(w)
 	writeParagraph(w, keyRule)
+	fmt.Fprintln(w)
+	writeParagraph(w, dashRule)
+}
+
+// writeBackendHelp is `leaderrun help etcd`: that backend's options, from
+// its entry in the registry.
+func writeBackendHelp(w io.Writer, b *backend) {
+	fmt.Fprintf(w, "Usage: leaderrun --backend %s [options] --key KEY -- COMMAND [ARG...]\n"+
+		"       leaderrun status|check [KEY] --backend %s [options]\n\n", b.Name, b.Name)
+	writeParagraph(w, "The options of "+b.Title+", for a run, status and check alike.")
+	writeOptions(w, withRuleEnv(b.Flags()))
+	fmt.Fprintln(w)
+	writeParagraph(w, envRule())
 }
 
 // writeCommandHelp is `leaderrun help status` and `leaderrun status --help`.
@@ -299,7 +403,7 @@ func writeCommandHelp(w io.Writer, cmd *cli.Command) {
 	}
 	writeOptions(w, flags)
 	fmt.Fprintln(w)
-	writeParagraph(w, envRule)
+	writeParagraph(w, envRule())
 	fmt.Fprintln(w)
 	writeParagraph(w, keyRule)
 }

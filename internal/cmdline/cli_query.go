@@ -16,12 +16,17 @@ import (
 // (status, check): the backend options of a run, the key also from
 // LEADER_KEY (inside leaderrun's child it names the key the parent really
 // leads), a bound on the whole read, and the unit whose settings to use.
+// A backend's RunOnly options are accepted, so that the same backend
+// options serve a run and a status, but hidden from help.
 func queryFlags() []cli.Flag {
 	flags := backendFlags()
 	for _, f := range flags {
 		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "key" {
 			sf.EnvVars = append([]string{"LEADER_KEY"}, sf.EnvVars...)
 			sf.Usage = "the leadership `KEY`, also given as the argument"
+		}
+		if runOnlyFlag(f.Names()[0]) {
+			hide(f)
 		}
 	}
 	return append(flags,
@@ -103,4 +108,24 @@ func queryLocker(c *cli.Context) (locker.Locker, locker.Options, error) {
 	}
 	lk, err := settings.New(opts, true, newQuietLogger()) // status and check create nothing
 	return lk, opts, configError(b, err)
+}
+
+// hide keeps f out of help, the man page and completions.
+func hide(f cli.Flag) {
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		f.Hidden = true
+	case *cli.BoolFlag:
+		f.Hidden = true
+	case *cli.DurationFlag:
+		f.Hidden = true
+	case *cli.IntFlag:
+		f.Hidden = true
+	case *cli.Uint64Flag:
+		f.Hidden = true
+	case *cli.StringSliceFlag:
+		f.Hidden = true
+	default:
+		panic(fmt.Sprintf("hide: --%s is a %T; add its type", f.Names()[0], f))
+	}
 }

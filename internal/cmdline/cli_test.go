@@ -65,15 +65,16 @@ func flagEntries(help string) map[string]string {
 	return entries
 }
 
+// TestHelp checks `leaderrun help all`, the whole list of a run's options.
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	code, help, errOut := leaderrun(t, nil, "--help")
+	code, help, errOut := leaderrun(t, nil, "help", "all")
 	if code != 0 || errOut != "" {
-		t.Fatalf("--help: exit %d, stderr %q", code, errOut)
+		t.Fatalf("help all: exit %d, stderr %q", code, errOut)
 	}
 	for i, line := range strings.Split(help, "\n") {
 		if len(line) > 80 {
-			t.Errorf("--help line %d is %d columns wide: %q", i+1, len(line), line)
+			t.Errorf("help all line %d is %d columns wide: %q", i+1, len(line), line)
 		}
 	}
 
@@ -123,9 +124,10 @@ func TestHelp(t *testing.T) {
 		t.Errorf("--ttl does not say what it means on the local backend:\n%s", entries["--ttl"])
 	}
 
-	// It ends with the environment rule, the exit codes and the key rule.
+	// It ends with the environment rule, the exit codes, the key rule and
+	// what a word without -- before it is.
 	tail := help[strings.LastIndex(help, "Environment:"):]
-	for _, w := range []string{"LEADERRUN_<OPTION>", "123", "124", "125", "126", "127", "128+N", "KEY:", ".."} {
+	for _, w := range []string{"LEADERRUN_<OPTION>", "123", "124", "125", "126", "127", "128+N", "KEY:", "..", "COMMAND: put -- before it"} {
 		if !strings.Contains(tail, w) {
 			t.Errorf("the end of --help lacks %q:\n%s", w, tail)
 		}
@@ -135,7 +137,8 @@ func TestHelp(t *testing.T) {
 	}
 
 	// `help` is --help; `help status` is `status --help`.
-	if code, out, _ := leaderrun(t, nil, "help"); code != 0 || out != help {
+	_, short, _ := leaderrun(t, nil, "--help")
+	if code, out, _ := leaderrun(t, nil, "help"); code != 0 || out != short {
 		t.Errorf("`leaderrun help`: exit %d, differs from --help:\n%s", code, out)
 	}
 	for _, cmd := range []string{"status", "check"} {
@@ -205,7 +208,7 @@ func TestErrorLines(t *testing.T) {
 			`--kill-grace "soon": not a duration; write it as 5s, 2m or 1h30m`},
 		{"duration from the environment", []string{"LEADERRUN_TTL=5"}, append(local, "--", "true"), 125,
 			"LEADERRUN_TTL=5 (--ttl): a duration needs a unit, as in 5s or 5m"},
-		{"unknown option", nil, []string{"--nope"}, 125, "unknown option --nope (leaderrun --help lists them)"},
+		{"unknown option", nil, []string{"--nope"}, 125, "unknown option --nope (leaderrun help all lists them)"},
 		{"missing value", nil, []string{"--key"}, 125, "--key needs a value"},
 		{"timing rule rounded", nil, append(local, "--ttl", "5s", "--", "true"), 125,
 			"--renew-interval (1.667s) + --kill-grace (5s) + --safety-margin (1s) = 7.667s must be less than --ttl (5s)"},

@@ -58,7 +58,7 @@ func manPage(app *cli.App) (string, error) {
 		`\fBleaderrun\fR [\fIoptions\fR] \fB\-\-key\fR \fIKEY\fR \fB\-\-\fR \fICOMMAND\fR [\fIARG\fR...]`,
 		`\fBleaderrun status\fR [\fIKEY\fR] [\fB\-\-json\fR] [\fIoptions\fR]`,
 		`\fBleaderrun check\fR [\fIKEY\fR] [\fB\-\-epoch\fR \fIN\fR] [\fIoptions\fR]`,
-		`\fBleaderrun help\fR [\fBstatus\fR|\fBcheck\fR]`,
+		`\fBleaderrun help\fR [\fBall\fR|\fIBACKEND\fR|\fBstatus\fR|\fBcheck\fR]`,
 		`\fBleaderrun version\fR`,
 	} {
 		if i > 0 {
@@ -174,6 +174,7 @@ func manDescription() []string {
 			"it leads), so pass the epoch to what the command writes to, or run " +
 			"\"leaderrun check || exit 1\" before each step that must not run twice.",
 		keyRule,
+		dashRule,
 		"A dead-man guard process kills the command at its kill point if leaderrun itself is frozen, " +
 			"and at once if leaderrun dies, then releases the lease.",
 		"The design, and which promise each part keeps, is described in " +
@@ -199,11 +200,16 @@ var manSections = []struct {
 			"current holder and epoch), and 125 on error. leaderrun status exits 0, also when nobody leads, 3 when the key was never used where it looked, 125 on error.",
 	}},
 	{"ENVIRONMENT", []string{
-		"Every option can also be set in the environment: as LEADERRUN_ followed by the option's " +
-			"name in capitals with dashes as underscores (LEADERRUN_KILL_GRACE for --kill-grace), " +
-			"or as the variable named in brackets under OPTIONS, which for backend options are the " +
-			"backend's own (CONSUL_HTTP_ADDR, ETCDCTL_ENDPOINTS, ...). An option given on the command " +
-			"line wins; files named by --env-file or --unit override the inherited environment.",
+		"Every option can also be set in the environment as LEADERRUN_ followed by the option's " +
+			"name in capitals with dashes as underscores (LEADERRUN_KILL_GRACE for --kill-grace, " +
+			"LEADERRUN_JSON for status --json, LEADERRUN_EPOCH for check --epoch), except " +
+			noEnvText() + ". An option with variables in brackets under OPTIONS reads those too, " +
+			"and where several are set the first in brackets wins, LEADERRUN_<OPTION> coming last " +
+			"unless they name it: for backend options the brackets hold the backend's own " +
+			"(CONSUL_HTTP_ADDR, ETCDCTL_ENDPOINTS, ...) or the one leaderrun gives its command, so " +
+			"that leaderrun check in the command reads what the run used. An option given on the " +
+			"command line wins over the environment; files named by --env-file (LEADERRUN_ENV_FILE, " +
+			"a comma-separated list) or --unit override the inherited environment.",
 		"The command gets leaderrun's environment plus:",
 		"* LEADER_EPOCH\tthe epoch of this leadership, the fencing token;",
 		"* LEADER_KEY, LEADER_ID\tthe key and this candidate's name;",
@@ -212,27 +218,31 @@ var manSections = []struct {
 			"CONSUL_TLS_SERVER_NAME, CONSUL_DATACENTER; ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, " +
 			"ETCDCTL_KEY; LEADERRUN_LOCK_DIR when --lock-dir was given. Tokens and passwords given " +
 			"by option are never added.",
-		"NOTIFY_SOCKET and WATCHDOG_* are removed from the command's environment.",
+		"NOTIFY_SOCKET, WATCHDOG_* and LEADERRUN_ENV_FILE (its settings are in the environment already) " +
+			"are removed from the command's environment.",
 	}},
 	{"FILES", []string{
 		"* /etc/leaderrun/leaderrun.env\tsettings shared by every instance of leaderrun@.service, read first;",
 		"* /etc/leaderrun/KEY.env\tthe settings of leaderrun@KEY.service, LEADERRUN_COMMAND among them. " +
 			"Both may hold tokens: keep them mode 0600.",
-		"* /usr/share/doc/leaderrun/example.env\ta commented example to copy.",
+		"* /usr/share/leaderrun/leaderrun.env\ta commented example to copy.",
 		"* /var/lib/leaderrun, /var/tmp/leaderrun-UID\tthe local backend's epoch counters, of root and of " +
 			"anyone else; /usr/lib/tmpfiles.d/leaderrun.conf keeps systemd-tmpfiles from ageing them out.",
 	}},
 	{"EXAMPLES", []string{
-		"Run a nightly job on one host of several, from cron on each (exit 124 when another host has it):",
-		"  0 2 * * * leaderrun --backend etcd --key nightly --no-wait -- job.sh",
+		"Run a nightly job once a day across several hosts, from the same crontab line on each " +
+			"(-q: cron mails only when something went wrong; a host that finds the day's run done " +
+			"exits 0); it is a single crontab line:",
+		"  " + examples[0],
 		"Run a daemon under systemd on whichever host leads \"billing\":",
-		"  cp /usr/share/doc/leaderrun/example.env /etc/leaderrun/billing.env\n" +
-			"chmod 600 /etc/leaderrun/billing.env\n" +
+		"  install -m 600 /usr/share/leaderrun/leaderrun.env /etc/leaderrun/billing.env\n" +
 			"$EDITOR /etc/leaderrun/billing.env\n" +
-			"systemctl enable --now leaderrun@billing\n" +
+			examples[1] + "\n" +
 			"leaderrun status --unit billing",
-		"Stop a step of a script when this host no longer leads:",
-		"  #!/bin/sh\nset -e\nleaderrun check || exit 1\nexport-invoices\nleaderrun check || exit 1\ncharge-cards",
+		"Run a legacy script on one host at a time:",
+		"  " + examples[2],
+		"and let the script stop a step when this host no longer leads:",
+		"  #!/bin/sh\nset -e\n" + examples[3] + "\nexport-invoices\n" + examples[3] + "\ncharge-cards",
 	}},
 	{"SEE ALSO", []string{
 		"systemctl(1), systemd.service(5), systemd.exec(5), flock(1), timeout(1), consul(1), etcdctl(1); " +

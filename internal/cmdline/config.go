@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -88,7 +90,81 @@ func parseRun(c *cli.Context) (*runConfig, error) {
 	}
 	cfg.noGuard = c.Bool("no-guard")
 	cfg.httpAddr = c.String("http-addr")
+	if err := checkCombinations(c); err != nil {
+		return nil, err
+	}
 	return cfg, nil
+}
+
+// checkCombinations refuses options that contradict each other or do
+// nothing without another. An option counts only where it was set (on the
+// command line, in the environment or a settings file), a switch only when
+// on, and "name=a|b" only with one of those values: defaults never
+// conflict.
+func checkCombinations(c *cli.Context) error {
+	contradictions := []struct{ a, b, why string }{
+		{"restart=always|on-failure", "once-per", "a slot runs once, a restart would run it again"},
+		{"restart=always|on-failure", "run-id", "a slot runs once, a restart would run it again"},
+		{"quiet", "log-level=trace|debug|info", "--quiet logs warnings and errors only; give one of them"},
+		{"no-wait", "acquire-timeout", "--no-wait makes one attempt, so there is no wait to bound"},
+	}
+	needs := []struct{ a, oneOf, why string }{
+		{"conflict-exit", "no-wait|acquire-timeout|once-per|run-id", "without them leaderrun waits until it leads, and no conflict ends the run"},
+		{"once-record", "once-per|run-id", ""},
+	}
+	for _, r := range contradictions {
+		a, aOn := optionGiven(c, r.a)
+		b, bOn := optionGiven(c, r.b)
+		if aOn && bOn {
+			return fmt.Errorf("%s and %s contradict: %s", a, b, r.why)
+		}
+	}
+	for _, r := range needs {
+		a, on := optionGiven(c, r.a)
+		if !on {
+			continue
+		}
+		others := strings.Split(r.oneOf, "|")
+		if slices.ContainsFunc(others, func(o string) bool { _, ok := optionGiven(c, o); return ok }) {
+			continue
+		}
+		n := len(others)
+		msg := a + " needs --" + strings.Join(others[:n-1], ", --") + " or --" + others[n-1]
+		if r.why != "" {
+			msg += ": " + r.why
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// optionGiven reports whether the option spec names ("restart",
+// "restart=always|on-failure") was set, a switch to true, and to one of
+// the values if it lists some; what is how to name it in a message:
+// "--restart always", "-q/--quiet".
+func optionGiven(c *cli.Context, spec string) (what string, given bool) {
+	name, values, hasValues := strings.Cut(spec, "=")
+	if !c.IsSet(name) {
+		return "", false
+	}
+	value := fmt.Sprint(c.Value(name))
+	if _, isSwitch := c.Value(name).(bool); isSwitch {
+		if !c.Bool(name) {
+			return "", false
+		}
+		value = ""
+	}
+	if hasValues && !slices.Contains(strings.Split(values, "|"), strings.ToLower(value)) {
+		return "", false
+	}
+	what = "--" + name
+	if name == "quiet" {
+		what = "-q/--quiet"
+	}
+	if hasValues {
+		what += " " + value
+	}
+	return what, true
 }
 
 // readBackend is --backend and that backend's options.
@@ -194,10 +270,7 @@ func readOnce(c *cli.Context) (*onceSettings, error) {
 		return nil, fmt.Errorf("--once-record must be success or start, got %q", o.record)
 	}
 	if !c.IsSet("once-per") && !c.IsSet("run-id") {
-		if c.IsSet("once-record") {
-			return nil, errors.New("--once-record needs --once-per or --run-id")
-		}
-		return nil, nil
+		return nil, nil // --once-record alone: see checkCombinations
 	}
 	if c.IsSet("once-per") {
 		o.period = c.Duration("once-per")

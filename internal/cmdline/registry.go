@@ -4,6 +4,7 @@ package cmdline
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,9 @@ type backend struct {
 	Category string
 	// Flags are its options, all in Category.
 	Flags func() []cli.Flag
+	// RunOnly names those of Flags that only a run uses (how a lease is
+	// created); status and check accept them but do not list them.
+	RunOnly []string
 	// Fields maps the Config fields its library names in a
 	// *locker.ConfigError to the options an operator types.
 	Fields map[string]string
@@ -121,6 +125,17 @@ func allBackendFlags() []cli.Flag {
 		flags = append(flags, b.Flags()...)
 	}
 	return flags
+}
+
+// runOnlyFlag reports whether name is an option a backend lists as
+// RunOnly.
+func runOnlyFlag(name string) bool {
+	for _, b := range backends {
+		if slices.Contains(b.RunOnly, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // backendCategories are the help groups of the backends' options.

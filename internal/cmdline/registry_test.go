@@ -68,16 +68,22 @@ func (silentLocker) ReleaseHandle(context.Context, string) error { return nil }
 func (silentLocker) Close() error                                { return nil }
 
 // TestRegisteredBackendReachesEveryList registers a backend in a test-only
-// list and finds it, with no other edit, in --help, the man page, both
+// list and finds it, with no other edit, in help (all, its own, and the
+// backends --help names), the man page, both
 // completions, --backend's error, and a --no-wait attempt that names its
 // target and ends within the bound the backend gives.
 func TestRegisteredBackendReachesEveryList(t *testing.T) {
 	fake := []string{"LEADERRUN_TEST_FAKE_BACKEND=1"}
-	_, help, _ := leaderrun(t, fake, "--help")
-	for _, want := range []string{"fakedb", "FakeDB:", "--fakedb-addr ADDRESS"} {
-		if !strings.Contains(help, want) {
-			t.Errorf("--help lacks %q", want)
+	for _, args := range [][]string{{"help", "all"}, {"help", "fakedb"}} {
+		_, help, _ := leaderrun(t, fake, args...)
+		for _, want := range []string{"fakedb", "FakeDB:", "--fakedb-addr ADDRESS"} {
+			if !strings.Contains(help, want) {
+				t.Errorf("%s lacks %q", strings.Join(args, " "), want)
+			}
 		}
+	}
+	if _, help, _ := leaderrun(t, fake, "--help"); !strings.Contains(help, "fakedb") {
+		t.Errorf("--help does not name fakedb among the backends")
 	}
 	_, man, _ := leaderrun(t, fake, "gen", "man")
 	for _, want := range []string{"FakeDB", `\-\-fakedb\-addr`} {

@@ -45,6 +45,7 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 // runApp runs the command line args (args[0] is the program name) and
 // returns the exit code. It reads the process environment, never os.Args.
 func runApp(args []string) int {
+	args = interspersed(args, newApp(nil))
 	if err := loadEnvFiles(args); err != nil {
 		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
 		return exitcode.Internal
@@ -64,7 +65,7 @@ func runApp(args []string) int {
 }
 
 func newApp(args []string) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:      "leaderrun",
 		Usage:     "run a command only while this host leads a key",
 		UsageText: synopsisRun,
@@ -83,10 +84,17 @@ func newApp(args []string) *cli.App {
 		HideHelpCommand:      true,
 		HideVersion:          true,
 		EnableBashCompletion: true,
-		OnUsageError:         func(_ *cli.Context, err error, _ bool) error { return usage(flagError(err)) },
+		OnUsageError:         func(c *cli.Context, err error, _ bool) error { return usageError(c, err) },
 		ExitErrHandler:       func(*cli.Context, error) {},
 		Metadata:             map[string]any{argsKey: args},
 	}
+	app.Flags = withRuleEnv(app.Flags)
+	for _, cmd := range app.Commands {
+		if !cmd.Hidden {
+			cmd.Flags = withRuleEnv(cmd.Flags)
+		}
+	}
+	return app
 }
 
 func runAction(c *cli.Context) error {
@@ -97,6 +105,10 @@ func runAction(c *cli.Context) error {
 	case c.NArg() == 0 && !c.IsSet("key"):
 		writeShortUsage(os.Stderr, "no --key KEY and no -- COMMAND to run")
 		return exitCode(exitcode.Internal)
+	case c.NArg() > 0 && !afterDoubleDash(c):
+		if err := unknownCommand(c.Args().First(), c.IsSet("key")); err != nil {
+			return usage(err)
+		}
 	}
 	cfg, err := parseRun(c)
 	if err != nil {
@@ -255,7 +267,10 @@ func childEnv(cfg *runConfig) []string {
 	}
 	vars = append(vars, cfg.settings.ChildEnv()...)
 	var added []string
-	replaced := map[string]bool{"NOTIFY_SOCKET": true, "LEADER_EPOCH": true}
+	// The settings files are read already, and their settings are in the
+	// environment; a `leaderrun check` in the child reading them again
+	// would undo what the command line set.
+	replaced := map[string]bool{"NOTIFY_SOCKET": true, "LEADER_EPOCH": true, "LEADERRUN_ENV_FILE": true}
 	for _, v := range vars {
 		if v.Value != "" {
 			added = append(added, v.Name+"="+v.Value)

@@ -136,8 +136,9 @@ func TestQuietRunsPrintNothingOnSuccessAndSkip(t *testing.T) {
 	if strings.Count(out, "held by") != 1 {
 		t.Fatalf("skip line says \"held by\" more than once:\n%s", out)
 	}
-	// A child's own 124 is not a conflict.
-	own := start(t, "child exits 124", nil, withCommand(localArgs(dir, "q3", "--conflict-exit", "0"), "exit 124")...)
+	// A child's own 124 is not a conflict. (--conflict-exit needs a bound
+	// on the wait: without one no conflict can end the run.)
+	own := start(t, "child exits 124", nil, withCommand(localArgs(dir, "q3", "--conflict-exit", "0", "--acquire-timeout", "5s"), "exit 124")...)
 	if code := own.Wait(10 * time.Second); code != 124 {
 		t.Fatalf("child's own 124 with --conflict-exit 0: exit %d, want 124", code)
 	}
