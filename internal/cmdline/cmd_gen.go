@@ -225,7 +225,7 @@ var manSections = []struct {
 		"* /etc/leaderrun/leaderrun.env\tsettings shared by every instance of leaderrun@.service, read first;",
 		"* /etc/leaderrun/KEY.env\tthe settings of leaderrun@KEY.service, LEADERRUN_COMMAND among them. " +
 			"Both may hold tokens: keep them mode 0600.",
-		"* /usr/share/leaderrun/leaderrun.env\ta commented example to copy.",
+		"* /usr/share/leaderrun/example.env\ta commented example to copy.",
 		"* /var/lib/leaderrun, /var/tmp/leaderrun-UID\tthe local backend's epoch counters, of root and of " +
 			"anyone else; /usr/lib/tmpfiles.d/leaderrun.conf keeps systemd-tmpfiles from ageing them out.",
 	}},
@@ -235,7 +235,7 @@ var manSections = []struct {
 			"exits 0); it is a single crontab line:",
 		"  " + examples[0],
 		"Run a daemon under systemd on whichever host leads \"billing\":",
-		"  install -m 600 /usr/share/leaderrun/leaderrun.env /etc/leaderrun/billing.env\n" +
+		"  install -m 600 /usr/share/leaderrun/example.env /etc/leaderrun/billing.env\n" +
 			"$EDITOR /etc/leaderrun/billing.env\n" +
 			examples[1] + "\n" +
 			"leaderrun status --unit billing",

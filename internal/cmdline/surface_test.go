@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/internal/exitcode"
 )
 
 // The command line's surface: where options may go, what the environment
@@ -27,8 +29,9 @@ import (
 func TestOptionsAfterTheKey(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// A fresh key: status reads it and says it was never used (exit 3).
 	code, out, errOut := leaderrun(t, nil, "status", "billing", "--json", "--backend", "local", "--lock-dir", dir)
-	if code != 0 || !strings.Contains(out, `"key": "billing"`) || !strings.Contains(out, `"backend": "local"`) {
+	if code != exitcode.StatusNeverUsed || !strings.Contains(out, `"key": "billing"`) || !strings.Contains(out, `"backend": "local"`) {
 		t.Errorf("status billing --json --backend local: exit %d\n%s%s", code, out, errOut)
 	}
 	code, _, errOut = leaderrun(t, nil, "check", "billing", "--epoch", "3", "--backend=local", "--lock-dir", dir)
@@ -37,7 +40,7 @@ func TestOptionsAfterTheKey(t *testing.T) {
 	}
 	// Options on both sides of the key.
 	code, out, errOut = leaderrun(t, nil, "status", "--backend", "local", "billing", "--lock-dir", dir, "--json")
-	if code != 0 || !strings.Contains(out, `"key": "billing"`) {
+	if code != exitcode.StatusNeverUsed || !strings.Contains(out, `"key": "billing"`) {
 		t.Errorf("status --backend local billing --lock-dir D --json: exit %d\n%s%s", code, out, errOut)
 	}
 	// After --, --json is an argument: a second KEY.
@@ -108,7 +111,7 @@ func TestVariablesTheIssueFoundIgnored(t *testing.T) {
 	dir := t.TempDir()
 	local := []string{"--backend", "local", "--lock-dir", dir}
 	code, out, errOut := leaderrun(t, []string{"LEADERRUN_JSON=1"}, append([]string{"status"}, append(local, "billing")...)...)
-	if code != 0 || !strings.HasPrefix(out, "{") {
+	if code != exitcode.StatusNeverUsed || !strings.HasPrefix(out, "{") {
 		t.Errorf("LEADERRUN_JSON=1 status: exit %d, want JSON:\n%s%s", code, out, errOut)
 	}
 	code, _, errOut = leaderrun(t, []string{"LEADERRUN_EPOCH=3"}, append([]string{"check"}, append(local, "billing")...)...)
@@ -125,7 +128,7 @@ func TestVariablesTheIssueFoundIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut = leaderrun(t, []string{"LEADERRUN_ENV_FILE=" + file}, "status", "--json", "billing")
-	if code != 0 || !strings.Contains(out, `"backend": "local"`) {
+	if code != exitcode.StatusNeverUsed || !strings.Contains(out, `"backend": "local"`) {
 		t.Errorf("LEADERRUN_ENV_FILE status: exit %d, want the file's backend:\n%s%s", code, out, errOut)
 	}
 	// --env-file on the command line wins over the variable.
@@ -390,7 +393,7 @@ func TestQueryHelpListsWhatItUses(t *testing.T) {
 	}
 	dir := t.TempDir()
 	code, _, errOut := leaderrun(t, nil, "status", "--backend", "local", "--lock-dir", dir, "--consul-lock-delay", "5s", "k")
-	if code != 0 {
+	if code != exitcode.StatusNeverUsed {
 		t.Errorf("status with --consul-lock-delay: exit %d, %q; want it accepted", code, errOut)
 	}
 }
@@ -469,8 +472,8 @@ func TestExamplesAreTheReadmes(t *testing.T) {
 	if !strings.Contains(page, roffText(readmeCron)) {
 		t.Error("the generated man page lacks the README's cron line")
 	}
-	if strings.Contains(page, "/usr/share/doc/leaderrun/example.env") || !strings.Contains(page, roffText("/usr/share/leaderrun/leaderrun.env")) {
-		t.Error("the man page must point at /usr/share/leaderrun/leaderrun.env for the example settings")
+	if strings.Contains(page, "/usr/share/doc/leaderrun/example.env") || !strings.Contains(page, roffText("/usr/share/leaderrun/example.env")) {
+		t.Error("the man page must point at /usr/share/leaderrun/example.env for the example settings")
 	}
 }
 

@@ -58,7 +58,12 @@ func packagedUnit(t *testing.T) string {
 
 // packageHasOption reports whether the packaged leaderrun knows a run option.
 func packageHasOption(t *testing.T, name string) bool {
-	out, _ := exec.Command(filepath.Join(unpackedDeb(t), "usr/bin/leaderrun"), "--help").CombinedOutput()
+	// The full list is `help all`; a package from before it listed
+	// everything in --help.
+	out, _ := exec.Command(filepath.Join(unpackedDeb(t), "usr/bin/leaderrun"), "help", "all").CombinedOutput()
+	if !regexp.MustCompile(`(^|[\s,])--ttl\b`).Match(out) {
+		out, _ = exec.Command(filepath.Join(unpackedDeb(t), "usr/bin/leaderrun"), "--help").CombinedOutput()
+	}
 	return regexp.MustCompile(`(^|[\s,])--` + regexp.QuoteMeta(name) + `\b`).Match(out)
 }
 
