@@ -1,8 +1,12 @@
 package dynamodb
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strings"
 	"sync"
@@ -361,7 +365,9 @@ func TestRunLog(t *testing.T) {
 	})
 }
 
-// counting counts the requests of each kind a store sends.
+// counting counts the requests of each kind a store sends, and the reads
+// that were not strongly consistent (dynalite's reads always are, so only
+// the request can show it).
 type counting struct {
 	API
 	mu sync.Mutex
@@ -376,6 +382,9 @@ func (c *counting) add(op string) {
 
 func (c *counting) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	c.add("GetItem")
+	if !aws.ToBool(in.ConsistentRead) {
+		c.add("GetItem without ConsistentRead")
+	}
 	return c.API.GetItem(ctx, in, o...)
 }
 
@@ -424,7 +433,7 @@ func TestLatencyAndRequests(t *testing.T) {
 	}
 	n := cnt.snapshot()
 	// Per cycle: acquire = 1 read + counter + write; 10 renewals; release.
-	if n["GetItem"] != 20 || n["UpdateItem"] != 20*(2+10+1) {
+	if n["GetItem"] != 20 || n["UpdateItem"] != 20*(2+10+1) || n["GetItem without ConsistentRead"] != 0 {
 		t.Errorf("requests for 20 acquire/10 renew/release cycles: %v; want 20 GetItem, 260 UpdateItem", n)
 	}
 	med := func(d []time.Duration) (time.Duration, time.Duration) {
@@ -450,7 +459,89 @@ func TestLatencyAndRequests(t *testing.T) {
 	}
 	sn := scnt.snapshot()
 	t.Logf("standby at TTL 15s for 5s: %v (%.0f reads/hour)", sn, float64(sn["GetItem"])*3600/5)
-	if sn["GetItem"] < 4 || sn["GetItem"] > 7 || sn["UpdateItem"] != 0 {
+	if sn["GetItem"] < 4 || sn["GetItem"] > 7 || sn["UpdateItem"] != 0 || sn["GetItem without ConsistentRead"] != 0 {
 		t.Errorf("standby requests in 5s at TTL 15s: %v; want about 5 reads, no writes", sn)
+	}
+}
+
+// loseAnswer is a proxy to the server that, when armed, forwards the next
+// UpdateItem and answers it with a 500 instead of the server's answer: a
+// write that happened, whose answer was lost.
+type loseAnswer struct {
+	target string
+	mu     sync.Mutex
+	armed  bool
+	sent   int
+}
+
+func (p *loseAnswer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.Path, bytes.NewReader(body))
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	p.mu.Lock()
+	update := strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".UpdateItem")
+	if update {
+		p.sent++
+	}
+	lose := p.armed && update
+	if lose {
+		p.armed = false
+	}
+	p.mu.Unlock()
+	if lose {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost"}`)
+		return
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(out)
+}
+
+func (p *loseAnswer) arm() (sent int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = true
+	return p.sent
+}
+
+func (p *loseAnswer) updates() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent
+}
+
+// TestLostAnswerIsNotResent: a renewal whose answer is lost is not sent
+// again by the SDK (which would meet its own write as a conflict and end
+// the leadership as a hand edit): it fails, retryably; the next renewal
+// adopts the write, and the one after succeeds.
+func TestLostAnswerIsNotResent(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	px := &loseAnswer{target: d.Endpoint()}
+	srv := httptest.NewServer(px)
+	defer srv.Close()
+	ls := lockertest.MustAcquire(t, newLocker(t, srv.URL, lockertest.Key(t)))
+	before := px.arm()
+	if _, err := ls.Renew(ctx(t)); err == nil || errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew whose answer was lost: %v, want a retryable error", err)
+	}
+	if n := px.updates() - before; n != 1 {
+		t.Fatalf("the renewal was sent %d times, want once", n)
+	}
+	if _, err := ls.Renew(ctx(t)); err == nil || errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Renew meeting our own earlier write: %v, want a failed attempt, not a loss", err)
+	}
+	if _, err := ls.Renew(ctx(t)); err != nil {
+		t.Fatalf("Renew after adopting: %v", err)
 	}
 }
