@@ -253,7 +253,10 @@ func (s *store) probe() error {
 	if errors.As(err, &ce) {
 		return ce
 	}
-	if errors.Is(err, locker.ErrRefused) || credentialsError(err) {
+	if credentialsError(err) {
+		return &locker.ConfigError{Field: "AWS", Rule: "gives no usable credentials (variables, AWS_PROFILE, SSO, web identity, container or instance role)", Err: errors.New(oneLine(err.Error()))}
+	}
+	if errors.Is(err, locker.ErrRefused) {
 		return &locker.ConfigError{Field: "AWS", Rule: "is refused by DynamoDB (credentials, region or permissions)", Err: errors.New(oneLine(err.Error()))}
 	}
 	s.log.Debug("cannot reach DynamoDB yet", "endpoint", s.addr, "error", oneLine(err.Error()))

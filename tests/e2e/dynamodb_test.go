@@ -107,15 +107,19 @@ func TestDynamoDB(t *testing.T) {
 		name, want string
 		args       []string
 		bound      time.Duration
+		env        []string
 	}{
-		{"unreachable endpoint, no-wait", "127.0.0.1:1", []string{"--backend", "dynamodb", "--dynamodb-endpoint", "http://127.0.0.1:1", "--dynamodb-timeout", "1s", "--no-wait"}, 5 * time.Second},
-		{"missing table", "--dynamodb-table", []string{"--backend", "dynamodb", "--dynamodb-endpoint", ep, "--dynamodb-table", "no-such-table"}, 10 * time.Second},
-		{"bad endpoint", "--dynamodb-endpoint", []string{"--backend", "dynamodb", "--dynamodb-endpoint", "127.0.0.1:1"}, 5 * time.Second},
+		{"unreachable endpoint, no-wait", "127.0.0.1:1", []string{"--backend", "dynamodb", "--dynamodb-endpoint", "http://127.0.0.1:1", "--dynamodb-timeout", "1s", "--no-wait"}, 5 * time.Second, nil},
+		{"missing table", "--dynamodb-table", []string{"--backend", "dynamodb", "--dynamodb-endpoint", ep, "--dynamodb-table", "no-such-table"}, 10 * time.Second, nil},
+		{"bad endpoint", "--dynamodb-endpoint", []string{"--backend", "dynamodb", "--dynamodb-endpoint", "127.0.0.1:1"}, 5 * time.Second, nil},
+		{"no credentials", "no usable credentials", []string{"--backend", "dynamodb", "--dynamodb-endpoint", ep}, 5 * time.Second,
+			[]string{"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY="}},
+		{"no region", "--dynamodb-region", []string{"--backend", "dynamodb", "--dynamodb-endpoint", ep}, 5 * time.Second, []string{"AWS_REGION=", "AWS_DEFAULT_REGION="}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			begin := time.Now()
-			p := start(t, "refused", nil, append(append(tc.args, "--key", newKey("refused")), "--", "touch", dir+"/ran")...)
+			p := start(t, "refused", tc.env, append(append(tc.args, "--key", newKey("refused")), "--", "touch", dir+"/ran")...)
 			code := p.Wait(tc.bound + 10*time.Second)
 			took := time.Since(begin)
 			out := strings.TrimSpace(p.Output())
