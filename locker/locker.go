@@ -1,6 +1,6 @@
 // Package locker defines the seam between the supervisor and the backends
 // that hold leadership of a key (Consul, etcd, ZooKeeper, a Kubernetes
-// Lease, a PostgreSQL row, a local lock file).
+// Lease, a PostgreSQL row, a DynamoDB item, a local lock file).
 //
 // A backend knows how to win a key, how to make one renewal round trip, how to
 // notice that leadership is gone, and how to give it back. It never keeps

@@ -26,10 +26,26 @@ for pair in debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do
 	cmd=${pair%%:*} pkg=${pair##*:}
 	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
-[ ${#need[@]} -eq 0 ] && exit 0
+# The DynamoDB test server (tests/testcluster/dynalite.go) is dynalite,
+# from npm, on Node.js.
+command -v npm >/dev/null 2>&1 || need+=(npm)
 
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-echo "installing: ${need[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}" >/dev/null
+if [ ${#need[@]} -gt 0 ]; then
+	sudo=""
+	[ "$(id -u)" -ne 0 ] && sudo="sudo"
+	echo "installing: ${need[*]}"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}" >/dev/null
+fi
+
+# dynalite, pinned, into bin/dynalite of the repository (kept between runs;
+# npm's own cache makes a reinstall cheap). Nothing is installed globally.
+dynalite_version=4.0.0
+root=$(cd "$(dirname "$0")/.." && pwd)
+prefix="$root/bin/dynalite"
+installed=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$prefix/node_modules/dynalite/package.json" 2>/dev/null | head -n1 || true)
+if [ "$installed" != "$dynalite_version" ] || [ ! -x "$prefix/node_modules/.bin/dynalite" ]; then
+	echo "installing: dynalite@$dynalite_version (npm, into bin/dynalite)"
+	mkdir -p "$prefix"
+	npm install --prefix "$prefix" --no-audit --no-fund --no-save --loglevel=error "dynalite@$dynalite_version" >/dev/null
+fi

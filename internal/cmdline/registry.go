@@ -76,7 +76,7 @@ type envVar struct{ Name, Value string }
 
 // backends are the backends --backend accepts, in the order help,
 // completions and errors name them.
-var backends = []*backend{consulBackend, etcdBackend, zookeeperBackend, kubernetesBackend, postgresBackend, localBackend}
+var backends = []*backend{consulBackend, etcdBackend, zookeeperBackend, kubernetesBackend, postgresBackend, dynamodbBackend, localBackend}
 
 // defaultBackend is --backend when nothing sets it.
 const defaultBackend = "consul"

@@ -1,0 +1,226 @@
+//go:build linux
+
+package testcluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Dynalite is a DynamoDB-compatible server on Node.js and LevelDB (npm
+// package dynalite, pinned by scripts/install-deps.sh), in memory. It
+// speaks DynamoDB's API and checks conditions and consistent reads as the
+// service does; it is not AWS: no throttling, no IAM (any signature is
+// accepted), no instance credentials, no TransactWriteItems.
+const (
+	dynaliteHint = "run scripts/install-deps.sh (npm package dynalite, into bin/dynalite)"
+	// DynaliteEnv points at a dynalite executable, overriding the search.
+	DynaliteEnv = "LEADERRUN_DYNALITE"
+)
+
+// Dynalite is one dynalite server started by StartDynalite or
+// SharedDynalite, on 127.0.0.1.
+type Dynalite struct {
+	dir  string
+	port int
+	proc *proc
+}
+
+// DynaliteBin returns the dynalite executable: $LEADERRUN_DYNALITE, else
+// bin/dynalite/node_modules/.bin/dynalite under the repository (or under
+// $LEADERRUN_SERVER_BIN), else dynalite on PATH. A missing one skips the
+// test with the install hint, or fails it under CI=true, as Bin does.
+func DynaliteBin(t testing.TB) string {
+	t.Helper()
+	path, err := dynaliteBin()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("testcluster: dynalite unavailable: %v; %s", err, dynaliteHint)
+		}
+		t.Skipf("testcluster: dynalite unavailable: %v; %s", err, dynaliteHint)
+	}
+	return path
+}
+
+func dynaliteBin() (string, error) {
+	var tried []string
+	if p := os.Getenv(DynaliteEnv); p != "" {
+		tried = append(tried, p)
+	}
+	rel := filepath.Join("dynalite", "node_modules", ".bin", "dynalite")
+	if dir := os.Getenv(BinEnv); dir != "" {
+		tried = append(tried, filepath.Join(dir, rel))
+	}
+	if root, err := repoRoot(); err == nil {
+		tried = append(tried, filepath.Join(root, "bin", rel))
+	}
+	for _, p := range tried {
+		if info, err := os.Stat(p); err == nil && !info.IsDir() {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("dynalite"); err == nil {
+		return p, nil
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		return "", errors.New("node is not installed")
+	}
+	return "", fmt.Errorf("no dynalite in %v or on PATH", tried)
+}
+
+// StartDynalite starts a server of its own for the test, stopped when the
+// test ends (its log printed if the test failed).
+func StartDynalite(t testing.TB) *Dynalite {
+	t.Helper()
+	d, err := startDynalite(DynaliteBin(t))
+	if err != nil {
+		t.Fatalf("testcluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logProcs(t, []*proc{d.proc})
+		}
+		d.close()
+	})
+	return d
+}
+
+var sharedDyn struct {
+	sync.Mutex
+	d   *Dynalite
+	err error
+}
+
+// SharedDynalite is one server for the whole test binary (one per test
+// package), started by the first test that asks; tests keep apart by
+// their own keys or tables. StopSharedDynalite, from TestMain, stops it;
+// if the binary dies first the kernel kills it (PDEATHSIG).
+func SharedDynalite(t testing.TB) *Dynalite {
+	t.Helper()
+	bin := DynaliteBin(t)
+	sharedDyn.Lock()
+	defer sharedDyn.Unlock()
+	if sharedDyn.d == nil && sharedDyn.err == nil {
+		sharedDyn.d, sharedDyn.err = startDynalite(bin)
+	}
+	if sharedDyn.err != nil {
+		t.Fatalf("testcluster: %v", sharedDyn.err)
+	}
+	return sharedDyn.d
+}
+
+// StopSharedDynalite stops the server SharedDynalite started, if any.
+func StopSharedDynalite() {
+	sharedDyn.Lock()
+	defer sharedDyn.Unlock()
+	if sharedDyn.d != nil {
+		sharedDyn.d.close()
+		sharedDyn.d = nil
+	}
+}
+
+func startDynalite(bin string) (*Dynalite, error) {
+	dir, err := os.MkdirTemp("", "leaderrun-dynalite-")
+	if err != nil {
+		return nil, err
+	}
+	d := &Dynalite{dir: dir}
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(1, false)
+		if err != nil {
+			d.close()
+			return nil, err
+		}
+		d.port = ports[0]
+		// Tables become ACTIVE at once: the tests wait for nothing.
+		d.proc = &proc{name: "dynalite", bin: bin, logPath: filepath.Join(dir, "dynalite.log"),
+			args: []string{"--host", "127.0.0.1", "--port", strconv.Itoa(d.port), "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}}
+		if err := d.proc.start(); err != nil {
+			d.close()
+			return nil, err
+		}
+		err = poll(startTimeout, func() error {
+			if !d.proc.running() {
+				return permanentError{fmt.Errorf("dynalite exited: %v", d.proc.exitErr())}
+			}
+			return d.ping()
+		})
+		if err == nil {
+			return d, nil
+		}
+		conflict := d.proc.portConflict()
+		d.proc.kill()
+		if !conflict || attempt == 3 {
+			tail := d.proc.logTail()
+			d.close()
+			return nil, fmt.Errorf("dynalite did not start: %v\n%s", err, tail)
+		}
+	}
+}
+
+// ping makes one ListTables call, signed with nothing dynalite checks.
+func (d *Dynalite) ping() error {
+	req, err := http.NewRequest(http.MethodPost, d.Endpoint(), bytes.NewReader([]byte(`{}`)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+	req.Header.Set("X-Amz-Target", "DynamoDB_20120810.ListTables")
+	req.Header.Set("X-Amz-Date", time.Now().UTC().Format("20060102T150405Z"))
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=00")
+	c := http.Client{Timeout: httpTimeout}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("ListTables: %s", resp.Status)
+	}
+	return nil
+}
+
+// Endpoint is the server's URL, for --dynamodb-endpoint.
+func (d *Dynalite) Endpoint() string { return fmt.Sprintf("http://127.0.0.1:%d", d.port) }
+
+// Addr is host:port.
+func (d *Dynalite) Addr() string { return fmt.Sprintf("127.0.0.1:%d", d.port) }
+
+// Env is the environment a client of the server needs besides the
+// endpoint: fake credentials (dynalite checks none) and a region, so that
+// no real AWS profile, credentials or instance metadata is ever used.
+func (d *Dynalite) Env() []string {
+	return []string{"AWS_ACCESS_KEY_ID=leaderrun-test", "AWS_SECRET_ACCESS_KEY=leaderrun-test", "AWS_SESSION_TOKEN=",
+		"AWS_REGION=us-east-1", "AWS_PROFILE=", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+		"AWS_EC2_METADATA_DISABLED=true"}
+}
+
+// SetEnv sets Env for the test's own process (t.Setenv: not with
+// t.Parallel).
+func (d *Dynalite) SetEnv(t testing.TB) {
+	t.Helper()
+	for _, kv := range d.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+}
+
+// Kill SIGKILLs the server: its in-memory tables are gone with it.
+func (d *Dynalite) Kill() { d.proc.kill() }
+
+func (d *Dynalite) close() {
+	if d.proc != nil {
+		killAll([]*proc{d.proc})
+	}
+	os.RemoveAll(d.dir)
+}
