@@ -340,6 +340,12 @@ func (s *store) createTable(ctx context.Context) error {
 // Target is the endpoint's host, and the timeout.
 func (s *store) Target() (string, time.Duration) { return s.addr, s.timeout }
 
+// Place names the key's item: its table, region and endpoint
+// (leaserow.Placer).
+func (s *store) Place() (string, []string) {
+	return "item " + s.key + " of table " + s.table + " in " + s.regionName + " at " + s.addr, []string{"Table", "Region", "Endpoint"}
+}
+
 // Close frees nothing: the client keeps idle connections only.
 func (s *store) Close() error { return nil }
 

@@ -259,12 +259,27 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 	if err != nil {
 		return locker.Holder{}, err
 	}
-	if !exists || cur.Term == "" {
+	if !exists {
+		// A release leaves the row: no row, no trace of the key.
+		return locker.Holder{}, l.neverUsed()
+	}
+	if cur.Term == "" {
 		return locker.Holder{}, fmt.Errorf("%s: %w for key %q", l.name, locker.ErrNoLeader, l.opts.Key)
 	}
 	h := cur.Holder
 	h.Epoch = cur.Epoch
 	return h, nil
+}
+
+// neverUsed is Leader's answer for a key without a row: where the store
+// looked, in its words where it has them.
+func (l *Locker) neverUsed() error {
+	if p, ok := l.store.(Placer); ok {
+		where, fields := p.Place()
+		return &locker.NeverUsedError{Key: l.opts.Key, Where: where, Fields: append(fields, "Prefix")}
+	}
+	addr, _ := l.store.Target()
+	return &locker.NeverUsedError{Key: l.opts.Key, Where: l.name + " " + addr, Fields: []string{"Prefix"}}
 }
 
 // handle is a lease's Handle: the key and the term, which no key contains

@@ -143,3 +143,10 @@ type Store interface {
 	// Close frees the store's client.
 	Close() error
 }
+
+// Placer is a Store that names where a key's row lives, for Leader's
+// answer on a key that was never used (locker.NeverUsedError): the place
+// in the store's own terms and the Config fields that choose it.
+type Placer interface {
+	Place() (where string, fields []string)
+}

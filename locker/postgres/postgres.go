@@ -236,6 +236,11 @@ func (s *store) probe() error {
 // Target is the server, and the connect timeout.
 func (s *store) Target() (string, time.Duration) { return s.addr, s.timeout }
 
+// Place names the key's row: its table and the server (leaserow.Placer).
+func (s *store) Place() (string, []string) {
+	return "row " + s.key + " of " + s.schemaName + "." + s.tableName + " on PostgreSQL " + s.addr, []string{"DSN", "Schema", "Table"}
+}
+
 // Close closes the pool.
 func (s *store) Close() error {
 	s.pool.Close()
