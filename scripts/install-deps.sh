@@ -20,6 +20,13 @@ done
 # PostgreSQL test servers (tests/testcluster/postgres.go) run Debian's
 # server binaries, which live outside PATH.
 { [ -x /usr/lib/postgresql/15/bin/initdb ] || [ -x "$(pg_config --bindir 2>/dev/null)/initdb" ]; } || need+=(postgresql)
+# tests/alerts: promtool checks the alert rules and a real Prometheus
+# (tests/testcluster/prometheus.go) scrapes leaderruns. The package also
+# sets up a system service of its own, which the tests do not use.
+for pair in prometheus:prometheus promtool:prometheus; do
+	cmd=${pair%%:*} pkg=${pair##*:}
+	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done
 # tests/systemdtest: a Debian root to boot systemd in, and the namespace
 # tools to boot and enter it.
 for pair in debootstrap:debootstrap unshare:util-linux nsenter:util-linux; do

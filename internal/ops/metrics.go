@@ -4,6 +4,7 @@ package ops
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,7 +24,11 @@ type metrics struct {
 
 // newMetrics registers every series. The gauges read the observer's state
 // at scrape time through the given functions.
-func newMetrics(isLeader, epoch, leaseRemaining func() float64) *metrics {
+//
+// The leaderrun_* series carry no key label of their own: leaderrun_info
+// (always 1) names the key and the id of this process, and alert rules join
+// it on the target's labels (examples/prometheus/leaderrun-rules.yml).
+func newMetrics(key, id string, ttl time.Duration, isLeader, epoch, leaseRemaining func() float64) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -51,8 +56,20 @@ func newMetrics(isLeader, epoch, leaseRemaining func() float64) *metrics {
 	// failure.
 	m.renewals.WithLabelValues("ok")
 	m.renewals.WithLabelValues("error")
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "leaderrun_info",
+		Help:        "Always 1; its labels name the key this leaderrun campaigns for and its holder id.",
+		ConstLabels: prometheus.Labels{"key": key, "id": id},
+	})
+	info.Set(1)
+	ttlGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "leaderrun_ttl_seconds",
+		Help: "The lease TTL (--ttl): how long the key may stay leaderless after a holder vanishes.",
+	})
+	ttlGauge.Set(ttl.Seconds())
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
+		info, ttlGauge,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leaderrun_is_leader",

@@ -26,8 +26,12 @@ import (
 
 // Config configures an Observer.
 type Config struct {
-	// Key and ID name this leaderrun in /status and STATUS=.
+	// Key and ID name this leaderrun in /status and STATUS=, and label
+	// the leaderrun_info series.
 	Key, ID string
+	// TTL is the lease TTL, exported as leaderrun_ttl_seconds so that alert
+	// rules can tell how long a key may go without a leader. Zero exports 0.
+	TTL time.Duration
 	// HTTPAddr is where /healthz, /status and /metrics are served
 	// (host:port; port 0 picks one, logged at start). Empty serves nothing.
 	HTTPAddr string
@@ -100,7 +104,7 @@ func start(cfg Config, n notifier) (*Observer, error) {
 	if o.log == nil {
 		o.log = hclog.NewNullLogger()
 	}
-	o.metrics = newMetrics(o.gauge(func(st *state, _ time.Time) float64 {
+	o.metrics = newMetrics(cfg.Key, cfg.ID, cfg.TTL, o.gauge(func(st *state, _ time.Time) float64 {
 		if st.role == RoleLeader {
 			return 1
 		}

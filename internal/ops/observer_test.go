@@ -116,12 +116,18 @@ func metric(t *testing.T, body, series string) float64 {
 }
 
 func TestEndpointsFollowTheEvents(t *testing.T) {
-	o, err := start(Config{Key: "billing", ID: "me", HTTPAddr: "127.0.0.1:0", RenewInterval: 300 * time.Millisecond}, notifier{})
+	o, err := start(Config{Key: "billing", ID: "me", TTL: 1500 * time.Millisecond, HTTPAddr: "127.0.0.1:0", RenewInterval: 300 * time.Millisecond}, notifier{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer o.Close()
 	ev := o.Events()
+
+	// The series the alert rules join on: the key and id, and the TTL.
+	_, first := get(t, o, "/metrics")
+	if metric(t, first, `leaderrun_info{id="me",key="billing"}`) != 1 || metric(t, first, "leaderrun_ttl_seconds") != 1.5 {
+		t.Fatalf("info and ttl series:\n%s", first)
+	}
 
 	ev.Campaigning()
 	code, body := get(t, o, "/healthz")
