@@ -37,7 +37,7 @@ func TestNoWaitUnreachableBackendExits125AtOnce(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			began := time.Now()
-			p := start(t, c.name, nil, append(c.args, "--no-wait", "-q", "--", "true")...)
+			p := start(t, c.name, nil, append(withoutLogLevel(c.args), "--no-wait", "-q", "--", "true")...)
 			code := p.Wait(30 * time.Second)
 			took := time.Since(began)
 			out := strings.TrimSpace(p.Output())
@@ -169,4 +169,18 @@ func TestCronBadInputIsOneLineAnd125(t *testing.T) {
 			t.Errorf("%s: exit %d, want 125 and one line naming %s:\n%s", c.name, code, c.flag, out)
 		}
 	}
+}
+
+// withoutLogLevel drops a --log-level and its value: -q with an explicit
+// --log-level is refused as a contradiction.
+func withoutLogLevel(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--log-level" {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }

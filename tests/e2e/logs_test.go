@@ -158,7 +158,9 @@ func TestNohupedLeftoverIsNamedWhenKilled(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			p := start(t, "nohup", nil, withCommand(localArgs(dir, "k", "--contain", mode),
-				"nohup sleep 1000 >/dev/null 2>&1 & echo $! > "+dir+"/sleep.pid; exit 0")...)
+				// The child exits once the leftover is sleep, not the shell
+				// that forked it or nohup, so its name is known.
+				"nohup sleep 1000 >/dev/null 2>&1 & p=$!; while [ \"$(cat /proc/$p/comm 2>/dev/null)\" != sleep ]; do :; done; echo $p > "+dir+"/sleep.pid; exit 0")...)
 			pid := readPID(t, dir+"/sleep.pid")
 			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 			if code := p.Wait(15 * time.Second); code != 0 {
