@@ -25,7 +25,7 @@ type Contender struct {
 	Tool string
 	// Config says how it is set up, e.g. "--ttl 3 (matched)".
 	Config string
-	// Backend is "etcd", "consul", "zookeeper" or "kubernetes".
+	// Backend is "etcd", "consul", "zookeeper", "kubernetes" or "postgres".
 	Backend string
 	// TTL is the lease or session TTL in effect.
 	TTL time.Duration
@@ -39,8 +39,8 @@ type Contender struct {
 
 	argv func(e *Env, lock, id string, addrs []string) (string, []string)
 	// members lists the candidates the backend knows; nil on a Kubernetes
-	// Lease, which names its holder only: there a candidate counts once
-	// it is connected to the server (Lane.members).
+	// Lease or a PostgreSQL lease row, which name their holder only: there
+	// a candidate counts once it is connected to the server (Lane.members).
 	members  func(e *Env, lock string) ([]string, error)
 	blocking func(lock, line string) bool
 }
@@ -132,6 +132,15 @@ func Contenders() []*Contender {
 		{
 			Tool: "k8s leaderelection", Config: "(lease 3s, matched)", Backend: "kubernetes", TTL: K8sMatched.Lease,
 			argv: k8slockArgv(K8sMatched),
+		},
+		{
+			// PostgreSQL has no lock tool that runs a command to set
+			// against it.
+			Tool: "leaderrun", Config: "(postgres, ttl 3s)", Backend: "postgres", TTL: chaos.PostgresTiming.TTL, Leaderrun: true,
+			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
+				args := append(chaos.Postgres{}.LeaderrunArgs(addrs), chaos.PostgresTiming.Args()...)
+				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
+			},
 		},
 	}
 }

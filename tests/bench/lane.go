@@ -36,6 +36,8 @@ type Env struct {
 	// client-go leader-election wrapper; nil and empty when not started.
 	Kube    *chaos.Kube
 	K8sLock string
+	// Postgres is a PostgreSQL server; nil when not started.
+	Postgres *chaos.Postgres
 	// Dir holds the processes' logs.
 	Dir string
 
@@ -52,6 +54,11 @@ func (e *Env) cluster(c *Contender) chaos.Cluster {
 	case "kubernetes":
 		if e.Kube != nil {
 			return *e.Kube
+		}
+		return nil
+	case "postgres":
+		if e.Postgres != nil {
+			return *e.Postgres
 		}
 		return nil
 	}
@@ -277,9 +284,10 @@ func (ln *Lane) addStandby() (*Candidate, error) {
 }
 
 // members lists the candidates waiting for the lane's lock, or holding it:
-// those the backend lists, or, on a Kubernetes Lease, which names only its
-// holder, those that are running and connected to the server (a candidate
-// reads the Lease on the connection it opens, and then watches or polls it).
+// those the backend lists, or, on a Kubernetes Lease or a PostgreSQL lease
+// row, which name only their holder, those that are running and connected
+// to the server (a candidate reads the lease on the connection it opens,
+// and then watches or polls it).
 func (ln *Lane) members() ([]string, error) {
 	if ln.c.members != nil {
 		return ln.c.members(ln.e, ln.lock)

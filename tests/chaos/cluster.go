@@ -316,3 +316,55 @@ func (z ZooKeeper) HostServers(int) []int {
 	}
 	return out
 }
+
+// PostgresTiming is the suite's timeline on PostgreSQL: etcd's. A
+// standby takes a silent holder over after TTL + 250ms of seeing no change
+// in the lease row, on its own clock.
+var PostgresTiming = EtcdTiming
+
+// Postgres adapts one PostgreSQL server: a single primary is the setup the
+// backend supports (with synchronous replication whose failover loses no
+// committed transaction the clients still reach one primary), so it is
+// the one server every host reaches, each through its own proxy.
+type Postgres struct {
+	*testcluster.Postgres
+	t testing.TB
+}
+
+// StartPostgres starts a PostgreSQL server of the test's own.
+func StartPostgres(t testing.TB) Postgres { return Postgres{testcluster.StartPostgres(t), t} }
+
+// Name implements Cluster.
+func (Postgres) Name() string { return "postgres" }
+
+// Servers implements Cluster.
+func (Postgres) Servers() int { return 1 }
+
+// ServerAddr implements Cluster.
+func (p Postgres) ServerAddr(int) string { return p.Addr() }
+
+// Protocol implements Cluster: the hosts connect without TLS, so the
+// proxies count their round trips.
+func (Postgres) Protocol() Protocol { return PgWire }
+
+// Kill implements Cluster: the postmaster and every backend process.
+func (p Postgres) Kill(int) { p.Postgres.Kill() }
+
+// Restart implements Cluster: the server again, on its port, with its data.
+func (p Postgres) Restart(int) { p.Postgres.Restart(p.t) }
+
+// WaitHealthy implements Cluster: Restart returns once the server takes
+// connections.
+func (Postgres) WaitHealthy(testing.TB) {}
+
+// Timing implements Cluster.
+func (Postgres) Timing() Timing { return PostgresTiming }
+
+// LeaderrunArgs implements Cluster: a DSN naming the host's proxy.
+func (Postgres) LeaderrunArgs(addrs []string) []string {
+	dsn := "postgres://postgres@" + addrs[0] + "/postgres?sslmode=disable"
+	return []string{"--backend", "postgres", "--pg-dsn", dsn}
+}
+
+// HostServers implements Cluster.
+func (Postgres) HostServers(int) []int { return []int{0} }

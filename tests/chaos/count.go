@@ -28,6 +28,11 @@ const (
 	// (kube-apiserver, whose traffic the proxy cannot read): a request is
 	// one record or a few, and a connection's set-up adds a few more.
 	TLSRecords
+	// PgWire counts the round trips a PostgreSQL client asks for over an
+	// unencrypted connection: each Sync message (the end of an extended
+	// query: Parse, Bind, Execute, Sync) and each simple Query message.
+	// The start-up message is not counted.
+	PgWire
 )
 
 // maxHeader bounds an HTTP/1 request head; a longer one stops counting on
@@ -46,6 +51,8 @@ func newCounter(proto Protocol, n *atomic.Int64, onReq func() *func(string)) io.
 		return frameCounter(n)
 	case TLSRecords:
 		return tlsCounter(n)
+	case PgWire:
+		return &pgCounter{n: n}
 	}
 	n.Add(1)
 	return io.Discard
@@ -355,4 +362,77 @@ func (c *recordCounter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// PostgreSQL frontend messages the counter needs (protocol 3.0).
+const (
+	pgSync  = 'S'
+	pgQuery = 'Q'
+	// pgSSLRequest and pgGSSRequest are the start-up packets that ask for
+	// encryption; another start-up packet follows a refusal.
+	pgSSLRequest = 80877103
+	pgGSSRequest = 80877104
+)
+
+// pgCounter walks a PostgreSQL client's messages: start-up packets (a
+// 4-byte length that counts itself, then the body), then typed messages
+// (a type byte, then such a length and the body).
+type pgCounter struct {
+	n       *atomic.Int64
+	started bool // past the start-up packet
+	hdr     []byte
+	remain  int
+	body    []byte // the start of a start-up packet's body, to tell its code
+}
+
+// Write consumes client bytes; it never fails.
+func (c *pgCounter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if c.remain > 0 {
+			k := min(c.remain, len(p))
+			if !c.started && len(c.body) < 4 {
+				c.body = append(c.body, p[:min(k, 4-len(c.body))]...)
+			}
+			c.remain -= k
+			p = p[k:]
+			if c.remain == 0 && !c.started {
+				c.startupDone()
+			}
+			continue
+		}
+		hdrLen := 5
+		if !c.started {
+			hdrLen = 4
+		}
+		k := min(hdrLen-len(c.hdr), len(p))
+		c.hdr = append(c.hdr, p[:k]...)
+		p = p[k:]
+		if len(c.hdr) < hdrLen {
+			continue
+		}
+		l := c.hdr[hdrLen-4:]
+		length := int(l[0])<<24 | int(l[1])<<16 | int(l[2])<<8 | int(l[3])
+		if c.started && (c.hdr[0] == pgSync || c.hdr[0] == pgQuery) {
+			c.n.Add(1)
+		}
+		c.remain = max(length-4, 0)
+		c.hdr = c.hdr[:0]
+		if c.remain == 0 && !c.started {
+			c.startupDone()
+		}
+	}
+	return n, nil
+}
+
+// startupDone ends a start-up packet: typed messages follow, unless it
+// asked for encryption (then another start-up packet comes, in clear
+// text if the server refused).
+func (c *pgCounter) startupDone() {
+	code := 0
+	if len(c.body) == 4 {
+		code = int(c.body[0])<<24 | int(c.body[1])<<16 | int(c.body[2])<<8 | int(c.body[3])
+	}
+	c.body = c.body[:0]
+	c.started = code != pgSSLRequest && code != pgGSSRequest
 }

@@ -206,6 +206,38 @@ func TestTLSCounter(t *testing.T) {
 	}
 }
 
+func TestPgWireCounter(t *testing.T) {
+	var n atomic.Int64
+	w := newCounter(PgWire, &n, nil)
+	be32 := func(v int) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
+	msg := func(typ byte, body string) []byte { return append(append([]byte{typ}, be32(4+len(body))...), body...) }
+	var stream []byte
+	// An SSLRequest the server refused, then the start-up packet, whose
+	// body holds an 'S' and a 'Q' that are not messages.
+	stream = append(stream, be32(8)...)
+	stream = append(stream, be32(pgSSLRequest)...)
+	startup := "\x00\x03\x00\x00user\x00SQ\x00\x00"
+	stream = append(append(stream, be32(4+len(startup))...), startup...)
+	// An extended query (Parse, Bind, Describe, Execute, Sync), a simple
+	// query, a cached statement (Bind, Execute, Sync), Terminate.
+	for _, m := range [][]byte{msg('P', "\x00SELECT 1\x00\x00\x00"), msg('B', "\x00\x00\x00\x00\x00\x00\x00\x00"), msg('D', "P\x00"),
+		msg('E', "\x00\x00\x00\x00\x00"), msg('S', ""), msg('Q', "SELECT 1\x00"), msg('B', "SSSS"), msg('E', "QQQQQ"), msg('S', ""), msg('X', "")} {
+		stream = append(stream, m...)
+	}
+	for _, b := range stream { // a byte at a time
+		_, _ = w.Write([]byte{b})
+	}
+	if got := n.Load(); got != 3 {
+		t.Fatalf("counted %d round trips, want 3 (two Syncs and a Query)", got)
+	}
+	n.Store(0)
+	w = newCounter(PgWire, &n, nil)
+	_, _ = w.Write(stream) // all at once
+	if got := n.Load(); got != 3 {
+		t.Fatalf("counted %d round trips in one write, want 3", got)
+	}
+}
+
 // TestProxyBeforeForwardHoldsTheMatchingBytes: the trap fires once, on the
 // first client bytes that match, and the server sees those bytes only
 // after it returned; bytes that do not match pass at once.
