@@ -139,6 +139,7 @@ func run(cfg *runConfig) error {
 	}
 	if gate != nil {
 		sup.Term = gate.Hooks()
+		sup.RunID = gate.Slot // LEADER_RUN_ID: the same on every retry of the slot
 	}
 
 	sup.Locker = lk
@@ -147,7 +148,12 @@ func run(cfg *runConfig) error {
 		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)
 	}
 	sup.Guard = runGuard(cfg, lk, log)
-	sup.Command = supervise.Command{Path: path, Args: cfg.command, Env: childEnv(cfg)}
+	deadlines, err := openDeadlineFile(&sup)
+	if err != nil {
+		return usage(err)
+	}
+	defer deadlines.Close()
+	sup.Command = supervise.Command{Path: path, Args: cfg.command, Env: append(childEnv(cfg), deadlines.env())}
 	forward := make(chan os.Signal, 8)
 	// Signals ignored when leaderrun started stay ignored, for leaderrun and
 	// its child (DESIGN §1.11).
@@ -163,6 +169,7 @@ func run(cfg *runConfig) error {
 	}
 	defer obs.Close()
 	sup.Events = ops.Chain(sup.Events, obs.Events())
+	sup.Events = ops.Chain(sup.Events, deadlines.events())
 	// A 124 that ends a campaign is "held elsewhere"; a child's own 124 is not.
 	var campaigning bool
 	sup.Events = ops.Chain(sup.Events, supervise.Events{
@@ -254,7 +261,7 @@ func childEnv(cfg *runConfig) []string {
 	}
 	vars = append(vars, cfg.settings.ChildEnv()...)
 	var added []string
-	replaced := map[string]bool{"NOTIFY_SOCKET": true, "LEADER_EPOCH": true}
+	replaced := map[string]bool{"NOTIFY_SOCKET": true, "LEADER_EPOCH": true, "LEADER_RUN_ID": true, deadlineEnv: true}
 	for _, v := range vars {
 		if v.Value != "" {
 			added = append(added, v.Name+"="+v.Value)
