@@ -13,8 +13,10 @@
 # still exists with that CreateRevision. etcd deletes the key with its lease,
 # so a leader frozen past its lease, or one whose leadership ended in any
 # other way, has every later write rejected by etcd itself, in the same
-# round trip as the write. Exit status: 0 written, 1 rejected (stale leader),
-# 2 usage or etcd error. See docs/FENCING.md.
+# round trip as the write. "claim" creates a key only if it does not exist
+# yet, under the same condition: a ledger of what must happen once
+# (send-once.sh). Exit status: 0 written, 1 rejected (stale leader), 2 usage
+# or etcd error, 3 claimed before. See docs/FENCING.md.
 set -eu
 
 : "${LEADER_KEY:?run this from a job started by leaderrun}" "${LEADER_EPOCH:?run this from a job started by leaderrun}"
@@ -61,8 +63,32 @@ put)
 		;;
 	esac
 	;;
+claim)
+	# Create KEY only if it does not exist yet, while this leadership
+	# lasts: a ledger entry for something that must happen once.
+	[ $# -eq 2 ] || { echo "usage: etcd-fence.sh claim KEY" >&2; exit 2; }
+	: "${FENCE_ETCD_LOCK:?set FENCE_ETCD_LOCK=\$(etcd-fence.sh lock) at the job's start}"
+	out=$(printf 'create("%s") = "%s"\ncreate(%s) = "0"\n\nput %s %s\n\nget %s\n\n' \
+		"$FENCE_ETCD_LOCK" "$LEADER_EPOCH" "$(quote "$2")" "$(quote "$2")" "$(quote "epoch $LEADER_EPOCH")" "$(quote "$2")" |
+		"$etcdctl" txn) || exit 2
+	case "$out" in
+	SUCCESS*) ;;
+	FAILURE*"$2"*)
+		echo "etcd-fence: $2 was claimed before" >&2
+		exit 3
+		;;
+	FAILURE*)
+		echo "etcd-fence: claim of $2 rejected: epoch $LEADER_EPOCH no longer leads $LEADER_KEY" >&2
+		exit 1
+		;;
+	*)
+		echo "etcd-fence: unexpected answer from etcdctl txn: $out" >&2
+		exit 2
+		;;
+	esac
+	;;
 *)
-	echo "usage: etcd-fence.sh lock | put KEY VALUE" >&2
+	echo "usage: etcd-fence.sh lock | put KEY VALUE | claim KEY" >&2
 	exit 2
 	;;
 esac
