@@ -1,0 +1,216 @@
+//go:build linux
+
+package recipes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leaderrun/leaderrun/tests/chaos"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// host is one leaderrun whose job writes through examples/etcd-fence.sh
+// in a loop, logging each attempt as "<epoch> <seq> ok|rejected|error".
+type host struct {
+	name string
+	proc *chaos.Proc
+	dir  string
+}
+
+func (h *host) file(name string) string { return filepath.Join(h.dir, name) }
+
+// attempts are the host's logged write attempts.
+func (h *host) attempts() []string {
+	b, _ := os.ReadFile(h.file("attempts"))
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+func (h *host) count(result string) int {
+	n := 0
+	for _, a := range h.attempts() {
+		if strings.HasSuffix(a, " "+result) {
+			n++
+		}
+	}
+	return n
+}
+
+func startWriter(t *testing.T, name string, args []string) *host {
+	t.Helper()
+	h := &host{name: name, dir: t.TempDir()}
+	job := `echo $$ > ` + h.file("pid") + `
+export FENCE_ETCD_LOCK="$(etcd-fence.sh lock)"
+i=0
+while :; do
+	i=$((i + 1))
+	rc=0
+	etcd-fence.sh put /recipes/freeze "$LEADER_EPOCH $i" 2>/dev/null || rc=$?
+	case $rc in 0) r=ok ;; 1) r=rejected ;; *) r=error ;; esac
+	echo "$LEADER_EPOCH $i $r" >> ` + h.file("attempts") + `
+done`
+	p, err := chaos.Start(chaos.ProcSpec{
+		Name: name, Path: bins.Leaderrun,
+		Args:    append(append([]string{}, args...), "--id", name, "--", "sh", "-c", job),
+		Env:     []string{"PATH=" + jobPath(t, "etcdctl")},
+		LogPath: h.file("log"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.proc = p
+	t.Cleanup(func() {
+		_ = syscall.Kill(-p.Pid(), syscall.SIGCONT)
+		_ = p.Signal(syscall.SIGTERM)
+		if _, ok := p.Wait(20 * time.Second); !ok {
+			p.Kill()
+		}
+	})
+	return h
+}
+
+// TestFrozenHostWritesThroughEtcdRecipe: the whole leader host (its
+// leaderrun, its guard and its job) is frozen past its lease while the job
+// writes through the etcd recipe. A standby takes over and writes; the old
+// job wakes first, before its leaderrun and guard, and goes on writing as
+// the stale leader it is. etcd's own history of the key must show no write
+// of the old epoch after the new leader's first: 0 stale writes accepted.
+func TestFrozenHostWritesThroughEtcdRecipe(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	args := etcdArgs(e, "recipe-freeze")
+	a := startWriter(t, "a", args)
+	testsupport.WaitFor(t, 60*time.Second, "a's job to write", func() bool { return a.count("ok") >= 5 || a.proc.Exited() })
+	if a.proc.Exited() {
+		t.Fatalf("a exited %d:\n%s", a.proc.Code(), a.proc.Output(8<<10))
+	}
+	b := startWriter(t, "b", args)
+
+	// Freeze host a: the job's group first, then its guard and leaderrun.
+	pidText, err := os.ReadFile(a.file("pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, _ := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	guard := 0
+	for _, p := range chaos.Scan(bins.Guard) {
+		if p.IsGuard() && p.PPid == a.proc.Pid() {
+			guard = p.Pid
+		}
+	}
+	if guard == 0 {
+		t.Fatal("a leads without a dead-man guard")
+	}
+	_ = syscall.Kill(-job, syscall.SIGSTOP)
+	_ = syscall.Kill(guard, syscall.SIGSTOP)
+	_ = a.proc.Signal(syscall.SIGSTOP)
+	frozen := time.Now()
+	frozenAttempts := len(a.attempts())
+
+	testsupport.WaitFor(t, 30*time.Second, "b to lead and write", func() bool { return b.count("ok") >= 5 })
+	t.Logf("b wrote %v after a froze", time.Since(frozen).Round(time.Millisecond))
+
+	// Wake a's job alone and let it write as a stale leader.
+	_ = syscall.Kill(-job, syscall.SIGCONT)
+	testsupport.WaitFor(t, 10*time.Second, "a's woken job to try to write", func() bool { return len(a.attempts()) >= frozenAttempts+3 })
+	_ = syscall.Kill(guard, syscall.SIGCONT)
+	_ = a.proc.Signal(syscall.SIGCONT)
+	if code, ok := a.proc.Wait(20 * time.Second); !ok || code != 123 {
+		t.Errorf("a's leaderrun after waking past its lease: exited %v with %d, want 123 (leadership lost)", ok, code)
+	}
+	after := a.attempts()[frozenAttempts:]
+	testsupport.WaitFor(t, 10*time.Second, "b to write after a woke", func() bool { return b.count("ok") >= 10 })
+
+	// etcd's history of the key: every accepted write, in order.
+	history := etcdHistory(t, e, "/recipes/freeze")
+	epochA, epochB := epochOf(a.attempts()[0]), epochOf(b.attempts()[len(b.attempts())-1])
+	stale, sawB := 0, false
+	for _, v := range history {
+		switch epochOf(v) {
+		case epochB:
+			sawB = true
+		case epochA:
+			if sawB {
+				stale++
+			}
+		default:
+			t.Errorf("a write of an unknown epoch: %q", v)
+		}
+	}
+	var rejected, accepted int
+	for _, l := range after {
+		switch {
+		case strings.HasSuffix(l, " rejected"):
+			rejected++
+		case strings.HasSuffix(l, " ok"):
+			accepted++
+		}
+	}
+	t.Logf("epochs a %s, b %s; %d writes accepted in all; the stale job tried %d writes after waking: %d rejected, %d accepted by its own account; %d stale writes in etcd's history",
+		epochA, epochB, len(history), len(after), rejected, accepted, stale)
+	if !sawB {
+		t.Fatalf("etcd's history has no write of b's epoch %s", epochB)
+	}
+	if stale != 0 {
+		t.Errorf("%d writes of the stale epoch %s were accepted after epoch %s wrote", stale, epochA, epochB)
+	}
+	if rejected == 0 {
+		t.Errorf("the woken job's writes were not seen rejected (attempts after waking: %q)", after)
+	}
+}
+
+func epochOf(attempt string) string {
+	f := strings.Fields(attempt)
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// etcdHistory is every value key was put with, oldest first, read back
+// from etcd's own revisions.
+func etcdHistory(t *testing.T, e *testcluster.Etcd, key string) []string {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cur, err := c.Get(ctx, key)
+	if err != nil || len(cur.Kvs) == 0 {
+		t.Fatalf("read %s: %v (%d keys)", key, err, len(cur.Kvs))
+	}
+	last := cur.Kvs[0].ModRevision
+	var out []string
+	for w := range c.Watch(ctx, key, clientv3.WithRev(1)) {
+		if err := w.Err(); err != nil {
+			t.Fatalf("watch %s: %v", key, err)
+		}
+		for _, ev := range w.Events {
+			if ev.Type == clientv3.EventTypePut {
+				out = append(out, string(ev.Kv.Value))
+			}
+			if ev.Kv.ModRevision >= last {
+				return out
+			}
+		}
+	}
+	t.Fatal(fmt.Errorf("watch of %s ended before revision %d", key, last))
+	return nil
+}
