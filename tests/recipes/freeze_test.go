@@ -51,23 +51,27 @@ func (h *host) count(result string) int {
 	return n
 }
 
-func startWriter(t *testing.T, name string, args []string) *host {
+// startWriter starts leaderrun with args; its job runs init, then write
+// (a shell command that sees the attempt's number in $i and exits 0 when
+// the resource accepted the write, 1 when it rejected it) in a loop.
+func startWriter(t *testing.T, name string, args []string, init, write string, env []string) *host {
 	t.Helper()
 	h := &host{name: name, dir: t.TempDir()}
 	job := `echo $$ > ` + h.file("pid") + `
-export FENCE_ETCD_LOCK="$(etcd-fence.sh lock)"
+` + init + `
 i=0
 while :; do
 	i=$((i + 1))
 	rc=0
-	etcd-fence.sh put /recipes/freeze "$LEADER_EPOCH $i" 2>/dev/null || rc=$?
+	{ ` + write + `
+	} 2>/dev/null || rc=$?
 	case $rc in 0) r=ok ;; 1) r=rejected ;; *) r=error ;; esac
 	echo "$LEADER_EPOCH $i $r" >> ` + h.file("attempts") + `
 done`
 	p, err := chaos.Start(chaos.ProcSpec{
 		Name: name, Path: bins.Leaderrun,
 		Args:    append(append([]string{}, args...), "--id", name, "--", "sh", "-c", job),
-		Env:     []string{"PATH=" + jobPath(t, "etcdctl")},
+		Env:     env,
 		LogPath: h.file("log"),
 	})
 	if err != nil {
@@ -92,13 +96,24 @@ done`
 // of the old epoch after the new leader's first: 0 stale writes accepted.
 func TestFrozenHostWritesThroughEtcdRecipe(t *testing.T) {
 	e := testcluster.StartEtcd(t, 1)
-	args := etcdArgs(e, "recipe-freeze")
-	a := startWriter(t, "a", args)
+	frozenHost(t, etcdArgs(e, "recipe-freeze"), etcdFenceInit, `etcd-fence.sh put /recipes/freeze "$LEADER_EPOCH $i"`,
+		[]string{"PATH=" + jobPath(t, "etcdctl")},
+		func(t *testing.T) []string { return etcdHistory(t, e, "/recipes/freeze") })
+}
+
+// frozenHost runs the frozen-host scenario: host a's job writes through a
+// recipe, a's whole host freezes past its lease, b takes over and writes,
+// a's job wakes first and writes as a stale leader, then the rest of a.
+// history returns the resource's own record of accepted writes, in order,
+// each starting with its epoch: no write of a's epoch may follow b's first.
+func frozenHost(t *testing.T, args []string, init, write string, env []string, history func(t *testing.T) []string) {
+	t.Helper()
+	a := startWriter(t, "a", args, init, write, env)
 	testsupport.WaitFor(t, 60*time.Second, "a's job to write", func() bool { return a.count("ok") >= 5 || a.proc.Exited() })
 	if a.proc.Exited() {
 		t.Fatalf("a exited %d:\n%s", a.proc.Code(), a.proc.Output(8<<10))
 	}
-	b := startWriter(t, "b", args)
+	b := startWriter(t, "b", args, init, write, env)
 
 	// Freeze host a: the job's group first, then its guard and leaderrun.
 	pidText, err := os.ReadFile(a.file("pid"))
@@ -135,11 +150,11 @@ func TestFrozenHostWritesThroughEtcdRecipe(t *testing.T) {
 	after := a.attempts()[frozenAttempts:]
 	testsupport.WaitFor(t, 10*time.Second, "b to write after a woke", func() bool { return b.count("ok") >= 10 })
 
-	// etcd's history of the key: every accepted write, in order.
-	history := etcdHistory(t, e, "/recipes/freeze")
+	// The resource's own history: every accepted write, in order.
+	accepted := history(t)
 	epochA, epochB := epochOf(a.attempts()[0]), epochOf(b.attempts()[len(b.attempts())-1])
 	stale, sawB := 0, false
-	for _, v := range history {
+	for _, v := range accepted {
 		switch epochOf(v) {
 		case epochB:
 			sawB = true
@@ -151,19 +166,19 @@ func TestFrozenHostWritesThroughEtcdRecipe(t *testing.T) {
 			t.Errorf("a write of an unknown epoch: %q", v)
 		}
 	}
-	var rejected, accepted int
+	var rejected, ok int
 	for _, l := range after {
 		switch {
 		case strings.HasSuffix(l, " rejected"):
 			rejected++
 		case strings.HasSuffix(l, " ok"):
-			accepted++
+			ok++
 		}
 	}
-	t.Logf("epochs a %s, b %s; %d writes accepted in all; the stale job tried %d writes after waking: %d rejected, %d accepted by its own account; %d stale writes in etcd's history",
-		epochA, epochB, len(history), len(after), rejected, accepted, stale)
+	t.Logf("epochs a %s, b %s; %d writes accepted in all; the stale job tried %d writes after waking: %d rejected, %d accepted by its own account; %d stale writes in the resource's history",
+		epochA, epochB, len(accepted), len(after), rejected, ok, stale)
 	if !sawB {
-		t.Fatalf("etcd's history has no write of b's epoch %s", epochB)
+		t.Fatalf("the resource's history has no write of b's epoch %s", epochB)
 	}
 	if stale != 0 {
 		t.Errorf("%d writes of the stale epoch %s were accepted after epoch %s wrote", stale, epochA, epochB)

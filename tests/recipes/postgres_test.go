@@ -55,3 +55,33 @@ SQL`)
 	}
 	proveFence(t, localArgs(t, "recipe-pg"), "", []string{"PATH=" + jobPath(t)}, write, read)
 }
+
+// TestFrozenHostWritesThroughPostgresRecipe: the frozen-host scenario
+// (freeze_test.go) with the job writing through leaderrun_fence, each
+// write a row of its own in a table whose serial order is the order the
+// writes committed in: no row of the stale epoch after the new leader's
+// first.
+func TestFrozenHostWritesThroughPostgresRecipe(t *testing.T) {
+	pg := testcluster.StartPostgres(t)
+	e := testcluster.StartEtcd(t, 1)
+	env := []string{"PATH=" + jobPath(t, "etcdctl"), "DSN=" + pg.DSN()}
+	if code, out := sh(t, append(env, "FILE="+examples(t)+"/postgres-fence.sql"), `psql "$DSN" -X -q -v ON_ERROR_STOP=1 -f "$FILE"`); code != 0 {
+		t.Fatalf("load postgres-fence.sql: exit %d: %s", code, out)
+	}
+	if code, out := sh(t, env, `psql "$DSN" -X -q -v ON_ERROR_STOP=1 -c 'CREATE TABLE writes (id bigserial PRIMARY KEY, epoch bigint, seq int)'`); code != 0 {
+		t.Fatalf("create table: exit %d: %s", code, out)
+	}
+	write := `out=$(psql "$DSN" -X -q -v ON_ERROR_STOP=1 --single-transaction \
+		-v key="$LEADER_KEY" -v epoch="$LEADER_EPOCH" -v seq="$i" 2>&1 <<'SQL'
+SELECT leaderrun_fence(:'key', :epoch);
+INSERT INTO writes (epoch, seq) VALUES (:epoch, :seq);
+SQL
+) || case $out in *"is stale"*) exit 1 ;; *) exit 2 ;; esac`
+	frozenHost(t, etcdArgs(e, "recipe-pg-freeze"), "", "( "+write+" )", env, func(t *testing.T) []string {
+		code, out := sh(t, env, `psql "$DSN" -X -q -A -t -F ' ' -c 'SELECT epoch, seq FROM writes ORDER BY id'`)
+		if code != 0 {
+			t.Fatalf("read writes: exit %d: %s", code, out)
+		}
+		return strings.Split(strings.TrimSpace(out), "\n")
+	})
+}
