@@ -49,8 +49,12 @@ type Config struct {
 	// which address could not be reached. Empty says nothing.
 	Target string
 	// Command is the child to run while leader. Command.Env is completed
-	// with LEADER_EPOCH at each start.
+	// with LEADER_EPOCH and LEADER_RUN_ID at each start.
 	Command Command
+	// RunID, when set, is the LEADER_RUN_ID of every start of the child:
+	// once-per mode gives its slot, so every retry of a slot carries the
+	// same id. Empty gives each start an id of its own (NewRunID).
+	RunID string
 	// TTL is the lease length requested from the backend.
 	TTL time.Duration
 	// RenewInterval is the time between the start of two renewals.

@@ -7,6 +7,8 @@ package supervise
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -283,10 +285,24 @@ func interruptedCode(ctx context.Context) int {
 	return ExitInternal
 }
 
-// childEnv completes the child's environment with this leadership's epoch.
+// childEnv completes the child's environment with this leadership's epoch
+// and the start's run id.
 func (s *Supervisor) childEnv(epoch uint64) []string {
 	env := append([]string(nil), s.cfg.Command.Env...)
-	return append(env, "LEADER_EPOCH="+strconv.FormatUint(epoch, 10))
+	id := s.cfg.RunID
+	if id == "" {
+		id = NewRunID()
+	}
+	return append(env, "LEADER_EPOCH="+strconv.FormatUint(epoch, 10), "LEADER_RUN_ID="+id)
+}
+
+// NewRunID returns a fresh LEADER_RUN_ID: 128 random bits in hex, unique
+// to one start of the child on any host, so a resource can take it as an
+// idempotency key for what that run did.
+func NewRunID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails on Linux (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 func call(f func()) {

@@ -28,6 +28,7 @@ func checkCommand() *cli.Command {
 			"`leaderrun check || exit 1` before each critical step.",
 		Flags: slices.Concat(queryFlags(),
 			[]cli.Flag{epochFlag()},
+			remainingFlags(),
 			commonFlags()),
 		Before:       divertDoubleDash,
 		OnUsageError: divertUsageError,
@@ -57,7 +58,7 @@ func checkAction(c *cli.Context) error {
 	case err != nil:
 		return usage(fmt.Errorf("check key %q: %w", read.Key, err))
 	}
-	return nil
+	return checkRemaining(c, read.Key, epoch, read.Holder)
 }
 
 // errNotLeader is returned by checkEpoch when the epoch no longer holds the

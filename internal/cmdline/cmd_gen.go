@@ -197,7 +197,7 @@ var manSections = []struct {
 		"* 127\tThe command, or the interpreter on its #! line, was not found.",
 		"* 128+N\tThe command was ended by signal N.",
 		"leaderrun check exits 0 while epoch N leads KEY, 1 when it does not (stderr names the " +
-			"current holder and epoch), and 125 on error. leaderrun status exits 0, also when nobody leads, 3 when the key was never used where it looked, 125 on error.",
+			"current holder and epoch) or has less than --min-remaining left, and 125 on error. leaderrun status exits 0, also when nobody leads, 3 when the key was never used where it looked, 125 on error.",
 	}},
 	{"ENVIRONMENT", []string{
 		"Every option can also be set in the environment as LEADERRUN_ followed by the option's " +
@@ -212,6 +212,8 @@ var manSections = []struct {
 			"a comma-separated list) or --unit override the inherited environment.",
 		"The command gets leaderrun's environment plus:",
 		"* LEADER_EPOCH\tthe epoch of this leadership, the fencing token;",
+		"* LEADER_RUN_ID\tthe idempotency key of this run: with --once-per or --run-id the slot's id, the same on every retry of the slot; otherwise 32 hex digits, new at each start of the command;",
+		"* LEADERRUN_DEADLINE_FILE\twhere leaderrun keeps its current stop point (CLOCK_MONOTONIC), which leaderrun check --min-remaining reads inside the job;",
 		"* LEADER_KEY, LEADER_ID\tthe key and this candidate's name;",
 		"* LEADERRUN_BACKEND, LEADERRUN_PREFIX\tso that leaderrun check needs no options;",
 		"* backend addresses\tCONSUL_HTTP_ADDR, CONSUL_CACERT, CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY, " +

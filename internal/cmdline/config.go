@@ -103,8 +103,11 @@ func parseRun(c *cli.Context) (*runConfig, error) {
 // conflict.
 func checkCombinations(c *cli.Context) error {
 	contradictions := []struct{ a, b, why string }{
-		{"restart=always|on-failure", "once-per", "a slot runs once, a restart would run it again"},
-		{"restart=always|on-failure", "run-id", "a slot runs once, a restart would run it again"},
+		{"restart=always", "once-per", "a slot runs once, a restart would run it again"},
+		{"restart=always", "run-id", "a slot runs once, a restart would run it again"},
+		// on-failure retries a failed run of the slot until one succeeds
+		// (at least once); at most once it would run the slot again.
+		{"restart=on-failure", "once-record=start", "--once-record start runs a slot at most once, a restart would run it again"},
 		{"quiet", "log-level=trace|debug|info", "--quiet logs warnings and errors only; give one of them"},
 		{"no-wait", "acquire-timeout", "--no-wait makes one attempt, so there is no wait to bound"},
 	}

@@ -151,6 +151,7 @@ func run(cfg *runConfig) error {
 	}
 	if gate != nil {
 		sup.Term = gate.Hooks()
+		sup.RunID = gate.Slot // LEADER_RUN_ID: the same on every retry of the slot
 	}
 
 	sup.Locker = lk
@@ -160,7 +161,12 @@ func run(cfg *runConfig) error {
 		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)
 	}
 	sup.Guard = runGuard(cfg, lk, log)
-	sup.Command = supervise.Command{Path: path, Args: cfg.command, Env: childEnv(cfg)}
+	deadlines, err := openDeadlineFile(&sup)
+	if err != nil {
+		return usage(err)
+	}
+	defer deadlines.Close()
+	sup.Command = supervise.Command{Path: path, Args: cfg.command, Env: append(childEnv(cfg), deadlines.env())}
 	forward := make(chan os.Signal, 8)
 	// Signals ignored when leaderrun started stay ignored, for leaderrun and
 	// its child (DESIGN §1.11).
@@ -176,6 +182,7 @@ func run(cfg *runConfig) error {
 	}
 	defer obs.Close()
 	sup.Events = ops.Chain(sup.Events, obs.Events())
+	sup.Events = ops.Chain(sup.Events, deadlines.events())
 	// A 124 that ends a campaign is "held elsewhere"; a child's own 124 is not.
 	var campaigning bool
 	sup.Events = ops.Chain(sup.Events, supervise.Events{
@@ -270,7 +277,7 @@ func childEnv(cfg *runConfig) []string {
 	// The settings files are read already, and their settings are in the
 	// environment; a `leaderrun check` in the child reading them again
 	// would undo what the command line set.
-	replaced := map[string]bool{"NOTIFY_SOCKET": true, "LEADER_EPOCH": true, "LEADERRUN_ENV_FILE": true}
+	replaced := map[string]bool{"NOTIFY_SOCKET": true, "LEADER_EPOCH": true, "LEADER_RUN_ID": true, deadlineEnv: true, "LEADERRUN_ENV_FILE": true}
 	for _, v := range vars {
 		if v.Value != "" {
 			added = append(added, v.Name+"="+v.Value)

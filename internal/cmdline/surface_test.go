@@ -219,8 +219,8 @@ func TestContradictionsAreRefused(t *testing.T) {
 	}{
 		{"restart always, once-per", nil, run("--restart", "always", "--once-per", "1h"),
 			"--restart always and --once-per contradict: a slot runs once, a restart would run it again"},
-		{"restart on-failure, run-id", nil, run("--restart", "on-failure", "--run-id", "r1"),
-			"--restart on-failure and --run-id contradict: a slot runs once, a restart would run it again"},
+		{"restart on-failure, once-record start", nil, run("--restart", "on-failure", "--run-id", "r1", "--once-record", "start"),
+			"--restart on-failure and --once-record start contradict: --once-record start runs a slot at most once, a restart would run it again"},
 		{"restart from the environment", []string{"LEADERRUN_RESTART=always", "LEADERRUN_ONCE_PER=1h"}, run(),
 			"--restart always and --once-per contradict: a slot runs once, a restart would run it again"},
 		{"quiet, log-level debug", nil, run("-q", "--log-level", "debug"),
@@ -250,6 +250,8 @@ func TestContradictionsAreRefused(t *testing.T) {
 		args []string
 	}{
 		{"restart never, once-per", nil, run("--restart", "never", "--once-per", "1h")},
+		// A failed run of the slot is retried until one succeeds.
+		{"restart on-failure, run-id", nil, run("--restart", "on-failure", "--run-id", "r2")},
 		{"quiet, log-level warn", nil, run("-q", "--log-level", "warn")},
 		{"quiet off, log-level debug", []string{"LEADERRUN_QUIET=false"}, run("--log-level", "debug")},
 		{"no-wait off, acquire-timeout", nil, run("--no-wait=false", "--acquire-timeout", "5s")},
