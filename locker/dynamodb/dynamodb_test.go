@@ -154,44 +154,8 @@ func TestConditionalWrites(t *testing.T) {
 // holder's next renewal is a loss.
 func TestTakeoverOnlyAfterTTLAndAllowance(t *testing.T) {
 	d := testcluster.SharedDynalite(t)
-	ttl := 2 * time.Second
 	key := lockertest.Key(t)
-	old := lockertest.MustAcquire(t, newLocker(t, d.Endpoint(), key))
-	b := newLocker(t, d.Endpoint(), key)
-	got := lockertest.AcquireAsync(t, ctx(t), b)
-	var last time.Time
-	for end := time.Now().Add(2 * ttl); time.Now().Before(end); time.Sleep(ttl / 4) {
-		last = time.Now()
-		if _, err := old.Renew(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case r := <-got:
-			t.Fatalf("standby took over a holder that renews: %+v", r)
-		default:
-		}
-	}
-	var r lockertest.Acquired
-	select {
-	case r = <-got:
-	case <-time.After(3 * ttl):
-		t.Fatal("no takeover")
-	}
-	if r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	defer lockertest.Release(r.Lease)
-	took := r.At.Sub(last)
-	t.Logf("takeover %v after the last renewal was sent (TTL %v + allowance %v)", took, ttl, observe.Allowance(ttl))
-	if took < ttl+observe.Allowance(ttl) {
-		t.Fatalf("takeover %v after the last renewal, before TTL + allowance", took)
-	}
-	if r.Lease.Epoch() <= old.Epoch() {
-		t.Fatalf("takeover epoch %d not above %d", r.Lease.Epoch(), old.Epoch())
-	}
-	if _, err := old.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) {
-		t.Fatalf("old holder's Renew after takeover: %v, want ErrLost", err)
-	}
+	lockertest.ObserverTakeover(t, newLocker(t, d.Endpoint(), key), newLocker(t, d.Endpoint(), key), 2*time.Second)
 }
 
 func TestHandEditedItemIsLost(t *testing.T) {

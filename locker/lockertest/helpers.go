@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
 // Key turns the test's name into a leadership key that every backend
@@ -129,5 +130,50 @@ func NeverUsed(t testing.TB, l locker.Locker, use func(), where ...string) {
 	use()
 	if _, err := l.Leader(Ctx(t, 10*time.Second)); !errors.Is(err, locker.ErrNoLeader) || errors.Is(err, locker.ErrNeverUsed) {
 		t.Fatalf("Leader after one acquire and release = %v, want ErrNoLeader and not ErrNeverUsed", err)
+	}
+}
+
+// ObserverTakeover checks the observer-clock takeover of a backend whose
+// records do not expire by themselves (DESIGN §1.12): a standby (standby)
+// never takes over from a holder (holder, held by the first Locker) that
+// keeps renewing; once the renewals stop, it takes over no sooner than the
+// TTL plus the allowance after the last renewal was sent, with a higher
+// epoch, and the old holder's next Renew is a loss. ttl is the Lockers'.
+func ObserverTakeover(t *testing.T, holder, standby locker.Locker, ttl time.Duration) {
+	t.Helper()
+	old := MustAcquire(t, holder)
+	got := AcquireAsync(t, Ctx(t, 10*ttl), standby)
+	var last time.Time
+	for end := time.Now().Add(2 * ttl); time.Now().Before(end); time.Sleep(ttl / 4) {
+		last = time.Now()
+		if _, err := old.Renew(Ctx(t, ttl)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			t.Fatalf("standby took over a holder that renews: %+v", r)
+		default:
+		}
+	}
+	var r Acquired
+	select {
+	case r = <-got:
+	case <-time.After(3 * ttl):
+		t.Fatal("no takeover")
+	}
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	defer Release(r.Lease)
+	took := r.At.Sub(last)
+	t.Logf("takeover %v after the last renewal was sent (TTL %v + allowance %v)", took, ttl, observe.Allowance(ttl))
+	if took < ttl+observe.Allowance(ttl) {
+		t.Fatalf("takeover %v after the last renewal, before TTL + allowance", took)
+	}
+	if r.Lease.Epoch() <= old.Epoch() {
+		t.Fatalf("takeover epoch %d not above %d", r.Lease.Epoch(), old.Epoch())
+	}
+	if _, err := old.Renew(Ctx(t, ttl)); !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("old holder's Renew after takeover: %v, want ErrLost", err)
 	}
 }
