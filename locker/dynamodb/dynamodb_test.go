@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -376,36 +375,14 @@ func TestLatencyAndRequests(t *testing.T) {
 	cnt := &counting{n: map[string]int{}}
 	wrap := func(c *Config) { c.wrap = func(a API) API { cnt.API = a; return cnt } }
 	l := newLocker(t, d.Endpoint(), key, wrap)
-	var acq, ren []time.Duration
-	for range 20 {
-		s := time.Now()
-		ls, err := l.Acquire(ctx(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		acq = append(acq, time.Since(s))
-		for range 10 {
-			s = time.Now()
-			if _, err := ls.Renew(ctx(t)); err != nil {
-				t.Fatal(err)
-			}
-			ren = append(ren, time.Since(s))
-		}
-		if err := ls.Release(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	acq, ren := lockertest.Cycles(t, l, 20, 10)
 	n := cnt.snapshot()
 	// Per cycle: acquire = 1 read + counter + write; 10 renewals; release.
 	if n["GetItem"] != 20 || n["UpdateItem"] != 20*(2+10+1) || n["GetItem without ConsistentRead"] != 0 {
 		t.Errorf("requests for 20 acquire/10 renew/release cycles: %v; want 20 GetItem, 260 UpdateItem", n)
 	}
-	med := func(d []time.Duration) (time.Duration, time.Duration) {
-		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-		return d[len(d)/2], d[len(d)*99/100]
-	}
-	am, a99 := med(acq)
-	rm, r99 := med(ren)
+	am, a99 := lockertest.Median(acq)
+	rm, r99 := lockertest.Median(ren)
 	t.Logf("acquire (read + counter + conditional write): median %v, p99 %v; renew: median %v, p99 %v", am, a99, rm, r99)
 
 	// A standby waiting on a holder at TTL 15s.

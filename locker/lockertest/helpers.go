@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,4 +177,35 @@ func ObserverTakeover(t *testing.T, holder, standby locker.Locker, ttl time.Dura
 	if _, err := old.Renew(Ctx(t, ttl)); !errors.Is(err, locker.ErrLost) {
 		t.Fatalf("old holder's Renew after takeover: %v, want ErrLost", err)
 	}
+}
+
+// Cycles runs n cycles of acquire, renewals renewals and release on l and
+// returns how long each acquire and each renewal took.
+func Cycles(t *testing.T, l locker.Locker, n, renewals int) (acquires, renews []time.Duration) {
+	t.Helper()
+	for range n {
+		s := time.Now()
+		ls, err := l.Acquire(Ctx(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquires = append(acquires, time.Since(s))
+		for range renewals {
+			s = time.Now()
+			if _, err := ls.Renew(Ctx(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			renews = append(renews, time.Since(s))
+		}
+		if err := ls.Release(Ctx(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return acquires, renews
+}
+
+// Median is the median and the 99th percentile of d (sorted in place).
+func Median(d []time.Duration) (median, p99 time.Duration) {
+	slices.Sort(d)
+	return d[len(d)/2], d[len(d)*99/100]
 }

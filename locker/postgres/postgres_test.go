@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -214,31 +213,9 @@ func TestRunLog(t *testing.T) {
 func TestLatency(t *testing.T) {
 	pg := testcluster.SharedPostgres(t)
 	l := newLocker(t, pg.DSN(), lockertest.Key(t))
-	var acq, ren []time.Duration
-	for range 20 {
-		s := time.Now()
-		ls, err := l.Acquire(ctx(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		acq = append(acq, time.Since(s))
-		for range 10 {
-			s = time.Now()
-			if _, err := ls.Renew(ctx(t)); err != nil {
-				t.Fatal(err)
-			}
-			ren = append(ren, time.Since(s))
-		}
-		if err := ls.Release(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	med := func(d []time.Duration) (time.Duration, time.Duration) {
-		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-		return d[len(d)/2], d[len(d)*99/100]
-	}
-	am, a99 := med(acq)
-	rm, r99 := med(ren)
+	acq, ren := lockertest.Cycles(t, l, 20, 10)
+	am, a99 := lockertest.Median(acq)
+	rm, r99 := lockertest.Median(ren)
 	t.Logf("acquire (read + conditional write): median %v, p99 %v; renew: median %v, p99 %v", am, a99, rm, r99)
 }
 
