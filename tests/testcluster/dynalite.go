@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -95,11 +94,7 @@ func StartDynalite(t testing.TB) *Dynalite {
 	return d
 }
 
-var sharedDyn struct {
-	sync.Mutex
-	d   *Dynalite
-	err error
-}
+var sharedDyn sharedServer[*Dynalite]
 
 // SharedDynalite is one server for the whole test binary (one per test
 // package), started by the first test that asks; tests keep apart by
@@ -108,26 +103,11 @@ var sharedDyn struct {
 func SharedDynalite(t testing.TB) *Dynalite {
 	t.Helper()
 	bin := DynaliteBin(t)
-	sharedDyn.Lock()
-	defer sharedDyn.Unlock()
-	if sharedDyn.d == nil && sharedDyn.err == nil {
-		sharedDyn.d, sharedDyn.err = startDynalite(bin)
-	}
-	if sharedDyn.err != nil {
-		t.Fatalf("testcluster: %v", sharedDyn.err)
-	}
-	return sharedDyn.d
+	return sharedDyn.get(t, func() (*Dynalite, error) { return startDynalite(bin) })
 }
 
 // StopSharedDynalite stops the server SharedDynalite started, if any.
-func StopSharedDynalite() {
-	sharedDyn.Lock()
-	defer sharedDyn.Unlock()
-	if sharedDyn.d != nil {
-		sharedDyn.d.close()
-		sharedDyn.d = nil
-	}
-}
+func StopSharedDynalite() { sharedDyn.stop() }
 
 func startDynalite(bin string) (*Dynalite, error) {
 	dir, err := os.MkdirTemp("", "leaderrun-dynalite-")

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -90,11 +89,7 @@ func StartPostgres(t testing.TB) *Postgres {
 	return p
 }
 
-var shared struct {
-	sync.Mutex
-	pg  *Postgres
-	err error
-}
+var sharedPG sharedServer[*Postgres]
 
 // SharedPostgres is one server for the whole test binary (one per test
 // package), started by the first test that asks; tests keep apart by their
@@ -103,26 +98,11 @@ var shared struct {
 func SharedPostgres(t testing.TB) *Postgres {
 	t.Helper()
 	bindir := PostgresBinDir(t)
-	shared.Lock()
-	defer shared.Unlock()
-	if shared.pg == nil && shared.err == nil {
-		shared.pg, shared.err = startPostgres(bindir, nil)
-	}
-	if shared.err != nil {
-		t.Fatalf("testcluster: %v", shared.err)
-	}
-	return shared.pg
+	return sharedPG.get(t, func() (*Postgres, error) { return startPostgres(bindir, nil) })
 }
 
 // StopSharedPostgres stops the server SharedPostgres started, if any.
-func StopSharedPostgres() {
-	shared.Lock()
-	defer shared.Unlock()
-	if shared.pg != nil {
-		shared.pg.close()
-		shared.pg = nil
-	}
-}
+func StopSharedPostgres() { sharedPG.stop() }
 
 func startPostgres(bindir string, tb testing.TB) (*Postgres, error) {
 	dir, err := os.MkdirTemp("", "leaderrun-pg-")
