@@ -17,9 +17,9 @@ import (
 // records' ~run: '~' never occurs in a key and candidates' znodes start
 // with '@', so no election znode or key path can collide with them. Names
 // are zero-padded epochs, so the children sort as the terms do. A record
-// costs one write (two on a term's first record, three when the ~term
-// znode is new) plus one delete per pruned term, through the Locker's own
-// session: it needs no lease.
+// is a setData (a refused setData and a create for a term's first
+// record), a getChildren, and one delete per pruned term, through the
+// Locker's own session: it needs no lease.
 
 var _ locker.History = (*Locker)(nil)
 
@@ -49,10 +49,14 @@ func (l *Locker) RecordTerm(ctx context.Context, term locker.Term, keep int) err
 		if !errors.Is(err, zk.ErrNoNode) {
 			return classify(what, err)
 		}
-		if err := l.ensurePath(ctx, s, l.termDir()); err != nil {
-			return err
+		create := func() (string, error) { return s.conn.Create(path, data, 0, l.acl) }
+		_, err = call(ctx, create)
+		if errors.Is(err, zk.ErrNoNode) { // the key's first record: no ~term yet
+			if err := l.ensurePath(ctx, s, l.termDir()); err != nil {
+				return err
+			}
+			_, err = call(ctx, create)
 		}
-		_, err = call(ctx, func() (string, error) { return s.conn.Create(path, data, 0, l.acl) })
 		if err == nil {
 			break
 		}
