@@ -297,6 +297,10 @@ func TestExampleSQLWithLeastPrivilege(t *testing.T) {
 	if !errors.Is(err, locker.ErrRefused) || !strings.Contains(err.Error(), "examples/postgres.sql") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("RecordTerm without a terms table = %v, want a one-line refusal naming examples/postgres.sql", err)
 	}
+	ro := newLocker(t, dsn, lockertest.Key(t), func(c *Config) { c.Schema, c.ReadOnly = "old", true })
+	if terms, err := ro.Terms(ctx(t), 0); err != nil || len(terms) != 0 {
+		t.Fatalf("read-only Terms without a terms table = %+v, %v; want none", terms, err)
+	}
 	if err := lc.Release(ctx(t)); err != nil {
 		t.Fatalf("Release without a terms table: %v", err)
 	}
