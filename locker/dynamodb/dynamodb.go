@@ -5,7 +5,7 @@
 // # The table
 //
 // One table (Config.Table), partition key "key" of type String, no sort
-// key. Each leaderrun key has two items:
+// key. Each leaderrun key has two items, three once it has a history:
 //
 //   - the lease item, key = PREFIX/KEY: term, holder (the holder record,
 //     JSON), contract, ttl_ms, epoch, version, renewed_at, and runs (a map

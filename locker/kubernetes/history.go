@@ -32,6 +32,9 @@ const annTerms = annPrefix + "terms"
 // historySuffix makes a Lease name no key maps to.
 const historySuffix = ".history"
 
+// maxWriteAttempts bounds a record's read-and-write rounds.
+const maxWriteAttempts = 8
+
 var _ locker.History = (*Locker)(nil)
 
 // historyName is the name of the key's history Lease.
@@ -96,9 +99,11 @@ func (l *Locker) RecordTerm(ctx context.Context, term locker.Term, keep int) err
 			return nil
 		}
 		// Another writer came between the read and the write (the guard
-		// of the same term, or the next term's holder): read again.
+		// of the same term, or the next term's holder): read again. Each
+		// conflict is another writer's success, so with fewer than
+		// maxWriteAttempts writers at once every one of them lands.
 		raced := apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
-		if !raced || attempt == 4 {
+		if !raced || attempt == maxWriteAttempts-1 {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

@@ -60,3 +60,27 @@ func TestHistoryLeavesTheLeadershipLease(t *testing.T) {
 		}
 	}
 }
+
+// Writers that race on the history Lease (a term's holder and the next
+// term's, a guard) all land: a conflict is read again and retried.
+func TestHistoryConcurrentWriters(t *testing.T) {
+	srv := startServer(t)
+	key := lockertest.Key(t)
+	const n = 6
+	errs := make(chan error, n)
+	for i := range n {
+		l := srv.newLocker(t, key)
+		go func() {
+			errs <- l.RecordTerm(lockertest.Ctx(t, 10*time.Second), locker.Term{Epoch: uint64(100 + i), ID: "w"}, n)
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("RecordTerm: %v", err)
+		}
+	}
+	terms, err := srv.newLocker(t, key).Terms(lockertest.Ctx(t, 5*time.Second), 0)
+	if err != nil || len(terms) != n {
+		t.Fatalf("Terms after %d racing writers = %d terms, %v", n, len(terms), err)
+	}
+}
