@@ -2,8 +2,8 @@
 -- DBA who creates them ahead of time. leaderrun creates the same objects
 -- itself when they are missing and its role may. The names below are the
 -- defaults (--pg-schema public, --pg-table leaderrun_leases); with others,
--- replace them everywhere: the sequence and the runs table take the table's
--- name plus _epoch and _runs.
+-- replace them everywhere: the sequence, the runs and the terms tables take
+-- the table's name plus _epoch, _runs and _terms.
 
 -- One row per key: the holder, the observer-clock contract and TTL it
 -- declares, its epoch, and a version every write replaces.
@@ -32,8 +32,20 @@ CREATE TABLE IF NOT EXISTS "public"."leaderrun_leases_runs" (
 	PRIMARY KEY (key, slot)
 );
 
+-- The history (leaderrun history KEY): one row per term, the newest
+-- --history-keep per key; each record replaces its own row and deletes the
+-- key's rows beyond that. Optional for leading: without it (and without
+-- the right to create it) only history fails.
+CREATE TABLE IF NOT EXISTS "public"."leaderrun_leases_terms" (
+	key    text NOT NULL,
+	epoch  bigint NOT NULL,
+	record text NOT NULL,
+	PRIMARY KEY (key, epoch)
+);
+
 -- What leaderrun's role needs, and no more (replace leaderrun_role):
 -- GRANT USAGE ON SCHEMA "public" TO leaderrun_role;
 -- GRANT SELECT, INSERT, UPDATE ON "public"."leaderrun_leases" TO leaderrun_role;
 -- GRANT USAGE ON SEQUENCE "public"."leaderrun_leases_epoch" TO leaderrun_role;
 -- GRANT SELECT, INSERT, UPDATE, DELETE ON "public"."leaderrun_leases_runs" TO leaderrun_role;
+-- GRANT SELECT, INSERT, UPDATE, DELETE ON "public"."leaderrun_leases_terms" TO leaderrun_role;

@@ -5,13 +5,19 @@
 // # The table
 //
 // One table (Config.Table), partition key "key" of type String, no sort
-// key. Each leaderrun key has two items:
+// key. Each leaderrun key has two items, three once it has a history:
 //
 //   - the lease item, key = PREFIX/KEY: term, holder (the holder record,
 //     JSON), contract, ttl_ms, epoch, version, renewed_at, and runs (a map
 //     from slot to the once-per run record, JSON);
 //   - the epoch counter, key = PREFIX/KEY#epoch ('#' is in no leaderrun
-//     key): epoch, a number only ever advanced.
+//     key): epoch, a number only ever advanced;
+//   - the history item, key = PREFIX/KEY#history, written once the key
+//     has a history (locker.History): terms, a map from
+//     locker.TermName(epoch) to the term's record (JSON), the newest
+//     --history-keep. The table has no sort key, so records of their own
+//     could only be listed by a Scan; one item is read with one
+//     consistent GetItem and needs no IAM action beyond the lease's.
 //
 // # The writes
 //
@@ -139,6 +145,7 @@ type store struct {
 	table   string
 	key     string // the lease item's key
 	counter string // the epoch counter's key
+	history string // the history item's key
 	addr    string
 	// regionName is the region, for error lines.
 	regionName string
@@ -208,7 +215,7 @@ func newStore(cfg Config) (*store, error) {
 	if cfg.wrap != nil {
 		api = cfg.wrap(client)
 	}
-	return &store{api: api, table: cfg.Table, key: key, counter: key + "#epoch", addr: addr, regionName: ac.Region,
+	return &store{api: api, table: cfg.Table, key: key, counter: key + "#epoch", history: key + "#history", addr: addr, regionName: ac.Region,
 		timeout: timeout, create: cfg.CreateTable, readOnly: cfg.ReadOnly, log: log}, nil
 }
 
@@ -360,12 +367,13 @@ const (
 	attrVersion   = "version"
 	attrRenewedAt = "renewed_at"
 	attrRuns      = "runs"
+	attrTerms     = "terms"
 )
 
 // names maps #name placeholders to the attributes (key is a reserved word).
 var names = map[string]string{
 	"#k": attrKey, "#term": attrTerm, "#holder": attrHolder, "#contract": attrContract, "#ttl": attrTTL,
-	"#epoch": attrEpoch, "#v": attrVersion, "#at": attrRenewedAt, "#runs": attrRuns,
+	"#epoch": attrEpoch, "#v": attrVersion, "#at": attrRenewedAt, "#runs": attrRuns, "#terms": attrTerms,
 }
 
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
@@ -691,6 +699,114 @@ func (s *store) ListRuns(ctx context.Context) ([]locker.Run, error) {
 		}
 	}
 	return runs, nil
+}
+
+// PutTerm sets the record of term.Epoch in the history item (creating
+// the item, or its map, with a write conditioned on its absence), then,
+// when the item holds more than keep records, removes the oldest in one
+// more write, unconditioned: only records beyond the newest keep go.
+func (s *store) PutTerm(ctx context.Context, term locker.Term, keep int) error {
+	if err := s.prepare(ctx); err != nil {
+		return s.refusal(err)
+	}
+	rec := str(string(term.Record()))
+	name := locker.TermName(term.Epoch)
+	update := func(expr, cond string, n map[string]string, vals map[string]types.AttributeValue) (*dynamodb.UpdateItemOutput, error) {
+		in := &dynamodb.UpdateItemInput{TableName: aws.String(s.table), Key: keyOf(s.history),
+			UpdateExpression: aws.String(expr), ExpressionAttributeNames: n, ExpressionAttributeValues: vals,
+			ReturnValues: types.ReturnValueAllNew}
+		if cond != "" {
+			in.ConditionExpression = aws.String(cond)
+		}
+		var out *dynamodb.UpdateItemOutput
+		err := s.call(ctx, func(ctx context.Context) error {
+			var err error
+			out, err = s.api.UpdateItem(ctx, in)
+			return err
+		})
+		return out, err
+	}
+	var out *dynamodb.UpdateItemOutput
+	var err error
+	for range 2 {
+		out, err = update("SET #terms.#e = :rec", "", map[string]string{"#terms": attrTerms, "#e": name},
+			map[string]types.AttributeValue{":rec": rec})
+		if !isMissingMap(err) {
+			break
+		}
+		// The first record of the key: create the map, unless another
+		// writer just did (then set the entry again).
+		out, err = update("SET #terms = :terms", "attribute_not_exists(#terms)", map[string]string{"#terms": attrTerms},
+			map[string]types.AttributeValue{":terms": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{name: rec}}})
+		if errorCode(err) != "ConditionalCheckFailedException" {
+			break
+		}
+	}
+	if err != nil {
+		return s.classify("record the term", err)
+	}
+	m, _ := out.Attributes[attrTerms].(*types.AttributeValueMemberM)
+	if m == nil || len(m.Value) <= keep {
+		return nil
+	}
+	var all []locker.Term
+	for n := range m.Value {
+		if e, err := strconv.ParseUint(n, 10, 64); err == nil && n == locker.TermName(e) {
+			all = append(all, locker.Term{Epoch: e})
+		}
+	}
+	old := locker.Pruned(all, keep)
+	for len(old) > 0 {
+		chunk := old[:min(len(old), 50)]
+		old = old[len(chunk):]
+		n := map[string]string{"#terms": attrTerms}
+		parts := make([]string, len(chunk))
+		for i, e := range chunk {
+			p := "#e" + strconv.Itoa(i)
+			n[p] = locker.TermName(e)
+			parts[i] = "#terms." + p
+		}
+		if _, err := update("REMOVE "+strings.Join(parts, ", "), "", n, nil); err != nil {
+			return s.classify("prune the history", err)
+		}
+	}
+	return nil
+}
+
+// ListTerms reads the history item with a strongly consistent read.
+func (s *store) ListTerms(ctx context.Context, limit int) ([]locker.Term, error) {
+	if err := s.prepare(ctx); err != nil {
+		if errors.Is(err, errNoTable) {
+			return nil, nil
+		}
+		return nil, s.refusal(err)
+	}
+	var out *dynamodb.GetItemOutput
+	err := s.call(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.history),
+			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("#terms"),
+			ExpressionAttributeNames: map[string]string{"#terms": attrTerms}})
+		return err
+	})
+	if err != nil {
+		return nil, s.classify("read the history", err)
+	}
+	terms := []locker.Term{}
+	m, _ := out.Item[attrTerms].(*types.AttributeValueMemberM)
+	if m == nil {
+		return terms, nil
+	}
+	for n, v := range m.Value {
+		sv, ok := v.(*types.AttributeValueMemberS)
+		if !ok {
+			continue
+		}
+		if t, err := locker.ParseTerm([]byte(sv.Value)); err == nil && locker.TermName(t.Epoch) == n {
+			terms = append(terms, t)
+		}
+	}
+	return locker.NewestTerms(terms, limit), nil
 }
 
 // throttled are the error codes of a request DynamoDB refused for its

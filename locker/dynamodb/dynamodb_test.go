@@ -328,6 +328,13 @@ func TestRunLog(t *testing.T) {
 	})
 }
 
+func TestHistoryContract(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	lockertest.HistoryContract(t, func(t *testing.T, key string) locker.Locker {
+		return newLocker(t, d.Endpoint(), key)
+	})
+}
+
 // counting counts the requests of each kind a store sends, and the reads
 // that were not strongly consistent (dynalite's reads always are, so only
 // the request can show it).
@@ -484,5 +491,59 @@ func TestLostAnswerIsNotResent(t *testing.T) {
 	}
 	if _, err := ls.Renew(ctx(t)); err != nil {
 		t.Fatalf("Renew after adopting: %v", err)
+	}
+}
+
+// TestHistoryRequests counts what the history costs: a record is one
+// UpdateItem, two when it prunes or makes the history item; reading it is one consistent GetItem;
+// the lease item is not touched.
+func TestHistoryRequests(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	key := lockertest.Key(t)
+	cnt := &counting{n: map[string]int{}}
+	l := newLocker(t, d.Endpoint(), key, func(c *Config) { c.wrap = func(a API) API { cnt.API = a; return cnt } })
+	exit := 0
+	const keep = 30
+	for e := uint64(1); e <= keep+1; e++ {
+		start := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC).Add(time.Duration(e) * time.Hour)
+		tm := locker.Term{Epoch: e, ID: "billing-worker-1", Hostname: "worker-1.example.internal", PID: 123456,
+			Start: start, End: start.Add(59 * time.Minute), Ended: locker.TermExited, ExitCode: &exit,
+			Slot: start.Format(time.RFC3339), SlotOutcome: locker.RunSucceeded, Period: time.Hour}
+		before := cnt.snapshot()
+		if err := l.RecordTerm(ctx(t), tm, keep); err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		switch {
+		case e == 1:
+			want = 2 // no history item yet: the entry's path is refused, then the item is made
+		case e > keep:
+			want = 2 // the write that finds keep+1 records prunes one
+		}
+		if got := cnt.snapshot()["UpdateItem"] - before["UpdateItem"]; got != want {
+			t.Fatalf("record of epoch %d: %d UpdateItem, want %d", e, got, want)
+		}
+		if e == 1 {
+			t.Logf("one term's record: %d bytes", len(tm.Record()))
+		}
+	}
+	before := cnt.snapshot()
+	terms, err := l.Terms(ctx(t), 0)
+	if err != nil || len(terms) != keep || terms[0].Epoch != keep+1 || terms[keep-1].Epoch != 2 {
+		t.Fatalf("Terms = %d terms (%v)", len(terms), err)
+	}
+	n := cnt.snapshot()
+	if n["GetItem"]-before["GetItem"] != 1 || n["GetItem without ConsistentRead"] != 0 {
+		t.Fatalf("Terms: %v, want one consistent GetItem", n)
+	}
+	size := 0
+	for _, tm := range terms {
+		size += len(tm.Record()) + len(locker.TermName(tm.Epoch))
+	}
+	t.Logf("history item with %d terms: about %d bytes, %d write units per record", keep, size, (size+1023)/1024)
+	// The history item is not the lease item: the key was never led.
+	var nu *locker.NeverUsedError
+	if _, err := l.Leader(ctx(t)); !errors.As(err, &nu) {
+		t.Fatalf("Leader of a key with only a history: %v, want NeverUsedError", err)
 	}
 }

@@ -197,13 +197,19 @@ func looksAlive(ls *coordinationv1.Lease, ttl time.Duration) bool {
 
 // get reads the Lease; nil when it does not exist.
 func (l *Locker) get(ctx context.Context) (*coordinationv1.Lease, error) {
+	return l.getNamed(ctx, l.name)
+}
+
+// getNamed reads the Lease name of our namespace; nil when it does not
+// exist.
+func (l *Locker) getNamed(ctx context.Context, name string) (*coordinationv1.Lease, error) {
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	ls, err := l.client.Get(cctx, l.name, metav1.GetOptions{})
+	ls, err := l.client.Get(cctx, name, metav1.GetOptions{})
 	if apierrors.IsUnauthorized(err) && l.tokenFile {
 		// The client has just dropped its cached token; the file may hold
 		// a rotated one.
-		ls, err = l.client.Get(cctx, l.name, metav1.GetOptions{})
+		ls, err = l.client.Get(cctx, name, metav1.GetOptions{})
 	}
 	switch {
 	case apierrors.IsNotFound(err):
@@ -212,7 +218,7 @@ func (l *Locker) get(ctx context.Context) (*coordinationv1.Lease, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, l.classify("get", err)
+		return nil, l.classifyLease("get", name, err)
 	}
 	return ls, nil
 }

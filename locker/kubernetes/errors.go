@@ -20,17 +20,22 @@ var errCandidacyLost = errors.New("candidacy lost while taking over")
 // credentials, a TLS failure) so that leaderrun exits 125. The message names
 // the verb and the resource, never the credential.
 func (l *Locker) classify(verb string, err error) error {
+	return l.classifyLease(verb, l.name, err)
+}
+
+// classifyLease is classify for the Lease name of our namespace.
+func (l *Locker) classifyLease(verb, name string, err error) error {
 	switch {
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("kubernetes: %w: not allowed to %s leases.coordination.k8s.io in namespace %q: the account needs get, create, update and watch on leases (RBAC)",
 			locker.ErrRefused, verb, l.namespace)
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("kubernetes: %w: %s lease %s/%s: the server rejected the credentials (expired or revoked token?)",
-			locker.ErrRefused, verb, l.namespace, l.name)
+			locker.ErrRefused, verb, l.namespace, name)
 	case transportRefusal(err):
-		return fmt.Errorf("kubernetes: %w: %s lease %s/%s: %s", locker.ErrRefused, verb, l.namespace, l.name, oneLine(err.Error()))
+		return fmt.Errorf("kubernetes: %w: %s lease %s/%s: %s", locker.ErrRefused, verb, l.namespace, name, oneLine(err.Error()))
 	}
-	return fmt.Errorf("kubernetes: %s lease %s/%s: %s", verb, l.namespace, l.name, oneLine(err.Error()))
+	return fmt.Errorf("kubernetes: %s lease %s/%s: %s", verb, l.namespace, name, oneLine(err.Error()))
 }
 
 // transportRefusal reports TLS errors that mean a wrong CA or certificate,

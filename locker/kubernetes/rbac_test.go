@@ -73,6 +73,16 @@ func TestRBAC(t *testing.T) {
 		if err := r.Lease.Release(lockertest.Ctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
+		// The history Lease: created, then updated, then read.
+		for _, ended := range []string{"", locker.TermExited} {
+			tm := locker.Term{Epoch: r.Lease.Epoch(), ID: "sa", Ended: ended}
+			if err := l.RecordTerm(lockertest.Ctx(t, 5*time.Second), tm, 5); err != nil {
+				t.Fatalf("RecordTerm: %v", err)
+			}
+		}
+		if terms, err := l.Terms(lockertest.Ctx(t, 5*time.Second), 0); err != nil || len(terms) != 1 || terms[0].Ended != locker.TermExited {
+			t.Fatalf("Terms = %+v, %v", terms, err)
+		}
 		g := srv.newLocker(t, key, useSA)
 		b := mustAcquire(t, g)
 		if err := g.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), b.Handle()); err != nil {

@@ -260,6 +260,13 @@ func TestRunLogContractInMemory(t *testing.T) {
 	})
 }
 
+func TestHistoryContractInMemory(t *testing.T) {
+	db := newMemDB()
+	lockertest.HistoryContract(t, func(t *testing.T, key string) locker.Locker {
+		return newTestLocker(t, db, key, "c")
+	})
+}
+
 // rateClock runs at rate times real time from its start: a standby whose
 // oscillator is fast (rate > 1) or slow.
 type rateClock struct {

@@ -54,6 +54,7 @@ type Locker struct {
 var (
 	_ locker.Locker   = (*Locker)(nil)
 	_ locker.RunLog   = (*Locker)(nil)
+	_ locker.History  = (*Locker)(nil)
 	_ locker.Targeter = (*Locker)(nil)
 )
 
@@ -362,6 +363,30 @@ func (l *Locker) LatestRun(ctx context.Context) (locker.Run, error) {
 		return locker.Run{}, err
 	}
 	return locker.LatestOf(runs, time.Now())
+}
+
+// RecordTerm writes the term's history record and prunes the key's
+// history to keep (locker.DefaultHistoryKeep when keep <= 0).
+func (l *Locker) RecordTerm(ctx context.Context, term locker.Term, keep int) error {
+	if term.Epoch == 0 {
+		return fmt.Errorf("%s: record term: epoch 0", l.name)
+	}
+	if keep <= 0 {
+		keep = locker.DefaultHistoryKeep
+	}
+	return l.store.PutTerm(ctx, term, keep)
+}
+
+// Terms reads the key's history, newest first.
+func (l *Locker) Terms(ctx context.Context, limit int) ([]locker.Term, error) {
+	terms, err := l.store.ListTerms(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	if terms == nil {
+		terms = []locker.Term{}
+	}
+	return locker.NewestTerms(terms, limit), nil
 }
 
 // ID is the candidate's id (Options.ID).

@@ -17,6 +17,7 @@ type memDB struct {
 	mu      sync.Mutex
 	rows    map[string]*Row
 	runs    map[string]map[string]locker.Run
+	terms   map[string]map[uint64]locker.Term
 	counter uint64
 	// lostAnswer, when set, makes the next Renew be written but answered
 	// with an error, as a reply lost in the network.
@@ -31,7 +32,8 @@ type memDB struct {
 }
 
 func newMemDB() *memDB {
-	return &memDB{rows: map[string]*Row{}, runs: map[string]map[string]locker.Run{}}
+	return &memDB{rows: map[string]*Row{}, runs: map[string]map[string]locker.Run{},
+		terms: map[string]map[uint64]locker.Term{}}
 }
 
 // memStore is one candidate's view of key in db.
@@ -153,6 +155,34 @@ func (s memStore) ListRuns(context.Context) ([]locker.Run, error) {
 		runs = append(runs, r)
 	}
 	return runs, nil
+}
+
+func (s memStore) PutTerm(_ context.Context, term locker.Term, keep int) error {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	if s.db.terms[s.key] == nil {
+		s.db.terms[s.key] = map[uint64]locker.Term{}
+	}
+	m := s.db.terms[s.key]
+	m[term.Epoch] = term
+	var all []locker.Term
+	for _, t := range m {
+		all = append(all, t)
+	}
+	for _, e := range locker.Pruned(all, keep) {
+		delete(m, e)
+	}
+	return nil
+}
+
+func (s memStore) ListTerms(_ context.Context, limit int) ([]locker.Term, error) {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	var all []locker.Term
+	for _, t := range s.db.terms[s.key] {
+		all = append(all, t)
+	}
+	return locker.NewestTerms(all, limit), nil
 }
 
 func (s memStore) Target() (string, time.Duration) { return "memory", time.Second }

@@ -90,7 +90,7 @@ type Row struct {
 }
 
 // Store is one key's lease row in a store, plus the key's once-per run
-// records. Each method is one round trip bounded by ctx, and each write is
+// records and its history. Each method is one round trip bounded by ctx, and each write is
 // one conditional write: it happens whole or not at all, and when its
 // condition fails it returns an error wrapping ErrConflict. An error
 // wrapping locker.ErrRefused means retrying cannot help (denied, no such
@@ -135,6 +135,17 @@ type Store interface {
 	// ListRuns reads the key's run records (expired ones may be among
 	// them).
 	ListRuns(ctx context.Context) ([]locker.Run, error)
+
+	// PutTerm writes term as the key's history record of term.Epoch,
+	// replacing one already there, and deletes the key's records beyond
+	// the newest keep (by epoch; keep > 0). It is conditioned on nothing:
+	// a term's record is written after its release too (locker.History).
+	// The record must survive a restart of the store.
+	PutTerm(ctx context.Context, term locker.Term, keep int) error
+
+	// ListTerms reads up to limit of the key's history records (limit <=
+	// 0: all), with a strongly consistent read, newest first.
+	ListTerms(ctx context.Context, limit int) ([]locker.Term, error)
 
 	// Target names what the store talks to, for a single attempt's error
 	// line, and how long one call may take (locker.Targeter).

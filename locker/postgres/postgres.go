@@ -18,9 +18,12 @@
 // In the schema chosen (Config.Schema), Config.Table holds one row per
 // key, Table_epoch is the sequence every acquire takes its epoch from (in
 // the same statement: nextval survives a row deleted by hand, and never
-// goes back on one server), and Table_runs keeps the once-per records.
-// They are created when missing and the role may; examples/postgres.sql
-// is the same DDL for a DBA.
+// goes back on one server), Table_runs keeps the once-per records, and
+// Table_terms the history (locker.History: one row per term, the newest
+// few per key). They are created when missing and the role may;
+// examples/postgres.sql is the same DDL for a DBA. Table_terms is
+// prepared on its own, on the first history call: an installation made
+// before it existed keeps leading without it.
 package postgres
 
 import (
@@ -106,12 +109,14 @@ type store struct {
 	readOnly bool
 	log      hclog.Logger
 
-	// Quoted names: "schema"."table", the sequence and the runs table.
-	schema, table, seq, runs string
-	schemaName, tableName    string
+	// Quoted names: "schema"."table", the sequence, the runs and the
+	// terms tables.
+	schema, table, seq, runs, terms string
+	schemaName, tableName           string
 
-	mu    sync.Mutex
-	ready bool // the tables are known to exist
+	mu         sync.Mutex
+	ready      bool // the tables of the lease and runs are known to exist
+	termsReady bool // so is the terms table
 }
 
 var _ leaserow.Store = (*store)(nil)
@@ -172,13 +177,14 @@ func newStore(cfg Config) (*store, error) {
 		readOnly: cfg.ReadOnly, log: log,
 		schemaName: cfg.Schema, tableName: cfg.Table,
 		schema: quote(cfg.Schema), table: quote(cfg.Schema) + "." + quote(cfg.Table),
-		seq:  quote(cfg.Schema) + "." + quote(cfg.Table+"_epoch"),
-		runs: quote(cfg.Schema) + "." + quote(cfg.Table+"_runs"),
+		seq:   quote(cfg.Schema) + "." + quote(cfg.Table+"_epoch"),
+		runs:  quote(cfg.Schema) + "." + quote(cfg.Table+"_runs"),
+		terms: quote(cfg.Schema) + "." + quote(cfg.Table+"_terms"),
 	}, nil
 }
 
 // validName accepts names that need no quoting and leave room for the
-// _epoch and _runs suffixes within PostgreSQL's 63 bytes.
+// _epoch, _runs and _terms suffixes within PostgreSQL's 63 bytes.
 func validName(s string) bool {
 	if s == "" || len(s) > 50 || (s[0] >= '0' && s[0] <= '9') {
 		return false
@@ -272,6 +278,51 @@ func (s *store) ddl() []string {
 	PRIMARY KEY (key, slot)
 )`,
 	}
+}
+
+// termsDDL creates the terms table (examples/postgres.sql too).
+func (s *store) termsDDL() []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + s.terms + ` (
+	key    text NOT NULL,
+	epoch  bigint NOT NULL,
+	record text NOT NULL,
+	PRIMARY KEY (key, epoch)
+)`,
+	}
+}
+
+// prepareTerms makes sure the terms table exists, once, after the other
+// tables: it creates it when missing unless read-only. missing is false
+// when it does not exist and may not be created (read-only).
+func (s *store) prepareTerms(ctx context.Context) (missing bool, err error) {
+	if err := s.prepare(ctx); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.termsReady {
+		return false, nil
+	}
+	var got *string
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, s.terms).Scan(&got); err != nil {
+		return false, s.classify("read the catalog", err)
+	}
+	if got == nil {
+		if s.readOnly {
+			return true, nil
+		}
+		if err := s.create(ctx, s.termsDDL()); err != nil {
+			err = s.classify("create the history table "+s.terms, err)
+			if errors.Is(err, locker.ErrRefused) {
+				err = fmt.Errorf("%w (a DBA can run examples/postgres.sql)", err)
+			}
+			return false, err
+		}
+		s.log.Info("created the history table", "table", s.terms)
+	}
+	s.termsReady = true
+	return false, nil
 }
 
 // prepare makes sure the tables exist, once: it creates what is missing
@@ -526,6 +577,52 @@ func (s *store) ListRuns(ctx context.Context) ([]locker.Run, error) {
 		}
 	}
 	return runs, nil
+}
+
+// PutTerm writes the record of term.Epoch and deletes the key's records
+// beyond the newest keep, in one round trip: the two statements of a
+// pipeline that ends in one Sync run as one implicit transaction.
+func (s *store) PutTerm(ctx context.Context, term locker.Term, keep int) error {
+	if _, err := s.prepareTerms(ctx); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO `+s.terms+` (key, epoch, record) VALUES ($1, $2, $3)
+ON CONFLICT (key, epoch) DO UPDATE SET record = EXCLUDED.record`, s.key, int64(term.Epoch), string(term.Record()))
+	b.Queue(`DELETE FROM `+s.terms+` WHERE key = $1 AND epoch < (
+	SELECT epoch FROM `+s.terms+` WHERE key = $1 ORDER BY epoch DESC OFFSET $2 LIMIT 1)`, s.key, keep-1)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return s.classify("record the term", err)
+	}
+	return nil
+}
+
+// ListTerms reads the newest limit records of the key.
+func (s *store) ListTerms(ctx context.Context, limit int) ([]locker.Term, error) {
+	missing, err := s.prepareTerms(ctx)
+	if err != nil || missing {
+		return nil, err
+	}
+	var n *int64
+	if limit > 0 {
+		v := int64(limit)
+		n = &v
+	}
+	rows, err := s.pool.Query(ctx, `SELECT record FROM `+s.terms+` WHERE key = $1 ORDER BY epoch DESC LIMIT $2`, s.key, n)
+	if err != nil {
+		return nil, s.classify("read the history", err)
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, s.classify("read the history", err)
+	}
+	terms := []locker.Term{}
+	for _, rec := range recs {
+		if t, err := locker.ParseTerm([]byte(rec)); err == nil {
+			terms = append(terms, t)
+		}
+	}
+	return terms, nil
 }
 
 // code is the SQLSTATE of err, "" when it is not a server's error.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -235,8 +236,8 @@ func TestExampleSQLWithLeastPrivilege(t *testing.T) {
 			grants = append(grants, "GRANT "+strings.ReplaceAll(g, "leaderrun_role", "lrmin"))
 		}
 	}
-	if len(grants) != 4 {
-		t.Fatalf("examples/postgres.sql lists %d grants, want 4", len(grants))
+	if len(grants) != 5 {
+		t.Fatalf("examples/postgres.sql lists %d grants, want 5", len(grants))
 	}
 	pg.Exec(t, `CREATE SCHEMA jobs`)
 	pg.Exec(t, script)
@@ -262,10 +263,46 @@ func TestExampleSQLWithLeastPrivilege(t *testing.T) {
 	if err := ls.Release(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
+	if err := a.RecordTerm(ctx(t), locker.Term{Epoch: ls.Epoch(), ID: "a"}, 2); err != nil {
+		t.Fatalf("RecordTerm: %v", err)
+	}
+	if terms, err := a.Terms(ctx(t), 0); err != nil || len(terms) != 1 {
+		t.Fatalf("Terms = %+v, %v", terms, err)
+	}
 	b := newLocker(t, dsn, lockertest.Key(t), schema)
 	lb := lockertest.MustAcquire(t, b)
 	if lb.Epoch() <= ls.Epoch() {
 		t.Fatalf("epoch %d after %d", lb.Epoch(), ls.Epoch())
+	}
+
+	// Tables made before the history existed, and a role that may not
+	// create one: leading works as before, and only history is refused,
+	// in one line naming the DDL.
+	legacy := regexp.MustCompile(`(?s)CREATE TABLE IF NOT EXISTS "old"\."leaderrun_leases_terms" \(.*?\);`)
+	old := strings.ReplaceAll(string(sql), `"public"`, `"old"`)
+	if !legacy.MatchString(old) {
+		t.Fatal("examples/postgres.sql has no terms table")
+	}
+	pg.Exec(t, `CREATE SCHEMA old`)
+	pg.Exec(t, legacy.ReplaceAllString(old, ""))
+	for _, g := range grants[:4] {
+		pg.Exec(t, strings.ReplaceAll(g, `"jobs"`, `"old"`))
+	}
+	c := newLocker(t, dsn, lockertest.Key(t), func(c *Config) { c.Schema = "old" })
+	lc := lockertest.MustAcquire(t, c)
+	if _, err := lc.Renew(ctx(t)); err != nil {
+		t.Fatalf("Renew without a terms table: %v", err)
+	}
+	err = c.RecordTerm(ctx(t), locker.Term{Epoch: lc.Epoch(), ID: "c"}, 2)
+	if !errors.Is(err, locker.ErrRefused) || !strings.Contains(err.Error(), "examples/postgres.sql") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("RecordTerm without a terms table = %v, want a one-line refusal naming examples/postgres.sql", err)
+	}
+	ro := newLocker(t, dsn, lockertest.Key(t), func(c *Config) { c.Schema, c.ReadOnly = "old", true })
+	if terms, err := ro.Terms(ctx(t), 0); err != nil || len(terms) != 0 {
+		t.Fatalf("read-only Terms without a terms table = %+v, %v; want none", terms, err)
+	}
+	if err := lc.Release(ctx(t)); err != nil {
+		t.Fatalf("Release without a terms table: %v", err)
 	}
 }
 
@@ -290,4 +327,11 @@ func TestServerRestartUnderTheLeader(t *testing.T) {
 	if h, err := l.Leader(ctx(t)); err != nil || h.Epoch != ls.Epoch() {
 		t.Fatalf("Leader after the restart = %+v, %v", h, err)
 	}
+}
+
+func TestHistoryContract(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	lockertest.HistoryContract(t, func(t *testing.T, key string) locker.Locker {
+		return newLocker(t, pg.DSN(), key)
+	})
 }

@@ -100,14 +100,14 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 }
 
 // traced reports whether the key's znode, with no candidate under it now,
-// shows it was used: once-per records, or a child that is gone (the
+// shows it was used: once-per records, a history, or a child that is gone (the
 // cversion counts every create and delete of a child, and only candidates
 // are ever deleted). A znode whose children are all still there and are
 // other keys' paths ("team" for the key "team/a") was only made as their
 // parent.
 func traced(children []string, stat *zk.Stat) bool {
 	for _, n := range children {
-		if n == "~run" {
+		if n == "~run" || n == "~term" {
 			return true
 		}
 	}
