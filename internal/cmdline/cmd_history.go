@@ -32,10 +32,14 @@ func historyCommand() *cli.Command {
 			"current holder). For --once-per runs, a period between two recorded slots, or between the " +
 			"newest and the last complete period, that no term ran is shown as missed. A key the " +
 			"backend has no trace of, a backend that keeps no history, or a bad --limit or --since " +
-			"exits 125.",
+			"exits 125. --prometheus prints, for a once-per key, the start of the newest slot that ran, " +
+			"its period and the missed slots as gauges, for the LeaderrunOncePerSlotMissed alert " +
+			"(docs/OPERATING.md).",
 		Flags: slices.Concat(queryFlags(),
 			[]cli.Flag{
 				&cli.BoolFlag{Name: "json", Category: catQuery, EnvVars: []string{"LEADERRUN_HISTORY_JSON"}, Usage: "print a JSON document instead of a table"},
+				&cli.BoolFlag{Name: "prometheus", Category: catQuery,
+					Usage: "print the once-per gauges in Prometheus's text format, for node_exporter's textfile collector"},
 				&cli.IntFlag{Name: "limit", Category: catQuery, EnvVars: []string{"LEADERRUN_HISTORY_LIMIT"},
 					Usage: "show the newest `N` terms only; 0 shows all that are kept"},
 				&cli.DurationFlag{Name: "since", Category: catQuery, EnvVars: []string{"LEADERRUN_HISTORY_SINCE"},
@@ -85,6 +89,9 @@ const slotMissed = "missed"
 
 func historyAction(c *cli.Context) error {
 	limit, since := c.Int("limit"), c.Duration("since")
+	if c.Bool("json") && c.Bool("prometheus") {
+		return usage(errors.New("--json and --prometheus contradict: give one"))
+	}
 	if limit < 0 {
 		return usage(fmt.Errorf("--limit must be 0 or more, got %d", limit))
 	}
@@ -122,6 +129,9 @@ func historyAction(c *cli.Context) error {
 	report := historyReport{Key: opts.Key, Backend: c.String("backend"), Terms: historyRows(terms, leading, now)}
 	if c.IsSet("since") {
 		report.Terms = slices.DeleteFunc(report.Terms, func(r historyRow) bool { return r.at.Before(now.Add(-since)) })
+	}
+	if c.Bool("prometheus") {
+		return writeHistoryMetrics(os.Stdout, opts.Key, terms, report.Terms)
 	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(os.Stdout)
@@ -249,4 +259,42 @@ func (r historyReport) writeText(w io.Writer) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Epoch, dash(t.ID), dash(t.Hostname), stamp(t.Start), stamp(t.End), ended, exit, slot)
 	}
 	return tw.Flush()
+}
+
+// writeHistoryMetrics prints the once-per gauges of a key: the start of the
+// newest slot a term ran and its period (the alert fires once two periods
+// passed since that start: the period after it is over and nobody ran it),
+// and the missed slots among rows. A key without once-per terms prints
+// only the help lines. Nothing here is exported by a running leaderrun: a
+// once-per leaderrun lives for one slot, which no scrape may ever see.
+func writeHistoryMetrics(w io.Writer, key string, terms []locker.Term, rows []historyRow) error {
+	gauge := func(name, help string) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
+	}
+	label := "{key=" + strconv.Quote(key) + "}"
+	gauge("leaderrun_once_last_slot_timestamp_seconds", "Start of the newest once-per slot of the key that a term ran, from its run history.")
+	var newest locker.Term
+	var newestAt time.Time
+	for _, t := range terms {
+		if s, ok := slotStart(t); ok && s.After(newestAt) {
+			newest, newestAt = t, s
+		}
+	}
+	if newestAt.IsZero() {
+		gauge("leaderrun_once_period_seconds", "The --once-per period of the key's newest slot.")
+		gauge("leaderrun_once_missed_slots", "Once-per slots that no term ran, between the oldest slot kept and the last complete period.")
+		return nil
+	}
+	fmt.Fprintf(w, "leaderrun_once_last_slot_timestamp_seconds%s %d\n", label, newestAt.Unix())
+	gauge("leaderrun_once_period_seconds", "The --once-per period of the key's newest slot.")
+	fmt.Fprintf(w, "leaderrun_once_period_seconds%s %d\n", label, int64(newest.Period/time.Second))
+	gauge("leaderrun_once_missed_slots", "Once-per slots that no term ran, between the oldest slot kept and the last complete period.")
+	missed := 0
+	for _, r := range rows {
+		if r.Missed {
+			missed++
+		}
+	}
+	_, err := fmt.Fprintf(w, "leaderrun_once_missed_slots%s %d\n", label, missed)
+	return err
 }
