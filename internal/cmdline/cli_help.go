@@ -257,7 +257,7 @@ const (
 	synopsisRun     = "leaderrun [options] --key KEY -- COMMAND [ARG...]"
 	synopsisStatus  = "leaderrun status [KEY] [--json] [options]"
 	synopsisCheck   = "leaderrun check [KEY] [--epoch N] [options]"
-	synopsisHistory = "leaderrun history [KEY] [--json|--prometheus] [--limit N] [--since DURATION] [options]"
+	synopsisHistory = "leaderrun history [KEY] [--json] [--limit N] [--since D] [options]"
 	synopsisOther   = "leaderrun help [all|BACKEND|status|history|check] | leaderrun version"
 )
 
