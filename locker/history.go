@@ -64,7 +64,8 @@ type History interface {
 	// the key's history to its newest keep terms (by epoch). It is one
 	// write that needs no lease: only the holder of an epoch (or its guard)
 	// writes that epoch's record, before and after its release. It is
-	// never called on the renewal path.
+	// never called on the renewal path, but may run concurrently with the
+	// term's Lease.Renew (the start record is written in the background).
 	RecordTerm(ctx context.Context, term Term, keep int) error
 
 	// Terms returns up to limit terms of the key (limit <= 0: all kept),

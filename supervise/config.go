@@ -86,6 +86,8 @@ type Config struct {
 	Clock Clock
 	// Term, when set, frames each leadership term (once-per mode).
 	Term TermHooks
+	// History is what each term writes to the key's run history.
+	History HistoryConfig
 	// Guard starts the dead-man guard of each leadership term. A term whose
 	// guard cannot start runs no child (DESIGN §1.9). Nil runs without a
 	// guard: only for an operator who opted out (--no-guard).

@@ -62,6 +62,12 @@ type leadership struct {
 	// What the term did (TermHooks.AfterRun, the exit code of a stop).
 	started   bool // a child was started this term
 	succeeded bool // a child exited 0 on its own this term
+
+	// The term's run history (nil: not written) and what it needs to say
+	// how the term ended.
+	history   *historyWriter
+	ctx       context.Context
+	endReason string // the first reason finish was given
 }
 
 // lead runs the child while the lease lasts and returns the exit code,
@@ -74,6 +80,8 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		restarts:   retry.Backoff{Min: s.cfg.RestartDelay, Max: MaxRestartDelay},
 		stopSignal: s.cfg.StopSignal,
 		guard:      guardTerm{now: s.clock.Now},
+		history:    s.newHistory(lease),
+		ctx:        ctx,
 	}
 	renewCtx, stopRenewing := context.WithCancel(context.Background())
 	renewals := make(chan renewal)
@@ -154,6 +162,8 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			if f := s.cfg.Events.Released; f != nil {
 				f()
 			}
+			// Off the renewal path, after the release (DESIGN §5).
+			l.history.ended(l)
 			return l.code, l.lost, l.retry
 		}
 		if l.stopping && l.killed {
@@ -199,7 +209,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 					// still running): as a shell reports a signal.
 					code = interruptedCode(ctx)
 				}
-				s.finish(l, "leaderrun was asked to stop", false, code)
+				s.finish(l, stopRequested, false, code)
 			}
 		case sig := <-s.cfg.Forward:
 			s.forward(l, sig)
@@ -370,7 +380,7 @@ func (s *Supervisor) mayStart(ctx context.Context, l *leadership) bool {
 	default:
 	}
 	if ctx.Err() != nil {
-		s.finish(l, "leaderrun was asked to stop", false, interruptedCode(ctx))
+		s.finish(l, stopRequested, false, interruptedCode(ctx))
 		return false
 	}
 	return true
@@ -439,6 +449,7 @@ func (s *Supervisor) startChild(l *leadership) error {
 	if f := s.cfg.Events.ChildStarted; f != nil {
 		f(c.Pid())
 	}
+	l.history.started() // in the background, after the start
 	return nil
 }
 
@@ -464,6 +475,9 @@ func (s *Supervisor) jobAlive(l *leadership) bool {
 // after the kill grace but never after the lease's kill point (§1.3).
 func (s *Supervisor) finish(l *leadership, reason string, lost bool, code int) {
 	l.stopping, l.lost, l.code = true, lost, code
+	if l.endReason == "" {
+		l.endReason = reason
+	}
 	l.childCode = !lost && l.child != nil
 	if l.restartAt != nil {
 		l.restartAt.Stop()

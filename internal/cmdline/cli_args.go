@@ -184,7 +184,7 @@ func helpCommand() *cli.Command {
 		Name:      "help",
 		Hidden:    true,
 		Usage:     "show help for leaderrun or one command",
-		ArgsUsage: "[all|BACKEND|status|check]",
+		ArgsUsage: "[all|BACKEND|status|history|check]",
 		Before:    divertDoubleDash,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
@@ -292,7 +292,7 @@ func configError(b *backend, err error) error {
 
 // interspersedCommands are the commands whose options may follow their
 // KEY, as their synopsis shows.
-var interspersedCommands = []string{"status", "check"}
+var interspersedCommands = []string{"status", "history", "check"}
 
 // interspersed moves the options a status or check line gives after its
 // KEY in front of it, and a "--" between them and the KEY: urfave/cli, as

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/locker"
 )
 
 // Option groups, in the order --help and the man page show them. A flag's
@@ -58,6 +60,8 @@ func runFlags() []cli.Flag {
 			Usage: "exit `CODE` when another holder leads or the slot already ran"},
 		&cli.StringFlag{Name: "on-lost", Category: catLeadership, EnvVars: []string{"LEADERRUN_ON_LOST"}, Value: "exit",
 			Usage: "after a loss: exit (with 123) or rejoin the campaign"},
+		&cli.IntFlag{Name: "history-keep", Category: catLeadership, EnvVars: []string{"LEADERRUN_HISTORY_KEEP"}, Value: locker.DefaultHistoryKeep,
+			Usage: "keep the last `N` terms of the key's run history on the backend (leaderrun history); 0 writes none"},
 
 		&cli.DurationFlag{Name: "ttl", Category: catTiming, EnvVars: []string{"LEADERRUN_TTL"}, Value: 15 * time.Second,
 			Usage: "lease time asked of the backend, at most 24h; on the local backend: how long the job may run without a successful check of its lock file"},

@@ -254,10 +254,11 @@ func writeParagraph(w io.Writer, text string) {
 }
 
 const (
-	synopsisRun    = "leaderrun [options] --key KEY -- COMMAND [ARG...]"
-	synopsisStatus = "leaderrun status [KEY] [--json] [options]"
-	synopsisCheck  = "leaderrun check [KEY] [--epoch N] [options]"
-	synopsisOther  = "leaderrun help [all|BACKEND|status|check] | leaderrun version"
+	synopsisRun     = "leaderrun [options] --key KEY -- COMMAND [ARG...]"
+	synopsisStatus  = "leaderrun status [KEY] [--json] [options]"
+	synopsisCheck   = "leaderrun check [KEY] [--epoch N] [options]"
+	synopsisHistory = "leaderrun history [KEY] [--json] [--limit N] [--since D] [options]"
+	synopsisOther   = "leaderrun help [all|BACKEND|status|history|check] | leaderrun version"
 )
 
 // summary is the help's first paragraph.
@@ -331,7 +332,7 @@ var examples = []string{
 // writeAppHelp is `leaderrun --help` and `leaderrun help`: one screen for
 // the common case.
 func writeAppHelp(w io.Writer, app *cli.App) {
-	fmt.Fprintf(w, "Usage: %s\n       %s\n       %s\n       %s\n\n", synopsisRun, synopsisStatus, synopsisCheck, synopsisOther)
+	fmt.Fprintf(w, "Usage: %s\n       %s\n       %s\n       %s\n       %s\n\n", synopsisRun, synopsisStatus, synopsisHistory, synopsisCheck, synopsisOther)
 	writeParagraph(w, summary())
 	var docs []flagDoc
 	for _, e := range essentials {
@@ -369,7 +370,7 @@ func writeAppHelp(w io.Writer, app *cli.App) {
 
 // writeFullHelp is `leaderrun help all`: every option of a run, by group.
 func writeFullHelp(w io.Writer, app *cli.App) {
-	fmt.Fprintf(w, "Usage: %s\n       %s\n       %s\n       %s\n\n", synopsisRun, synopsisStatus, synopsisCheck, synopsisOther)
+	fmt.Fprintf(w, "Usage: %s\n       %s\n       %s\n       %s\n       %s\n\n", synopsisRun, synopsisStatus, synopsisHistory, synopsisCheck, synopsisOther)
 	writeParagraph(w, summary())
 	writeOptions(w, app.Flags)
 	fmt.Fprintln(w)
@@ -386,7 +387,7 @@ func writeFullHelp(w io.Writer, app *cli.App) {
 // its entry in the registry.
 func writeBackendHelp(w io.Writer, b *backend) {
 	fmt.Fprintf(w, "Usage: leaderrun --backend %s [options] --key KEY -- COMMAND [ARG...]\n"+
-		"       leaderrun status|check [KEY] --backend %s [options]\n\n", b.Name, b.Name)
+		"       leaderrun status|history|check [KEY] --backend %s [options]\n\n", b.Name, b.Name)
 	writeParagraph(w, "The options of "+b.Title+", for a run, status and check alike.")
 	writeOptions(w, withRuleEnv(b.Flags()))
 	fmt.Fprintln(w)

@@ -15,7 +15,7 @@ import (
 
 // commandNames are the words that, first after the options and without a
 // "--" before them, name a command of leaderrun rather than one to run.
-var commandNames = []string{"status", "check", "help", "version"}
+var commandNames = []string{"status", "history", "check", "help", "version"}
 
 // nearest is the candidate closest to word: at most one edit away for a
 // word of up to 5 characters, two for a longer one, or the only candidate

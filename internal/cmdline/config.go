@@ -85,6 +85,9 @@ func parseRun(c *cli.Context) (*runConfig, error) {
 	if cfg.once, err = readOnce(c); err != nil {
 		return nil, err
 	}
+	if cfg.sup.History, err = historyConfig(c, cfg.opts.ID); err != nil {
+		return nil, err
+	}
 	if cfg.contain, err = contain.ParseMode(c.String("contain")); err != nil {
 		return nil, fmt.Errorf("--contain %w", err)
 	}
@@ -264,6 +267,18 @@ func conflictExit(c *cli.Context) (int, error) {
 		return 0, fmt.Errorf("--conflict-exit must be from 0 to 255, got %d", n)
 	}
 	return n, nil
+}
+
+// maxHistoryKeep bounds --history-keep: every write reads the kept terms.
+const maxHistoryKeep = 1000
+
+// historyConfig reads --history-keep; 0 turns the run history off.
+func historyConfig(c *cli.Context, id string) (supervise.HistoryConfig, error) {
+	n := c.Int("history-keep")
+	if n < 0 || n > maxHistoryKeep {
+		return supervise.HistoryConfig{}, fmt.Errorf("--history-keep must be from 0 to %d, got %d", maxHistoryKeep, n)
+	}
+	return supervise.HistoryConfig{Keep: n, ID: id}, nil
 }
 
 // readOnce reads the once-per options, or nil when once-per mode is off.

@@ -76,6 +76,7 @@ func newApp(args []string) *cli.App {
 			guardCommand(),
 			releaseCommand(),
 			statusCommand(),
+			historyCommand(),
 			checkCommand(),
 			genCommand(),
 			versionCommand(),
@@ -152,6 +153,10 @@ func run(cfg *runConfig) error {
 	if gate != nil {
 		sup.Term = gate.Hooks()
 		sup.RunID = gate.Slot // LEADER_RUN_ID: the same on every retry of the slot
+		sup.History.Slot = gate.Slot
+		if cfg.once.runID == "" {
+			sup.History.Period = cfg.once.period // a missed period shows in the history
+		}
 	}
 
 	sup.Locker = lk

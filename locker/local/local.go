@@ -130,6 +130,7 @@ type Locker struct {
 	// next epoch exceeds the largest of them and is written to each.
 	counters []counter
 	runDir   string // <state>/<prefix>/<key>~run: once-per records
+	histDir  string // <state>/<prefix>/<key>~history: term records
 	// oldRunDir is where an earlier version kept them by default for an
 	// ordinary user (its per-user state directory), read as well.
 	oldRunDir string
@@ -184,6 +185,7 @@ func New(cfg Config) (*Locker, error) {
 	base := filepath.Join(state, rel)
 	l.stateDir = state
 	l.runDir = base + "~run"
+	l.histDir = base + "~history"
 	l.addCounter(strings.TrimSuffix(l.lockPath, ".lock")+".epoch", false)
 
 	// The directories New makes, each checked before any is made: a

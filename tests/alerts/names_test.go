@@ -5,6 +5,7 @@ package alerts
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"regexp"
 	"sort"
 	"strings"
@@ -157,6 +158,20 @@ func TestRulesAndDashboardNameExportedSeries(t *testing.T) {
 		return strings.Contains(body, `leaderrun_child_exits_total{code="3"}`)
 	})
 	e := parseExposition(body)
+	// The once-per gauges come from `leaderrun history --prometheus` of a
+	// key with a once-per run.
+	dir := t.TempDir()
+	runSlot(t, dir, "nightly", time.Hour)
+	out, err := exec.Command(binary, "history", "--backend", "local", "--lock-dir", dir, "nightly", "--prometheus").Output()
+	if err != nil {
+		t.Fatalf("history --prometheus: %v", err)
+	}
+	for name, labels := range parseExposition(string(out)) {
+		e[name] = labels
+	}
+	if _, ok := e["leaderrun_once_period_seconds"]; !ok {
+		t.Fatalf("history --prometheus printed no period:\n%s", out)
+	}
 	for _, path := range []string{rulesFile, dashboardFile} {
 		texts := queryTexts(t, path)
 		if len(metricRe.FindAllString(strings.Join(texts, "\n"), -1)) == 0 {

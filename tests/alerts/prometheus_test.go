@@ -35,7 +35,7 @@ func testRules(t *testing.T) string {
 		t.Fatal(err)
 	}
 	s := string(b)
-	for from, to := range map[string]string{"for: 30s": "for: 1s", "for: 1m": "for: 3s", "for: 2m": "for: 3s"} {
+	for from, to := range map[string]string{"for: 30s": "for: 1s", "for: 1m": "for: 3s", "for: 2m": "for: 3s", "for: 10m": "for: 1s"} {
 		if n := strings.Count(s, from); n != 1 {
 			t.Fatalf("%s: %q occurs %d times, want once", rulesFile, from, n)
 		}
@@ -177,8 +177,8 @@ func TestAlertsFollowLeadership(t *testing.T) {
 			}
 		}
 	}
-	if alerting != 5 {
-		t.Errorf("/api/v1/rules lists %d alerting rules, want 5", alerting)
+	if alerting != 6 {
+		t.Errorf("/api/v1/rules lists %d alerting rules, want 6", alerting)
 	}
 	// The crash loop begins once Prometheus has seen the first start:
 	// the backoff doubles from 10ms, so about 8 starts follow in 2.5s.

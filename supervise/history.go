@@ -1,0 +1,125 @@
+//go:build linux
+
+package supervise
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/signals"
+)
+
+// HistoryConfig says what the supervisor writes to the key's run history
+// (locker.History), off the renewal path: one record when a term's child
+// has started, replaced by one after the term's release. Keep 0 writes
+// nothing, as does a backend without History (DESIGN §5).
+type HistoryConfig struct {
+	// Keep is how many terms the key's history keeps (--history-keep).
+	Keep int
+	// ID names this leaderrun in the records (--id).
+	ID string
+	// Slot and Period describe a once-per run: its slot, and the
+	// --once-per period when the slot is a period (zero for --run-id).
+	Slot   string
+	Period time.Duration
+}
+
+// historyTimeout bounds each history write. A write that fails or takes
+// longer is a warning and nothing else.
+const historyTimeout = 3 * time.Second
+
+// stopRequested is finish's reason when leaderrun itself was asked to stop.
+const stopRequested = "leaderrun was asked to stop"
+
+// historyWriter writes the records of one term.
+type historyWriter struct {
+	s     *Supervisor
+	h     locker.History
+	term  locker.Term
+	start chan struct{} // closed once the start record's write is over
+}
+
+// newHistory returns the term's writer, or nil when history is off.
+func (s *Supervisor) newHistory(lease locker.Lease) *historyWriter {
+	c := s.cfg.History
+	if c.Keep <= 0 {
+		return nil
+	}
+	h, ok := locker.As[locker.History](s.cfg.Locker)
+	if !ok {
+		return nil
+	}
+	host, _ := os.Hostname()
+	return &historyWriter{s: s, h: h, term: locker.Term{
+		Epoch: lease.Epoch(), ID: c.ID, Hostname: host, PID: os.Getpid(),
+		Start: time.Now().UTC().Truncate(time.Millisecond), Slot: c.Slot, Period: c.Period,
+	}}
+}
+
+// started writes the start record in the background, once the term's
+// first child runs: the child never waits for it.
+func (w *historyWriter) started() {
+	if w == nil || w.start != nil {
+		return
+	}
+	w.start = make(chan struct{})
+	t := w.term
+	if t.Slot != "" {
+		t.SlotOutcome = locker.RunStarted
+	}
+	go func() {
+		defer close(w.start)
+		w.write(t, "start")
+	}()
+}
+
+// ended writes the end record of a term whose child started, after the
+// release: it waits for the start record's write (bounded) so that the end
+// record is the one that stays. A term that ran no child (its slot already
+// done, no guard, stopped first) writes nothing: retries would crowd the
+// runs out of a bounded history.
+func (w *historyWriter) ended(l *leadership) {
+	if w == nil || w.start == nil {
+		return
+	}
+	<-w.start
+	t := w.term
+	t.End = time.Now().UTC().Truncate(time.Millisecond)
+	switch {
+	case l.lost:
+		t.Ended = locker.TermLost
+	case l.endReason == stopRequested:
+		t.Ended = locker.TermStopped
+		if sig, ok := stopCause(l.ctx); ok {
+			t.Reason = signals.Name(sig)
+		}
+	default:
+		t.Ended = locker.TermExited
+	}
+	if t.Reason == "" && t.Ended != locker.TermExited {
+		t.Reason = l.endReason
+	}
+	code := l.lastCode
+	t.ExitCode = &code
+	if t.Slot != "" {
+		t.SlotOutcome = SlotFailed
+		if l.succeeded {
+			t.SlotOutcome = locker.RunSucceeded
+		}
+	}
+	w.write(t, "end")
+}
+
+// SlotFailed is the slot outcome of a once-per term whose child ran but
+// did not succeed.
+const SlotFailed = "failed"
+
+func (w *historyWriter) write(t locker.Term, what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), historyTimeout)
+	defer cancel()
+	if err := w.h.RecordTerm(ctx, t, w.s.cfg.History.Keep); err != nil {
+		w.s.log.Warn("cannot write the run history; the run goes on", "record", what, "epoch", t.Epoch, "error", err)
+	}
+}
