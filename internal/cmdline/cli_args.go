@@ -174,7 +174,7 @@ func flagOf(subject string) cli.Flag {
 
 // allFlags are every flag of every command, for looking up a flag's type.
 func allFlags() []cli.Flag {
-	return slices.Concat(backendFlags(), runFlags(), queryFlags(), commonFlags(), []cli.Flag{epochFlag()})
+	return slices.Concat(backendFlags(), runFlags(), queryFlags(), historyFlags(), commonFlags(), []cli.Flag{epochFlag()})
 }
 
 // helpCommand is `leaderrun help [COMMAND]`. It is hidden from the command

@@ -35,20 +35,23 @@ func historyCommand() *cli.Command {
 			"exits 125. --prometheus prints, for a once-per key, the start of the newest slot that ran, " +
 			"its period and the missed slots as gauges, for the LeaderrunOncePerSlotMissed alert " +
 			"(docs/OPERATING.md).",
-		Flags: slices.Concat(queryFlags(),
-			[]cli.Flag{
-				&cli.BoolFlag{Name: "json", Category: catQuery, EnvVars: []string{"LEADERRUN_HISTORY_JSON"}, Usage: "print a JSON document instead of a table"},
-				&cli.BoolFlag{Name: "prometheus", Category: catQuery,
-					Usage: "print the once-per gauges in Prometheus's text format, for node_exporter's textfile collector"},
-				&cli.IntFlag{Name: "limit", Category: catQuery, EnvVars: []string{"LEADERRUN_HISTORY_LIMIT"},
-					Usage: "show the newest `N` terms only; 0 shows all that are kept"},
-				&cli.DurationFlag{Name: "since", Category: catQuery, EnvVars: []string{"LEADERRUN_HISTORY_SINCE"},
-					Usage: "show only what happened in the last `DURATION` (24h, 90m)"},
-			},
-			commonFlags()),
+		Flags:        slices.Concat(queryFlags(), historyFlags(), commonFlags()),
 		Before:       divertDoubleDash,
 		OnUsageError: divertUsageError,
 		Action:       historyAction,
+	}
+}
+
+// historyFlags are the flags of `history` alone.
+func historyFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "json", Category: catQuery, EnvVars: []string{"LEADERRUN_HISTORY_JSON"}, Usage: "print a JSON document instead of a table"},
+		&cli.BoolFlag{Name: "prometheus", Category: catQuery,
+			Usage: "print the once-per gauges in Prometheus's text format, for node_exporter's textfile collector"},
+		&cli.IntFlag{Name: "limit", Category: catQuery, EnvVars: []string{"LEADERRUN_HISTORY_LIMIT"},
+			Usage: "show the newest `N` terms only; 0 shows all that are kept"},
+		&cli.DurationFlag{Name: "since", Category: catQuery, EnvVars: []string{"LEADERRUN_HISTORY_SINCE"},
+			Usage: "show only what happened in the last `DURATION` (24h, 90m)"},
 	}
 }
 
