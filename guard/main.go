@@ -93,8 +93,9 @@ type StderrLogger struct {
 	Now func() time.Time
 }
 
-func (l StderrLogger) Info(msg string, args ...any) { l.log("INFO", msg, args) }
-func (l StderrLogger) Warn(msg string, args ...any) { l.log("WARN", msg, args) }
+func (l StderrLogger) Debug(msg string, args ...any) { l.log("DEBUG", msg, args) }
+func (l StderrLogger) Info(msg string, args ...any)  { l.log("INFO", msg, args) }
+func (l StderrLogger) Warn(msg string, args ...any)  { l.log("WARN", msg, args) }
 func (l StderrLogger) Error(msg string, args ...any) {
 	l.log("ERROR", msg, args)
 }

@@ -423,6 +423,7 @@ func (s *Supervisor) startChild(l *leadership) error {
 	if err != nil {
 		return err
 	}
+	s.log.Debug("job made", "cgroup", job.Cgroup())
 	cmd := s.cfg.Command
 	cmd.Env = s.childEnv(l.lease.Epoch())
 	c, err := StartChild(cmd, job)
@@ -452,6 +453,7 @@ func (s *Supervisor) jobAlive(l *leadership) bool {
 	if l.child != nil || l.job.Alive() {
 		return true
 	}
+	s.log.Debug("the job is gone", "cgroup", l.job.Cgroup())
 	if err := l.job.Remove(); err != nil {
 		s.log.Warn("cannot remove the job's cgroup", "error", err)
 	}

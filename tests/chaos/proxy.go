@@ -56,6 +56,7 @@ type Proxy struct {
 	bytesOut atomic.Int64 // client to server
 	bytesIn  atomic.Int64 // server to client
 	onReq    atomic.Pointer[func(string)]
+	onChunk  atomic.Pointer[func(toClient bool, n int)]
 	before   atomic.Pointer[trap]
 
 	wg sync.WaitGroup
@@ -101,6 +102,19 @@ func (p *Proxy) OnRequest(f func(line string)) {
 		return
 	}
 	p.onReq.Store(&f)
+}
+
+// OnChunk sets a function called with every chunk of bytes the proxy
+// forwards, before it goes on: its direction (toClient: from the server)
+// and size; nil removes it. It runs on the copying goroutine and must
+// return quickly. The benchmark's breakdown times a standby's wake-up by
+// it.
+func (p *Proxy) OnChunk(f func(toClient bool, n int)) {
+	if f == nil {
+		p.onChunk.Store(nil)
+		return
+	}
+	p.onChunk.Store(&f)
 }
 
 // trap is a one-shot BeforeForward.
@@ -277,6 +291,9 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, n *atomic.Int64, c io.Writer) {
 				}
 			}
 			n.Add(int64(k))
+			if f := p.onChunk.Load(); f != nil {
+				(*f)(n == &p.bytesIn, k)
+			}
 			if _, werr := dst.Write(buf[:k]); werr != nil {
 				src.Close()
 				return
