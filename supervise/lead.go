@@ -164,6 +164,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		select {
 		case r := <-sweepC:
 			sweepC = nil
+			s.log.Debug("leftovers swept", "found", len(r.found))
 			if s.swept(l, r) && !s.skipTerm(ctx, l) && s.mayStart(ctx, l) {
 				s.startOrFinish(l, "command could not be started")
 			}
