@@ -278,8 +278,9 @@ func (ln *Lane) Breakdown(kind string) Breakdown {
 	return b
 }
 
-// Breakdowns runs n breakdown trials of kind on contender c in one lane
-// (a fresh one after a trial that could not run, up to maxLaneErrors).
+// Breakdowns runs breakdown trials of kind on contender c in one lane
+// until n ran (a fresh lane after a trial that could not run, which is
+// kept with Err, up to maxLaneErrors of them).
 func (e *Env) Breakdowns(c *Contender, kind string, n int) []Breakdown {
 	c = jsonLogs(c)
 	var out []Breakdown
@@ -289,7 +290,7 @@ func (e *Env) Breakdowns(c *Contender, kind string, n int) []Breakdown {
 			ln.Close()
 		}
 	}()
-	for errs := 0; len(out) < n && errs < maxLaneErrors; {
+	for ok, errs := 0, 0; ok < n && errs < maxLaneErrors; {
 		if ln == nil {
 			var err error
 			if ln, err = e.NewLane(c, false); err == nil {
@@ -307,11 +308,13 @@ func (e *Env) Breakdowns(c *Contender, kind string, n int) []Breakdown {
 		}
 		b := ln.Breakdown(kind)
 		out = append(out, b)
-		if b.Err != "" {
-			errs++
-			ln.Close()
-			ln = nil
+		if b.Err == "" {
+			ok++
+			continue
 		}
+		errs++
+		ln.Close()
+		ln = nil
 	}
 	return out
 }

@@ -46,7 +46,11 @@ func TestBreakdown(t *testing.T) {
 	fmt.Fprintf(&b, "- machine: %s\n", chaos.Machine())
 	fmt.Fprintf(&b, "- load average before / after: %s / %s\n", load0, loadAvg())
 	b.WriteString(breakdownServers)
-	fmt.Fprintf(&b, "- trials: %d crash and %d handoff per backend\n\n", *flagBreakdown, *flagBreakdown)
+	fmt.Fprintf(&b, "- trials: %d crash and %d handoff per backend\n", *flagBreakdown, *flagBreakdown)
+	if errs := set.Errors(); len(errs) > 0 {
+		fmt.Fprintf(&b, "- %d trials could not run and were run again in a fresh lane, e.g.: %s\n", len(errs), errs[0])
+	}
+	b.WriteString("\n")
 	b.WriteString(set.Report())
 	t.Logf("\n%s", b.String())
 	if *flagReport != "" {
