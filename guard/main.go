@@ -107,7 +107,8 @@ const (
 )
 
 func (l StderrLogger) log(level, msg string, args []any) {
-	rank := map[string]int{"TRACE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3, "ERROR": 4}
+	// "off" (leaderrun --log-level off) is above every record's level.
+	rank := map[string]int{"TRACE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3, "ERROR": 4, "OFF": 5}
 	if rank[level] < rank[strings.ToUpper(l.Level)] {
 		return
 	}
