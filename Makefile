@@ -128,3 +128,12 @@ chaos: deps servers
 bench: deps servers
 	$(GO) test -count=1 -timeout 60m -run 'TestBenchmark$$' -v ./tests/bench/ -args \
 		-bench.full -bench.report=$(CURDIR)/docs/BENCHMARKS.md -bench.command='make bench'
+
+# The failover path alone, step by step, on every backend (a few minutes):
+# writes the bench-breakdown section of docs/BENCHMARKS.md.
+BREAKDOWN_TRIALS ?= 5
+.PHONY: bench-breakdown
+bench-breakdown: deps servers
+	$(GO) test -count=1 -timeout 20m -run 'TestBreakdown$$' -v ./tests/bench/ -args \
+		-bench.breakdown=$(BREAKDOWN_TRIALS) -bench.report=$(CURDIR)/docs/BENCHMARKS.md \
+		-bench.command='make bench-breakdown BREAKDOWN_TRIALS=$(BREAKDOWN_TRIALS)'

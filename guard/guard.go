@@ -216,6 +216,7 @@ func (g *state) say(verb string) {
 // standby while the job still runs; on other backends it would leave the
 // job to outlive its lease.
 func (g *state) leaderrunDied() {
+	g.debug("leaderrun died")
 	if g.job != nil {
 		// The supervisor is gone: its pid may be anyone's now.
 		g.job.AdoptFrom(0)
@@ -258,6 +259,7 @@ func (g *state) killJob(reason string) bool {
 		return false
 	}
 	g.job = nil
+	g.debug("the job is gone", "cgroup", j.Cgroup())
 	_ = j.Remove()
 	if cg := j.Cgroup(); cg != "" {
 		// leaderrun's own parent cgroup of its jobs, if it made one and
@@ -292,6 +294,7 @@ func (g *state) name(j *contain.Job) string {
 // backends through the releaser.
 func (g *state) releaseLease(why string) bool {
 	g.released = true
+	g.debug("releasing leadership", "after", why)
 	if g.hold >= 0 {
 		// Unlocking the shared open file drops the flock for leaderrun's
 		// descriptor too; a leaderrun that runs again finds its
@@ -321,6 +324,14 @@ func (g *state) releaseLease(why string) bool {
 	}
 	g.log.Info("released leadership", "after", why)
 	return true
+}
+
+// debug logs at DEBUG where the logger has that level: the steps of a
+// failover the benchmark times (tests/bench, breakdown.go).
+func (g *state) debug(msg string, args ...any) {
+	if d, ok := g.log.(interface{ Debug(string, ...any) }); ok {
+		d.Debug(msg, args...)
+	}
 }
 
 func (g *state) closeHold() {

@@ -389,3 +389,33 @@ func TestStderrLoggerTimestampsInLeaderrunsLayout(t *testing.T) {
 		t.Fatalf("json:\n%s\nwant\n%s", js.String(), want)
 	}
 }
+
+// TestStderrLoggerLevels: the small guard logs at the level leaderrun
+// passes it; at "off" (leaderrun --log-level off) nothing at all.
+func TestStderrLoggerLevels(t *testing.T) {
+	for _, tc := range []struct {
+		level string
+		want  []string
+	}{
+		{"debug", []string{"DEBUG", "INFO", "ERROR"}},
+		{"info", []string{"INFO", "ERROR"}},
+		{"error", []string{"ERROR"}},
+		{"off", nil},
+	} {
+		var out strings.Builder
+		l := StderrLogger{Level: tc.level, Out: &out}
+		l.Debug("d")
+		l.Info("i")
+		l.Error("e")
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			if _, rest, ok := strings.Cut(line, "["); ok {
+				lv, _, _ := strings.Cut(rest, "]")
+				got = append(got, lv)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("level %s logged %v, want %v", tc.level, got, tc.want)
+		}
+	}
+}

@@ -93,8 +93,9 @@ type StderrLogger struct {
 	Now func() time.Time
 }
 
-func (l StderrLogger) Info(msg string, args ...any) { l.log("INFO", msg, args) }
-func (l StderrLogger) Warn(msg string, args ...any) { l.log("WARN", msg, args) }
+func (l StderrLogger) Debug(msg string, args ...any) { l.log("DEBUG", msg, args) }
+func (l StderrLogger) Info(msg string, args ...any)  { l.log("INFO", msg, args) }
+func (l StderrLogger) Warn(msg string, args ...any)  { l.log("WARN", msg, args) }
 func (l StderrLogger) Error(msg string, args ...any) {
 	l.log("ERROR", msg, args)
 }
@@ -106,7 +107,8 @@ const (
 )
 
 func (l StderrLogger) log(level, msg string, args []any) {
-	rank := map[string]int{"TRACE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3, "ERROR": 4}
+	// "off" (leaderrun --log-level off) is above every record's level.
+	rank := map[string]int{"TRACE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3, "ERROR": 4, "OFF": 5}
 	if rank[level] < rank[strings.ToUpper(l.Level)] {
 		return
 	}

@@ -174,6 +174,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		select {
 		case r := <-sweepC:
 			sweepC = nil
+			s.log.Debug("leftovers swept", "found", len(r.found))
 			if s.swept(l, r) && !s.skipTerm(ctx, l) && s.mayStart(ctx, l) {
 				s.startOrFinish(l, "command could not be started")
 			}
@@ -433,6 +434,7 @@ func (s *Supervisor) startChild(l *leadership) error {
 	if err != nil {
 		return err
 	}
+	s.log.Debug("job made", "cgroup", job.Cgroup())
 	cmd := s.cfg.Command
 	cmd.Env = s.childEnv(l.lease.Epoch())
 	c, err := StartChild(cmd, job)
@@ -463,6 +465,7 @@ func (s *Supervisor) jobAlive(l *leadership) bool {
 	if l.child != nil || l.job.Alive() {
 		return true
 	}
+	s.log.Debug("the job is gone", "cgroup", l.job.Cgroup())
 	if err := l.job.Remove(); err != nil {
 		s.log.Warn("cannot remove the job's cgroup", "error", err)
 	}

@@ -144,6 +144,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 		call(s.cfg.Events.Campaigning)
 		lease, err := s.cfg.Locker.Acquire(actx)
 		if err == nil {
+			s.log.Debug("won the key; confirming", "epoch", lease.Epoch())
 			deadline, err = s.confirm(lease)
 			if err == nil {
 				holder.stop()
@@ -237,6 +238,7 @@ func (s *Supervisor) confirm(lease locker.Lease) (time.Time, error) {
 // job is gone (DESIGN §1.4). A routine release (the child succeeded and
 // leaderrun exits) is said at DEBUG, any other at INFO.
 func (s *Supervisor) release(lease locker.Lease, routine bool) {
+	s.log.Debug("releasing", "epoch", lease.Epoch())
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {

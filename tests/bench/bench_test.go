@@ -162,6 +162,8 @@ func TestBenchSmoke(t *testing.T) {
 		t.Errorf("scale: %+v", sp)
 	}
 	t.Logf("\n%s\n%s\n%s\n%s", res.FailoverTable(), res.LeaseLossTable(), res.FootprintTable(), res.ScaleTable())
+	checkRatios(t, res)
+	smokeBreakdown(t, e)
 	if errs := res.Errors(); len(errs) > 0 {
 		t.Errorf("errors: %v", errs)
 	}

@@ -43,6 +43,9 @@ type Contender struct {
 	// a candidate counts once it is connected to the server (Lane.members).
 	members  func(e *Env, lock string) ([]string, error)
 	blocking func(lock, line string) bool
+	// backend, when set, is the contender's own backend, outside Env's
+	// (the breakdown's DynamoDB and local lock directory).
+	backend chaos.Cluster
 }
 
 // Name is the contender as the report names it.

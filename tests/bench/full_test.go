@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/tests/chaos"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
 var (
@@ -65,6 +66,12 @@ func TestBenchmark(t *testing.T) {
 			}
 		}
 	}
+	done()
+
+	// 1b. The same failovers taken apart step by step, on every backend
+	// (DynamoDB and a local lock directory too), still alone.
+	done = phase("breakdown")
+	bd := runBreakdowns(t, e, testcluster.StartDynalite(t), max(*flagBreakdown, breakdownTrials))
 	done()
 
 	// 2. The rivals' crash and graceful trials, side by side.
@@ -150,7 +157,7 @@ func TestBenchmark(t *testing.T) {
 	done()
 
 	took := time.Since(start)
-	body := benchReport(res, commit, took)
+	body := benchReport(res, bd, commit, took)
 	t.Logf("\n%s", body)
 	for _, err := range res.Errors() {
 		t.Logf("trial could not start (run again): %s", err)
@@ -163,7 +170,7 @@ func TestBenchmark(t *testing.T) {
 }
 
 // benchReport is the results section of docs/BENCHMARKS.md.
-func benchReport(res *Results, commit string, took time.Duration) string {
+func benchReport(res *Results, bd *BreakdownSet, commit string, took time.Duration) string {
 	var b strings.Builder
 	cmd := *flagCommand
 	if cmd == "" {
@@ -188,7 +195,9 @@ func benchReport(res *Results, commit string, took time.Duration) string {
 		shown := errs[:min(len(errs), 3)]
 		fmt.Fprintf(&b, "- %d trials could not start and were run again in a fresh lane, e.g.: %s\n", len(errs), strings.Join(shown, "; "))
 	}
+	b.WriteString("\n### Summary: leaderrun against the best rival on its backend\n\n" + ratioNote + res.RatioTable())
 	b.WriteString("\n### Failover, handoff and the safety gap\n\n" + res.FailoverTable())
+	b.WriteString("\n### The failover path, step by step\n\n" + breakdownNote + bd.Report())
 	b.WriteString("\n### Lease loss: the leader cut off its backend\n\n" + res.LeaseLossTable())
 	b.WriteString("\n### Footprint while nothing happens\n\n" + res.FootprintTable())
 	b.WriteString("\n### Scale: candidates on one key\n\n" + res.ScaleTable())

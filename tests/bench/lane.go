@@ -46,6 +46,9 @@ type Env struct {
 
 // cluster is the contender's backend.
 func (e *Env) cluster(c *Contender) chaos.Cluster {
+	if c.backend != nil {
+		return c.backend
+	}
 	switch c.Backend {
 	case "etcd":
 		return e.Etcd

@@ -56,6 +56,8 @@ type Proxy struct {
 	bytesOut atomic.Int64 // client to server
 	bytesIn  atomic.Int64 // server to client
 	onReq    atomic.Pointer[func(string)]
+	onChunk  atomic.Pointer[func(conn uint64, toClient bool, n int)]
+	links    atomic.Uint64 // numbers the connections for onChunk
 	before   atomic.Pointer[trap]
 
 	wg sync.WaitGroup
@@ -63,6 +65,7 @@ type Proxy struct {
 
 // link is one proxied connection.
 type link struct {
+	id             uint64
 	client, server net.Conn
 	frozen         chan struct{} // closed when blackholed
 }
@@ -101,6 +104,20 @@ func (p *Proxy) OnRequest(f func(line string)) {
 		return
 	}
 	p.onReq.Store(&f)
+}
+
+// OnChunk sets a function called with every chunk of bytes the proxy
+// forwards, before it goes on: the connection's number (from 1, in the
+// order they were accepted), its direction (toClient: from the server)
+// and size; nil removes it. It runs on the copying goroutine and must
+// return quickly. The benchmark's breakdown times a standby's wake-up by
+// it.
+func (p *Proxy) OnChunk(f func(conn uint64, toClient bool, n int)) {
+	if f == nil {
+		p.onChunk.Store(nil)
+		return
+	}
+	p.onChunk.Store(&f)
 }
 
 // trap is a one-shot BeforeForward.
@@ -230,7 +247,7 @@ func (p *Proxy) forward(client net.Conn) {
 		reset(client)
 		return
 	}
-	l := &link{client: client, server: server, frozen: make(chan struct{})}
+	l := &link{id: p.links.Add(1), client: client, server: server, frozen: make(chan struct{})}
 	p.mu.Lock()
 	if p.done || p.mode != 0 {
 		// Cut while we dialled.
@@ -277,6 +294,9 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, n *atomic.Int64, c io.Writer) {
 				}
 			}
 			n.Add(int64(k))
+			if f := p.onChunk.Load(); f != nil {
+				(*f)(l.id, n == &p.bytesIn, k)
+			}
 			if _, werr := dst.Write(buf[:k]); werr != nil {
 				src.Close()
 				return
