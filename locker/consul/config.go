@@ -18,6 +18,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -122,6 +123,9 @@ type Locker struct {
 	dc        string // Config.Datacenter, empty for the agent's own
 	checks    []string
 	log       hclog.Logger
+
+	// attempts counts acquire transactions sent (tests read it).
+	attempts atomic.Int64
 }
 
 var _ locker.Locker = (*Locker)(nil)
