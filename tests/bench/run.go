@@ -244,6 +244,10 @@ type ScalePoint struct {
 	// Failovers are crash failover times (SIGKILL of the leader's
 	// supervisor to the next child's start).
 	Failovers []time.Duration
+	// PerFailover is what all candidates sent from each kill to one second
+	// after the next child's start, less the idle rate of Requests/Window
+	// over the same time.
+	PerFailover []float64
 	// Requests is what all candidates sent during Window.
 	Requests int64
 	Window   time.Duration
@@ -321,7 +325,7 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 			sp.Err = "no running leader to kill"
 			return sp
 		}
-		at := fence.Now()
+		at, r := fence.Now(), ln.link.Requests()
 		leader.Proc.Kill()
 		next, ok := ln.child(nil, old.ID+1, 3*c.TTL+c.LockDelay+30*time.Second)
 		if !ok {
@@ -329,6 +333,9 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 			return sp
 		}
 		sp.Failovers = append(sp.Failovers, next.Started.Sub(at))
+		time.Sleep(next.Started.Add(time.Second).Sub(fence.Now()))
+		span := fence.Now().Sub(at)
+		sp.PerFailover = append(sp.PerFailover, float64(ln.link.Requests()-r)-float64(sp.Requests)*span.Seconds()/window.Seconds())
 		if chaos.Alive(old.Pid) {
 			_ = syscall.Kill(old.Pid, syscall.SIGKILL)
 		}
