@@ -13,7 +13,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
-// The candidates' queue (DESIGN §3, "Who wakes at a failover").
+// The candidates' queue (DESIGN §1.12, "Who wakes at a failover").
 //
 // Without it every standby follows the lock key with a blocking query, so a
 // release (and every heartbeat of the leader) wakes all of them and all of

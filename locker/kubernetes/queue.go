@@ -22,7 +22,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
-// The candidates' queue (DESIGN §3, "Who wakes at a failover").
+// The candidates' queue (DESIGN §1.12, "Who wakes at a failover").
 //
 // Without it every standby watches the Lease, so a release wakes all of
 // them and all of them send an update of which one succeeds. With it, a

@@ -4,6 +4,7 @@ package bench
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -244,9 +245,9 @@ type ScalePoint struct {
 	// Failovers are crash failover times (SIGKILL of the leader's
 	// supervisor to the next child's start).
 	Failovers []time.Duration
-	// PerFailover is what all candidates sent from each kill to one second
-	// after the next child's start, less the idle rate of Requests/Window
-	// over the same time.
+	// PerFailover is what the backend served (serverRequests) from each
+	// kill to one second after the next child's start, less its idle rate
+	// over Window for the same time.
 	PerFailover []float64
 	// Requests is what all candidates sent during Window.
 	Requests int64
@@ -256,6 +257,28 @@ type ScalePoint struct {
 	// Note says what else happened; Err why the point could not be measured.
 	Note string
 	Err  string
+}
+
+// serverRequests counts the requests the backend served for lane ln so
+// far: on Kubernetes kube-apiserver's own apiserver_request_total for
+// leases (the proxies see TLS records there, not requests; no other lane
+// may run meanwhile), elsewhere the HTTP requests or round trips through
+// the lane's proxies.
+func (e *Env) serverRequests(ln *Lane) float64 {
+	if ln.c.Backend != "kubernetes" || e.Kube == nil {
+		return float64(ln.link.Requests())
+	}
+	_, body := e.Kube.Do(e.T, "GET", "/metrics", nil)
+	var n float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="leases"`) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			n += v
+		}
+	}
+	return n
 }
 
 // Scale runs n candidates of c on one key through shared proxies, counts
@@ -302,9 +325,10 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	r0 := ln.link.Requests()
+	r0, s0 := ln.link.Requests(), e.serverRequests(ln)
 	time.Sleep(window) // the measurement window
 	sp.Requests = ln.link.Requests() - r0
+	idle := e.serverRequests(ln) - s0
 	for _, cand := range ln.all {
 		if cand.Proc.Exited() {
 			continue
@@ -325,7 +349,7 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 			sp.Err = "no running leader to kill"
 			return sp
 		}
-		at, r := fence.Now(), ln.link.Requests()
+		at, r := fence.Now(), e.serverRequests(ln)
 		leader.Proc.Kill()
 		next, ok := ln.child(nil, old.ID+1, 3*c.TTL+c.LockDelay+30*time.Second)
 		if !ok {
@@ -335,7 +359,7 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 		sp.Failovers = append(sp.Failovers, next.Started.Sub(at))
 		time.Sleep(next.Started.Add(time.Second).Sub(fence.Now()))
 		span := fence.Now().Sub(at)
-		sp.PerFailover = append(sp.PerFailover, float64(ln.link.Requests()-r)-float64(sp.Requests)*span.Seconds()/window.Seconds())
+		sp.PerFailover = append(sp.PerFailover, e.serverRequests(ln)-r-idle*span.Seconds()/window.Seconds())
 		if chaos.Alive(old.Pid) {
 			_ = syscall.Kill(old.Pid, syscall.SIGKILL)
 		}
