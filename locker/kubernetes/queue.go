@@ -33,7 +33,7 @@ import (
 // Lease; every other one watches only the entry just ahead of it, and moves
 // up when that entry is deleted or silent.
 //
-// A candidate renews its entry every TTL/3 with an update conditioned on
+// A candidate renews its entry every TTL/2 with an update conditioned on
 // its last write, so an entry whose resourceVersion stayed the same for
 // TTL + observe.Allowance(TTL) on its successor's clock is skipped and
 // deleted by that successor: a candidate killed or frozen in the queue
@@ -127,10 +127,11 @@ func (l *Locker) create(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// keepEntry renews e every TTL/3 until ctx ends, creating it again (at the
-// tail) when it is gone.
+// keepEntry renews e every TTL/2 until ctx ends, creating it again (at the
+// tail) when it is gone. Its successor skips it only after TTL + allowance
+// without a renewal, and then only costs this candidate its place.
 func (l *Locker) keepEntry(ctx context.Context, e *entry) {
-	t := time.NewTimer(l.ttl / 3)
+	t := time.NewTimer(l.ttl / 2)
 	defer t.Stop()
 	for {
 		select {
@@ -141,7 +142,7 @@ func (l *Locker) keepEntry(ctx context.Context, e *entry) {
 		if err := l.renewEntry(ctx, e); err != nil && ctx.Err() == nil {
 			l.log.Debug("renewing the queue entry failed; retrying with the next renewal", "entry", e.name, "error", oneLine(err.Error()))
 		}
-		t.Reset(l.ttl / 3)
+		t.Reset(l.ttl / 2)
 	}
 }
 

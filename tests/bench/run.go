@@ -246,8 +246,8 @@ type ScalePoint struct {
 	// supervisor to the next child's start).
 	Failovers []time.Duration
 	// PerFailover is what the backend served (serverRequests) from each
-	// kill to one second after the next child's start, less its idle rate
-	// over Window for the same time.
+	// kill to 250ms after the next child's start, less its idle rate over
+	// Window for the same time.
 	PerFailover []float64
 	// Requests is what all candidates sent during Window.
 	Requests int64
@@ -357,7 +357,7 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 			return sp
 		}
 		sp.Failovers = append(sp.Failovers, next.Started.Sub(at))
-		time.Sleep(next.Started.Add(time.Second).Sub(fence.Now()))
+		time.Sleep(next.Started.Add(250 * time.Millisecond).Sub(fence.Now()))
 		span := fence.Now().Sub(at)
 		sp.PerFailover = append(sp.PerFailover, e.serverRequests(ln)-r-idle*span.Seconds()/window.Seconds())
 		if chaos.Alive(old.Pid) {

@@ -13,8 +13,9 @@ import (
 var flagScaleOnly = flag.String("bench.scale-only", "", "run only leaderrun's scale rows on these backends (comma-separated, e.g. consul,kubernetes) at the -bench.scale sizes")
 
 // TestBenchScale runs the scale section alone for the backends named by
-// -bench.scale-only: the rows that show whether a failover wakes one
-// standby or all of them (docs/BENCHMARKS.md, "Scale").
+// -bench.scale-only, with -bench.trials failovers per size (at most one
+// fewer than the candidates): the rows that show whether a failover wakes
+// one standby or all of them (docs/BENCHMARKS.md, "Scale").
 func TestBenchScale(t *testing.T) {
 	if *flagScaleOnly == "" {
 		t.Skip("runs with -bench.scale-only=consul,kubernetes")
@@ -34,7 +35,7 @@ func TestBenchScale(t *testing.T) {
 	res := NewResults(cs)
 	for _, c := range cs {
 		for _, n := range scaleSizes() {
-			sp := e.Scale(c, n, 20*time.Second, 3)
+			sp := e.Scale(c, n, 20*time.Second, *flagTrials)
 			res.Scale[c.Name()] = append(res.Scale[c.Name()], sp)
 			t.Logf("scale %s x%d: %+v", c.Name(), n, sp)
 			if sp.Err != "" {
