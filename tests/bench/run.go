@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -260,11 +261,17 @@ type ScalePoint struct {
 }
 
 // serverRequests counts the requests the backend served for lane ln so
-// far: on Kubernetes kube-apiserver's own apiserver_request_total for
-// leases (the proxies see TLS records there, not requests; no other lane
-// may run meanwhile), elsewhere the HTTP requests or round trips through
-// the lane's proxies.
+// far: on Consul those on the lock key (its reads and every transaction:
+// acquires, heartbeats), as the lane's proxies see them, leaving out the
+// session renewals and queue entries that every waiting candidate sends in
+// bursts on its own timer; on Kubernetes kube-apiserver's own
+// apiserver_request_total for leases (the proxies see TLS records there,
+// not requests; no other lane may run meanwhile); elsewhere the round
+// trips through the lane's proxies.
 func (e *Env) serverRequests(ln *Lane) float64 {
+	if ln.onKey != nil {
+		return float64(ln.onKey.Load())
+	}
 	if ln.c.Backend != "kubernetes" || e.Kube == nil {
 		return float64(ln.link.Requests())
 	}
@@ -324,6 +331,17 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 			return sp
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if c.Backend == "consul" {
+		ln.onKey = new(atomic.Int64)
+		key := "/v1/kv/leaderrun/" + ln.lock
+		for _, p := range ln.link.Proxies {
+			p.OnRequest(func(line string) {
+				if strings.Contains(line, key+"?") || strings.Contains(line, key+" ") || strings.Contains(line, " /v1/txn") {
+					ln.onKey.Add(1)
+				}
+			})
+		}
 	}
 	r0, s0 := ln.link.Requests(), e.serverRequests(ln)
 	time.Sleep(window) // the measurement window
