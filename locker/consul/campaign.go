@@ -40,7 +40,11 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		if qerr := l.enqueue(ctx, id, 0); qerr == nil {
 			queued = true
 		} else if ctx.Err() == nil {
-			l.log.Debug("cannot join the candidates' queue; every release will wake this candidate", "key", l.path, "error", qerr)
+			log := l.log.Debug
+			if errors.Is(qerr, locker.ErrRefused) {
+				log = l.log.Warn // the token may not write <key>/.queue/
+			}
+			log("cannot join the candidates' queue; every release will wake this candidate", "key", l.path, "error", qerr)
 		}
 	}
 

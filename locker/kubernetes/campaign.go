@@ -46,7 +46,11 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		l.log.Debug("cannot join the candidates' queue; every release will wake this candidate", "lease", l.name, "error", oneLine(err.Error()))
+		log := l.log.Debug
+		if apierrors.IsForbidden(err) {
+			log = l.log.Warn // the account may not delete (or create) Leases
+		}
+		log("cannot join the candidates' queue; every release will wake this candidate", "lease", l.name, "error", oneLine(err.Error()))
 		return l.campaign(ctx, term)
 	}
 	qctx, stop := context.WithCancel(ctx)
