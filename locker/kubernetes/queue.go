@@ -95,7 +95,13 @@ func (l *Locker) enqueue(ctx context.Context, term string) (*entry, error) {
 		}
 		return nil, err
 	}
-	return e, l.create(ctx, e)
+	if err := l.create(ctx, e); err != nil {
+		// The create may have gone through: an entry without its place
+		// stands last, where nobody would ever delete it.
+		l.dequeue(e)
+		return nil, err
+	}
+	return e, nil
 }
 
 // errTooLong: the key's Lease name leaves no room for an entry's name.
