@@ -39,12 +39,16 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	if !l.opts.NoWait {
 		if qerr := l.enqueue(ctx, id, 0); qerr == nil {
 			queued = true
-		} else if ctx.Err() == nil {
+		} else {
 			log := l.log.Debug
 			if errors.Is(qerr, locker.ErrRefused) {
 				log = l.log.Warn // the token may not write <key>/.queue/
+			} else {
+				l.dequeue(id) // the write may have gone through
 			}
-			log("cannot join the candidates' queue; every release will wake this candidate", "key", l.path, "error", qerr)
+			if ctx.Err() == nil {
+				log("cannot join the candidates' queue; every release will wake this candidate", "key", l.path, "error", qerr)
+			}
 		}
 	}
 
