@@ -33,16 +33,45 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		return nil, err
 	}
 
+	// Queue up (queue.go) unless we only try once; a queue we may not
+	// write is only a lost courtesy.
+	queued := false
+	if !l.opts.NoWait {
+		if qerr := l.enqueue(ctx, id, 0); qerr == nil {
+			queued = true
+		} else {
+			log := l.log.Debug
+			if errors.Is(qerr, locker.ErrRefused) {
+				log = l.log.Warn // the token may not write <key>/.queue/
+			} else {
+				l.dequeue(id) // the write may have gone through
+			}
+			if ctx.Err() == nil {
+				log("cannot join the candidates' queue; every release will wake this candidate", "key", l.path, "error", qerr)
+			}
+		}
+	}
+
 	cctx, stop := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		l.keepCandidate(cctx, id, stop)
+		l.keepCandidate(cctx, id, stop, queued)
 	}()
-	ls, err := l.campaign(cctx, id)
+	var ls *lease
+	err = nil
+	if queued {
+		err = l.waitTurn(cctx, id)
+	}
+	if err == nil {
+		ls, err = l.campaign(cctx, id)
+	}
 	stop(nil)
 	wg.Wait()
+	if queued {
+		l.dequeue(id)
+	}
 	if err == nil {
 		return ls, nil
 	}
@@ -169,6 +198,11 @@ const minWait = 10 * time.Millisecond
 // readKey reads the lock key; with index > 0 it is a blocking query that
 // returns when the key changes past index or after wait.
 func (l *Locker) readKey(ctx context.Context, index uint64, wait time.Duration) (*api.KVPair, *api.QueryMeta, error) {
+	return l.readKeyAt(ctx, l.path, index, wait)
+}
+
+// readKeyAt is readKey of any key.
+func (l *Locker) readKeyAt(ctx context.Context, key string, index uint64, wait time.Duration) (*api.KVPair, *api.QueryMeta, error) {
 	timeout := callTimeout
 	q := &api.QueryOptions{Token: l.token}
 	if index > 0 {
@@ -181,13 +215,13 @@ func (l *Locker) readKey(ctx context.Context, index uint64, wait time.Duration) 
 	if index > 0 {
 		defer l.ep.abortOnMove(at, cancel)()
 	}
-	pair, meta, err := c.KV().Get(l.path, q.WithContext(cctx))
+	pair, meta, err := c.KV().Get(key, q.WithContext(cctx))
 	if err != nil {
 		l.ep.failed(cctx, at, err)
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		return nil, nil, l.fail("read "+l.path, err)
+		return nil, nil, l.fail("read "+key, err)
 	}
 	return pair, meta, nil
 }
@@ -199,6 +233,7 @@ func (l *Locker) readKey(ctx context.Context, index uint64, wait time.Duration) 
 // in one transaction. It first renews the session, so that Consul's TTL
 // timer for it starts as late as possible before leadership does.
 func (l *Locker) tryAcquire(ctx context.Context, id string, seen *api.KVPair, rec record) (bool, error) {
+	l.attempts.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	if _, err := l.renewSession(cctx, id); err != nil {

@@ -3,7 +3,8 @@
 // supervisor renews it, with a heartbeat write of the key, one Renew at a
 // time and keeps all deadlines itself (§1.2, §6). A standby takes over a
 // holder whose heartbeat stopped for one TTL and an allowance (observe.go,
-// §1.12). Config.Address may list several servers; requests move to the
+// §1.12); only the first standby in the queue of candidates follows the key
+// (queue.go). Config.Address may list several servers; requests move to the
 // next one when one fails (endpoints.go).
 package consul
 
@@ -18,6 +19,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -122,6 +124,9 @@ type Locker struct {
 	dc        string // Config.Datacenter, empty for the agent's own
 	checks    []string
 	log       hclog.Logger
+
+	// attempts counts acquire transactions sent (tests read it).
+	attempts atomic.Int64
 }
 
 var _ locker.Locker = (*Locker)(nil)

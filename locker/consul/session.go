@@ -188,10 +188,12 @@ func (l *Locker) destroySessionCtx(ctx context.Context, id string) {
 	l.log.Debug("session destroyed", "session", id)
 }
 
-// keepCandidate renews a standby's session every TTL/3 until ctx ends.
-// It reports a session the server dropped through gone. Once Acquire
-// returns, the only renewals are the supervisor's (DESIGN §6).
-func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.CancelCauseFunc) {
+// keepCandidate renews a standby's session every TTL/3 until ctx ends,
+// and, when it is queued, writes its queue entry after each renewal
+// (queue.go). It reports a session the server dropped through gone. Once
+// Acquire returns, the only renewals are the supervisor's (DESIGN §6).
+func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.CancelCauseFunc, queued bool) {
+	var beat uint64
 	interval := l.opts.TTL / 3
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
@@ -203,6 +205,12 @@ func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.Canc
 		}
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		_, err := l.renewSession(cctx, id)
+		if err == nil && queued {
+			beat++
+			if qerr := l.enqueue(cctx, id, beat); qerr != nil && ctx.Err() == nil {
+				l.log.Debug("queue entry write failed; retrying with the next renewal", "key", l.entryKey(id), "error", qerr)
+			}
+		}
 		cancel()
 		next := interval
 		switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -32,8 +33,47 @@ const watchTimeout = 5 * time.Minute
 // renewTime is recent by our wall clock (a hint used only to give up, never
 // to take over), or we saw it renew. A holder that looks dead is still
 // watched for its TTL before it is taken over.
+//
+// Unless it only tries once, a candidate first waits for its turn in the
+// queue of candidates (queue.go), so that a release wakes only the next one.
 func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	term := newTerm()
+	if l.opts.NoWait {
+		return l.campaign(ctx, term)
+	}
+	e, err := l.enqueue(ctx, term)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		log := l.log.Debug
+		if apierrors.IsForbidden(err) {
+			log = l.log.Warn // the account may not delete (or create) Leases
+		}
+		log("cannot join the candidates' queue; every release will wake this candidate", "lease", l.name, "error", oneLine(err.Error()))
+		return l.campaign(ctx, term)
+	}
+	qctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.keepEntry(qctx, e)
+	}()
+	defer func() {
+		stop()
+		wg.Wait()
+		l.dequeue(e)
+	}()
+	if err := l.waitTurn(ctx, e); err != nil {
+		return nil, err
+	}
+	return l.campaign(ctx, term)
+}
+
+// campaign is Acquire for the head of the queue (or a candidate without
+// one): the Lease alone decides.
+func (l *Locker) campaign(ctx context.Context, term string) (locker.Lease, error) {
 	var seen observe.Watch
 	var w watch.Interface
 	defer func() {
@@ -148,6 +188,7 @@ func (l *Locker) next(ctx context.Context, cur *coordinationv1.Lease, w watch.In
 // resourceVersion. It returns errCandidacyLost (wrapped) when someone else
 // wrote first.
 func (l *Locker) take(ctx context.Context, cur *coordinationv1.Lease, term string) (locker.Lease, error) {
+	l.attempts.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	claim := l.claim(cur, term)
@@ -243,11 +284,16 @@ func (l *Locker) getRetrying(ctx context.Context) (*coordinationv1.Lease, error)
 // Lease does not exist: from now on). A field selector on the name lets
 // RBAC authorise it as a watch of that one Lease.
 func (l *Locker) watch(ctx context.Context, rv string) (watch.Interface, error) {
+	return l.watchName(ctx, l.name, rv)
+}
+
+// watchName is watch of the Lease name.
+func (l *Locker) watchName(ctx context.Context, name, rv string) (watch.Interface, error) {
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	secs := int64(watchTimeout / time.Second)
 	for {
 		w, err := l.client.Watch(ctx, metav1.ListOptions{
-			FieldSelector:   fields.OneTermEqualSelector("metadata.name", l.name).String(),
+			FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
 			ResourceVersion: rv,
 			TimeoutSeconds:  &secs,
 		})

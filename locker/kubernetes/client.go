@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -95,4 +96,20 @@ func (c *leaseClient) Watch(ctx context.Context, opts metav1.ListOptions) (watch
 		req = req.Timeout(time.Duration(*opts.TimeoutSeconds) * time.Second)
 	}
 	return req.Watch(ctx)
+}
+
+// List reads the Leases opts selects.
+func (c *leaseClient) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+	out := &coordinationv1.LeaseList{}
+	err := c.rc.Get().Namespace(c.ns).Resource("leases").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+	return out, err
+}
+
+// DeleteIf removes the Lease name if its resourceVersion is still rv; it
+// fails with Conflict otherwise.
+func (c *leaseClient) DeleteIf(ctx context.Context, name, rv string) error {
+	// Raw: the scheme registers DeleteOptions under v1, not under the
+	// Lease's group.
+	body := `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"resourceVersion":` + strconv.Quote(rv) + `}}`
+	return c.rc.Delete().Namespace(c.ns).Resource("leases").Name(name).Body([]byte(body)).Do(ctx).Error()
 }

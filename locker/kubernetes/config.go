@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -74,6 +75,9 @@ type Locker struct {
 	// onObserve, when set by a test, is called each time a waiting
 	// candidate reads the holder's Lease.
 	onObserve func()
+
+	// attempts counts the writes sent to take the Lease (tests read it).
+	attempts atomic.Int64
 }
 
 var _ locker.Locker = (*Locker)(nil)

@@ -16,8 +16,10 @@
 //     its last successful write; its deadline counts from that update's
 //     send time, and the TTL it reports is its own (leaseDurationSeconds is
 //     that TTL rounded up to whole seconds);
-//   - a standby watches the Lease (re-listing after watch errors, never
-//     polling) and may take over only when it has seen the same
+//   - the first standby in the queue of candidates (queue.go: one Lease
+//     per waiting candidate, each watching the one ahead) watches the
+//     Lease (re-reading it after watch errors, never polling) and may take
+//     over only when it has seen the same
 //     resourceVersion for the holder's TTL plus observe.Allowance on its own
 //     monotonic clock, with an update conditioned on that resourceVersion;
 //   - a Lease whose holder does not declare the contract (another tool) is

@@ -27,7 +27,7 @@ func (l *Locker) classify(verb string, err error) error {
 func (l *Locker) classifyLease(verb, name string, err error) error {
 	switch {
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("kubernetes: %w: not allowed to %s leases.coordination.k8s.io in namespace %q: the account needs get, create, update and watch on leases (RBAC)",
+		return fmt.Errorf("kubernetes: %w: not allowed to %s leases.coordination.k8s.io in namespace %q: the account needs get, create, update and watch on leases, and list and delete for the queue of candidates (RBAC)",
 			locker.ErrRefused, verb, l.namespace)
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("kubernetes: %w: %s lease %s/%s: the server rejected the credentials (expired or revoked token?)",

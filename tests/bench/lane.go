@@ -103,6 +103,9 @@ type Lane struct {
 	standby *Candidate
 	all     []*Candidate
 	n       int
+	// onKey, when set, counts the requests on the lane's lock key
+	// (serverRequests).
+	onKey *atomic.Int64
 }
 
 // NewLane makes a lane for contender c. With shared, every candidate goes

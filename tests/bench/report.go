@@ -4,6 +4,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -209,7 +210,7 @@ func (r *Results) FootprintTable() string {
 
 // ScaleTable is the many-candidates table.
 func (r *Results) ScaleTable() string {
-	header := []string{"tool", "candidates", "crash failover: median (max)", "backend requests/min, all candidates", "per candidate", "RSS, all candidates"}
+	header := []string{"tool", "candidates", "crash failover: median (max)", "backend requests per failover", "backend requests/min, all candidates", "per candidate", "RSS, all candidates"}
 	var rows [][]string
 	for _, c := range r.Contenders {
 		for _, sp := range r.Scale[c.Name()] {
@@ -218,7 +219,7 @@ func (r *Results) ScaleTable() string {
 				if !strings.HasPrefix(msg, "not run") {
 					msg = "error: " + msg
 				}
-				rows = append(rows, []string{c.Name(), strconv.Itoa(sp.N), msg, "", "", ""})
+				rows = append(rows, []string{c.Name(), strconv.Itoa(sp.N), msg, "", "", "", ""})
 				continue
 			}
 			fo := "n/a (no standby)"
@@ -229,11 +230,22 @@ func (r *Results) ScaleTable() string {
 			if sp.Note != "" {
 				fo += " (" + firstLine(strings.SplitN(sp.Note, ";", 2)[0]) + ")"
 			}
-			rows = append(rows, []string{c.Name(), strconv.Itoa(sp.N), fo, perMinute(sp.Requests, sp.Window),
+			rows = append(rows, []string{c.Name(), strconv.Itoa(sp.N), fo, perFailover(sp.PerFailover), perMinute(sp.Requests, sp.Window),
 				perMinute(sp.Requests/int64(sp.N), sp.Window), mib(sp.RSS)})
 		}
 	}
 	return chaos.Table(header, rows)
+}
+
+// perFailover is the median of the requests counted per failover, beside
+// the one furthest from it.
+func perFailover(v []float64) string {
+	if len(v) == 0 {
+		return "n/a"
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return fmt.Sprintf("%.0f (%.0f to %.0f)", s[len(s)/2], s[0], s[len(s)-1])
 }
 
 // Errors lists the trials that could not run.

@@ -4,8 +4,10 @@ package bench
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -244,6 +246,10 @@ type ScalePoint struct {
 	// Failovers are crash failover times (SIGKILL of the leader's
 	// supervisor to the next child's start).
 	Failovers []time.Duration
+	// PerFailover is what the backend served (serverRequests) from each
+	// kill to 250ms after the next child's start, less its idle rate over
+	// Window for the same time.
+	PerFailover []float64
 	// Requests is what all candidates sent during Window.
 	Requests int64
 	Window   time.Duration
@@ -252,6 +258,34 @@ type ScalePoint struct {
 	// Note says what else happened; Err why the point could not be measured.
 	Note string
 	Err  string
+}
+
+// serverRequests counts the requests the backend served for lane ln so
+// far: on Consul those on the lock key (its reads and every transaction:
+// acquires, heartbeats), as the lane's proxies see them, leaving out the
+// session renewals and queue entries that every waiting candidate sends in
+// bursts on its own timer; on Kubernetes kube-apiserver's own
+// apiserver_request_total for leases (the proxies see TLS records there,
+// not requests; no other lane may run meanwhile); elsewhere the round
+// trips through the lane's proxies.
+func (e *Env) serverRequests(ln *Lane) float64 {
+	if ln.onKey != nil {
+		return float64(ln.onKey.Load())
+	}
+	if ln.c.Backend != "kubernetes" || e.Kube == nil {
+		return float64(ln.link.Requests())
+	}
+	_, body := e.Kube.Do(e.T, "GET", "/metrics", nil)
+	var n float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="leases"`) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			n += v
+		}
+	}
+	return n
 }
 
 // Scale runs n candidates of c on one key through shared proxies, counts
@@ -298,9 +332,21 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	r0 := ln.link.Requests()
+	if c.Backend == "consul" {
+		ln.onKey = new(atomic.Int64)
+		key := "/v1/kv/leaderrun/" + ln.lock
+		for _, p := range ln.link.Proxies {
+			p.OnRequest(func(line string) {
+				if strings.Contains(line, key+"?") || strings.Contains(line, key+" ") || strings.Contains(line, " /v1/txn") {
+					ln.onKey.Add(1)
+				}
+			})
+		}
+	}
+	r0, s0 := ln.link.Requests(), e.serverRequests(ln)
 	time.Sleep(window) // the measurement window
 	sp.Requests = ln.link.Requests() - r0
+	idle := e.serverRequests(ln) - s0
 	for _, cand := range ln.all {
 		if cand.Proc.Exited() {
 			continue
@@ -321,7 +367,7 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 			sp.Err = "no running leader to kill"
 			return sp
 		}
-		at := fence.Now()
+		at, r := fence.Now(), e.serverRequests(ln)
 		leader.Proc.Kill()
 		next, ok := ln.child(nil, old.ID+1, 3*c.TTL+c.LockDelay+30*time.Second)
 		if !ok {
@@ -329,6 +375,9 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 			return sp
 		}
 		sp.Failovers = append(sp.Failovers, next.Started.Sub(at))
+		time.Sleep(next.Started.Add(250 * time.Millisecond).Sub(fence.Now()))
+		span := fence.Now().Sub(at)
+		sp.PerFailover = append(sp.PerFailover, e.serverRequests(ln)-r-idle*span.Seconds()/window.Seconds())
 		if chaos.Alive(old.Pid) {
 			_ = syscall.Kill(old.Pid, syscall.SIGKILL)
 		}

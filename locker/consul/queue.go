@@ -1,0 +1,210 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/leaderrun/leaderrun/internal/retry"
+	"github.com/leaderrun/leaderrun/locker/observe"
+)
+
+// The candidates' queue (DESIGN §1.12, "Who wakes at a failover").
+//
+// Without it every standby follows the lock key with a blocking query, so a
+// release (and every heartbeat of the leader) wakes all of them and all of
+// them race with an acquire. With it, a waiting candidate holds an entry
+// <path>/.queue/<session>, locked by its session, and only the candidate
+// whose entry has no live entry ahead of it (by CreateIndex, the Raft index
+// of the entry's creation) follows the lock key: the head. Every other one
+// follows only the entry just ahead of it, with a blocking query on that
+// one key, and moves up when that entry is deleted, unlocked (its session
+// ended) or silent.
+//
+// A candidate rewrites its entry with every renewal of its session
+// (keepCandidate, every TTL/3), so an entry not written for TTL +
+// observe.Allowance(TTL), as its successor sees it on its own clock, is
+// skipped and deleted: a candidate killed or frozen in the queue holds it up
+// for at most that long, not for the two TTLs Consul takes to invalidate
+// its session. A candidate that finds its entry gone (it was frozen, and
+// skipped) writes it again, at the tail.
+//
+// The queue decides only who tries first, never who leads: the lock key
+// alone does, taken exactly as before (campaign, observe.go). A head
+// observes the holder from the moment it becomes head, so its observer
+// clock starts no earlier than it would without the queue. A candidate that
+// ignores the queue (an older leaderrun, a token that may not write beside
+// the key) follows the key and races the head: it may win ahead of its
+// turn, which costs fairness, not safety. Any failure of the queue makes a
+// candidate campaign as head.
+
+// queueDir separates the entries from the lock key and its once-per
+// records.
+const queueDir = "/.queue/"
+
+// entryKey is the queue entry of the candidate with session id.
+func (l *Locker) entryKey(id string) string { return l.path + queueDir + id }
+
+// enqueue writes the candidate's entry, locked by its session: creating it
+// (at the tail of the queue) when it is absent, and otherwise moving its
+// ModifyIndex, which its successor reads as a sign of life. beat makes
+// every write change the value; Consul moves no index for a write that
+// changes nothing.
+func (l *Locker) enqueue(ctx context.Context, id string, beat uint64) error {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var ok bool
+	err := l.do(cctx, func(c *api.Client) (err error) {
+		ok, _, err = c.KV().Acquire(&api.KVPair{
+			Key: l.entryKey(id), Session: id, Value: []byte(l.opts.ID + " " + strconv.FormatUint(beat, 10)),
+		}, l.writeOpts(cctx))
+		return err
+	})
+	switch {
+	case err != nil:
+		return l.fail("write queue entry "+l.entryKey(id), err)
+	case !ok:
+		return fmt.Errorf("write queue entry %s: Consul refused the lock", l.entryKey(id))
+	}
+	return nil
+}
+
+// dequeue deletes the candidate's entry on a fresh short timeout, so the
+// next candidate moves up at once. Failure only means the successor skips
+// the entry once it is silent (or unlocked) for long enough.
+func (l *Locker) dequeue(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := l.do(ctx, func(c *api.Client) error {
+		_, err := c.KV().Delete(l.entryKey(id), l.writeOpts(ctx))
+		return err
+	}); err != nil {
+		l.log.Debug("delete queue entry failed; the next candidate skips it once it is silent", "key", l.entryKey(id), "error", l.scrub(err))
+	}
+}
+
+// waitTurn returns once no live entry is ahead of ours: this candidate is
+// the head and may campaign for the key. It returns an error only when ctx
+// ends; when the queue cannot be read it returns at once, and the
+// candidate campaigns as every candidate did without a queue.
+func (l *Locker) waitTurn(ctx context.Context, id string) error {
+	mine := l.entryKey(id)
+	skipped := map[string]uint64{} // entry -> the ModifyIndex it was silent at
+	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
+	for {
+		var pairs api.KVPairs
+		err := l.do(ctx, func(c *api.Client) (err error) {
+			pairs, _, err = c.KV().List(l.path+queueDir, l.queryOpts(ctx, false))
+			return err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			l.log.Debug("cannot read the candidates' queue; campaigning without it", "key", l.path, "error", l.scrub(err))
+			return nil
+		}
+		var me, ahead *api.KVPair
+		for _, p := range pairs {
+			if p.Key == mine {
+				me = p
+			}
+		}
+		if me == nil || me.Session != id {
+			// Skipped and deleted while we were frozen: back to the tail.
+			if err := l.enqueue(ctx, id, uint64(time.Now().UnixNano())); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				l.log.Debug("cannot write the queue entry again; campaigning without it", "key", mine, "error", err)
+				return nil
+			}
+			continue
+		}
+		var dead []*api.KVPair
+		for _, p := range pairs {
+			if p.CreateIndex >= me.CreateIndex || p.Key == mine {
+				continue
+			}
+			if p.Session == "" || skipped[p.Key] == p.ModifyIndex {
+				dead = append(dead, p)
+				continue
+			}
+			if ahead == nil || p.CreateIndex > ahead.CreateIndex {
+				ahead = p
+			}
+		}
+		// Tidy up the dead entries between our predecessor and us: we are
+		// the one candidate that moves past them.
+		for _, p := range dead {
+			if ahead == nil || p.CreateIndex > ahead.CreateIndex {
+				l.deleteEntry(ctx, p)
+			}
+		}
+		if ahead == nil {
+			return nil
+		}
+		l.log.Debug("queued behind another candidate", "key", l.path, "ahead", ahead.Key)
+		silent, err := l.follow(ctx, ahead)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			l.log.Debug("following the queue failed; reading it again", "key", ahead.Key, "error", err)
+			if !retry.Sleep(ctx, backoff.Next()) {
+				return ctx.Err()
+			}
+		case silent != 0:
+			l.log.Debug("candidate ahead is silent; moving past it", "key", ahead.Key, "index", silent)
+			skipped[ahead.Key] = silent
+			backoff.Reset()
+		default:
+			backoff.Reset()
+		}
+	}
+}
+
+// follow waits, with blocking queries on the one entry ahead of ours, until
+// that entry is deleted or unlocked (it returns 0, nil) or has not been
+// written for TTL + observe.Allowance(TTL) on our clock (it returns the
+// ModifyIndex it stayed at).
+func (l *Locker) follow(ctx context.Context, ahead *api.KVPair) (silent uint64, err error) {
+	var w observe.Watch
+	index := ahead.ModifyIndex
+	w.Observe(strconv.FormatUint(index, 10), l.opts.TTL)
+	for {
+		_, left, _ := w.Due()
+		if left <= 0 {
+			return index, nil
+		}
+		pair, _, err := l.readKeyAt(ctx, ahead.Key, max(index, 1), min(max(left, minWait), blockWait))
+		if err != nil {
+			return 0, err
+		}
+		if pair == nil || pair.Session != ahead.Session || pair.CreateIndex != ahead.CreateIndex {
+			return 0, nil
+		}
+		if pair.ModifyIndex < index {
+			return 0, nil // the index went backwards: read the queue afresh
+		}
+		index = pair.ModifyIndex
+		w.Observe(strconv.FormatUint(index, 10), l.opts.TTL)
+	}
+}
+
+// deleteEntry deletes a dead entry if it is still as we read it.
+func (l *Locker) deleteEntry(ctx context.Context, p *api.KVPair) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	err := l.do(cctx, func(c *api.Client) error {
+		_, _, err := c.KV().DeleteCAS(&api.KVPair{Key: p.Key, ModifyIndex: p.ModifyIndex}, l.writeOpts(cctx))
+		return err
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		l.log.Debug("delete dead queue entry failed", "key", p.Key, "error", l.scrub(err))
+	}
+}

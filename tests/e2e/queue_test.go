@@ -1,0 +1,163 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+)
+
+// frozenPredecessor: a leader a and two standbys, f queued first and c
+// behind it. f is frozen (SIGSTOP), then a is killed -9 (its guard
+// releases). c still takes over, once f's queue entry has been silent for
+// the TTL + allowance, and never while a's child lives; f, resumed, does
+// not start its child while c leads.
+func frozenPredecessor(t *testing.T, args []string, ttl time.Duration) {
+	dir := t.TempDir()
+	a := startHost(t, dir, "a", "c", args)
+	a.waitStarted(t, 30*time.Second)
+	f := startHost(t, dir, "f", "a", args)
+	waitFor(t, 10*time.Second, "f to campaign", func() bool { return strings.Contains(f.p.Output(), "waiting for the holder") })
+	time.Sleep(time.Second) // f's entry first in the queue
+	c := startHost(t, dir, "c", "a", args)
+	waitFor(t, 10*time.Second, "c to campaign", func() bool { return strings.Contains(c.p.Output(), "waiting for the holder") })
+	time.Sleep(time.Second)
+
+	f.p.Signal(syscall.SIGSTOP)
+	frozen := time.Now()
+	aPid := readPID(t, a.file("pid"))
+	a.p.Signal(syscall.SIGKILL)
+	allowance := max(ttl/20, 250*time.Millisecond)
+	bound := ttl + allowance + 3*time.Second
+	c.waitStarted(t, bound+5*time.Second)
+	took := c.stamp(t, "start").Sub(frozen)
+	t.Logf("predecessor frozen, leader killed -> c's child started: %v (TTL + allowance %v)", took.Round(time.Millisecond), ttl+allowance)
+	if took > bound {
+		t.Errorf("c's child started %v after its predecessor froze, want within %v", took, bound)
+	}
+	if alive(aPid) {
+		t.Error("old child still alive")
+	}
+	c.noOverlap(t)
+	if ea, ec := a.epoch(t), c.epoch(t); ec <= ea {
+		t.Errorf("epoch after failover %d, want > %d", ec, ea)
+	}
+	f.p.Signal(syscall.SIGCONT)
+	time.Sleep(2 * time.Second)
+	if f.started() {
+		t.Error("the resumed standby started its child while c leads")
+	}
+}
+
+func TestConsulQueue(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	frozenPredecessor(t, consulArgs(c.HTTPAddr(0), newKey("queue")), consulTTL)
+}
+
+func TestKubernetesQueue(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	k := testcluster.StartKube(t, e, testcluster.KubeUser{Name: "nobody"})
+	admin := k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), "")
+	frozenPredecessor(t, kubeArgs(admin, newKey("queue")), kubeTTL)
+}
+
+// herdAfterKill9: a leader and five standbys; after the leader's kill -9
+// (its guard releases) one standby takes over, and attempts() (counted by
+// the server, or by a proxy in front of it) grows by at most want: only the
+// head of the queue tried.
+func herdAfterKill9(t *testing.T, args []string, attempts func() int, want int) {
+	dir := t.TempDir()
+	a := startHost(t, dir, "a", "x", args)
+	a.waitStarted(t, 30*time.Second)
+	var standbys []*host
+	for i := range 5 {
+		h := startHost(t, dir, fmt.Sprintf("s%d", i), "a", args)
+		waitFor(t, 10*time.Second, h.name+" to campaign", func() bool { return strings.Contains(h.p.Output(), "waiting for the holder") })
+		standbys = append(standbys, h)
+	}
+	time.Sleep(time.Second)
+	before := attempts()
+	a.p.Signal(syscall.SIGKILL)
+	var next *host
+	waitFor(t, 15*time.Second, "a standby's child to start", func() bool {
+		for _, h := range standbys {
+			if h.started() {
+				next = h
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(time.Second) // any other standby would have tried by now
+	got := attempts() - before
+	t.Logf("after the leader's kill -9: %s leads; the counter grew by %d", next.name, got)
+	if got > want {
+		t.Errorf("the counter grew by %d after the leader's kill -9, want at most %d (only the head of the queue tries)", got, want)
+	}
+	for _, h := range standbys {
+		if h != next && h.started() {
+			t.Errorf("%s started its child as well", h.name)
+		}
+	}
+}
+
+// acquireCounter is a proxy in front of Consul's HTTP API that counts the
+// transactions that lock a key: acquire attempts (heartbeats are plain
+// check-and-sets).
+func acquireCounter(t *testing.T, target string) (addr string, n func() int) {
+	var count atomic.Int64
+	u, _ := url.Parse("http://" + target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/txn" {
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(bytes.ToLower(body), []byte(`"verb":"lock"`)) {
+				count.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), func() int { return int(count.Load()) }
+}
+
+func TestConsulQueueHerd(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	addr, n := acquireCounter(t, c.HTTPAddr(0))
+	herdAfterKill9(t, consulArgs(addr, newKey("herd")), n, 1)
+}
+
+func TestKubernetesQueueHerd(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	k := testcluster.StartKube(t, e, testcluster.KubeUser{Name: "nobody"})
+	admin := k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), "")
+	// Every write to take the Lease but the winner's is a conflict (409):
+	// kube-apiserver counts them in apiserver_request_total.
+	conflicts := func() int {
+		_, body := k.Do(t, http.MethodGet, "/metrics", nil)
+		n := 0.0
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `resource="leases"`) &&
+				strings.Contains(line, `code="409"`) {
+				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				n += v
+			}
+		}
+		return int(n)
+	}
+	herdAfterKill9(t, kubeArgs(admin, newKey("herd")), conflicts, 0)
+}
