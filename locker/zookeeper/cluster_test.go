@@ -191,9 +191,12 @@ func TestRelayGap(t *testing.T) {
 		lease := lockertest.MustAcquire(t, a)
 		var sent time.Time
 		var granted time.Duration
-		// The acquisition's renewal, then a steady cadence; the phase
-		// against the leader's pings differs from trial to trial.
-		time.Sleep(time.Duration(trial) * tick / 6)
+		// The acquisition's renewal, then a steady cadence. The phase
+		// against the client's own pings (every TTL/3 from the connect,
+		// which also count as activity) moves by a sixth of the interval
+		// from trial to trial: where a ping comes just after a renewal,
+		// nothing else of the client's is relayed until the next one.
+		time.Sleep(time.Duration(trial) * every / 6)
 		for i := 0; i < 5; i++ {
 			if i > 0 {
 				time.Sleep(time.Until(sent.Add(every)))

@@ -188,10 +188,12 @@ func (p *relayPlan) late(sent, relayed time.Time, found bool) bool {
 }
 
 // lead is how long before the expected renewal the touch goes out: its
-// answer must be in a ping period before the renewal, and a busy machine
-// may wake the toucher late or answer it slowly.
+// answer must be in a ping period before the renewal. What it adds to the
+// period comes off every renewal's granted time, so it is kept small: a
+// read that comes too late (a busy machine woke the toucher late or
+// answered slowly) makes the renewal read again itself (late).
 func (p *relayPlan) lead() time.Duration {
-	return p.bound.period + 50*time.Millisecond + 2*p.rtt
+	return p.bound.period + 20*time.Millisecond + 2*p.rtt
 }
 
 // next says when touch should read next, seen at now: zero means at
