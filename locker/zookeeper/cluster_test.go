@@ -173,39 +173,86 @@ func TestSilentServer(t *testing.T) {
 // TestRelayGap measures what Renew cannot prove: the ensemble's leader
 // counts a session's timeout from the last activity a follower relayed to
 // it (every tickTime/2), not from the renewal. The client talks to one
-// follower, renews, and the follower is cut off from the quorum at once;
-// a standby on the other side takes over when the leader expires the
-// session. Without the lease's touches the leader's countdown may start at
-// the client's previous request, up to a ping interval (TTL/3) before the
-// renewal; with them, at most about half a tick before it. The standby
-// must not lead earlier than that before leaderrun's own deadline, the
-// renewal's send + TTL.
+// follower and renews at a steady cadence, as the supervisor does, so the
+// lease reads only once before each renewal (relay.go); right after a
+// renewal the follower is cut off from the quorum, and a standby on the
+// other side takes over when the leader expires the session. The standby
+// must not lead more than half a tick before leaderrun's own deadline:
+// the renewal's send + the time Renew granted.
 func TestRelayGap(t *testing.T) {
 	const tick = 500 * time.Millisecond
 	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick, SyncLimit: 40})
 	leader := z.Leader(t)
 	follower := (leader + 1) % 3
-	const ttl = 3 * time.Second
+	const ttl, every = 3 * time.Second, time.Second
 	for trial := 0; trial < 6; trial++ {
 		key := fmt.Sprintf("%s-%d", lockertest.Key(t), trial)
 		a := newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl })
 		lease := lockertest.MustAcquire(t, a)
-		time.Sleep(ttl / 2)
-		sent := time.Now()
-		if _, err := renew(lease, 2*time.Second); err != nil {
-			t.Fatalf("trial %d: renew: %v", trial, err)
+		var sent time.Time
+		var granted time.Duration
+		// The acquisition's renewal, then a steady cadence. The phase
+		// against the client's own pings (every TTL/3 from the connect,
+		// which also count as activity) moves by a sixth of the interval
+		// from trial to trial: where a ping comes just after a renewal,
+		// nothing else of the client's is relayed until the next one.
+		time.Sleep(time.Duration(trial) * every / 6)
+		for i := 0; i < 5; i++ {
+			if i > 0 {
+				time.Sleep(time.Until(sent.Add(every)))
+			}
+			sent = time.Now()
+			var err error
+			if granted, err = renew(lease, 2*time.Second); err != nil {
+				t.Fatalf("trial %d: renew %d: %v", trial, i, err)
+			}
 		}
 		z.Isolate(follower)
 		r := <-lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
 		if r.Err != nil {
 			t.Fatalf("trial %d: standby: %v", trial, r.Err)
 		}
-		early := sent.Add(ttl).Sub(r.At)
-		t.Logf("trial %d: the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, r.At.Sub(sent), early)
+		deadline := sent.Add(min(ttl, granted))
+		early := deadline.Sub(r.At)
+		t.Logf("trial %d: granted %v; the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, granted, r.At.Sub(sent), early)
 		if early > tick/2 {
 			t.Errorf("trial %d: the standby led %v before leaderrun's deadline, more than half a tick (%v)", trial, early, tick/2)
 		}
 		z.Heal(follower)
 		z.WaitServing(t)
+	}
+}
+
+// TestTouchOncePerRenewal: a leader renewing at a steady cadence sends its
+// server one read per renewal besides the renewal itself (and the
+// client's pings), not one every 100ms. Requests are counted at a proxy.
+func TestTouchOncePerRenewal(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
+	p, err := chaos.NewProxy(z.Addr(0), chaos.Framed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	const ttl, every, n = 3 * time.Second, time.Second, 6
+	lease := lockertest.MustAcquire(t, newLocker(t, []string{p.Addr()}, lockertest.Key(t), func(c *Config) { c.TTL = ttl }))
+	var sent time.Time
+	var before int64
+	for i := 0; i < 3+n; i++ {
+		if i > 0 {
+			time.Sleep(time.Until(sent.Add(every)))
+		}
+		if i == 3 {
+			before = p.Requests() // the cadence is known from here on
+		}
+		sent = time.Now()
+		if _, err := renew(lease, 2*time.Second); err != nil {
+			t.Fatalf("renew %d: %v", i, err)
+		}
+	}
+	got := p.Requests() - before
+	// Per renewal: the multi, one read, and at most one ping (every TTL/3).
+	t.Logf("%d requests over %d steady renewals", got, n)
+	if got > 3*n {
+		t.Errorf("%d requests over %d renewals at %v: more than the renewal, one read and one ping each", got, n, every)
 	}
 }

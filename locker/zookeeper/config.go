@@ -71,6 +71,7 @@ type Locker struct {
 
 	margin     time.Duration // Config.SafetyMargin
 	marginOnce sync.Once     // checkMargin runs on the first campaign only
+	relay      relayBound    // set by checkMargin
 
 	// onWake, when set by a test, is called each time a waiting candidate
 	// wakes from watching its predecessor.

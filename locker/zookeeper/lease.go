@@ -31,14 +31,24 @@ type lease struct {
 	stop      context.CancelFunc
 	watchDone chan struct{}
 	touchDone chan struct{}
+
+	relay   *relayPlan // the relay-gap bookkeeping (relay.go)
+	renewed bool       // a first renewal was made (Renew's caller is sequential)
 }
 
 var _ locker.Lease = (*lease)(nil)
 
 func newLease(c *candidate, czxid int64) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
+	bound := c.l.relay
+	if bound.period == 0 {
+		// Not learned: the largest tick the session allows (checkMargin).
+		_, _, timeout, _ := c.s.state()
+		bound = newRelayBound(timeout/2, false)
+	}
 	s := &lease{
 		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
+		relay: newRelayPlan(bound),
 	}
 	go s.watch(ctx)
 	go s.touch(ctx)
@@ -72,11 +82,14 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 // What no client request does is restart the leader's own countdown of
 // the session: a follower notes our activity locally
 // (LearnerSessionTracker.touchSession) and hands it to the leader only in
-// its next ping reply (Learner.ping, every tickTime/2); the leader counts
-// the timeout from there (LearnerHandler, PING: touch). A follower cut off
-// right after passing this request on may never relay it, and the leader's
-// countdown then runs from our previous request. touch keeps that previous
-// request recent; see the README's ZooKeeper safety notes.
+// its answer to the leader's next ping (Learner.ping, every tickTime/2);
+// the leader counts the timeout from there (LearnerHandler, PING: touch).
+// A follower cut off right after passing this request on may never relay
+// it, and the leader's countdown then runs from an earlier request. So the
+// time returned is counted from the latest request known to have been
+// relayed before this one went on, plus half a tick (relay.go); touch
+// keeps that request recent. The lease's first renewal, made as it is
+// acquired, claims the whole timeout (DESIGN §1.2).
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	select {
 	case <-s.Lost():
@@ -88,9 +101,16 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 		s.markLost(fmt.Sprintf("session %x was replaced by %x", s.sid, id))
 		return 0, fmt.Errorf("zookeeper: renew %s: %w: session %x expired", s.node, locker.ErrLost, s.sid)
 	}
+	sent := time.Now()
+	relayed, found := s.relay.renewing(sent)
+	first := !s.renewed
+	if !first && s.relay.late(sent, relayed, found) {
+		relayed, found = s.touchNow(ctx, relayed, found)
+	}
 	_, err := call(ctx, func() ([]zk.MultiResponse, error) {
 		return s.s.conn.Multi(&zk.CheckVersionRequest{Path: s.node, Version: -1})
 	})
+	s.relay.renewed(sent, time.Now(), err == nil)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -107,8 +127,34 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	default:
 		return 0, classify("zookeeper: renew "+s.node, err)
 	}
+	s.renewed = true
 	_, _, timeout, _ := s.s.state()
-	return timeout, nil
+	return s.relay.granted(timeout, sent, relayed, found, first), nil
+}
+
+// touchNow makes the read that should have come before this renewal and
+// waits a ping period after its answer, so that the renewal still claims
+// (nearly) the whole timeout, when the attempt's time allows; otherwise it
+// leaves the renewal to claim what it can.
+func (s *lease) touchNow(ctx context.Context, relayed time.Time, found bool) (time.Time, bool) {
+	period := s.relay.bound.period
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*period {
+		return relayed, found
+	}
+	sent := time.Now()
+	_, err := call(ctx, func() (bool, error) {
+		ok, _, err := s.s.conn.Exists(s.node)
+		return ok, err
+	})
+	if err != nil {
+		return relayed, found
+	}
+	at := time.Now()
+	s.relay.touchAnswered(sent, at)
+	if !retry.Sleep(ctx, time.Until(at.Add(period))) {
+		return relayed, found
+	}
+	return sent, true
 }
 
 func (s *lease) markLost(reason string) {
@@ -204,34 +250,44 @@ func (s *lease) arm(ctx context.Context) (ch <-chan zk.Event, gone string, err e
 	return w.ch, "", nil
 }
 
-// touchEvery is how often a leader sends the server a request it answers
-// itself, so that the server always has fresh activity of the session to
-// relay to the ensemble's leader (see Renew). Relays go out every
-// tickTime/2 (1s with the usual tickTime=2000); a touch every 100ms means
-// every relay carries the session, so the leader's countdown lags a
-// renewal's send by at most about tickTime/2 instead of a whole renewal
-// interval.
-const touchEvery = 100 * time.Millisecond
-
-// touch sends a cheap read of our znode every touchEvery, one at a time,
-// until ctx ends. Its answers do not matter: loss is the watch's business
-// and the renewal's.
+// touch sends the server a cheap read of our znode when the relay plan
+// asks for one (relayPlan.next): once before each renewal the cadence
+// announces, every denseTouch while there is none. The server answers it
+// itself; what matters is that it touches the session (relay.go). Loss is
+// the watch's business and the renewal's.
 func (s *lease) touch(ctx context.Context) {
 	defer close(s.touchDone)
-	t := time.NewTicker(touchEvery)
+	last := time.Now() // the acquisition's own requests just touched the session
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
+		now := time.Now()
+		at := s.relay.next(now, last)
+		if d := at.Sub(now); d > 0 {
+			t.Reset(d)
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.relay.wake:
+				t.Stop() // Go 1.23 timers: no stale value after Stop
+				continue
+			case <-t.C:
+			}
+		} else if ctx.Err() != nil {
 			return
-		case <-t.C:
 		}
+		sent := time.Now()
+		last = sent
+		s.relay.sentTouch(sent)
 		tctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, _ = call(tctx, func() (bool, error) {
+		_, err := call(tctx, func() (bool, error) {
 			ok, _, err := s.s.conn.Exists(s.node)
 			return ok, err
 		})
 		cancel()
+		if err == nil {
+			s.relay.touchAnswered(sent, time.Now())
+		}
 	}
 }
 

@@ -8,30 +8,32 @@ import (
 	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
 )
 
-// checkMargin warns when the safety margin is not above tickTime/2: a
+// checkMargin learns the ensemble's tickTime, which bounds the relay gap
+// (relay.go), and warns when the safety margin is not above tickTime/2: a
 // follower cut off right after relaying our renewal lets the ensemble
 // expire the session up to half a tick before our deadline (DESIGN §1.2,
 // TestRelayGap). ZooKeeper does not tell clients its tickTime; its
 // minSessionTimeout is two ticks unless configured otherwise. A session
 // that asked for less than that was granted exactly that; otherwise one
 // short session asking for 1ms learns it. Configured higher, it makes the
-// estimate too large, and the warning errs on the side of caution.
+// estimate too large, and the warning errs on the side of caution. When
+// nothing answers the probe, the tick is taken as its largest under the
+// default configuration, half the granted timeout, and leases claim no
+// half tick of allowance (relayBound).
 func (l *Locker) checkMargin(ctx context.Context, granted time.Duration) {
-	// With the default minSessionTimeout, tickTime is at most half of any
-	// granted timeout: a margin above a quarter of it needs no probe.
-	if l.margin <= 0 || l.margin > granted/4 {
-		return
-	}
-	minTimeout := granted
+	minTimeout, learned := granted, true
 	if granted <= l.opts.TTL {
-		var err error
-		if minTimeout, err = l.minSessionTimeout(ctx); err != nil {
-			l.log.Debug("cannot learn the ensemble's minimum session timeout; --safety-margin not checked", "error", err)
-			return
+		d, err := l.minSessionTimeout(ctx)
+		if err != nil {
+			l.log.Debug("cannot learn the ensemble's minimum session timeout; --safety-margin not checked, leases claim no relay allowance", "error", err)
+			learned = false
+		} else {
+			minTimeout = d
 		}
 	}
 	tick := minTimeout / 2
-	if l.margin > tick/2 {
+	l.relay = newRelayBound(tick, learned)
+	if !learned || l.margin <= 0 || l.margin > tick/2 {
 		return
 	}
 	l.log.Warn("--safety-margin is not above half of ZooKeeper's tickTime: a follower cut off right after passing on a renewal may let the ensemble expire the session, and a standby lead, up to tickTime/2 before this leader's deadline; raise --safety-margin above tickTime/2",

@@ -1,0 +1,47 @@
+//go:build linux
+
+package bench
+
+import (
+	"flag"
+	"testing"
+	"time"
+)
+
+var flagFootprintOnly = flag.String("bench.footprint-only", "", "measure only the footprint of leaderrun on this backend (etcd, consul, zookeeper, kubernetes), over -bench.footprint")
+
+// TestBenchFootprintOnly measures one leaderrun leader and standby while
+// nothing happens, without the trials: the quick way to see what a change
+// does to RSS, wake-ups and requests (docs/BENCHMARKS.md, "Where the memory
+// and the wake-ups go"). It runs only with -bench.footprint-only.
+func TestBenchFootprintOnly(t *testing.T) {
+	backend := *flagFootprintOnly
+	if backend == "" {
+		t.Skip("-bench.footprint-only not given")
+	}
+	var e *Env
+	switch backend {
+	case "etcd":
+		e = newEnv(t, 3, 0, 0, false)
+	case "consul":
+		e = newEnv(t, 0, 3, 0, false)
+	case "zookeeper":
+		e = newEnv(t, 0, 0, 3, false)
+	case "kubernetes":
+		e = newEnv(t, 0, 0, 0, true)
+	default:
+		t.Fatalf("-bench.footprint-only=%s: not a backend with a benchmark", backend)
+	}
+	lr := contender(t, "leaderrun", backend, "")
+	fp := e.Footprint(lr, *flagWindow)
+	if fp.Err != "" {
+		t.Fatalf("footprint: %s", fp.Err)
+	}
+	perMin := func(n int64) int64 { return n * int64(time.Minute) / int64(fp.Window) }
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	share := func(d time.Duration) float64 { return 100 * float64(d) / float64(fp.Window) }
+	t.Logf("%s over %v: RSS leader %.1f MiB, guard %.1f MiB, standby %.1f MiB; CPU leader %.2f%%, guard %.2f%%, standby %.2f%%; wake-ups/min leader %d, guard %d, standby %d; requests/min leader %d, standby %d",
+		lr.Name(), fp.Window, mib(fp.LeaderRSS), mib(fp.GuardRSS), mib(fp.StandbyRSS),
+		share(fp.LeaderCPU), share(fp.GuardCPU), share(fp.StandbyCPU),
+		perMin(fp.LeaderWakes), perMin(fp.GuardWakes), perMin(fp.StandbyWakes), perMin(fp.LeaderReqs), perMin(fp.StandbyReqs))
+}
