@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -94,7 +97,12 @@ func TestDynamoDB(t *testing.T) {
 		a.p.Wait(10 * time.Second)
 	})
 
-	// What cannot work gives one line and 125, and runs nothing.
+	// What cannot work gives one line and 125, and runs nothing. dynalite
+	// checks no IAM policy, so the two denials come from a scripted
+	// endpoint that answers as DynamoDB does for a role without the
+	// permission: none at all, or reads only.
+	denied := deniedEndpoint(t, false)
+	readOnly := deniedEndpoint(t, true)
 	for _, tc := range []struct {
 		name, want string
 		args       []string
@@ -106,10 +114,33 @@ func TestDynamoDB(t *testing.T) {
 		{"bad endpoint", "--dynamodb-endpoint", []string{"--backend", "dynamodb", "--dynamodb-endpoint", "127.0.0.1:1"}, 5 * time.Second, nil},
 		{"no credentials", "no usable credentials", []string{"--backend", "dynamodb", "--dynamodb-endpoint", ep}, 5 * time.Second,
 			[]string{"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY="}},
+		{"access denied", "refused by DynamoDB", []string{"--backend", "dynamodb", "--dynamodb-endpoint", denied}, 5 * time.Second, nil},
+		{"read-only role", "not authorized to perform: dynamodb:UpdateItem", []string{"--backend", "dynamodb", "--dynamodb-endpoint", readOnly}, 5 * time.Second, nil},
 		{"no region", "--dynamodb-region", []string{"--backend", "dynamodb", "--dynamodb-endpoint", ep}, 5 * time.Second, []string{"AWS_REGION=", "AWS_DEFAULT_REGION="}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			refusedOneLine(t, append(tc.args, "--key", newKey("refused")), tc.env, tc.want, tc.bound)
 		})
 	}
+}
+
+// deniedEndpoint is a scripted DynamoDB endpoint for a role that may do
+// nothing (every call AccessDeniedException) or, with reads, one that may
+// describe the table and read items but not write them.
+func deniedEndpoint(t *testing.T, reads bool) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		switch {
+		case reads && op == "DescribeTable":
+			fmt.Fprint(w, `{"Table":{"TableName":"leaderrun","TableStatus":"ACTIVE","KeySchema":[{"AttributeName":"key","KeyType":"HASH"}]}}`)
+		case reads && op == "GetItem":
+			fmt.Fprint(w, `{}`)
+		default:
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"__type":"com.amazon.coral.service#AccessDeniedException","message":"User: arn:aws:iam::123456789012:user/test is not authorized to perform: dynamodb:%s on resource: leaderrun"}`, op)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
