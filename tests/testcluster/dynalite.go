@@ -126,6 +126,10 @@ func startDynalite(bin string, disk bool) (*Dynalite, error) {
 		return nil, err
 	}
 	d := &Dynalite{dir: dir, bin: bin, disk: disk}
+	if err := os.WriteFile(filepath.Join(dir, "keepup.js"), []byte(keepUp), 0o644); err != nil {
+		d.close()
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
 		ports, err := freePorts(1, false)
 		if err != nil {
@@ -147,6 +151,21 @@ func startDynalite(bin string, disk bool) (*Dynalite, error) {
 	}
 }
 
+// keepUp is loaded into dynalite's Node.js before it starts: dynalite
+// rethrows a request's error from its handler, so a client whose
+// connection is reset mid-request (a proxy that refuses a host, a killed
+// leaderrun) would kill the server. That error is only the one request's;
+// the server carries on, and any other uncaught error still ends it.
+const keepUp = `process.on('uncaughtException', function (err) {
+  if (err && err.code === 'ECONNRESET') {
+    console.error('testcluster: a client reset its connection mid-request: ' + err.message)
+    return
+  }
+  console.error((err && err.stack) || err)
+  process.exit(1)
+})
+`
+
 // run starts the server on d.port and waits until it answers.
 func (d *Dynalite) run() error {
 	// Tables become ACTIVE at once: the tests wait for nothing.
@@ -154,7 +173,8 @@ func (d *Dynalite) run() error {
 	if d.disk {
 		args = append(args, "--path", filepath.Join(d.dir, "data"))
 	}
-	d.proc = &proc{name: "dynalite", bin: d.bin, logPath: filepath.Join(d.dir, "dynalite.log"), args: args}
+	d.proc = &proc{name: "dynalite", bin: d.bin, logPath: filepath.Join(d.dir, "dynalite.log"), args: args,
+		env: []string{"NODE_OPTIONS=--require " + filepath.Join(d.dir, "keepup.js")}}
 	if err := d.proc.start(); err != nil {
 		return err
 	}

@@ -3,10 +3,13 @@
 package testcluster
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDynaliteStartsAndStops(t *testing.T) {
@@ -45,6 +48,27 @@ func TestDynaliteOnDiskKeepsItsTablesAcrossRestart(t *testing.T) {
 		if kept != disk {
 			t.Errorf("on disk %v: item kept across SIGKILL and restart = %v", disk, kept)
 		}
+	}
+}
+
+// TestDynaliteOutlivesAClientResetMidRequest: a client whose connection
+// is reset while it sends a request body (a proxy refusing a host, a
+// killed leaderrun) leaves the server serving. dynalite itself rethrows
+// the request's error and dies of it; the harness keeps it up.
+func TestDynaliteOutlivesAClientResetMidRequest(t *testing.T) {
+	d := StartDynalite(t)
+	c, err := net.Dial("tcp", d.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/x-amz-json-1.0\r\n"+
+		"X-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Length: 100\r\n\r\n{", d.Addr())
+	time.Sleep(100 * time.Millisecond)
+	c.(*net.TCPConn).SetLinger(0) // close with a reset
+	c.Close()
+	time.Sleep(300 * time.Millisecond)
+	if err := d.ping(); err != nil {
+		t.Fatalf("the server does not answer after a client's reset: %v\n%s", err, d.proc.logTail())
 	}
 }
 
