@@ -99,15 +99,16 @@ package-test: packages
 
 # Chaos suite (tests/chaos, docs/CHAOS.md): CHAOS_FAULTS faults per
 # backend on real 3-server etcd, Consul and ZooKeeper clusters, a
-# kube-apiserver, a PostgreSQL server and the local backend, three
-# leaderrun hosts each, a fenced resource; the hosts take turns with the
-# containment modes of CHAOS_CONTAIN, in blocks of ten faults. Writes the
+# kube-apiserver, a PostgreSQL server, a dynalite server (DynamoDB) and
+# the local backend, three leaderrun hosts each, a fenced resource; the
+# hosts take turns with the containment modes of CHAOS_CONTAIN, in blocks
+# of ten faults. Writes the
 # results table into docs/CHAOS.md. The backends run side by side;
 # Consul, the slowest, sets the time: well over an hour with the defaults
 # on two cores. Not part of `make test`.
 CHAOS_FAULTS   ?= 200
 CHAOS_SEED     ?= 0
-CHAOS_BACKENDS ?= etcd,consul,zookeeper,kubernetes,postgres,local
+CHAOS_BACKENDS ?= etcd,consul,zookeeper,kubernetes,postgres,dynamodb,local
 CHAOS_CONTAIN  ?= cgroup,group
 
 .PHONY: chaos
@@ -119,11 +120,11 @@ chaos: deps servers
 
 # Benchmark (tests/bench, docs/BENCHMARKS.md): leaderrun against
 # `etcdctl lock` and `consul lock` on the same real 3-server clusters, on a
-# 3-server ZooKeeper ensemble and a PostgreSQL server, and against
-# client-go's leaderelection on a kube-apiserver; writes the results into
-# docs/BENCHMARKS.md. Takes about 20 minutes; not part of `make test`
-# (TestBenchSmoke, TestBenchZooKeeper, TestBenchKubernetes and
-# TestBenchPostgres are).
+# 3-server ZooKeeper ensemble, a PostgreSQL server and a dynalite server,
+# and against client-go's leaderelection on a kube-apiserver; writes the
+# results into docs/BENCHMARKS.md. Takes about 20 minutes; not part of
+# `make test` (TestBenchSmoke, TestBenchZooKeeper, TestBenchKubernetes,
+# TestBenchPostgres and TestBenchDynamoDB are).
 .PHONY: bench
 bench: deps servers
 	$(GO) test -count=1 -timeout 60m -run 'TestBenchmark$$' -v ./tests/bench/ -args \

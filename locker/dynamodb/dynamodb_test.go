@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -155,6 +156,31 @@ func TestTakeoverOnlyAfterTTLAndAllowance(t *testing.T) {
 	d := testcluster.SharedDynalite(t)
 	key := lockertest.Key(t)
 	lockertest.ObserverTakeover(t, newLocker(t, d.Endpoint(), key), newLocker(t, d.Endpoint(), key), 2*time.Second)
+}
+
+// TestStandbyClockRatesOnTheServer: a standby whose clock runs 5% fast or
+// slow never takes a dynalite item over before the holder's TTL since its
+// last renewal has passed in real time; one 30% fast does
+// (lockertest.StandbyClockRates). The standby is the store New builds,
+// under the core with the rate clock for its watch.
+func TestStandbyClockRatesOnTheServer(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	n := 0
+	lockertest.StandbyClockRates(t, 2*time.Second, func(now func() time.Time) (locker.Locker, locker.Locker) {
+		n++
+		key := fmt.Sprintf("%s-%d", lockertest.Key(t), n)
+		withClock := func(cfg Config) (*leaserow.Locker, error) {
+			st, err := newStore(cfg)
+			if err != nil {
+				return nil, err
+			}
+			if err := st.probe(); err != nil {
+				return nil, err
+			}
+			return leaserow.New(leaserow.Config{Options: cfg.Options, Store: st, Name: "dynamodb", Timeout: st.timeout, Logger: cfg.Logger, Now: now})
+		}
+		return newLocker(t, d.Endpoint(), key), lockertest.Open(t, withClock, lockerConfig(d.Endpoint(), key))
+	})
 }
 
 func TestHandEditedItemIsLost(t *testing.T) {

@@ -47,7 +47,12 @@ var candidates atomic.Int64
 // defaults (TTL 2s), adjusted by mods, closed when the test ends.
 func newLocker(t testing.TB, endpoint, key string, mods ...func(*Config)) *leaserow.Locker {
 	t.Helper()
-	cfg := Config{
+	return lockertest.Open(t, New, lockerConfig(endpoint, key), mods...)
+}
+
+// lockerConfig is newLocker's Config: a candidate of its own for key.
+func lockerConfig(endpoint, key string) Config {
+	return Config{
 		Options: locker.Options{Key: key, Prefix: "lrtest", ID: fmt.Sprintf("%s-%d", key, candidates.Add(1)),
 			TTL: 2 * time.Second, Version: "test"},
 		Endpoint:    endpoint,
@@ -55,5 +60,4 @@ func newLocker(t testing.TB, endpoint, key string, mods ...func(*Config)) *lease
 		Timeout:     2 * time.Second,
 		Logger:      lockertest.DebugLogger(key),
 	}
-	return lockertest.Open(t, New, cfg, mods...)
 }

@@ -209,3 +209,47 @@ func Median(d []time.Duration) (median, p99 time.Duration) {
 	slices.Sort(d)
 	return d[len(d)/2], d[len(d)*99/100]
 }
+
+// RateClock runs at Rate times real time from Start: the clock of a
+// standby whose oscillator is fast (Rate > 1) or slow.
+type RateClock struct {
+	Start time.Time
+	Rate  float64
+}
+
+// Now is the clock's reading.
+func (c RateClock) Now() time.Time {
+	return c.Start.Add(time.Duration(float64(time.Since(c.Start)) * c.Rate))
+}
+
+// StandbyClockRates checks an observer-clock backend against a standby
+// whose clock runs 5% fast or 5% slow (within what the allowance covers
+// at ttl 2s: 250ms): it takes over a holder that stopped renewing no
+// earlier than the TTL after the holder's last renewal, in real time. One
+// 30% fast (far beyond it) would, which shows the check can fail. open
+// returns, for a key of its own each call, a holder and a standby whose
+// watch reads now; both have TTL ttl.
+func StandbyClockRates(t *testing.T, ttl time.Duration, open func(now func() time.Time) (holder, standby locker.Locker)) {
+	t.Helper()
+	for _, tc := range []struct {
+		rate  float64
+		early bool
+	}{{1.05, false}, {0.95, false}, {1.3, true}} {
+		holder, standby := open(RateClock{time.Now(), tc.rate}.Now)
+		ls := MustAcquire(t, holder)
+		if _, err := ls.Renew(Ctx(t, ttl)); err != nil {
+			t.Fatal(err)
+		}
+		lastSend := time.Now() // after the renewal's send: errs late, against the test
+		r := <-AcquireAsync(t, Ctx(t, 10*ttl), standby)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		Release(r.Lease)
+		took := r.At.Sub(lastSend)
+		t.Logf("standby clock rate %.2f: took over %v after the last renewal (TTL %v)", tc.rate, took.Round(time.Millisecond), ttl)
+		if early := took < ttl; early != tc.early {
+			t.Errorf("rate %.2f: took over %v after the last renewal; early = %v, want %v", tc.rate, took, early, tc.early)
+		}
+	}
+}

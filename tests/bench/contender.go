@@ -25,7 +25,8 @@ type Contender struct {
 	Tool string
 	// Config says how it is set up, e.g. "--ttl 3 (matched)".
 	Config string
-	// Backend is "etcd", "consul", "zookeeper", "kubernetes" or "postgres".
+	// Backend is "etcd", "consul", "zookeeper", "kubernetes", "postgres"
+	// or "dynamodb".
 	Backend string
 	// TTL is the lease or session TTL in effect.
 	TTL time.Duration
@@ -111,10 +112,7 @@ func Contenders() []*Contender {
 		{
 			// ZooKeeper has no lock tool of its own to compare with.
 			Tool: "leaderrun", Config: "(zookeeper, ttl 3s)", Backend: "zookeeper", TTL: chaos.ZooKeeperTiming.TTL, Leaderrun: true,
-			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
-				args := append(chaos.ZooKeeper{}.LeaderrunArgs(addrs), chaos.ZooKeeperTiming.Args()...)
-				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
-			},
+			argv:    leaderrunArgv(chaos.ZooKeeper{}, chaos.ZooKeeperTiming),
 			members: func(e *Env, lock string) ([]string, error) { return e.zkCandidates("/leaderrun/" + lock) },
 		},
 		{
@@ -140,11 +138,22 @@ func Contenders() []*Contender {
 			// PostgreSQL has no lock tool that runs a command to set
 			// against it.
 			Tool: "leaderrun", Config: "(postgres, ttl 3s)", Backend: "postgres", TTL: chaos.PostgresTiming.TTL, Leaderrun: true,
-			argv: func(e *Env, lock, id string, addrs []string) (string, []string) {
-				args := append(chaos.Postgres{}.LeaderrunArgs(addrs), chaos.PostgresTiming.Args()...)
-				return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
-			},
+			argv: leaderrunArgv(chaos.Postgres{}, chaos.PostgresTiming),
 		},
+		{
+			// Nor has DynamoDB.
+			Tool: "leaderrun", Config: "(dynamodb, ttl 3s)", Backend: "dynamodb", TTL: chaos.DynamoDBTiming.TTL, Leaderrun: true,
+			argv: leaderrunArgv(chaos.DynamoDB{}, chaos.DynamoDBTiming),
+		},
+	}
+}
+
+// leaderrunArgv runs leaderrun on cl's backend with timing tm, the
+// writer as its child.
+func leaderrunArgv(cl chaos.Cluster, tm chaos.Timing) func(e *Env, lock, id string, addrs []string) (string, []string) {
+	return func(e *Env, lock, id string, addrs []string) (string, []string) {
+		args := append(cl.LeaderrunArgs(addrs), tm.Args()...)
+		return e.Bins.Leaderrun, append(args, "--key", lock, "--id", id, "--log-level", "debug", "--", e.Bins.Writer)
 	}
 }
 

@@ -29,9 +29,9 @@ var (
 const rivalLanes = 5
 
 // TestBenchmark measures leaderrun against `etcdctl lock` and `consul
-// lock` on the same 3-server clusters, on a 3-server ZooKeeper ensemble
-// and a PostgreSQL server, and against client-go's leaderelection on a
-// kube-apiserver, and writes
+// lock` on the same 3-server clusters, on a 3-server ZooKeeper ensemble,
+// a PostgreSQL server and a dynalite server, and against client-go's
+// leaderelection on a kube-apiserver, and writes
 // docs/BENCHMARKS.md. It
 // runs only with -bench.full (make bench); TestBenchSmoke keeps the
 // harness honest in the default test run.
@@ -44,6 +44,8 @@ func TestBenchmark(t *testing.T) {
 	e := newEnv(t, 3, 3, 3, true)
 	pg := chaos.StartPostgres(t)
 	e.Postgres = &pg
+	dyn := chaos.StartDynamoDB(t)
+	e.DynamoDB = &dyn
 	cs := Contenders()
 	res := NewResults(cs)
 	phase := func(name string) func() {
@@ -180,12 +182,13 @@ func benchReport(res *Results, bd *BreakdownSet, commit string, took time.Durati
 	fmt.Fprintf(&b, "- command: `%s`\n", cmd)
 	fmt.Fprintf(&b, "- tree: %s\n", commit)
 	fmt.Fprintf(&b, "- machine: %s\n", chaos.Machine())
-	fmt.Fprintf(&b, "- servers: etcd v3.6.16, 3 members; Consul v1.14.11, 3 servers; ZooKeeper 3.8 (Debian), 3 servers, tickTime 200ms; kube-apiserver v1.37.2 on a 1-member etcd; PostgreSQL 15 (Debian), 1 server; all on 127.0.0.1\n")
+	fmt.Fprintf(&b, "- servers: etcd v3.6.16, 3 members; Consul v1.14.11, 3 servers; ZooKeeper 3.8 (Debian), 3 servers, tickTime 200ms; kube-apiserver v1.37.2 on a 1-member etcd; PostgreSQL 15 (Debian), 1 server; dynalite 4.0.0, 1 server; all on 127.0.0.1\n")
 	fmt.Fprintf(&b, "- leaderrun on etcd: `%s`; on Consul: `%s --consul-lock-delay %v`\n",
 		strings.Join(chaos.EtcdTiming.Args(), " "), strings.Join(chaos.ConsulTiming.Args(), " "), chaos.ConsulTiming.LockDelay)
 	fmt.Fprintf(&b, "- leaderrun on ZooKeeper: `%s`\n", strings.Join(chaos.ZooKeeperTiming.Args(), " "))
 	fmt.Fprintf(&b, "- leaderrun on Kubernetes: `%s`\n", strings.Join(chaos.KubeTiming.Args(), " "))
 	fmt.Fprintf(&b, "- leaderrun on PostgreSQL: `%s`\n", strings.Join(chaos.PostgresTiming.Args(), " "))
+	fmt.Fprintf(&b, "- leaderrun on DynamoDB: `%s`\n", strings.Join(chaos.DynamoDBTiming.Args(), " "))
 	fmt.Fprintf(&b, "- %s\n", k8sRivalNote())
 	b.WriteString("- requests on Kubernetes are the TLS application-data records a client sent (the proxy cannot read TLS): they compare the two Kubernetes tools only\n")
 	fmt.Fprintf(&b, "- trials: %d crash and %d graceful per contender, %d lease-loss trials per contender and cut; footprint over %v; scale windows 20s\n",

@@ -38,6 +38,8 @@ type Env struct {
 	K8sLock string
 	// Postgres is a PostgreSQL server; nil when not started.
 	Postgres *chaos.Postgres
+	// DynamoDB is a dynalite server; nil when not started.
+	DynamoDB *chaos.DynamoDB
 	// Dir holds the processes' logs.
 	Dir string
 
@@ -62,6 +64,11 @@ func (e *Env) cluster(c *Contender) chaos.Cluster {
 	case "postgres":
 		if e.Postgres != nil {
 			return *e.Postgres
+		}
+		return nil
+	case "dynamodb":
+		if e.DynamoDB != nil {
+			return *e.DynamoDB
 		}
 		return nil
 	}
@@ -192,7 +199,7 @@ func (ln *Lane) spawn(onReq func(string)) (*Candidate, error) {
 	path, args := ln.c.argv(ln.e, ln.lock, id, c.Link.Addrs())
 	p, err := chaos.Start(chaos.ProcSpec{
 		Name: id, Path: path, Args: args,
-		Env:       append(ln.fence.Env(id), "SHELL=/bin/sh"),
+		Env:       append(append(ln.fence.Env(id), "SHELL=/bin/sh"), chaos.HostEnv(ln.e.cluster(ln.c))...),
 		LogPath:   filepath.Join(ln.e.Dir, id+".log"),
 		KeepLines: ln.c.Leaderrun,
 	})
@@ -290,8 +297,8 @@ func (ln *Lane) addStandby() (*Candidate, error) {
 }
 
 // members lists the candidates waiting for the lane's lock, or holding it:
-// those the backend lists, or, on a Kubernetes Lease or a PostgreSQL lease
-// row, which name only their holder, those that are running and connected
+// those the backend lists, or, on a Kubernetes Lease or a lease row
+// (PostgreSQL, DynamoDB), which name only their holder, those that are running and connected
 // to the server (a candidate reads the lease on the connection it opens,
 // and then watches or polls it).
 func (ln *Lane) members() ([]string, error) {

@@ -3,7 +3,6 @@ package bench
 import (
 	"flag"
 	"testing"
-	"time"
 
 	"github.com/leaderrun/leaderrun/tests/chaos"
 )
@@ -14,64 +13,10 @@ var flagPG = flag.Bool("bench.pg", false, "measure leaderrun on PostgreSQL with 
 // the single primary the backend supports (no PostgreSQL tool runs a
 // command under a lock to set against it). By default it runs one trial of
 // each kind, so the rows cannot rot; with -bench.pg it runs the
-// benchmark's sizes, freezes included, and prints the tables. It asserts
-// what leaderrun promises, never a timing.
+// benchmark's sizes, freezes included, and prints the tables (benchAlone).
 func TestBenchPostgres(t *testing.T) {
 	e := newEnv(t, 0, 0, 0, false)
 	pg := chaos.StartPostgres(t)
 	e.Postgres = &pg
-	lr := contender(t, "leaderrun", "postgres", "")
-	res := NewResults([]*Contender{lr})
-	trials, loss, window, sizes := 1, 1, 3*time.Second, []int{3}
-	kinds := []string{KindCrash, KindGraceful, KindRefuse, KindBlackhole}
-	if *flagPG {
-		trials, loss, window, sizes = *flagTrials, *flagLoss, *flagWindow, scaleSizes()
-		kinds = append(kinds, KindFreeze)
-	}
-	for _, kind := range kinds {
-		n := trials
-		if kind == KindRefuse || kind == KindBlackhole || kind == KindFreeze {
-			n = loss
-		}
-		ts := e.Trials(lr, kind, n, 1)
-		res.Add(lr, kind, ts)
-		ran := 0
-		for _, tr := range ts {
-			if tr.Err != "" {
-				t.Logf("%s: could not run (retried in a fresh lane): %s", kind, tr.Err)
-				continue
-			}
-			ran++
-			if !tr.Handoff {
-				t.Errorf("%s: no handoff: %+v", kind, tr)
-			}
-			if tr.OldAlive || tr.OldSurvived || tr.Overlaps > 0 {
-				t.Errorf("%s: the old child was not gone before the new one started: %+v", kind, tr)
-			}
-			if (kind == KindRefuse || kind == KindBlackhole) && (!tr.Stopped || !tr.HasRenewal || tr.Stop >= lr.TTL || tr.SinceRenewal >= lr.TTL) {
-				t.Errorf("%s: the child must die on its own before the TTL: %+v", kind, tr)
-			}
-		}
-		if ran == 0 {
-			t.Errorf("%s: no trial ran", kind)
-		}
-	}
-	fp := e.Footprint(lr, window)
-	res.Footprints[lr.Name()] = fp
-	if fp.Err != "" || fp.LeaderRSS == 0 || fp.StandbyRSS == 0 || fp.LeaderReqs == 0 || fp.GuardRSS == 0 {
-		t.Errorf("footprint: %+v", fp)
-	}
-	for _, n := range sizes {
-		w := 2 * time.Second
-		if *flagPG {
-			w = 20 * time.Second
-		}
-		sp := e.Scale(lr, n, w, 3)
-		res.Scale[lr.Name()] = append(res.Scale[lr.Name()], sp)
-		t.Logf("scale x%d: %+v", n, sp)
-		if sp.Err != "" {
-			t.Errorf("scale %d: %s", n, sp.Err)
-		}
-	}
-	t.Logf("\n%s\n%s\n%s\n%s", res.FailoverTable(), res.LeaseLossTable(), res.FootprintTable(), res.ScaleTable())
+	benchAlone(t, e, contender(t, "leaderrun", "postgres", ""), *flagPG)
 }

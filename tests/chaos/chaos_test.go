@@ -17,7 +17,7 @@ import (
 var (
 	flagFaults   = flag.Int("chaos.faults", 0, "faults per backend; 0 runs the short default set (a few minutes)")
 	flagSeed     = flag.Uint64("chaos.seed", 0, "seed of the fault order and choices; 0 takes one from the clock")
-	flagBackends = flag.String("chaos.backends", "etcd,consul,zookeeper,kubernetes,postgres,local", "comma-separated backends to torment")
+	flagBackends = flag.String("chaos.backends", "etcd,consul,zookeeper,kubernetes,postgres,dynamodb,local", "comma-separated backends to torment")
 	flagOnly     = flag.String("chaos.only", "", "comma-separated fault types to inject (default: all)")
 	flagContain  = flag.String("chaos.contain", "cgroup,group", "comma-separated --contain modes the hosts take turns with, in blocks of faults (cgroup, group, auto)")
 	flagReport   = flag.String("chaos.report", "", "Markdown file whose results section receives the summary (docs/CHAOS.md)")
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) { os.Exit(RunTests(m, &bins)) }
 // lease makes each one quick, every fault but the last three of the list
 // once, the escape in group mode; on Consul, whose minimum session TTL is
 // 10s, the faults that do not wait for a session to expire, and one that
-// does; on ZooKeeper, Kubernetes and PostgreSQL a crash, a frozen supervisor, a
+// does; on ZooKeeper, Kubernetes, PostgreSQL and DynamoDB a crash, a frozen supervisor, a
 // partition and a server's death, the faults that go through the guard,
 // the kill point and the observer's clock; on the local backend, where
 // nothing waits for a lease, the three faults of the job's last line of
@@ -51,6 +51,7 @@ var shortPlan = map[string][]string{
 	"zookeeper":  {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
 	"kubernetes": {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
 	"postgres":   {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
+	"dynamodb":   {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
 	"local":      {"kill-leader@auto", "escape@auto", "guard-fires-first@group", "both-killed@group", "fork-storm@group"},
 }
 
@@ -125,10 +126,12 @@ func runBackend(t *testing.T, r *backendRun, seed uint64) {
 		cl = StartKube(t)
 	case "postgres":
 		cl = StartPostgres(t)
+	case "dynamodb":
+		cl = StartDynamoDB(t)
 	case "local":
 		cl = StartLocal(t)
 	default:
-		t.Fatalf("unknown backend %q (want etcd, consul, zookeeper, kubernetes, postgres or local)", name)
+		t.Fatalf("unknown backend %q (want etcd, consul, zookeeper, kubernetes, postgres, dynamodb or local)", name)
 	}
 	w := newWorld(t, cl, seed)
 	r.tm, r.stats = w.tm, w.stats
@@ -441,6 +444,8 @@ func report(runs []*backendRun, seed uint64, table string, failed bool) string {
 			servers = "1 API server"
 		} else if r.name == "postgres" {
 			servers = "1 server (a single primary)"
+		} else if r.name == "dynamodb" {
+			servers = "1 dynalite server (tables on disk)"
 		}
 		fmt.Fprintf(&b, "- %s: %s, 3 leaderrun hosts; leaderrun %s (guard-fires-first: %s --restart on-failure); took %v\n", r.name, servers,
 			strings.Join(r.tm.Args(), " "), strings.Join(profile{guardFirst: true}.timing(r.tm).Args(), " "), r.took.Round(time.Second))

@@ -212,7 +212,7 @@ func (w *world) start(h *host) {
 		args = append(args, "--restart", "on-failure")
 	}
 	args = append(args, "--key", key, "--id", h.id, "--log-level", "debug", "--", w.bins.Writer)
-	env := w.fence.Env(h.id)
+	env := append(w.fence.Env(h.id), HostEnv(w.cl)...)
 	switch w.prof.job {
 	case jobEscape:
 		env = append(env, "FENCE_ESCAPE=1")

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderrun/leaderrun/locker/observe"
-	"github.com/leaderrun/leaderrun/tests/chaos"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
@@ -44,44 +42,9 @@ func TestPostgres(t *testing.T) {
 	})
 	t.Run("leader cut off: its child dies within the TTL, the standby leads after TTL + allowance", func(t *testing.T) {
 		t.Parallel()
-		px, err := chaos.NewProxy(pg.Addr(), chaos.Raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer px.Close()
 		key := newKey("cut")
-		dir := t.TempDir()
-		a := startHost(t, dir, "a", "b", pgArgs(strings.Replace(dsn, pg.Addr(), px.Addr(), 1), key))
-		a.waitStarted(t, 30*time.Second)
-		b := startHost(t, dir, "b", "a", pgArgs(dsn, key))
-		waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "campaigning") })
-		time.Sleep(time.Second)
-		px.Cut(chaos.Blackhole)
-		cut := time.Now()
-		b.waitStarted(t, pgTTL+10*time.Second)
-		// a's last successful renewal was sent before the cut, so its
-		// deadline is at most cut + TTL, and the standby's count started
-		// no earlier than a renew interval (500ms) before the cut.
-		aEnd, bStart := a.stamp(t, "end"), b.stamp(t, "start")
-		t.Logf("cut -> old child ended %v, new child started %v", aEnd.Sub(cut).Round(time.Millisecond), bStart.Sub(cut).Round(time.Millisecond))
-		if aEnd.After(cut.Add(pgTTL)) {
-			t.Errorf("old child ended %v after the cut, past its deadline (TTL %v)", aEnd.Sub(cut), pgTTL)
-		}
-		if min := pgTTL + observe.Allowance(pgTTL) - 500*time.Millisecond; bStart.Sub(cut) < min {
-			t.Errorf("standby led %v after the cut, before TTL + allowance - renew interval (%v)", bStart.Sub(cut), min)
-		}
-		if !bStart.After(aEnd) {
-			t.Errorf("standby's child started before the old child ended")
-		}
-		b.noOverlap(t)
-		if eb, ea := b.epoch(t), a.epoch(t); eb <= ea {
-			t.Errorf("epoch after takeover %d, want > %d", eb, ea)
-		}
-		if code := a.p.Wait(20 * time.Second); code != 123 {
-			t.Errorf("cut-off leader exit %d, want 123\n%s", code, a.p.Output())
-		}
-		b.p.Signal(syscall.SIGTERM)
-		b.p.Wait(10 * time.Second)
+		_, b := cutOffLeader(t, t.TempDir(), pg.Addr(), func(px string) []string { return pgArgs(strings.Replace(dsn, pg.Addr(), px, 1), key) }, pgArgs(dsn, key), pgTTL, 500*time.Millisecond)
+		stopHost(t, b)
 	})
 	t.Run("no-wait while held exits 124; status and check", func(t *testing.T) {
 		t.Parallel()
@@ -123,33 +86,10 @@ func TestPostgres(t *testing.T) {
 		{"standby server", standby.DSN(), "--pg-dsn", 10 * time.Second, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			start := time.Now()
-			p := startCmd(t, append(pgArgs(tc.dsn, newKey("refused"), tc.extra...), "--", "touch", dir+"/ran"))
-			code := p.Wait(tc.bound + 10*time.Second)
-			took := time.Since(start)
-			out := strings.TrimSpace(p.Output())
-			var errLines []string
-			for _, l := range strings.Split(out, "\n") {
-				if strings.Contains(l, "[ERROR]") || strings.HasPrefix(l, "leaderrun:") {
-					errLines = append(errLines, l)
-				}
-			}
-			t.Logf("exit %d after %v: %s", code, took.Round(time.Millisecond), strings.Join(errLines, " | "))
-			if code != 125 || len(errLines) != 1 || !strings.Contains(errLines[0], tc.want) {
-				t.Fatalf("exit %d, want 125 and one error line naming %q:\n%s", code, tc.want, out)
-			}
-			if took > tc.bound {
-				t.Errorf("took %v, want within %v", took, tc.bound)
-			}
-			if ranFile(dir) {
-				t.Fatal("the child ran")
-			}
+			refusedOneLine(t, pgArgs(tc.dsn, newKey("refused"), tc.extra...), nil, tc.want, tc.bound)
 		})
 	}
 }
-
-func startCmd(t *testing.T, args []string) *Proc { return start(t, "refused", nil, args...) }
 
 func ranFile(dir string) bool {
 	_, err := exec.Command("test", "-e", dir+"/ran").CombinedOutput()

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,7 +18,8 @@ import (
 )
 
 // Dynalite is a DynamoDB-compatible server on Node.js and LevelDB (npm
-// package dynalite, pinned by scripts/install-deps.sh), in memory. It
+// package dynalite, pinned by scripts/install-deps.sh), in memory, or in
+// LevelDB files under its folder (StartDynaliteOnDisk). It
 // speaks DynamoDB's API and checks conditions and consistent reads as the
 // service does; it is not AWS: no throttling, no IAM (any signature is
 // accepted), no instance credentials, no TransactWriteItems.
@@ -33,6 +35,8 @@ type Dynalite struct {
 	dir  string
 	port int
 	proc *proc
+	bin  string
+	disk bool
 }
 
 // DynaliteBin returns the dynalite executable: $LEADERRUN_DYNALITE, else
@@ -79,9 +83,16 @@ func dynaliteBin() (string, error) {
 
 // StartDynalite starts a server of its own for the test, stopped when the
 // test ends (its log printed if the test failed).
-func StartDynalite(t testing.TB) *Dynalite {
+func StartDynalite(t testing.TB) *Dynalite { t.Helper(); return startOwnDynalite(t, false) }
+
+// StartDynaliteOnDisk is StartDynalite with the tables in LevelDB files
+// (dynalite's --path) instead of memory: a server killed and started
+// again by Restart serves the items it had acknowledged.
+func StartDynaliteOnDisk(t testing.TB) *Dynalite { t.Helper(); return startOwnDynalite(t, true) }
+
+func startOwnDynalite(t testing.TB, disk bool) *Dynalite {
 	t.Helper()
-	d, err := startDynalite(DynaliteBin(t))
+	d, err := startDynalite(DynaliteBin(t), disk)
 	if err != nil {
 		t.Fatalf("testcluster: %v", err)
 	}
@@ -103,18 +114,22 @@ var sharedDyn sharedServer[*Dynalite]
 func SharedDynalite(t testing.TB) *Dynalite {
 	t.Helper()
 	bin := DynaliteBin(t)
-	return sharedDyn.get(t, func() (*Dynalite, error) { return startDynalite(bin) })
+	return sharedDyn.get(t, func() (*Dynalite, error) { return startDynalite(bin, false) })
 }
 
 // StopSharedDynalite stops the server SharedDynalite started, if any.
 func StopSharedDynalite() { sharedDyn.stop() }
 
-func startDynalite(bin string) (*Dynalite, error) {
+func startDynalite(bin string, disk bool) (*Dynalite, error) {
 	dir, err := os.MkdirTemp("", "leaderrun-dynalite-")
 	if err != nil {
 		return nil, err
 	}
-	d := &Dynalite{dir: dir}
+	d := &Dynalite{dir: dir, bin: bin, disk: disk}
+	if err := os.WriteFile(filepath.Join(dir, "keepup.js"), []byte(keepUp), 0o644); err != nil {
+		d.close()
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
 		ports, err := freePorts(1, false)
 		if err != nil {
@@ -122,19 +137,7 @@ func startDynalite(bin string) (*Dynalite, error) {
 			return nil, err
 		}
 		d.port = ports[0]
-		// Tables become ACTIVE at once: the tests wait for nothing.
-		d.proc = &proc{name: "dynalite", bin: bin, logPath: filepath.Join(dir, "dynalite.log"),
-			args: []string{"--host", "127.0.0.1", "--port", strconv.Itoa(d.port), "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}}
-		if err := d.proc.start(); err != nil {
-			d.close()
-			return nil, err
-		}
-		err = poll(startTimeout, func() error {
-			if !d.proc.running() {
-				return permanentError{fmt.Errorf("dynalite exited: %v", d.proc.exitErr())}
-			}
-			return d.ping()
-		})
+		err = d.run()
 		if err == nil {
 			return d, nil
 		}
@@ -148,26 +151,72 @@ func startDynalite(bin string) (*Dynalite, error) {
 	}
 }
 
-// ping makes one ListTables call, signed with nothing dynalite checks.
-func (d *Dynalite) ping() error {
-	req, err := http.NewRequest(http.MethodPost, d.Endpoint(), bytes.NewReader([]byte(`{}`)))
-	if err != nil {
+// keepUp is loaded into dynalite's Node.js before it starts: dynalite
+// rethrows a request's error from its handler, so a client whose
+// connection is reset mid-request (a proxy that refuses a host, a killed
+// leaderrun) would kill the server. That error is only the one request's;
+// the server carries on, and any other uncaught error still ends it.
+const keepUp = `process.on('uncaughtException', function (err) {
+  if (err && err.code === 'ECONNRESET') {
+    console.error('testcluster: a client reset its connection mid-request: ' + err.message)
+    return
+  }
+  console.error((err && err.stack) || err)
+  process.exit(1)
+})
+`
+
+// run starts the server on d.port and waits until it answers.
+func (d *Dynalite) run() error {
+	// Tables become ACTIVE at once: the tests wait for nothing.
+	args := []string{"--host", "127.0.0.1", "--port", strconv.Itoa(d.port), "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}
+	if d.disk {
+		args = append(args, "--path", filepath.Join(d.dir, "data"))
+	}
+	d.proc = &proc{name: "dynalite", bin: d.bin, logPath: filepath.Join(d.dir, "dynalite.log"), args: args,
+		env: []string{"NODE_OPTIONS=--require " + filepath.Join(d.dir, "keepup.js")}}
+	if err := d.proc.start(); err != nil {
 		return err
 	}
+	return poll(startTimeout, func() error {
+		if !d.proc.running() {
+			return permanentError{fmt.Errorf("dynalite exited: %v", d.proc.exitErr())}
+		}
+		return d.ping()
+	})
+}
+
+// ping makes one ListTables call.
+func (d *Dynalite) ping() error {
+	_, err := d.call("ListTables", `{}`)
+	return err
+}
+
+// call makes one DynamoDB API call, signed with nothing dynalite checks,
+// and returns the answer's body.
+func (d *Dynalite) call(op, body string) ([]byte, error) {
+	req, err := http.NewRequest(http.MethodPost, d.Endpoint(), strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
 	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
-	req.Header.Set("X-Amz-Target", "DynamoDB_20120810.ListTables")
+	req.Header.Set("X-Amz-Target", "DynamoDB_20120810."+op)
 	req.Header.Set("X-Amz-Date", time.Now().UTC().Format("20060102T150405Z"))
 	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=00")
 	c := http.Client{Timeout: httpTimeout}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("ListTables: %s", resp.Status)
+		return nil, fmt.Errorf("%s: %s: %s", op, resp.Status, bytes.TrimSpace(out))
 	}
-	return nil
+	return out, nil
 }
 
 // Endpoint is the server's URL, for --dynamodb-endpoint.
@@ -195,8 +244,21 @@ func (d *Dynalite) SetEnv(t testing.TB) {
 	}
 }
 
-// Kill SIGKILLs the server: its in-memory tables are gone with it.
+// Kill SIGKILLs the server: tables in memory are gone with it; those on
+// disk (StartDynaliteOnDisk) stay for Restart.
 func (d *Dynalite) Kill() { d.proc.kill() }
+
+// Restart stops the server if it runs and starts it again on its port,
+// with its data if it keeps them on disk.
+func (d *Dynalite) Restart(t testing.TB) {
+	t.Helper()
+	if d.proc.running() {
+		d.proc.kill()
+	}
+	if err := d.run(); err != nil {
+		t.Fatalf("testcluster: restart dynalite: %v\n%s", err, d.proc.logTail())
+	}
+}
 
 func (d *Dynalite) close() {
 	if d.proc != nil {

@@ -41,6 +41,8 @@ type proc struct {
 	// cred, when set, runs the process as that user (PostgreSQL refuses
 	// to run as root).
 	cred *syscall.Credential
+	// env is added to serverEnv.
+	env []string
 
 	cmd     *exec.Cmd
 	done    chan struct{} // closed once the process has been reaped
@@ -66,7 +68,7 @@ func (p *proc) start() error {
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout = f
 	cmd.Stderr = f
-	cmd.Env = serverEnv()
+	cmd.Env = append(serverEnv(), p.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.cred}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
