@@ -18,7 +18,7 @@ import (
 // Without it every standby follows the lock key with a blocking query, so a
 // release (and every heartbeat of the leader) wakes all of them and all of
 // them race with an acquire. With it, a waiting candidate holds an entry
-// <path>/.queue/<session>, locked by its session, and only the candidate
+// <path>/~queue/<session>, locked by its session, and only the candidate
 // whose entry has no live entry ahead of it (by CreateIndex, the Raft index
 // of the entry's creation) follows the lock key: the head. Every other one
 // follows only the entry just ahead of it, with a blocking query on that
@@ -43,8 +43,12 @@ import (
 // candidate campaign as head.
 
 // queueDir separates the entries from the lock key and its once-per
-// records.
-const queueDir = "/.queue/"
+// records. Its '~' is a character no key or prefix may hold
+// (locker.ValidateKey), like that of the records: "<key>/.queue/x" is a
+// valid key, whose lock key would read as a live place in <key>'s queue,
+// hold up every candidate of <key> behind it, and be deleted as a silent
+// one while its holder leads.
+const queueDir = "/~queue/"
 
 // entryKey is the queue entry of the candidate with session id.
 func (l *Locker) entryKey(id string) string { return l.path + queueDir + id }

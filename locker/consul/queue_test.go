@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -17,6 +18,71 @@ func TestQueue(t *testing.T) {
 	addr := c.HTTPAddr(0)
 	t.Run("OnlyTheHeadTries", func(t *testing.T) { testOnlyTheHeadTries(t, c, addr) })
 	t.Run("DeadEntrySkipped", func(t *testing.T) { testDeadEntrySkipped(t, c, addr) })
+	t.Run("KeyBeneath", func(t *testing.T) { testKeyBeneath(t, c, addr) })
+	t.Run("NeverUsedWithEntries", func(t *testing.T) { testNeverUsedWithEntries(t, c, addr) })
+	t.Run("EntriesGoWithTheCandidate", func(t *testing.T) { testEntriesGo(t, c, addr) })
+}
+
+// testKeyBeneath: a key may be named "<key>/.queue/x" (locker.ValidateKey
+// allows it), or reach that path through its prefix. Its lock key, held
+// and silent between heartbeats, is no candidate of <key>: a candidate of
+// <key> takes the free key at once, and leaves the other key's lock alone.
+func testKeyBeneath(t *testing.T, c *cluster, addr string) {
+	key := lockertest.Key(t)
+	below := c.locker(t, key+"/.queue/x", addr)
+	held := acquire(t, below)
+	other := c.locker(t, "x", addr, func(cfg *Config) { cfg.Prefix = "leaderrun-test/" + key + "/.queue" })
+	if other.path != below.path {
+		t.Fatalf("prefix game: %q, want %q", other.path, below.path)
+	}
+	l := c.locker(t, key, addr)
+	start := time.Now()
+	got := acquire(t, l)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Acquire of a free key took %v: the lock key %s stood in its queue", took, below.path)
+	}
+	release(t, got)
+	pair, _, err := c.admin.KV().Get(below.path, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pair == nil || pair.Session != held.session {
+		t.Fatalf("the lock key %s is no longer held by its holder: %+v", below.path, pair)
+	}
+	release(t, held)
+}
+
+// testNeverUsedWithEntries: queue entries alone (a candidate killed before
+// its first acquire leaves one) do not make a key read as used.
+func testNeverUsedWithEntries(t *testing.T, c *cluster, addr string) {
+	key := lockertest.Key(t)
+	l := c.locker(t, key, addr)
+	if _, err := c.admin.KV().Put(&api.KVPair{Key: l.entryKey("gone"), Value: []byte("left behind")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	lockertest.NeverUsed(t, l, func() { release(t, acquire(t, l)) }, "KV "+l.path)
+}
+
+// testEntriesGo: a candidate that stops waiting (its context ends) and one
+// that wins both leave no entry behind.
+func testEntriesGo(t *testing.T, c *cluster, addr string) {
+	key := lockertest.Key(t)
+	a, b := c.locker(t, key, addr), c.locker(t, key, addr)
+	la := acquire(t, a)
+	if pairs, _, _ := c.admin.KV().List(a.path+queueDir, nil); len(pairs) != 0 {
+		t.Errorf("the winner left %d queue entries", len(pairs))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	win := lockertest.AcquireAsync(t, ctx, b)
+	waitFor(t, 10*time.Second, "b's entry", func() bool { return c.queued(t, b) == 1 })
+	cancel()
+	if got := <-win; got.Err == nil {
+		t.Fatal("b's Acquire returned a lease though its context ended")
+	}
+	if pairs, _, _ := c.admin.KV().List(a.path+queueDir, nil); len(pairs) != 0 {
+		t.Errorf("a cancelled candidate left %d queue entries", len(pairs))
+	}
+	release(t, la)
 }
 
 // queued counts the live entries in the queue of l's key.

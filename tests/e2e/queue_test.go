@@ -161,3 +161,40 @@ func TestKubernetesQueueHerd(t *testing.T) {
 	}
 	herdAfterKill9(t, kubeArgs(admin, newKey("herd")), conflicts, 0)
 }
+
+// TestConsulQueueKeyBeneath: a key may be named like a place in another
+// key's queue, "<key>/.queue/x", and its lock key must never count as a
+// candidate of <key>. Holder a and standby b lead and wait on
+// "<key>/.queue/x" with a long TTL (a heartbeat every 20s); c campaigns for
+// <key> with a 10s TTL. c must get <key> at once, and b must never start
+// its child while a's runs.
+func TestConsulQueueKeyBeneath(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	base := newKey("beneath")
+	long := []string{"--backend", "consul", "--consul-addr", c.HTTPAddr(0), "--key", base + "/.queue/x",
+		"--ttl", "60s", "--renew-interval", "20s", "--kill-grace", "2s", "--safety-margin", "1s"}
+	dir := t.TempDir()
+	a := startHost(t, dir, "a", "b", long)
+	a.waitStarted(t, 30*time.Second)
+	b := startHost(t, dir, "b", "a", long)
+	waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
+	k := startHost(t, dir, "k", "none", consulArgs(c.HTTPAddr(0), base))
+	started := time.Now()
+	// Until well past the point where <key>'s candidate, reading b's queue
+	// entry and a's lock key as places in its queue, would have taken
+	// each for silent (TTL + allowance unchanged; a writes every 20s).
+	deadline := time.Now().Add(2*consulTTL + 25*time.Second)
+	for time.Now().Before(deadline) && !b.started() {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if b.started() {
+		t.Errorf("b's child started while a leads")
+	}
+	if !k.started() {
+		t.Fatalf("k's child has not started %v after k was, with nobody holding its key", time.Since(started).Round(time.Second))
+	}
+	if took := k.stamp(t, "start").Sub(started); took > 5*time.Second {
+		t.Errorf("k's child started %v after k, with nobody holding its key; want within 5s", took.Round(time.Millisecond))
+	}
+	b.noOverlap(t)
+}
