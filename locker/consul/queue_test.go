@@ -2,6 +2,7 @@ package consul
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ func TestQueue(t *testing.T) {
 	addr := c.HTTPAddr(0)
 	t.Run("OnlyTheHeadTries", func(t *testing.T) { testOnlyTheHeadTries(t, c, addr) })
 	t.Run("DeadEntrySkipped", func(t *testing.T) { testDeadEntrySkipped(t, c, addr) })
+	t.Run("DeadEntriesSkippedTogether", func(t *testing.T) { testDeadEntriesTogether(t, c, addr) })
 	t.Run("KeyBeneath", func(t *testing.T) { testKeyBeneath(t, c, addr) })
 	t.Run("NeverUsedWithEntries", func(t *testing.T) { testNeverUsedWithEntries(t, c, addr) })
 	t.Run("EntriesGoWithTheCandidate", func(t *testing.T) { testEntriesGo(t, c, addr) })
@@ -205,5 +207,60 @@ func testDeadEntrySkipped(t *testing.T, c *cluster, addr string) {
 	}
 	if pair, _, _ := c.admin.KV().Get(a.entryKey(sid), nil); pair != nil {
 		t.Errorf("the dead entry is still there: %+v", pair)
+	}
+}
+
+// testDeadEntriesTogether: three candidates that stopped in the queue at
+// the same moment (a host frozen whole), their sessions still alive, hold
+// the one behind them up for one TTL + allowance, not for one each.
+func testDeadEntriesTogether(t *testing.T, c *cluster, addr string) {
+	key := lockertest.Key(t)
+	b := c.locker(t, key, addr)
+	var sids []string
+	for i := range 3 {
+		sid, _, err := c.admin.Session().Create(&api.SessionEntry{TTL: b.ttlString(), Behavior: api.SessionBehaviorRelease, Checks: []string{}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.admin.Session().Destroy(sid, nil) })
+		if ok, _, err := c.admin.KV().Acquire(&api.KVPair{Key: b.entryKey(sid), Session: sid, Value: []byte("frozen " + strconv.Itoa(i))}, nil); !ok || err != nil {
+			t.Fatalf("frozen entry: %v %v", ok, err)
+		}
+		sids = append(sids, sid)
+	}
+	written := time.Now()
+	// Their sessions live on (Consul alone would end them after two
+	// TTLs); only their entries stay unwritten.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(b.opts.TTL / 3):
+			}
+			for _, sid := range sids {
+				c.admin.Session().Renew(sid, nil)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	bound := b.opts.TTL + observe.Allowance(b.opts.TTL)
+	win := lockertest.AcquireAsync(t, lockertest.Ctx(t, time.Minute), b)
+	select {
+	case got := <-win:
+		if got.Err != nil {
+			t.Fatal(got.Err)
+		}
+		took := got.At.Sub(written)
+		t.Logf("b acquired %v after three entries ahead stopped (TTL + allowance %v)", took.Round(time.Millisecond), bound)
+		if took > bound+3*time.Second {
+			t.Errorf("b acquired %v after three entries ahead stopped together, want within one TTL + allowance (%v)", took, bound)
+		}
+		lockertest.Release(got.Lease)
+	case <-time.After(4*bound + 5*time.Second):
+		t.Fatalf("b did not acquire within %v", 4*bound+5*time.Second)
 	}
 }
