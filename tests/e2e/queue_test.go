@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/locker/kubernetes/kubewire"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
@@ -197,4 +199,56 @@ func TestConsulQueueKeyBeneath(t *testing.T) {
 		t.Errorf("k's child started %v after k, with nobody holding its key; want within 5s", took.Round(time.Millisecond))
 	}
 	b.noOverlap(t)
+}
+
+// entriesGoAtTerm: a standby stopped by SIGTERM while it waits in the queue
+// leaves no entry behind; entries() counts them on the server.
+func entriesGoAtTerm(t *testing.T, args []string, entries func() int) {
+	a, b := pair(t, args)
+	waitFor(t, 10*time.Second, "b's queue entry", func() bool { return entries() == 1 })
+	b.p.Signal(syscall.SIGTERM)
+	if code := b.p.Wait(10 * time.Second); code == 0 {
+		t.Errorf("the standby exited 0 after SIGTERM")
+	}
+	if n := entries(); n != 0 {
+		t.Errorf("%d queue entries left after the only standby's SIGTERM, want 0", n)
+	}
+	if b.started() {
+		t.Error("the standby's child started")
+	}
+	a.p.Signal(syscall.SIGTERM)
+	a.p.Wait(10 * time.Second)
+}
+
+func TestConsulQueueEntryGoesAtTerm(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("term")
+	entriesGoAtTerm(t, consulArgs(c.HTTPAddr(0), key), func() int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+c.HTTPAddr(0)+"/v1/kv/leaderrun/"+key+"/~queue/?keys", nil)
+		req.Header.Set("X-Consul-Token", c.ManagementToken())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var keys []string
+		_ = json.NewDecoder(resp.Body).Decode(&keys)
+		return len(keys)
+	})
+}
+
+func TestKubernetesQueueEntryGoesAtTerm(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	k := testcluster.StartKube(t, e, testcluster.KubeUser{Name: "nobody"})
+	admin := k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), "")
+	entriesGoAtTerm(t, kubeArgs(admin, newKey("term")), func() int {
+		_, body := k.Do(t, http.MethodGet, "/apis/coordination.k8s.io/v1/namespaces/default/leases?labelSelector="+url.QueryEscape(kubewire.AnnPrefix+"queue"), nil)
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(body, &list); err != nil {
+			t.Fatalf("leases: %v: %s", err, body)
+		}
+		return len(list.Items)
+	})
 }
