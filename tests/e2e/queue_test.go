@@ -252,3 +252,25 @@ func TestKubernetesQueueEntryGoesAtTerm(t *testing.T) {
 		return len(list.Items)
 	})
 }
+
+// TestConsulStatusNeverUsedWithQueueEntries: entries in the candidates'
+// queue alone (a candidate killed before its first acquire leaves one) do
+// not make a key read as used: status still exits 3.
+func TestConsulStatusNeverUsedWithQueueEntries(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("queueonly")
+	req, _ := http.NewRequest(http.MethodPut, "http://"+c.HTTPAddr(0)+"/v1/kv/leaderrun/"+key+"/~queue/gone", strings.NewReader("left behind"))
+	req.Header.Set("X-Consul-Token", c.ManagementToken())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("put the entry: %s", resp.Status)
+	}
+	code, _, errOut, _ := runOnce(t, nil, "status", "--backend", "consul", "--consul-addr", c.HTTPAddr(0), key)
+	if code != 3 || !strings.Contains(errOut, "never used") {
+		t.Fatalf("status of a key with only a queue entry: exit %d, %q; want exit 3, never used", code, errOut)
+	}
+}
