@@ -42,7 +42,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		} else {
 			log := l.log.Debug
 			if errors.Is(qerr, locker.ErrRefused) {
-				log = l.log.Warn // the token may not write <key>/.queue/
+				log = l.log.Warn // the token may not write <key>/~queue/
 			} else {
 				l.dequeue(id) // the write may have gone through
 			}

@@ -652,6 +652,36 @@ session_prefix "" { policy = "write" }`)
 		})
 	}
 
+	// A token that may write the lock key but not the queue beside it (a
+	// policy on the key alone) still campaigns, beside a queued candidate,
+	// and only one of them holds the key at a time.
+	t.Run("token without the queue", func(t *testing.T) {
+		keyOnly := c.CreateToken(t, `key "leaderrun-test/aclq" { policy = "write" }
+session_prefix "" { policy = "write" }`)
+		queued := c.locker(t, "aclq", addr)
+		bare := c.locker(t, "aclq", addr, func(cfg *Config) { cfg.Token = keyOnly })
+		first := acquire(t, bare)
+		win := lockertest.AcquireAsync(t, lockertest.Ctx(t, time.Minute), queued)
+		waitFor(t, 10*time.Second, "the queued candidate's entry", func() bool { return c.queued(t, queued) == 1 })
+		release(t, first)
+		got := <-win
+		if got.Err != nil {
+			t.Fatal(got.Err)
+		}
+		again := lockertest.AcquireAsync(t, lockertest.Ctx(t, time.Minute), bare)
+		select {
+		case a := <-again:
+			t.Fatalf("the token without the queue acquired a held key: %v", a.Err)
+		case <-time.After(time.Second):
+		}
+		lockertest.Release(got.Lease)
+		if a := <-again; a.Err != nil {
+			t.Fatalf("the token without the queue: %v", a.Err)
+		} else {
+			lockertest.Release(a.Lease)
+		}
+	})
+
 	t.Run("write token", func(t *testing.T) {
 		l := c.locker(t, "acl", addr, func(cfg *Config) { cfg.Token = writer })
 		ls := acquire(t, l)

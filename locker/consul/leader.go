@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,7 +51,7 @@ func (l *Locker) leader(ctx context.Context) (locker.Holder, error) {
 			if err := l.fail("read the records of "+l.path, err); !errors.Is(err, locker.ErrRefused) {
 				return locker.Holder{}, err
 			}
-		} else if len(keys) == 0 {
+		} else if !slices.ContainsFunc(keys, l.isRecord) {
 			return locker.Holder{}, l.neverUsed()
 		}
 	}
@@ -78,6 +79,13 @@ func (l *Locker) leader(ctx context.Context) (locker.Holder, error) {
 		h.LeaseRemaining = ttl
 	}
 	return h, nil
+}
+
+// isRecord reports whether a KV key listed beside the lock key is a record
+// of its use. An entry in the candidates' queue is not one: a candidate
+// killed before its first acquire leaves one behind.
+func (l *Locker) isRecord(key string) bool {
+	return !strings.HasPrefix(key, l.path+queueDir)
 }
 
 // neverUsed is Leader's answer when neither the KV key nor records beside

@@ -18,7 +18,7 @@ import (
 // Without it every standby follows the lock key with a blocking query, so a
 // release (and every heartbeat of the leader) wakes all of them and all of
 // them race with an acquire. With it, a waiting candidate holds an entry
-// <path>/.queue/<session>, locked by its session, and only the candidate
+// <path>/~queue/<session>, locked by its session, and only the candidate
 // whose entry has no live entry ahead of it (by CreateIndex, the Raft index
 // of the entry's creation) follows the lock key: the head. Every other one
 // follows only the entry just ahead of it, with a blocking query on that
@@ -43,8 +43,12 @@ import (
 // candidate campaign as head.
 
 // queueDir separates the entries from the lock key and its once-per
-// records.
-const queueDir = "/.queue/"
+// records. Its '~' is a character no key or prefix may hold
+// (locker.ValidateKey), like that of the records: "<key>/.queue/x" is a
+// valid key, whose lock key would read as a live place in <key>'s queue,
+// hold up every candidate of <key> behind it, and be deleted as a silent
+// one while its holder leads.
+const queueDir = "/~queue/"
 
 // entryKey is the queue entry of the candidate with session id.
 func (l *Locker) entryKey(id string) string { return l.path + queueDir + id }
@@ -94,6 +98,10 @@ func (l *Locker) dequeue(id string) {
 func (l *Locker) waitTurn(ctx context.Context, id string) error {
 	mine := l.entryKey(id)
 	skipped := map[string]uint64{} // entry -> the ModifyIndex it was silent at
+	// Every entry ahead is observed with each read of the queue, so that
+	// entries frozen together are passed over together: the one behind
+	// the first has stayed silent as long.
+	watches := map[string]*observe.Watch{}
 	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		var pairs api.KVPairs
@@ -126,6 +134,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string) error {
 			continue
 		}
 		var dead []*api.KVPair
+		listed := map[string]*observe.Watch{}
 		for _, p := range pairs {
 			if p.CreateIndex >= me.CreateIndex || p.Key == mine {
 				continue
@@ -134,10 +143,17 @@ func (l *Locker) waitTurn(ctx context.Context, id string) error {
 				dead = append(dead, p)
 				continue
 			}
+			w := watches[p.Key]
+			if w == nil {
+				w = &observe.Watch{}
+			}
+			w.Observe(strconv.FormatUint(p.ModifyIndex, 10), l.opts.TTL)
+			listed[p.Key] = w
 			if ahead == nil || p.CreateIndex > ahead.CreateIndex {
 				ahead = p
 			}
 		}
+		watches = listed
 		// Tidy up the dead entries between our predecessor and us: we are
 		// the one candidate that moves past them.
 		for _, p := range dead {
@@ -149,7 +165,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string) error {
 			return nil
 		}
 		l.log.Debug("queued behind another candidate", "key", l.path, "ahead", ahead.Key)
-		silent, err := l.follow(ctx, ahead)
+		silent, err := l.follow(ctx, ahead, watches[ahead.Key])
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -171,9 +187,8 @@ func (l *Locker) waitTurn(ctx context.Context, id string) error {
 // follow waits, with blocking queries on the one entry ahead of ours, until
 // that entry is deleted or unlocked (it returns 0, nil) or has not been
 // written for TTL + observe.Allowance(TTL) on our clock (it returns the
-// ModifyIndex it stayed at).
-func (l *Locker) follow(ctx context.Context, ahead *api.KVPair) (silent uint64, err error) {
-	var w observe.Watch
+// ModifyIndex it stayed at); w has observed it since it was first read.
+func (l *Locker) follow(ctx context.Context, ahead *api.KVPair, w *observe.Watch) (silent uint64, err error) {
 	index := ahead.ModifyIndex
 	w.Observe(strconv.FormatUint(index, 10), l.opts.TTL)
 	for {

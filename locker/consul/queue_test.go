@@ -1,6 +1,8 @@
 package consul
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,6 +19,72 @@ func TestQueue(t *testing.T) {
 	addr := c.HTTPAddr(0)
 	t.Run("OnlyTheHeadTries", func(t *testing.T) { testOnlyTheHeadTries(t, c, addr) })
 	t.Run("DeadEntrySkipped", func(t *testing.T) { testDeadEntrySkipped(t, c, addr) })
+	t.Run("DeadEntriesSkippedTogether", func(t *testing.T) { testDeadEntriesTogether(t, c, addr) })
+	t.Run("KeyBeneath", func(t *testing.T) { testKeyBeneath(t, c, addr) })
+	t.Run("NeverUsedWithEntries", func(t *testing.T) { testNeverUsedWithEntries(t, c, addr) })
+	t.Run("EntriesGoWithTheCandidate", func(t *testing.T) { testEntriesGo(t, c, addr) })
+}
+
+// testKeyBeneath: a key may be named "<key>/.queue/x" (locker.ValidateKey
+// allows it), or reach that path through its prefix. Its lock key, held
+// and silent between heartbeats, is no candidate of <key>: a candidate of
+// <key> takes the free key at once, and leaves the other key's lock alone.
+func testKeyBeneath(t *testing.T, c *cluster, addr string) {
+	key := lockertest.Key(t)
+	below := c.locker(t, key+"/.queue/x", addr)
+	held := acquire(t, below)
+	other := c.locker(t, "x", addr, func(cfg *Config) { cfg.Prefix = "leaderrun-test/" + key + "/.queue" })
+	if other.path != below.path {
+		t.Fatalf("prefix game: %q, want %q", other.path, below.path)
+	}
+	l := c.locker(t, key, addr)
+	start := time.Now()
+	got := acquire(t, l)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Acquire of a free key took %v: the lock key %s stood in its queue", took, below.path)
+	}
+	release(t, got)
+	pair, _, err := c.admin.KV().Get(below.path, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pair == nil || pair.Session != held.session {
+		t.Fatalf("the lock key %s is no longer held by its holder: %+v", below.path, pair)
+	}
+	release(t, held)
+}
+
+// testNeverUsedWithEntries: queue entries alone (a candidate killed before
+// its first acquire leaves one) do not make a key read as used.
+func testNeverUsedWithEntries(t *testing.T, c *cluster, addr string) {
+	key := lockertest.Key(t)
+	l := c.locker(t, key, addr)
+	if _, err := c.admin.KV().Put(&api.KVPair{Key: l.entryKey("gone"), Value: []byte("left behind")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	lockertest.NeverUsed(t, l, func() { release(t, acquire(t, l)) }, "KV "+l.path)
+}
+
+// testEntriesGo: a candidate that stops waiting (its context ends) and one
+// that wins both leave no entry behind.
+func testEntriesGo(t *testing.T, c *cluster, addr string) {
+	key := lockertest.Key(t)
+	a, b := c.locker(t, key, addr), c.locker(t, key, addr)
+	la := acquire(t, a)
+	if pairs, _, _ := c.admin.KV().List(a.path+queueDir, nil); len(pairs) != 0 {
+		t.Errorf("the winner left %d queue entries", len(pairs))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	win := lockertest.AcquireAsync(t, ctx, b)
+	waitFor(t, 10*time.Second, "b's entry", func() bool { return c.queued(t, b) == 1 })
+	cancel()
+	if got := <-win; got.Err == nil {
+		t.Fatal("b's Acquire returned a lease though its context ended")
+	}
+	if pairs, _, _ := c.admin.KV().List(a.path+queueDir, nil); len(pairs) != 0 {
+		t.Errorf("a cancelled candidate left %d queue entries", len(pairs))
+	}
+	release(t, la)
 }
 
 // queued counts the live entries in the queue of l's key.
@@ -139,5 +207,60 @@ func testDeadEntrySkipped(t *testing.T, c *cluster, addr string) {
 	}
 	if pair, _, _ := c.admin.KV().Get(a.entryKey(sid), nil); pair != nil {
 		t.Errorf("the dead entry is still there: %+v", pair)
+	}
+}
+
+// testDeadEntriesTogether: three candidates that stopped in the queue at
+// the same moment (a host frozen whole), their sessions still alive, hold
+// the one behind them up for one TTL + allowance, not for one each.
+func testDeadEntriesTogether(t *testing.T, c *cluster, addr string) {
+	key := lockertest.Key(t)
+	b := c.locker(t, key, addr)
+	var sids []string
+	for i := range 3 {
+		sid, _, err := c.admin.Session().Create(&api.SessionEntry{TTL: b.ttlString(), Behavior: api.SessionBehaviorRelease, Checks: []string{}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.admin.Session().Destroy(sid, nil) })
+		if ok, _, err := c.admin.KV().Acquire(&api.KVPair{Key: b.entryKey(sid), Session: sid, Value: []byte("frozen " + strconv.Itoa(i))}, nil); !ok || err != nil {
+			t.Fatalf("frozen entry: %v %v", ok, err)
+		}
+		sids = append(sids, sid)
+	}
+	written := time.Now()
+	// Their sessions live on (Consul alone would end them after two
+	// TTLs); only their entries stay unwritten.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(b.opts.TTL / 3):
+			}
+			for _, sid := range sids {
+				c.admin.Session().Renew(sid, nil)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	bound := b.opts.TTL + observe.Allowance(b.opts.TTL)
+	win := lockertest.AcquireAsync(t, lockertest.Ctx(t, time.Minute), b)
+	select {
+	case got := <-win:
+		if got.Err != nil {
+			t.Fatal(got.Err)
+		}
+		took := got.At.Sub(written)
+		t.Logf("b acquired %v after three entries ahead stopped (TTL + allowance %v)", took.Round(time.Millisecond), bound)
+		if took > bound+3*time.Second {
+			t.Errorf("b acquired %v after three entries ahead stopped together, want within one TTL + allowance (%v)", took, bound)
+		}
+		lockertest.Release(got.Lease)
+	case <-time.After(4*bound + 5*time.Second):
+		t.Fatalf("b did not acquire within %v", 4*bound+5*time.Second)
 	}
 }

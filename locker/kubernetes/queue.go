@@ -211,6 +211,10 @@ func ahead(a, b *coordinationv1.Lease) bool {
 // candidate campaigns as every candidate did without a queue.
 func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 	skipped := map[string]string{} // entry -> the resourceVersion it was silent at
+	// Every live entry is observed with each read of the queue, so that
+	// entries frozen together are passed over together: the one behind
+	// the first has stayed silent as long.
+	watches := map[string]*observe.Watch{}
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	ancient := 3 * (l.ttl + observe.Allowance(l.ttl))
 	for {
@@ -253,11 +257,19 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			continue
 		}
 		var before *coordinationv1.Lease
+		listed := map[string]*observe.Watch{}
 		for _, it := range live {
+			w := watches[it.Name]
+			if w == nil {
+				w = &observe.Watch{}
+			}
+			w.Observe(it.ResourceVersion, l.ttl)
+			listed[it.Name] = w
 			if ahead(it, me) && (before == nil || ahead(before, it)) {
 				before = it
 			}
 		}
+		watches = listed
 		// Tidy up the dead entries between our predecessor and us: we are
 		// the one candidate that moves past them.
 		for _, it := range dead {
@@ -269,7 +281,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			return nil
 		}
 		l.log.Debug("queued behind another candidate", "lease", l.name, "ahead", before.Name)
-		silent, err := l.follow(ctx, before)
+		silent, err := l.follow(ctx, before, watches[before.Name])
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -293,9 +305,9 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 
 // follow watches the one entry ahead of ours until it is deleted (it
 // returns "", nil) or has not changed for TTL + observe.Allowance(TTL) on
-// our clock (it returns the resourceVersion it stayed at).
-func (l *Locker) follow(ctx context.Context, it *coordinationv1.Lease) (silent string, err error) {
-	var seen observe.Watch
+// our clock (it returns the resourceVersion it stayed at); seen has
+// observed it since it was first read.
+func (l *Locker) follow(ctx context.Context, it *coordinationv1.Lease, seen *observe.Watch) (silent string, err error) {
 	rv := it.ResourceVersion
 	seen.Observe(rv, l.ttl)
 	w, err := l.watchName(ctx, it.Name, rv)

@@ -11,6 +11,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // TestQueue runs the candidates' queue (queue.go) on a real kube-apiserver.
@@ -18,6 +19,8 @@ func TestQueue(t *testing.T) {
 	srv := startServer(t)
 	t.Run("OnlyTheHeadTries", func(t *testing.T) { testOnlyTheHeadTries(t, srv) })
 	t.Run("DeadEntrySkipped", func(t *testing.T) { testDeadEntrySkipped(t, srv) })
+	t.Run("DeadEntriesSkippedTogether", func(t *testing.T) { testDeadEntriesTogether(t, srv) })
+	t.Run("EntriesGoWithTheCandidate", func(t *testing.T) { testEntriesGo(t, srv) })
 }
 
 // renewing renews lease every 500ms, as the supervisor would, until it is
@@ -156,5 +159,57 @@ func testDeadEntrySkipped(t *testing.T, srv *server) {
 	}
 	if _, err := a.client.Get(lockertest.Ctx(t, 5*time.Second), dead.name, metav1.GetOptions{}); err == nil {
 		t.Errorf("the dead entry %s is still there", dead.name)
+	}
+}
+
+// testDeadEntriesTogether: three candidates that stopped in the queue at
+// the same moment (a host frozen whole) hold the one behind them up for
+// one TTL + allowance, not for one each.
+func testDeadEntriesTogether(t *testing.T, srv *server) {
+	key := lockertest.Key(t)
+	b := srv.newLocker(t, key)
+	for range 3 {
+		if _, err := b.enqueue(lockertest.Ctx(t, 5*time.Second), newTerm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := time.Now()
+	bound := b.ttl + observe.Allowance(b.ttl)
+	win := lockertest.AcquireAsync(t, lockertest.Ctx(t, time.Minute), b)
+	select {
+	case got := <-win:
+		if got.Err != nil {
+			t.Fatal(got.Err)
+		}
+		took := got.At.Sub(written)
+		t.Logf("b acquired %v after three entries ahead stopped (TTL + allowance %v)", took.Round(time.Millisecond), bound)
+		if took > bound+bound/2 {
+			t.Errorf("b acquired %v after three entries ahead stopped together, want within one TTL + allowance (%v)", took, bound)
+		}
+		lockertest.Release(got.Lease)
+	case <-time.After(4*bound + 5*time.Second):
+		t.Fatalf("b did not acquire within %v", 4*bound+5*time.Second)
+	}
+}
+
+// testEntriesGo: a candidate that stops waiting (its context ends) and one
+// that wins both leave no entry behind.
+func testEntriesGo(t *testing.T, srv *server) {
+	key := lockertest.Key(t)
+	a, b := srv.newLocker(t, key), srv.newLocker(t, key)
+	la := mustAcquire(t, a)
+	renewing(t, la)
+	if q := queued(t, a); q != 0 {
+		t.Errorf("the winner left %d queue entries", q)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	win := lockertest.AcquireAsync(t, ctx, b)
+	testsupport.WaitFor(t, 10*time.Second, "b's entry", func() bool { return queued(t, b) == 1 })
+	cancel()
+	if got := <-win; got.Err == nil {
+		t.Fatal("b's Acquire returned a lease though its context ended")
+	}
+	if q := queued(t, a); q != 0 {
+		t.Errorf("a cancelled candidate left %d queue entries", q)
 	}
 }

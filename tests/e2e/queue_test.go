@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/locker/kubernetes/kubewire"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
@@ -160,4 +162,115 @@ func TestKubernetesQueueHerd(t *testing.T) {
 		return int(n)
 	}
 	herdAfterKill9(t, kubeArgs(admin, newKey("herd")), conflicts, 0)
+}
+
+// TestConsulQueueKeyBeneath: a key may be named like a place in another
+// key's queue, "<key>/.queue/x", and its lock key must never count as a
+// candidate of <key>. Holder a and standby b lead and wait on
+// "<key>/.queue/x" with a long TTL (a heartbeat every 20s); c campaigns for
+// <key> with a 10s TTL. c must get <key> at once, and b must never start
+// its child while a's runs.
+func TestConsulQueueKeyBeneath(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	base := newKey("beneath")
+	long := []string{"--backend", "consul", "--consul-addr", c.HTTPAddr(0), "--key", base + "/.queue/x",
+		"--ttl", "60s", "--renew-interval", "20s", "--kill-grace", "2s", "--safety-margin", "1s"}
+	dir := t.TempDir()
+	a := startHost(t, dir, "a", "b", long)
+	a.waitStarted(t, 30*time.Second)
+	b := startHost(t, dir, "b", "a", long)
+	waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
+	k := startHost(t, dir, "k", "none", consulArgs(c.HTTPAddr(0), base))
+	started := time.Now()
+	// Until well past the point where <key>'s candidate, reading b's queue
+	// entry and a's lock key as places in its queue, would have taken
+	// each for silent (TTL + allowance unchanged; a writes every 20s).
+	deadline := time.Now().Add(2*consulTTL + 25*time.Second)
+	for time.Now().Before(deadline) && !b.started() {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if b.started() {
+		t.Errorf("b's child started while a leads")
+	}
+	if !k.started() {
+		t.Fatalf("k's child has not started %v after k was, with nobody holding its key", time.Since(started).Round(time.Second))
+	}
+	if took := k.stamp(t, "start").Sub(started); took > 5*time.Second {
+		t.Errorf("k's child started %v after k, with nobody holding its key; want within 5s", took.Round(time.Millisecond))
+	}
+	b.noOverlap(t)
+}
+
+// entriesGoAtTerm: a standby stopped by SIGTERM while it waits in the queue
+// leaves no entry behind; entries() counts them on the server.
+func entriesGoAtTerm(t *testing.T, args []string, entries func() int) {
+	a, b := pair(t, args)
+	waitFor(t, 10*time.Second, "b's queue entry", func() bool { return entries() == 1 })
+	b.p.Signal(syscall.SIGTERM)
+	if code := b.p.Wait(10 * time.Second); code == 0 {
+		t.Errorf("the standby exited 0 after SIGTERM")
+	}
+	if n := entries(); n != 0 {
+		t.Errorf("%d queue entries left after the only standby's SIGTERM, want 0", n)
+	}
+	if b.started() {
+		t.Error("the standby's child started")
+	}
+	a.p.Signal(syscall.SIGTERM)
+	a.p.Wait(10 * time.Second)
+}
+
+func TestConsulQueueEntryGoesAtTerm(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("term")
+	entriesGoAtTerm(t, consulArgs(c.HTTPAddr(0), key), func() int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+c.HTTPAddr(0)+"/v1/kv/leaderrun/"+key+"/~queue/?keys", nil)
+		req.Header.Set("X-Consul-Token", c.ManagementToken())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var keys []string
+		_ = json.NewDecoder(resp.Body).Decode(&keys)
+		return len(keys)
+	})
+}
+
+func TestKubernetesQueueEntryGoesAtTerm(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	k := testcluster.StartKube(t, e, testcluster.KubeUser{Name: "nobody"})
+	admin := k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), "")
+	entriesGoAtTerm(t, kubeArgs(admin, newKey("term")), func() int {
+		_, body := k.Do(t, http.MethodGet, "/apis/coordination.k8s.io/v1/namespaces/default/leases?labelSelector="+url.QueryEscape(kubewire.AnnPrefix+"queue"), nil)
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(body, &list); err != nil {
+			t.Fatalf("leases: %v: %s", err, body)
+		}
+		return len(list.Items)
+	})
+}
+
+// TestConsulStatusNeverUsedWithQueueEntries: entries in the candidates'
+// queue alone (a candidate killed before its first acquire leaves one) do
+// not make a key read as used: status still exits 3.
+func TestConsulStatusNeverUsedWithQueueEntries(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("queueonly")
+	req, _ := http.NewRequest(http.MethodPut, "http://"+c.HTTPAddr(0)+"/v1/kv/leaderrun/"+key+"/~queue/gone", strings.NewReader("left behind"))
+	req.Header.Set("X-Consul-Token", c.ManagementToken())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("put the entry: %s", resp.Status)
+	}
+	code, _, errOut, _ := runOnce(t, nil, "status", "--backend", "consul", "--consul-addr", c.HTTPAddr(0), key)
+	if code != 3 || !strings.Contains(errOut, "never used") {
+		t.Fatalf("status of a key with only a queue entry: exit %d, %q; want exit 3, never used", code, errOut)
+	}
 }
