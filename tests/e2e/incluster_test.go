@@ -74,8 +74,9 @@ func TestKubernetesInCluster(t *testing.T) {
 	p := startEnv(t, "pod-a", env, "unshare", args...)
 
 	waitFor(t, 30*time.Second, "the child to start with the in-cluster configuration", func() bool {
-		_, err := os.Stat(filepath.Join(dir, "epoch"))
-		return err == nil || p.Exited()
+		// Not just there: the shell creates the file before it writes it.
+		b, err := os.ReadFile(filepath.Join(dir, "epoch"))
+		return err == nil && strings.HasSuffix(string(b), "\n") || p.Exited()
 	})
 	if p.Exited() {
 		t.Fatalf("leaderrun exited %d before its child started (in-cluster configuration not usable?)\n%s", p.code, p.Output())

@@ -575,11 +575,12 @@ func TestGeneratedManPageAndCompletions(t *testing.T) {
 		words []string
 		want  string
 	}{
-		{[]string{""}, "status check version"},
+		{[]string{""}, "status history check version"},
 		{[]string{"--http"}, "--http-addr"},
 		{[]string{"--backend", ""}, backendNames(t)},
 		{[]string{"check", "--ep"}, "--epoch"},
 		{[]string{"status", "--js"}, "--json"},
+		{[]string{"history", "--li"}, "--limit"},
 	} {
 		if got := complete(c.words...); got != c.want {
 			t.Errorf("bash completion of %q = %q, want %q", c.words, got, c.want)
