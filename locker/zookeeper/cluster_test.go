@@ -256,3 +256,46 @@ func TestTouchOncePerRenewal(t *testing.T) {
 		t.Errorf("%d requests over %d renewals at %v: more than the renewal, one read and one ping each", got, n, every)
 	}
 }
+
+// TestFirstRenewalGap: a candidate that waited its turn through a
+// follower was last counted by the ensemble's leader at one of its pings
+// (every third of the session), not at its acquisition. Its first renewal,
+// made at once, must not claim the whole timeout from there: cut off right
+// after it, the follower relays nothing more, and a standby on the other
+// side must not lead more than half a tick before the first deadline.
+func TestFirstRenewalGap(t *testing.T) {
+	const tick = 200 * time.Millisecond
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick, SyncLimit: 100})
+	leader := z.Leader(t)
+	follower := (leader + 1) % 3
+	const ttl = 3 * time.Second
+	for trial := 0; trial < 4; trial++ {
+		key := fmt.Sprintf("%s-%d", lockertest.Key(t), trial)
+		first := lockertest.MustAcquire(t, newLocker(t, []string{z.Addr(leader)}, key, func(c *Config) { c.TTL = ttl }))
+		b := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl }))
+		// The waiter's pings fall at another phase each trial.
+		time.Sleep(2*time.Second + time.Duration(trial)*ttl/12)
+		lockertest.Release(first)
+		r := <-b
+		if r.Err != nil {
+			t.Fatalf("trial %d: waiter: %v", trial, r.Err)
+		}
+		sent := time.Now()
+		granted, err := renew(r.Lease, 2*time.Second)
+		if err != nil {
+			t.Fatalf("trial %d: first renewal: %v", trial, err)
+		}
+		z.Isolate(follower)
+		s := <-lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
+		if s.Err != nil {
+			t.Fatalf("trial %d: standby: %v", trial, s.Err)
+		}
+		early := sent.Add(min(ttl, granted)).Sub(s.At)
+		t.Logf("trial %d: granted %v; the standby led %v after the first renewal's send, %v before its deadline", trial, granted, s.At.Sub(sent), early)
+		if early > tick/2 {
+			t.Errorf("trial %d: the standby led %v before the first renewal's deadline, more than half a tick (%v)", trial, early, tick/2)
+		}
+		z.Heal(follower)
+		z.WaitServing(t)
+	}
+}
