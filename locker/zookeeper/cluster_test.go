@@ -335,3 +335,25 @@ func TestFirstRenewalGap(t *testing.T) {
 		z.WaitServing(t)
 	}
 }
+
+// TestTimeoutShrunkOnReconnect: a reconnect to a server with a lower
+// maxSessionTimeout (a rolling restart that lowers it) makes the ensemble
+// count the shorter timeout from then on, which may end before a deadline
+// already granted on the longer one. The lease must report the loss at
+// once. The server's connect answer is handed to the session as its
+// reader would on such a reconnect (test servers share one config).
+func TestTimeoutShrunkOnReconnect(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
+	const ttl = 3 * time.Second
+	l := lockertest.MustAcquire(t, newLocker(t, z.Addrs(), lockertest.Key(t), func(c *Config) { c.TTL = ttl }))
+	if _, err := renew(l, 2*time.Second); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	s := l.(*lease).s
+	s.mu.Lock()
+	id, passwd := s.id, s.passwd
+	s.mu.Unlock()
+	s.granted(id, ttl/2, passwd, time.Now())
+	testsupport.WaitFor(t, time.Second, "Lost after the session timeout shrank", func() bool { return testsupport.IsClosed(l.Lost()) })
+	t.Logf("lost: %s", l.LostReason())
+}

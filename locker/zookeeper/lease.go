@@ -186,6 +186,10 @@ func (s *lease) watch(ctx context.Context) {
 			s.markLost(fmt.Sprintf("session %x expired", s.sid))
 			return
 		}
+		if why := s.s.shrunkReason(); why != "" {
+			s.markLost(why)
+			return
+		}
 		var deadline <-chan time.Time
 		var timer *time.Timer
 		if !disconnected.IsZero() {

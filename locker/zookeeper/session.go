@@ -34,6 +34,9 @@ type zkSession struct {
 	// it with the ensemble's leader, which counts the timeout from then
 	// on, after this and before it answered (relay.go).
 	established time.Time
+	// shrunk says why the session cannot keep what renewals granted: a
+	// reconnect negotiated a shorter timeout.
+	shrunk string
 }
 
 // open starts a session and waits, bounded by ctx and DialTimeout, until
@@ -136,6 +139,12 @@ func (s *zkSession) granted(id int64, timeout time.Duration, passwd []byte, dial
 	case s.id != id:
 		s.expired = true
 	default:
+		if timeout < s.timeout && s.shrunk == "" {
+			// A server with a lower maxSessionTimeout revalidated the
+			// session: the leader counts the shorter timeout from now,
+			// which may end before a deadline already granted.
+			s.shrunk = fmt.Sprintf("a server cut the session timeout from %s to %s on reconnect", s.timeout, timeout)
+		}
 		s.timeout = min(s.timeout, timeout)
 		s.established = dialed
 	}
@@ -149,6 +158,13 @@ func (s *zkSession) state() (expired bool, disconnected time.Time, timeout time.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.expired, s.disconnected, s.timeout, s.changed
+}
+
+// shrunkReason is why what was granted no longer holds, or "".
+func (s *zkSession) shrunkReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shrunk
 }
 
 // establishedAt is when the connection that last granted the session was
