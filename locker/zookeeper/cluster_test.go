@@ -184,12 +184,13 @@ func TestSilentServer(t *testing.T) {
 // Two things keep the test able to fail. Each renewal gets less time than
 // the two ping periods Renew would need to make a missing read itself
 // (lease.touchNow), so the steady read and the accounting carry the
-// claim alone. And most trials hold the last read back at the
-// proxy until just before the renewal (trials 2 to 7): it is answered too
-// late to have been relayed, and only the accounting (granted counted from the
-// previous renewal) keeps the claim within what the ensemble holds. A
-// short tick keeps the leader's rounding of expiries (one tick) small
-// against the gap a wrong claim opens (a renewal interval).
+// claim alone. Trials 2 to 7 hold the last read back at the proxy until
+// just before the renewal: it is answered too late to have been relayed,
+// and only the accounting (granted counted from the previous renewal)
+// keeps the claim within what the ensemble holds. Trials 8 and 9 renew
+// 2.5 intervals late (a stalled leaderrun): the reads in between must keep
+// the claim sound. A short tick keeps the leader's rounding of expiries
+// (one tick) small against the gap a wrong claim opens (an interval).
 func TestRelayGap(t *testing.T) {
 	const tick = 200 * time.Millisecond
 	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick, SyncLimit: 100})
@@ -198,8 +199,9 @@ func TestRelayGap(t *testing.T) {
 	// Below two ping periods (tick/2 + 10ms each): no read in Renew.
 	const ttl, every, attempt = 3 * time.Second, time.Second, 200 * time.Millisecond
 	isExists := func(b []byte) bool { return len(b) >= 12 && binary.BigEndian.Uint32(b[8:12]) == 3 }
-	for trial := 0; trial < 8; trial++ {
-		lateRead := trial >= 2
+	for trial := 0; trial < 10; trial++ {
+		lateRead := trial >= 2 && trial < 8
+		overdue := trial >= 8 // the last renewal comes 2.5 intervals late
 		// A proxy of its own: an earlier trial's lease, lost, still
 		// reads through its old one.
 		p, err := chaos.NewProxy(z.Addr(follower), chaos.Framed)
@@ -219,7 +221,10 @@ func TestRelayGap(t *testing.T) {
 		time.Sleep(time.Duration(trial%6) * every / 6)
 		const n = 5
 		for i := 0; i < n; i++ {
-			if i > 0 {
+			switch {
+			case overdue && i == n-1:
+				time.Sleep(time.Until(sent.Add(every * 5 / 2)))
+			case i > 0:
 				time.Sleep(time.Until(sent.Add(every)))
 			}
 			sent = time.Now()
@@ -250,7 +255,7 @@ func TestRelayGap(t *testing.T) {
 		}
 		deadline := sent.Add(min(ttl, granted))
 		early := deadline.Sub(r.At)
-		t.Logf("trial %d (late read %v): granted %v; the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, lateRead, granted, r.At.Sub(sent), early)
+		t.Logf("trial %d (late read %v, overdue %v): granted %v; the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, lateRead, overdue, granted, r.At.Sub(sent), early)
 		if early > tick/2 {
 			t.Errorf("trial %d: the standby led %v before leaderrun's deadline, more than half a tick (%v)", trial, early, tick/2)
 		}
