@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -274,6 +275,7 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 		ok   bool
 		stat *zk.Stat
 	}
+	sent := time.Now()
 	g, err := bounded(c, ctx, func() (got, error) {
 		ok, stat, err := c.s.conn.Exists(c.node)
 		return got{ok, stat}, err
@@ -284,6 +286,7 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 		}
 		return nil, classify("zookeeper: verify candidate znode "+c.node, err)
 	}
+	read := activity{sent, time.Now()}
 	if !g.ok {
 		return nil, fmt.Errorf("zookeeper: candidate znode %s is gone: %w", c.node, errCandidacyLost)
 	}
@@ -291,8 +294,19 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 		return nil, fmt.Errorf("zookeeper: candidate znode %s belongs to session %x, not ours: %w",
 			c.node, g.stat.EphemeralOwner, errCandidacyLost)
 	}
+	// The first renewal follows at once, and what it claims is counted
+	// from the latest request known to have reached the ensemble's leader
+	// (relay.go). A session connected just now was counted there as it
+	// was granted; one that waited its turn was counted at its last
+	// relayed ping, up to a third of the timeout ago or more. Then the
+	// read above must first be relayed: a ping period after its answer.
+	if period := c.bound().period; time.Since(c.s.establishedAt()) > period {
+		if !retry.Sleep(ctx, time.Until(read.answered.Add(period))) {
+			return nil, ctx.Err()
+		}
+	}
 	c.l.log.Debug("leading", "znode", c.node, "epoch", g.stat.Czxid)
-	return newLease(c, g.stat.Czxid), nil
+	return newLease(c, g.stat.Czxid, read), nil
 }
 
 // touchLeader makes the renewal request once; see lease.Renew.

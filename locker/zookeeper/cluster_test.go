@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -173,40 +174,80 @@ func TestSilentServer(t *testing.T) {
 // TestRelayGap measures what Renew cannot prove: the ensemble's leader
 // counts a session's timeout from the last activity a follower relayed to
 // it (every tickTime/2), not from the renewal. The client talks to one
-// follower and renews at a steady cadence, as the supervisor does, so the
-// lease reads only once before each renewal (relay.go); right after a
-// renewal the follower is cut off from the quorum, and a standby on the
-// other side takes over when the leader expires the session. The standby
-// must not lead more than half a tick before leaderrun's own deadline:
-// the renewal's send + the time Renew granted.
+// follower (through a proxy) and renews at a steady cadence, as the
+// supervisor does, so the lease reads once before each renewal (relay.go);
+// right after the last renewal the follower is cut off from the quorum,
+// and a standby on the other side takes over when the leader expires the
+// session. The standby must not lead more than half a tick before
+// leaderrun's own deadline: the renewal's send + the time Renew granted.
+//
+// Two things keep the test able to fail. Each renewal gets less time than
+// the two ping periods Renew would need to make a missing read itself
+// (lease.touchNow), so the steady read and the accounting carry the
+// claim alone. Trials 2 to 7 hold the last read back at the proxy until
+// just before the renewal: it is answered too late to have been relayed,
+// and only the accounting (granted counted from the previous renewal)
+// keeps the claim within what the ensemble holds. Trials 8 and 9 renew
+// 2.5 intervals late (a stalled leaderrun): the reads in between must keep
+// the claim sound. A short tick keeps the leader's rounding of expiries
+// (one tick) small against the gap a wrong claim opens (an interval).
 func TestRelayGap(t *testing.T) {
-	const tick = 500 * time.Millisecond
-	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick, SyncLimit: 40})
+	const tick = 200 * time.Millisecond
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick, SyncLimit: 100})
 	leader := z.Leader(t)
 	follower := (leader + 1) % 3
-	const ttl, every = 3 * time.Second, time.Second
-	for trial := 0; trial < 6; trial++ {
+	// Below two ping periods (tick/2 + 10ms each): no read in Renew.
+	const ttl, every, attempt = 3 * time.Second, time.Second, 200 * time.Millisecond
+	isExists := func(b []byte) bool { return len(b) >= 12 && binary.BigEndian.Uint32(b[8:12]) == 3 }
+	for trial := 0; trial < 10; trial++ {
+		lateRead := trial >= 2 && trial < 8
+		overdue := trial >= 8 // the last renewal comes 2.5 intervals late
+		// A proxy of its own: an earlier trial's lease, lost, still
+		// reads through its old one.
+		p, err := chaos.NewProxy(z.Addr(follower), chaos.Framed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
 		key := fmt.Sprintf("%s-%d", lockertest.Key(t), trial)
-		a := newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl })
+		a := newLocker(t, []string{p.Addr()}, key, func(c *Config) { c.TTL = ttl })
 		lease := lockertest.MustAcquire(t, a)
 		var sent time.Time
 		var granted time.Duration
-		// The acquisition's renewal, then a steady cadence. The phase
-		// against the client's own pings (every TTL/3 from the connect,
-		// which also count as activity) moves by a sixth of the interval
-		// from trial to trial: where a ping comes just after a renewal,
-		// nothing else of the client's is relayed until the next one.
-		time.Sleep(time.Duration(trial) * every / 6)
-		for i := 0; i < 5; i++ {
-			if i > 0 {
+		// The phase against the client's own pings (every TTL/3 from
+		// the connect, which also count as activity) moves from trial to
+		// trial: where a ping comes just after a renewal, nothing else of
+		// the client's is relayed until the next one.
+		time.Sleep(time.Duration(trial%6) * every / 6)
+		const n = 5
+		for i := 0; i < n; i++ {
+			switch {
+			case overdue && i == n-1:
+				time.Sleep(time.Until(sent.Add(every * 5 / 2)))
+			case i > 0:
 				time.Sleep(time.Until(sent.Add(every)))
 			}
 			sent = time.Now()
-			var err error
-			if granted, err = renew(lease, 2*time.Second); err != nil {
-				t.Fatalf("trial %d: renew %d: %v", trial, i, err)
+			// A busy machine may need retries (a failed attempt
+			// moves the session to a new connection); a claim made
+			// after one must hold all the same.
+			for _, d := range []time.Duration{attempt, time.Second, time.Second, 2 * time.Second} {
+				if granted, err = renew(lease, d); err == nil {
+					break
+				}
+				t.Logf("trial %d: renew %d: %v", trial, i, err)
+			}
+			if err != nil {
+				t.Fatalf("trial %d: renew %d failed", trial, i)
+			}
+			if lateRead && i == n-2 {
+				// The read before the last renewal reaches the server
+				// just before that renewal is sent.
+				hold := sent.Add(every - 10*time.Millisecond)
+				p.BeforeForward(isExists, func() { time.Sleep(time.Until(hold)) })
 			}
 		}
+		p.BeforeForward(nil, nil)
 		z.Isolate(follower)
 		r := <-lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
 		if r.Err != nil {
@@ -214,7 +255,7 @@ func TestRelayGap(t *testing.T) {
 		}
 		deadline := sent.Add(min(ttl, granted))
 		early := deadline.Sub(r.At)
-		t.Logf("trial %d: granted %v; the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, granted, r.At.Sub(sent), early)
+		t.Logf("trial %d (late read %v, overdue %v): granted %v; the standby led %v after the renewal's send; %v before leaderrun's deadline", trial, lateRead, overdue, granted, r.At.Sub(sent), early)
 		if early > tick/2 {
 			t.Errorf("trial %d: the standby led %v before leaderrun's deadline, more than half a tick (%v)", trial, early, tick/2)
 		}
@@ -255,4 +296,69 @@ func TestTouchOncePerRenewal(t *testing.T) {
 	if got > 3*n {
 		t.Errorf("%d requests over %d renewals at %v: more than the renewal, one read and one ping each", got, n, every)
 	}
+}
+
+// TestFirstRenewalGap: a candidate that waited its turn through a
+// follower was last counted by the ensemble's leader at one of its pings
+// (every third of the session), not at its acquisition. Its first renewal,
+// made at once, must not claim the whole timeout from there: cut off right
+// after it, the follower relays nothing more, and a standby on the other
+// side must not lead more than half a tick before the first deadline.
+func TestFirstRenewalGap(t *testing.T) {
+	const tick = 200 * time.Millisecond
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick, SyncLimit: 100})
+	leader := z.Leader(t)
+	follower := (leader + 1) % 3
+	const ttl = 3 * time.Second
+	for trial := 0; trial < 4; trial++ {
+		key := fmt.Sprintf("%s-%d", lockertest.Key(t), trial)
+		first := lockertest.MustAcquire(t, newLocker(t, []string{z.Addr(leader)}, key, func(c *Config) { c.TTL = ttl }))
+		b := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl }))
+		// The waiter's pings fall at another phase each trial.
+		time.Sleep(2*time.Second + time.Duration(trial)*ttl/12)
+		lockertest.Release(first)
+		r := <-b
+		if r.Err != nil {
+			t.Fatalf("trial %d: waiter: %v", trial, r.Err)
+		}
+		sent := time.Now()
+		granted, err := renew(r.Lease, 2*time.Second)
+		if err != nil {
+			t.Fatalf("trial %d: first renewal: %v", trial, err)
+		}
+		z.Isolate(follower)
+		s := <-lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker(t, []string{z.Addr(leader)}, key))
+		if s.Err != nil {
+			t.Fatalf("trial %d: standby: %v", trial, s.Err)
+		}
+		early := sent.Add(min(ttl, granted)).Sub(s.At)
+		t.Logf("trial %d: granted %v; the standby led %v after the first renewal's send, %v before its deadline", trial, granted, s.At.Sub(sent), early)
+		if early > tick/2 {
+			t.Errorf("trial %d: the standby led %v before the first renewal's deadline, more than half a tick (%v)", trial, early, tick/2)
+		}
+		z.Heal(follower)
+		z.WaitServing(t)
+	}
+}
+
+// TestTimeoutShrunkOnReconnect: a reconnect to a server with a lower
+// maxSessionTimeout (a rolling restart that lowers it) makes the ensemble
+// count the shorter timeout from then on, which may end before a deadline
+// already granted on the longer one. The lease must report the loss at
+// once. The server's connect answer is handed to the session as its
+// reader would on such a reconnect (test servers share one config).
+func TestTimeoutShrunkOnReconnect(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
+	const ttl = 3 * time.Second
+	l := lockertest.MustAcquire(t, newLocker(t, z.Addrs(), lockertest.Key(t), func(c *Config) { c.TTL = ttl }))
+	if _, err := renew(l, 2*time.Second); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	s := l.(*lease).s
+	s.mu.Lock()
+	id, passwd := s.id, s.passwd
+	s.mu.Unlock()
+	s.granted(id, ttl/2, passwd, time.Now())
+	testsupport.WaitFor(t, time.Second, "Lost after the session timeout shrank", func() bool { return testsupport.IsClosed(l.Lost()) })
+	t.Logf("lost: %s", l.LostReason())
 }

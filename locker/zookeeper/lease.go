@@ -32,27 +32,34 @@ type lease struct {
 	watchDone chan struct{}
 	touchDone chan struct{}
 
-	relay   *relayPlan // the relay-gap bookkeeping (relay.go)
-	renewed bool       // a first renewal was made (Renew's caller is sequential)
+	relay *relayPlan // the relay-gap bookkeeping (relay.go)
 }
 
 var _ locker.Lease = (*lease)(nil)
 
-func newLease(c *candidate, czxid int64) *lease {
+func newLease(c *candidate, czxid int64, acts ...activity) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
-	bound := c.l.relay
-	if bound.period == 0 {
-		// Not learned: the largest tick the session allows (checkMargin).
-		_, _, timeout, _ := c.s.state()
-		bound = newRelayBound(timeout/2, false)
-	}
+	bound := c.bound()
 	s := &lease{
 		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
 		relay: newRelayPlan(bound),
 	}
+	for _, a := range acts {
+		s.relay.answered(a.sent, a.answered)
+	}
 	go s.watch(ctx)
 	go s.touch(ctx)
 	return s
+}
+
+// bound is the relay bound a lease of c's assumes.
+func (c *candidate) bound() relayBound {
+	if c.l.relay.period == 0 {
+		// Not learned: the largest tick the session allows (checkMargin).
+		_, _, timeout, _ := c.s.state()
+		return newRelayBound(timeout/2, false)
+	}
+	return c.l.relay
 }
 
 // Epoch is the czxid of our znode (DESIGN §1.1, see doc.go).
@@ -89,7 +96,8 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 // time returned is counted from the latest request known to have been
 // relayed before this one went on, plus half a tick (relay.go); touch
 // keeps that request recent. The lease's first renewal, made as it is
-// acquired, claims the whole timeout (DESIGN §1.2).
+// acquired, counts from the session's connect or from candidate.verify's
+// read (DESIGN §1.2).
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	select {
 	case <-s.Lost():
@@ -101,10 +109,10 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 		s.markLost(fmt.Sprintf("session %x was replaced by %x", s.sid, id))
 		return 0, fmt.Errorf("zookeeper: renew %s: %w: session %x expired", s.node, locker.ErrLost, s.sid)
 	}
+	s.relay.relayedDirect(s.s.establishedAt())
 	sent := time.Now()
 	relayed, found := s.relay.renewing(sent)
-	first := !s.renewed
-	if !first && s.relay.late(sent, relayed, found) {
+	if s.relay.late(sent, relayed, found) {
 		relayed, found = s.touchNow(ctx, relayed, found)
 	}
 	_, err := call(ctx, func() ([]zk.MultiResponse, error) {
@@ -127,9 +135,8 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	default:
 		return 0, classify("zookeeper: renew "+s.node, err)
 	}
-	s.renewed = true
 	_, _, timeout, _ := s.s.state()
-	return s.relay.granted(timeout, sent, relayed, found, first), nil
+	return s.relay.granted(timeout, sent, relayed, found), nil
 }
 
 // touchNow makes the read that should have come before this renewal and
@@ -177,6 +184,10 @@ func (s *lease) watch(ctx context.Context) {
 		expired, disconnected, timeout, changed := s.s.state()
 		if expired {
 			s.markLost(fmt.Sprintf("session %x expired", s.sid))
+			return
+		}
+		if why := s.s.shrunkReason(); why != "" {
+			s.markLost(why)
 			return
 		}
 		var deadline <-chan time.Time

@@ -88,7 +88,11 @@ type relayPlan struct {
 	touched  time.Time
 	inflight bool          // a renewal was sent and has no outcome yet
 	rtt      time.Duration // the latest touch's round trip
-	wake     chan struct{} // signalled on every renewal and every touch
+	// direct is the send time of the latest request the ensemble's leader
+	// itself counted the session from before answering: the connect that
+	// registered or revalidated it (zkSession.established).
+	direct time.Time
+	wake   chan struct{} // signalled on every renewal and every touch
 }
 
 func newRelayPlan(b relayBound) *relayPlan {
@@ -107,6 +111,16 @@ func (p *relayPlan) answered(sent, at time.Time) {
 	p.mu.Lock()
 	p.acts[p.nacts%len(p.acts)] = activity{sent, at}
 	p.nacts++
+	p.mu.Unlock()
+}
+
+// relayedDirect records a request sent at sent that the ensemble's leader
+// counted the session from before it was answered.
+func (p *relayPlan) relayedDirect(sent time.Time) {
+	p.mu.Lock()
+	if sent.After(p.direct) {
+		p.direct = sent
+	}
 	p.mu.Unlock()
 }
 
@@ -132,6 +146,9 @@ func (p *relayPlan) renewing(sent time.Time) (time.Time, bool) {
 	p.inflight = true
 	var latest time.Time
 	found := false
+	if !p.direct.IsZero() && !p.direct.After(sent) {
+		latest, found = p.direct, true
+	}
 	n := min(p.nacts, len(p.acts))
 	for i := 0; i < n; i++ {
 		a := p.acts[i]
@@ -159,13 +176,10 @@ func (p *relayPlan) renewed(sent, at time.Time, ok bool) {
 // granted is the time Renew may claim for a renewal sent at sent through
 // a session of the given timeout: the timeout counted from the latest
 // relayed request (relayed, found), plus the allowance, at most the
-// timeout. first is the lease's first renewal, made as it is acquired:
-// nothing of the lease's own can be relayed yet, and it claims the
-// whole timeout as it always did (see DESIGN §1.2 on the first deadline).
-func (p *relayPlan) granted(timeout time.Duration, sent, relayed time.Time, found, first bool) time.Duration {
-	if first {
-		return timeout
-	}
+// timeout. The lease's first renewal is no exception: what the
+// acquisition proves is the connect (relayedDirect) and the reads made a
+// ping period before (candidate.verify).
+func (p *relayPlan) granted(timeout time.Duration, sent, relayed time.Time, found bool) time.Duration {
 	if !found {
 		return time.Nanosecond // proves nothing: the supervisor stops the job
 	}

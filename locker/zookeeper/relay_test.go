@@ -17,12 +17,8 @@ func TestRelayGranted(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
 	p := newRelayPlan(b)
-	// Nothing relayed yet: the acquisition's renewal keeps the whole
-	// timeout, any later one proves nothing.
-	if g := p.granted(timeout, at(0), time.Time{}, false, true); g != timeout {
-		t.Errorf("first renewal granted %v, want %v", g, timeout)
-	}
-	if g := p.granted(timeout, at(0), time.Time{}, false, false); g != time.Nanosecond {
+	// Nothing relayed: a renewal proves nothing, the first one included.
+	if g := p.granted(timeout, at(0), time.Time{}, false); g != time.Nanosecond {
 		t.Errorf("a renewal with nothing relayed was granted %v, want 1ns", g)
 	}
 
@@ -33,17 +29,29 @@ func TestRelayGranted(t *testing.T) {
 		t.Fatalf("relayed = %v, %v; want the request sent at 0ms", relayed.Sub(t0), found)
 	}
 	want := timeout - (time.Second - tick/2)
-	if g := p.granted(timeout, at(1000), relayed, found, false); g != want {
+	if g := p.granted(timeout, at(1000), relayed, found); g != want {
 		t.Errorf("granted %v, want %v", g, want)
+	}
+
+	// A connect the leader counted before answering (relayedDirect)
+	// needs no ping period; one sent after the renewal does not count.
+	d := newRelayPlan(b)
+	d.relayedDirect(at(990))
+	if relayed, found := d.renewing(at(1000)); !found || !relayed.Equal(at(990)) {
+		t.Errorf("direct: relayed = %v, %v; want the connect at 990ms", relayed.Sub(t0), found)
+	}
+	d.relayedDirect(at(1100))
+	if relayed, _ := d.renewing(at(1050)); relayed.After(at(1050)) {
+		t.Errorf("a connect after the renewal's send was counted: %v", relayed.Sub(t0))
 	}
 
 	// Without a learned tick there is no allowance.
 	q := newRelayPlan(newRelayBound(tick, false))
-	if g := q.granted(timeout, at(1000), at(0), true, false); g != timeout-time.Second {
+	if g := q.granted(timeout, at(1000), at(0), true); g != timeout-time.Second {
 		t.Errorf("unlearned tick: granted %v, want %v", g, timeout-time.Second)
 	}
 	// A gap beyond the timeout proves nothing.
-	if g := p.granted(timeout, at(5000), at(0), true, false); g != time.Nanosecond {
+	if g := p.granted(timeout, at(5000), at(0), true); g != time.Nanosecond {
 		t.Errorf("granted %v for a gap over the timeout, want 1ns", g)
 	}
 
@@ -68,7 +76,7 @@ func TestRelayGranted(t *testing.T) {
 		}
 		sent := now.Add(time.Duration(rng.Intn(300)) * time.Millisecond)
 		relayed, found := p.renewing(sent)
-		g := p.granted(timeout, sent, relayed, found, false)
+		g := p.granted(timeout, sent, relayed, found)
 		if !found {
 			continue
 		}

@@ -29,6 +29,14 @@ type zkSession struct {
 	disconnected time.Time     // when the connection broke; zero while connected
 	changed      chan struct{} // closed and replaced on every change above
 	current      net.Conn      // the connection go-zookeeper uses now
+	// established is when the connection that last granted the session
+	// was dialled: the server registered (a new session) or revalidated
+	// it with the ensemble's leader, which counts the timeout from then
+	// on, after this and before it answered (relay.go).
+	established time.Time
+	// shrunk says why the session cannot keep what renewals granted: a
+	// reconnect negotiated a shorter timeout.
+	shrunk string
 }
 
 // open starts a session and waits, bounded by ctx and DialTimeout, until
@@ -36,11 +44,12 @@ type zkSession struct {
 func (l *Locker) open(ctx context.Context) (*zkSession, error) {
 	s := &zkSession{changed: make(chan struct{})}
 	dialer := func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		dialed := time.Now()
 		c, err := net.DialTimeout(network, addr, timeout)
 		if err != nil {
 			return nil, err
 		}
-		sc := &sniffConn{Conn: c, s: s}
+		sc := &sniffConn{Conn: c, s: s, dialed: dialed}
 		s.mu.Lock()
 		s.current = sc
 		s.mu.Unlock()
@@ -118,7 +127,7 @@ func (s *zkSession) onEvent(ev zk.Event) {
 }
 
 // granted records the server's answer to a connect request.
-func (s *zkSession) granted(id int64, timeout time.Duration, passwd []byte) {
+func (s *zkSession) granted(id int64, timeout time.Duration, passwd []byte, dialed time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -126,10 +135,18 @@ func (s *zkSession) granted(id int64, timeout time.Duration, passwd []byte) {
 		s.expired = true
 	case s.id == 0:
 		s.id, s.timeout, s.passwd = id, timeout, passwd
+		s.established = dialed
 	case s.id != id:
 		s.expired = true
 	default:
+		if timeout < s.timeout && s.shrunk == "" {
+			// A server with a lower maxSessionTimeout revalidated the
+			// session: the leader counts the shorter timeout from now,
+			// which may end before a deadline already granted.
+			s.shrunk = fmt.Sprintf("a server cut the session timeout from %s to %s on reconnect", s.timeout, timeout)
+		}
 		s.timeout = min(s.timeout, timeout)
+		s.established = dialed
 	}
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -141,6 +158,21 @@ func (s *zkSession) state() (expired bool, disconnected time.Time, timeout time.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.expired, s.disconnected, s.timeout, s.changed
+}
+
+// shrunkReason is why what was granted no longer holds, or "".
+func (s *zkSession) shrunkReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shrunk
+}
+
+// establishedAt is when the connection that last granted the session was
+// dialled (zkSession.established).
+func (s *zkSession) establishedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.established
 }
 
 // dropConn closes the connection go-zookeeper uses now, so that it moves
@@ -174,9 +206,10 @@ func (s *zkSession) close() { s.closeOnce.Do(s.conn.Close) }
 // ReleaseHandle: the password).
 type sniffConn struct {
 	net.Conn
-	s    *zkSession
-	head []byte
-	done bool
+	s      *zkSession
+	dialed time.Time
+	head   []byte
+	done   bool
 }
 
 func (c *sniffConn) Read(b []byte) (int, error) {
@@ -185,7 +218,7 @@ func (c *sniffConn) Read(b []byte) (int, error) {
 		c.head = append(c.head, b[:n]...)
 		if id, timeout, passwd, ok := parseConnectResponse(c.head); ok {
 			c.done, c.head = true, nil
-			c.s.granted(id, timeout, passwd)
+			c.s.granted(id, timeout, passwd, c.dialed)
 		} else if len(c.head) > 4+512 {
 			c.done, c.head = true, nil // not a connect response we know
 		}
