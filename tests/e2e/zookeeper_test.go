@@ -39,6 +39,17 @@ func (quietZK) Printf(string, ...any) {}
 
 // zkDeleteTree deletes p and everything below it.
 func zkDeleteTree(c *zk.Conn, p string) error {
+	// A child made while the tree goes (a leader's history record) makes
+	// the delete fail with ErrNotEmpty: go round again, as an operator would.
+	for range 5 {
+		if err := zkDeleteTreeOnce(c, p); err != zk.ErrNotEmpty {
+			return err
+		}
+	}
+	return zkDeleteTreeOnce(c, p)
+}
+
+func zkDeleteTreeOnce(c *zk.Conn, p string) error {
 	children, _, err := c.Children(p)
 	if err == zk.ErrNoNode {
 		return nil
@@ -47,7 +58,7 @@ func zkDeleteTree(c *zk.Conn, p string) error {
 		return err
 	}
 	for _, ch := range children {
-		if err := zkDeleteTree(c, p+"/"+ch); err != nil {
+		if err := zkDeleteTreeOnce(c, p+"/"+ch); err != nil {
 			return err
 		}
 	}
