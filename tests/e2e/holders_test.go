@@ -1,0 +1,203 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// slotChild is one child seen alive in /proc: which candidate's, which slot.
+type slotChild struct {
+	pid, slot int
+	id        string
+}
+
+// slotChildren lists the live children of the leaderruns marked mark: the
+// processes whose environment has both the mark and LEADER_SLOT (leaderrun
+// and its guard have the mark only).
+func slotChildren(mark string) []slotChild {
+	var out []slotChild
+	for _, pid := range testsupport.Pids() {
+		env := testsupport.Environ(pid)
+		if env["HOLDERS_TEST_MARK"] != mark {
+			continue
+		}
+		s, ok := env["LEADER_SLOT"]
+		if !ok {
+			continue
+		}
+		slot, _ := strconv.Atoi(s)
+		out = append(out, slotChild{pid: pid, slot: slot, id: env["LEADER_ID"]})
+	}
+	return out
+}
+
+// slotWatch scans /proc every few milliseconds and records every moment
+// with more than n children alive or two in one slot.
+type slotWatch struct {
+	mu         sync.Mutex
+	violations []string
+	most       int
+	stop, done chan struct{}
+}
+
+func watchSlots(mark string, n int) *slotWatch {
+	w := &slotWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			kids := slotChildren(mark)
+			bySlot := map[int][]slotChild{}
+			for _, k := range kids {
+				bySlot[k.slot] = append(bySlot[k.slot], k)
+			}
+			w.mu.Lock()
+			w.most = max(w.most, len(kids))
+			if len(kids) > n {
+				w.violations = append(w.violations, fmt.Sprintf("%d children alive: %v", len(kids), kids))
+			}
+			for s, ks := range bySlot {
+				if len(ks) > 1 || s < 0 || s >= n {
+					w.violations = append(w.violations, fmt.Sprintf("slot %d: %v", s, ks))
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// end stops the watch and fails the test on any violation.
+func (w *slotWatch) end(t *testing.T) {
+	t.Helper()
+	close(w.stop)
+	<-w.done
+	for i, v := range w.violations {
+		if i == 5 {
+			t.Errorf("... %d more", len(w.violations)-5)
+			break
+		}
+		t.Error(v)
+	}
+	t.Logf("at most %d children alive at once", w.most)
+}
+
+// slotLedger: each child appends "slot epoch" to the ledger when it
+// starts; the epochs of one slot must strictly increase.
+func checkSlotLedger(t *testing.T, ledger string) {
+	t.Helper()
+	b, _ := os.ReadFile(ledger)
+	last := map[string]uint64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		e, _ := strconv.ParseUint(f[1], 10, 64)
+		if e <= last[f[0]] {
+			t.Errorf("slot %s: epoch %d after %d", f[0], e, last[f[0]])
+		}
+		last[f[0]] = e
+	}
+}
+
+// holdersSuite runs --holders 3 with 5 candidates on one backend: never
+// more than 3 children alive nor two in one slot (through /proc), kill -9
+// of a holder refills its slot through its guard well before the TTL, a
+// frozen holder's child is dead before its slot goes to anyone else, and
+// a candidate with another --holders is refused with 125. args(key) are a
+// run's options with a TTL of ttl.
+func holdersSuite(t *testing.T, args func(key string) []string, ttl time.Duration, guardRefills bool) {
+	dir := t.TempDir()
+	key := newKey("holders")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	ledger := filepath.Join(dir, "ledger")
+	script := `echo "$LEADER_SLOT $LEADER_EPOCH" >> ` + ledger + `; echo $$ > ` + dir + `/$LEADER_ID.pid; exec sleep 1000`
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 3)
+	procs := map[string]*Proc{}
+	for i := range 5 {
+		id := "c" + strconv.Itoa(i)
+		procs[id] = start(t, id, env, withCommand(append(args(key), "--holders", "3", "--id", id), script)...)
+	}
+	testsupport.WaitFor(t, 30*time.Second, "3 slots filled", func() bool { return len(slotChildren(mark)) == 3 })
+
+	// kill -9 of one holder: its guard kills the child and frees the slot.
+	victim := slotChildren(mark)[0]
+	procs[victim.id].Signal(syscall.SIGKILL)
+	killed := time.Now()
+	var refill time.Duration
+	testsupport.WaitFor(t, ttl+15*time.Second, "slot refilled", func() bool {
+		for _, k := range slotChildren(mark) {
+			if k.slot == victim.slot && k.id != victim.id {
+				refill = time.Since(killed)
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("kill -9 of the holder of slot %d -> slot refilled in %v (TTL %v)", victim.slot, refill.Round(time.Millisecond), ttl)
+	if guardRefills && refill > ttl/2 {
+		t.Errorf("slot refilled after %v: it waited for the TTL (%v) instead of the guard's release", refill, ttl)
+	}
+
+	// A frozen holder: its child dies (guard) before its slot goes to the
+	// one candidate left; the watch sees any overlap.
+	frozen := slotChildren(mark)[0]
+	procs[frozen.id].Signal(syscall.SIGSTOP)
+	testsupport.WaitFor(t, ttl+20*time.Second, "frozen holder's child dead", func() bool { return !alive(frozen.pid) })
+	procs[frozen.id].Signal(syscall.SIGCONT)
+
+	// A candidate that asks for another number of slots is refused.
+	bad := start(t, "two", env, withCommand(append(args(key), "--holders", "2", "--id", "bad"), "exit 0")...)
+	if code := bad.Wait(20 * time.Second); code != 125 {
+		t.Errorf("--holders 2 against 3: exit %d, want 125\n%s", code, bad.Output())
+	} else if out := bad.Output(); !strings.Contains(out, "--holders 2") || !strings.Contains(out, "--holders 3") {
+		t.Errorf("refusal does not name both numbers: %s", out)
+	}
+	time.Sleep(500 * time.Millisecond)
+	w.end(t)
+	checkSlotLedger(t, ledger)
+	for _, p := range procs {
+		if !p.Exited() {
+			p.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	if kids := slotChildren(mark); len(kids) != 0 {
+		t.Errorf("children left after every leaderrun stopped: %v", kids)
+	}
+}
+
+func TestHoldersLocal(t *testing.T) {
+	t.Parallel()
+	lockDir := t.TempDir()
+	holdersSuite(t, func(key string) []string { return localArgs(lockDir, key) }, 4*time.Second, true)
+}
+
+func TestHoldersEtcd(t *testing.T) {
+	c := testcluster.StartEtcd(t, 1)
+	eps := c.Endpoints()
+	holdersSuite(t, func(key string) []string {
+		return []string{"--backend", "etcd", "--etcd-endpoints", strings.Join(eps, ","), "--key", key,
+			"--ttl", "8s", "--renew-interval", "1s", "--kill-grace", "1s", "--safety-margin", "500ms"}
+	}, 8*time.Second, true)
+}
