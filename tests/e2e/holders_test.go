@@ -122,8 +122,11 @@ func checkSlotLedger(t *testing.T, ledger string) {
 // of a holder refills its slot through its guard well before the TTL, a
 // frozen holder's child is dead before its slot goes to anyone else, and
 // a candidate with another --holders is refused with 125. args(key) are a
-// run's options with a TTL of ttl.
-func holdersSuite(t *testing.T, args func(key string) []string, ttl time.Duration, guardRefills bool) {
+// run's options with a TTL of ttl. guardRefills: the guard frees a killed
+// holder's slot well before the TTL; frozenRefills: a frozen holder's slot
+// goes to the waiting candidate (not on the local backend, whose frozen
+// holder keeps its flock).
+func holdersSuite(t *testing.T, args func(key string) []string, ttl time.Duration, guardRefills, frozenRefills bool) {
 	dir := t.TempDir()
 	key := newKey("holders")
 	mark := key + "-" + strconv.Itoa(os.Getpid())
@@ -162,6 +165,18 @@ func holdersSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 	frozen := slotChildren(mark)[0]
 	procs[frozen.id].Signal(syscall.SIGSTOP)
 	testsupport.WaitFor(t, ttl+20*time.Second, "frozen holder's child dead", func() bool { return !alive(frozen.pid) })
+	if frozenRefills {
+		dead := time.Now()
+		testsupport.WaitFor(t, ttl+20*time.Second, "frozen holder's slot refilled", func() bool {
+			for _, k := range slotChildren(mark) {
+				if k.slot == frozen.slot && k.id != frozen.id {
+					return true
+				}
+			}
+			return false
+		})
+		t.Logf("frozen holder of slot %d: child dead, slot refilled %v later", frozen.slot, time.Since(dead).Round(time.Millisecond))
+	}
 	procs[frozen.id].Signal(syscall.SIGCONT)
 
 	// A candidate that asks for another number of slots is refused.
@@ -190,7 +205,7 @@ func holdersSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 func TestHoldersLocal(t *testing.T) {
 	t.Parallel()
 	lockDir := t.TempDir()
-	holdersSuite(t, func(key string) []string { return localArgs(lockDir, key) }, 4*time.Second, true)
+	holdersSuite(t, func(key string) []string { return localArgs(lockDir, key) }, 4*time.Second, true, false)
 }
 
 func TestHoldersEtcd(t *testing.T) {
@@ -199,5 +214,43 @@ func TestHoldersEtcd(t *testing.T) {
 	holdersSuite(t, func(key string) []string {
 		return []string{"--backend", "etcd", "--etcd-endpoints", strings.Join(eps, ","), "--key", key,
 			"--ttl", "8s", "--renew-interval", "1s", "--kill-grace", "1s", "--safety-margin", "500ms"}
-	}, 8*time.Second, true)
+	}, 8*time.Second, true, true)
+}
+
+// slowTTL makes a backend's timeline long enough that a refill through
+// the guard and one after the TTL cannot be mistaken (the last --ttl
+// given wins).
+var slowTTL = []string{"--ttl", "8s", "--renew-interval", "1s", "--kill-grace", "1s", "--safety-margin", "500ms"}
+
+func TestHoldersConsul(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	addr := c.HTTPAddr(0)
+	holdersSuite(t, func(key string) []string { return consulArgs(addr, key) }, 10*time.Second, true, true)
+}
+
+func TestHoldersZooKeeper(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1, MaxSessionTimeout: 20 * time.Second})
+	servers := z.Addrs()
+	holdersSuite(t, func(key string) []string { return zkArgs(servers, key, slowTTL...) }, 8*time.Second, true, true)
+}
+
+func TestHoldersPostgres(t *testing.T) {
+	pg := testcluster.StartPostgres(t)
+	dsn := pg.DSN()
+	holdersSuite(t, func(key string) []string { return pgArgs(dsn, key, slowTTL...) }, 8*time.Second, true, true)
+}
+
+func TestHoldersDynamoDB(t *testing.T) {
+	d := testcluster.StartDynalite(t)
+	d.SetEnv(t)
+	ep := d.Endpoint()
+	holdersSuite(t, func(key string) []string { return dynArgs(ep, key, slowTTL...) }, 8*time.Second, true, true)
+}
+
+
+func TestHoldersKubernetes(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	k := testcluster.StartKube(t, e)
+	admin := k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), "")
+	holdersSuite(t, func(key string) []string { return kubeArgs(admin, key, slowTTL...) }, 8*time.Second, true, true)
 }
