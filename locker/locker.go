@@ -168,7 +168,7 @@ type Options struct {
 	Version string
 	// Holders is the --holders of the candidate (0 or 1: one holder),
 	// recorded in the holder record so that candidates asking for
-	// another number of slots can be refused (DESIGN §7).
+	// another number of slots can be refused (DESIGN §1.15).
 	Holders int
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker"
 )
 
-// --holders N (DESIGN §7): slot s of key K is the leadership of its own
+// --holders N (DESIGN §1.15): slot s of key K is the leadership of its own
 // key, locker.SlotKey(K, s). A candidate campaigns for every slot at once
 // and keeps the first it wins; every other attempt is cancelled, and one
 // that won anyway is released before any child starts, so a process never

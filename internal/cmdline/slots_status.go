@@ -121,6 +121,9 @@ func (r slotsReport) writeText(w io.Writer, now time.Time) error {
 			continue
 		}
 		left := "unknown"
+		if b := backendNamed(r.Backend); b != nil && b.NoExpiry != "" {
+			left = "no expiry"
+		}
 		if l.LeaseRemainingSeconds != nil {
 			left = secs(*l.LeaseRemainingSeconds)
 		}
