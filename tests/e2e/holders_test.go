@@ -247,7 +247,6 @@ func TestHoldersDynamoDB(t *testing.T) {
 	holdersSuite(t, func(key string) []string { return dynArgs(ep, key, slowTTL...) }, 8*time.Second, true, true)
 }
 
-
 func TestHoldersKubernetes(t *testing.T) {
 	e := testcluster.StartEtcd(t, 1)
 	k := testcluster.StartKube(t, e)
