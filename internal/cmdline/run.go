@@ -189,7 +189,7 @@ func run(cfg *runConfig) error {
 	sup.Forward = forward
 
 	obs, err := ops.Start(ops.Config{
-		Key: cfg.opts.Key, ID: cfg.opts.ID, TTL: sup.TTL, HTTPAddr: cfg.httpAddr, RenewInterval: sup.RenewInterval,
+		Key: cfg.opts.Key, ID: cfg.opts.ID, Slot: metricsSlot(cfg), TTL: sup.TTL, HTTPAddr: cfg.httpAddr, RenewInterval: sup.RenewInterval,
 		Rejoin: sup.OnLost == supervise.LostRejoin, Backend: lk, Logger: log,
 	})
 	if err != nil {

@@ -136,3 +136,11 @@ func slotCampaignExit(ctx context.Context, cfg *runConfig, err error, log hclog.
 func slotEnv(cfg *runConfig) []envVar {
 	return []envVar{{"LEADER_SLOT", strconv.Itoa(cfg.slot)}, {"LEADER_HOLDERS", strconv.Itoa(max(cfg.holders, 1))}}
 }
+
+// metricsSlot labels the metrics of a --holders N > 1 run with its slot.
+func metricsSlot(cfg *runConfig) string {
+	if cfg.holders <= 1 {
+		return ""
+	}
+	return strconv.Itoa(cfg.slot)
+}

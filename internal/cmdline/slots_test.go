@@ -179,3 +179,25 @@ func TestCheckHolders(t *testing.T) {
 		t.Errorf("own slot checked: %v", err)
 	}
 }
+
+// --holders out of range, a '~' in a key and a --slot out of range are
+// one-line 125s, and nothing runs.
+func TestHoldersBadInput(t *testing.T) {
+	dir := t.TempDir()
+	local := []string{"--backend", "local", "--lock-dir", dir}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append(append([]string{}, local...), "--key", "k", "--holders", "0", "--", "true"), "--holders must be from 1 to 64, got 0"},
+		{append(append([]string{}, local...), "--key", "k", "--holders", "65", "--", "true"), "--holders must be from 1 to 64, got 65"},
+		{append(append([]string{}, local...), "--key", "k~1", "--", "true"), "--key \"k~1\" must match"},
+		{append([]string{"check", "--slot", "64", "--epoch", "1"}, append(local, "k")...), "--slot must be from 0 to 63, got 64"},
+		{append([]string{"status", "--holders", "0"}, append(local, "k")...), "--holders must be from 1 to 64, got 0"},
+	} {
+		code, _, errOut := leaderrun(t, nil, c.args...)
+		if code != 125 || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%q: exit %d, %q; want 125 and one line with %q", c.args, code, errOut, c.want)
+		}
+	}
+}

@@ -3,8 +3,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -252,4 +254,101 @@ func TestHoldersKubernetes(t *testing.T) {
 	k := testcluster.StartKube(t, e)
 	admin := k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), "")
 	holdersSuite(t, func(key string) []string { return kubeArgs(admin, key, slowTTL...) }, 8*time.Second, true, true)
+}
+
+// TestHoldersSurface: the child's LEADER_SLOT and LEADER_HOLDERS, the
+// metrics' slot label, status --holders listing every slot and the free
+// ones, and check --slot.
+func TestHoldersSurface(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("surface")
+	script := `env > ` + dir + `/$LEADER_ID.env; exec sleep 1000`
+	a := start(t, "a", nil, withCommand(localArgs(dir, key, "--holders", "3", "--id", "a", "--http-addr", "127.0.0.1:0"), script)...)
+	b := start(t, "b", nil, withCommand(localArgs(dir, key, "--holders", "3", "--id", "b"), script)...)
+	childEnv := map[string]map[string]string{}
+	for _, id := range []string{"a", "b"} {
+		testsupport.WaitFor(t, 10*time.Second, id+"'s child environment", func() bool {
+			raw, _ := os.ReadFile(filepath.Join(dir, id+".env"))
+			if !strings.Contains(string(raw), "LEADER_EPOCH=") {
+				return false
+			}
+			env := map[string]string{}
+			for _, kv := range strings.Split(string(raw), "\n") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					env[k] = v
+				}
+			}
+			childEnv[id] = env
+			return true
+		})
+		if e := childEnv[id]; e["LEADER_HOLDERS"] != "3" || e["LEADER_KEY"] != key || e["LEADER_SLOT"] == "" {
+			t.Errorf("%s's child: LEADER_KEY=%q LEADER_SLOT=%q LEADER_HOLDERS=%q", id, e["LEADER_KEY"], e["LEADER_SLOT"], e["LEADER_HOLDERS"])
+		}
+	}
+	sa, sb := childEnv["a"]["LEADER_SLOT"], childEnv["b"]["LEADER_SLOT"]
+	if sa == sb {
+		t.Fatalf("both children in slot %s", sa)
+	}
+
+	_, metrics := testsupport.HTTPGet(t, httpAddr(t, a), "/metrics")
+	if want := `leaderrun_info{id="a",key="` + key + `",slot="` + sa + `"} 1`; !strings.Contains(metrics, want) {
+		t.Errorf("metrics lack %s:\n%s", want, grepLines(metrics, "leaderrun_info"))
+	}
+
+	status := exec.Command(binary, "status", "--backend", "local", "--lock-dir", dir, "--holders", "3", "--json", key)
+	out, err := status.Output()
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var report struct {
+		Holders int `json:"holders"`
+		Slots   []struct {
+			Slot   int `json:"slot"`
+			Leader *struct {
+				ID    string `json:"id"`
+				Epoch uint64 `json:"epoch"`
+			} `json:"leader"`
+		} `json:"slots"`
+		Free []int `json:"free"`
+	}
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	held := map[string]string{}
+	for _, s := range report.Slots {
+		if s.Leader != nil {
+			held[strconv.Itoa(s.Slot)] = s.Leader.ID
+		}
+	}
+	if report.Holders != 3 || len(report.Slots) != 3 || len(report.Free) != 1 || held[sa] != "a" || held[sb] != "b" {
+		t.Errorf("status --holders 3: %s", out)
+	}
+
+	check := func(slot, epoch string) int {
+		cmd := exec.Command(binary, "check", "--backend", "local", "--lock-dir", dir, "--slot", slot, "--epoch", epoch, key)
+		return exitStatus(cmd.Run())
+	}
+	epoch := childEnv["a"]["LEADER_EPOCH"]
+	if code := check(sa, epoch); code != 0 {
+		t.Errorf("check --slot %s --epoch %s (a's own): exit %d, want 0", sa, epoch, code)
+	}
+	free := strconv.Itoa(report.Free[0])
+	if code := check(free, epoch); code != 1 {
+		t.Errorf("check --slot %s (free): exit %d, want 1", free, code)
+	}
+	a.Signal(syscall.SIGTERM)
+	b.Signal(syscall.SIGTERM)
+	a.Wait(10 * time.Second)
+	b.Wait(10 * time.Second)
+}
+
+func grepLines(s, what string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, what) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
