@@ -31,7 +31,8 @@ func readHolders(c *cli.Context) (int, error) {
 	return n, nil
 }
 
-// slotReadTimeout bounds each read of the --holders agreement check.
+// slotReadTimeout bounds the reads of one --holders agreement check, all
+// slots together; a slot not read in time is not a disagreement.
 const slotReadTimeout = 5 * time.Second
 
 // winSlot is the slot campaign of a run with --holders N > 1: it builds
@@ -60,9 +61,7 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger) (locker.Lock
 		}
 		lks[s] = lk
 	}
-	read := func(ctx context.Context, s int) (locker.Holder, error) {
-		rctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
-		defer cancel()
+	read := func(rctx context.Context, s int) (locker.Holder, error) {
 		if s < n {
 			return lks[s].Leader(rctx)
 		}
@@ -75,7 +74,12 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger) (locker.Lock
 		defer lk.Close()
 		return lk.Leader(rctx)
 	}
-	if err := checkHolders(ctx, key, n, -1, read); err != nil {
+	check := func(own int) error {
+		cctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
+		defer cancel()
+		return checkHolders(cctx, key, n, own, read)
+	}
+	if err := check(-1); err != nil {
 		closeAll(-1)
 		return nil, usage(err)
 	}
@@ -95,10 +99,21 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger) (locker.Lock
 	log.Debug("campaigning for every slot", "holders", n)
 	won, err := raceSlots(actx, race, log)
 	if err != nil {
-		closeAll(-1)
-		return nil, slotCampaignExit(ctx, cfg, err, log)
+		seen := func() bool {
+			sctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
+			defer cancel()
+			for s := range n {
+				if h, err := read(sctx, s); err == nil && h.ID != "" {
+					return true
+				}
+			}
+			return false
+		}
+		defer closeAll(-1)
+		target, _ := cfg.settings.Target(lks[0])
+		return nil, slotCampaignExit(ctx, cfg, err, seen, target, log)
 	}
-	if err := checkHolders(ctx, key, n, won.Slot, read); err != nil {
+	if err := check(won.Slot); err != nil {
 		releaseNow(won.Lease, log)
 		closeAll(-1)
 		return nil, usage(err)
@@ -110,8 +125,9 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger) (locker.Lock
 	return &preWon{Locker: race[won.Slot], lease: won.Lease}, nil
 }
 
-// slotCampaignExit is the exit of a slot campaign that won nothing.
-func slotCampaignExit(ctx context.Context, cfg *runConfig, err error, log hclog.Logger) error {
+// slotCampaignExit is the exit of a slot campaign that won nothing; seen
+// reads whether any slot has a holder now.
+func slotCampaignExit(ctx context.Context, cfg *runConfig, err error, seen func() bool, target string, log hclog.Logger) error {
 	var sc supervise.SignalCause
 	switch {
 	case errors.As(context.Cause(ctx), &sc):
@@ -120,11 +136,14 @@ func slotCampaignExit(ctx context.Context, cfg *runConfig, err error, log hclog.
 	case errors.Is(err, locker.ErrHeld):
 		log.Info("not acquired", "reason", "every slot is held")
 		return exitCode(cfg.conflict)
-	case errors.Is(err, context.DeadlineExceeded):
-		// --acquire-timeout: every slot stayed held (or the backend was
-		// out of reach; the campaign's WARN lines say so).
+	case errors.Is(err, context.DeadlineExceeded) && seen():
+		// --acquire-timeout with the slots held: "held elsewhere".
 		log.Info("no slot acquired within --acquire-timeout", "timeout", cfg.sup.AcquireTimeout)
 		return exitCode(cfg.conflict)
+	case errors.Is(err, context.DeadlineExceeded):
+		// No holder could be read: an outage, not a conflict (DESIGN §4).
+		log.Warn("no slot acquired within --acquire-timeout, and no holder of any slot was read", "timeout", cfg.sup.AcquireTimeout, "address", target)
+		return exitCode(exitcode.Internal)
 	case errors.Is(err, locker.ErrRefused):
 		log.Error("backend refused", "error", err)
 		return exitCode(exitcode.Internal)
