@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/tests/chaos"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
@@ -351,4 +352,84 @@ func grepLines(s, what string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// holdersCutOff: with --holders 3 and 4 candidates, the one that reaches
+// the server at addr through a proxy (via(key, proxy) are its options)
+// is cut off while it holds a slot. Its child must be dead before anyone
+// else's child runs in that slot, and it exits 123; the slot goes to the
+// fourth candidate.
+func holdersCutOff(t *testing.T, addr string, via func(key, proxy string) []string, direct func(key string) []string, ttl time.Duration) {
+	px, err := chaos.NewProxy(addr, chaos.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	key := newKey("holders-cut")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	script := "exec sleep 1000"
+	w := watchSlots(mark, 3)
+	a := start(t, "a", env, withCommand(append(via(key, px.Addr()), "--holders", "3", "--id", "a"), script)...)
+	var cutSlot, cutPid int
+	testsupport.WaitFor(t, 30*time.Second, "a's child", func() bool {
+		for _, k := range slotChildren(mark) {
+			if k.id == "a" {
+				cutSlot, cutPid = k.slot, k.pid
+				return true
+			}
+		}
+		return false
+	})
+	for _, id := range []string{"b", "c", "d"} {
+		start(t, id, env, withCommand(append(direct(key), "--holders", "3", "--id", id), script)...)
+	}
+	testsupport.WaitFor(t, 30*time.Second, "3 slots filled", func() bool { return len(slotChildren(mark)) == 3 })
+	time.Sleep(time.Second) // the fourth candidate queues
+	px.Cut(chaos.Blackhole)
+	cut := time.Now()
+	var deadAt time.Duration
+	testsupport.WaitFor(t, ttl+20*time.Second, "the cut-off holder's slot taken over", func() bool {
+		if deadAt == 0 && !alive(cutPid) {
+			deadAt = time.Since(cut)
+		}
+		for _, k := range slotChildren(mark) {
+			if k.slot == cutSlot && k.id != "a" {
+				if alive(cutPid) {
+					t.Errorf("slot %d went to %s while the cut-off holder's child %d lived", cutSlot, k.id, cutPid)
+				}
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("cut -> a's child dead after %v, slot %d refilled after %v (TTL %v)", deadAt.Round(time.Millisecond), cutSlot, time.Since(cut).Round(time.Millisecond), ttl)
+	if code := a.Wait(20 * time.Second); code != 123 {
+		t.Errorf("cut-off holder exit %d, want 123", code)
+	}
+	w.end(t)
+}
+
+func TestHoldersCutOffEtcd(t *testing.T) {
+	c := testcluster.StartEtcd(t, 1)
+	ep := c.Endpoints()[0]
+	args := func(key, endpoint string) []string {
+		return []string{"--backend", "etcd", "--etcd-endpoints", endpoint, "--key", key,
+			"--ttl", "4s", "--renew-interval", "500ms", "--kill-grace", "1s", "--safety-margin", "500ms"}
+	}
+	holdersCutOff(t, strings.TrimPrefix(ep, "http://"), func(key, px string) []string { return args(key, "http://"+px) },
+		func(key string) []string { return args(key, ep) }, 4*time.Second)
+}
+
+func TestHoldersCutOffPostgres(t *testing.T) {
+	pg := testcluster.StartPostgres(t)
+	holdersCutOff(t, pg.Addr(), func(key, px string) []string { return pgArgs(strings.Replace(pg.DSN(), pg.Addr(), px, 1), key) },
+		func(key string) []string { return pgArgs(pg.DSN(), key) }, 3*time.Second)
+}
+
+func TestHoldersCutOffConsul(t *testing.T) {
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	addr := c.HTTPAddr(0)
+	holdersCutOff(t, strings.TrimPrefix(addr, "http://"), func(key, px string) []string { return consulArgs(px, key) },
+		func(key string) []string { return consulArgs(addr, key) }, 10*time.Second)
 }
