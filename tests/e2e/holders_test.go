@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/tests/chaos"
+	"github.com/leaderrun/leaderrun/tests/fence"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
@@ -101,6 +102,65 @@ func (w *slotWatch) end(t *testing.T) {
 	t.Logf("at most %d children alive at once", w.most)
 }
 
+var (
+	writerOnce sync.Once
+	writerBin  string
+	writerErr  error
+)
+
+// fenceWriter builds the fenced resource's writer (tests/fence/writer) once.
+func fenceWriter(t *testing.T) string {
+	t.Helper()
+	writerOnce.Do(func() {
+		writerBin = filepath.Join(filepath.Dir(binary), "fence-writer")
+		out, err := exec.Command("go", "build", "-o", writerBin, "github.com/leaderrun/leaderrun/tests/fence/writer").CombinedOutput()
+		if err != nil {
+			writerErr = fmt.Errorf("build the fence writer: %v\n%s", err, out)
+		}
+	})
+	if writerErr != nil {
+		t.Fatal(writerErr)
+	}
+	return writerBin
+}
+
+// slotFences are one fenced resource per slot: a child writes, with its
+// LEADER_EPOCH, to the fence of its LEADER_SLOT (FENCE_ADDR_<slot>).
+type slotFences []*fence.Server
+
+func newSlotFences(t *testing.T, n int) (slotFences, []string) {
+	t.Helper()
+	fs := make(slotFences, n)
+	env := []string{"FENCE_NETWORK=tcp"}
+	for i := range fs {
+		f, err := fence.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		fs[i] = f
+		env = append(env, "FENCE_ADDR_"+strconv.Itoa(i)+"="+f.Addr())
+	}
+	return fs, env
+}
+
+// check judges each slot's record: no two writers of one slot
+// interleaved (accepted or not), no accepted epoch went down, no epoch
+// was shared, no stale write accepted; it returns the writes accepted.
+func (fs slotFences) check(t *testing.T) int {
+	t.Helper()
+	total := 0
+	for s, f := range fs {
+		r := fence.NewChecker().Feed(f.Log(0))
+		total += r.Accepted
+		if len(r.Overlaps) > 0 || len(r.LiveOverlaps) > 0 || r.Regressions > 0 || len(r.SharedEpochs) > 0 || r.StaleAccepted > 0 {
+			t.Errorf("slot %d's fence: overlaps %v, live overlaps %v, regressions %d, shared epochs %v, stale accepted %d",
+				s, r.Overlaps, r.LiveOverlaps, r.Regressions, r.SharedEpochs, r.StaleAccepted)
+		}
+	}
+	return total
+}
+
 // slotLedger: each child appends "slot epoch" to the ledger when it
 // starts; the epochs of one slot must strictly increase.
 func checkSlotLedger(t *testing.T, ledger string) {
@@ -134,8 +194,9 @@ func holdersSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 	key := newKey("holders")
 	mark := key + "-" + strconv.Itoa(os.Getpid())
 	ledger := filepath.Join(dir, "ledger")
-	script := `echo "$LEADER_SLOT $LEADER_EPOCH" >> ` + ledger + `; echo $$ > ` + dir + `/$LEADER_ID.pid; exec sleep 1000`
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	fences, fenceEnv := newSlotFences(t, 3)
+	script := `echo "$LEADER_SLOT $LEADER_EPOCH" >> ` + ledger + `; eval "export FENCE_ADDR=\$FENCE_ADDR_$LEADER_SLOT"; exec ` + fenceWriter(t)
+	env := append([]string{"HOLDERS_TEST_MARK=" + mark}, fenceEnv...)
 	w := watchSlots(mark, 3)
 	procs := map[string]*Proc{}
 	for i := range 5 {
@@ -192,6 +253,7 @@ func holdersSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 	time.Sleep(500 * time.Millisecond)
 	w.end(t)
 	checkSlotLedger(t, ledger)
+	t.Logf("%d fenced writes accepted across the 3 slots", fences.check(t))
 	for _, p := range procs {
 		if !p.Exited() {
 			p.Signal(syscall.SIGTERM)
