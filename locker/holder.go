@@ -13,13 +13,17 @@ import (
 // fill from its own metadata when reading it back.
 func NewHolder(opts Options) Holder {
 	host, _ := os.Hostname()
-	return Holder{
+	h := Holder{
 		ID:         opts.ID,
 		Hostname:   host,
 		PID:        os.Getpid(),
 		AcquiredAt: time.Now().UTC().Truncate(time.Millisecond),
 		Version:    opts.Version,
 	}
+	if opts.Holders > 1 {
+		h.Holders = opts.Holders
+	}
+	return h
 }
 
 // Record encodes the holder as the value stored on the backend.

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -142,6 +143,9 @@ type Holder struct {
 	Epoch      uint64    `json:"epoch"`
 	AcquiredAt time.Time `json:"acquired_at"`
 	Version    string    `json:"version,omitempty"`
+	// Holders is how many slots the holder's key has (its --holders);
+	// 0 in a record written without one, which means 1.
+	Holders int `json:"holders,omitempty"`
 	// LeaseRemaining is how long the backend will keep the lease without a
 	// renewal, where the backend can tell (etcd: the lease's TimeToLive;
 	// Consul: the session TTL); zero when unknown.
@@ -162,14 +166,65 @@ type Options struct {
 	NoWait bool
 	// Version is leaderrun's version, recorded in the holder record.
 	Version string
+	// Holders is the --holders of the candidate (0 or 1: one holder),
+	// recorded in the holder record so that candidates asking for
+	// another number of slots can be refused (DESIGN §1.15).
+	Holders int
 }
 
 var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`)
 
-// ValidateKey checks a key against DESIGN §2: it starts with a letter or
-// digit, uses only letters, digits and . _ / -, is at most 128 characters and
-// never contains "..", so it is safe both as a backend path and a file name.
+// MaxHolders bounds --holders: the number of slots of one key.
+const MaxHolders = 64
+
+// slotSep joins a key and a slot number in a slot key. It never occurs in
+// a key typed by an operator (ValidateUserKey), so no slot key is ever
+// another key's name; every backend's name mapping takes it as is (the
+// Kubernetes Lease name escapes it like any other character).
+const slotSep = "~"
+
+// SlotKey is the key that slot s (0 <= s < MaxHolders) of key holds: slot
+// 0 is the key itself, so --holders 1 keeps today's names, and slot s > 0
+// is "key~s". Each slot is a leadership of its own.
+func SlotKey(key string, slot int) string {
+	if slot == 0 {
+		return key
+	}
+	return key + slotSep + strconv.Itoa(slot)
+}
+
+// SplitSlotKey undoes SlotKey: the key and the slot a name stands for.
+// ok is false for a name that SlotKey cannot have produced.
+func SplitSlotKey(name string) (key string, slot int, ok bool) {
+	i := strings.LastIndex(name, slotSep)
+	if i < 0 {
+		return name, 0, ValidateUserKey(name) == nil
+	}
+	key, num := name[:i], name[i+1:]
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 1 || n >= MaxHolders || strconv.Itoa(n) != num || ValidateUserKey(key) != nil {
+		return "", 0, false
+	}
+	return key, n, true
+}
+
+// ValidateKey checks the name a backend holds: a key (ValidateUserKey) or
+// one of its slot keys (SlotKey).
 func ValidateKey(key string) error {
+	if strings.Contains(key, slotSep) {
+		if _, _, ok := SplitSlotKey(key); !ok {
+			return fmt.Errorf("%q must be a key, or a key followed by ~ and a slot from 1 to %d", key, MaxHolders-1)
+		}
+		return nil
+	}
+	return ValidateUserKey(key)
+}
+
+// ValidateUserKey checks a key against DESIGN §2: it starts with a letter
+// or digit, uses only letters, digits and . _ / -, is at most 128
+// characters and never contains "..", so it is safe both as a backend path
+// and a file name.
+func ValidateUserKey(key string) error {
 	if key == "" {
 		return errors.New("must not be empty")
 	}
@@ -187,5 +242,5 @@ func ValidateKey(key string) error {
 
 // ValidatePrefix checks a key prefix with the same rules as a key.
 func ValidatePrefix(prefix string) error {
-	return ValidateKey(prefix)
+	return ValidateUserKey(prefix)
 }

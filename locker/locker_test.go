@@ -89,3 +89,23 @@ func TestLostSignal(t *testing.T) {
 		t.Fatalf("reason %q, want the first one", got)
 	}
 }
+
+func TestSlotKey(t *testing.T) {
+	if SlotKey("billing", 0) != "billing" || SlotKey("a/b", 3) != "a/b~3" {
+		t.Fatalf("SlotKey: %q %q", SlotKey("billing", 0), SlotKey("a/b", 3))
+	}
+	for s := range MaxHolders {
+		k, got, ok := SplitSlotKey(SlotKey("a/b", s))
+		if !ok || k != "a/b" || got != s || ValidateKey(SlotKey("a/b", s)) != nil {
+			t.Fatalf("slot %d: %q %d %v", s, k, got, ok)
+		}
+	}
+	for _, bad := range []string{"a~0", "a~01", "a~64", "a~", "~1", "a~1~2", "a~-1", "a~x"} {
+		if ValidateKey(bad) == nil {
+			t.Errorf("ValidateKey(%q) accepted a name no slot has", bad)
+		}
+	}
+	if ValidateUserKey("a~1") == nil || ValidatePrefix("p~1") == nil {
+		t.Error("a slot key was accepted as a user key or prefix")
+	}
+}

@@ -54,7 +54,7 @@ func loadEnvFiles(args []string) error {
 				files = append(files, value)
 				continue
 			}
-			if err := locker.ValidateKey(value); err != nil {
+			if err := locker.ValidateUserKey(value); err != nil {
 				return fmt.Errorf("--unit %w", err)
 			}
 			shared := filepath.Join(configDir, sharedEnvFile)

@@ -60,6 +60,7 @@ func runFlags() []cli.Flag {
 			Usage: "exit `CODE` when another holder leads or the slot already ran"},
 		&cli.StringFlag{Name: "on-lost", Category: catLeadership, EnvVars: []string{"LEADERRUN_ON_LOST"}, Value: "exit",
 			Usage: "after a loss: exit (with 123) or rejoin the campaign"},
+		holdersFlag("run the command on at most `N` candidates at once, each in its own slot 0..N-1 (LEADER_SLOT); every candidate of the key must give the same N"),
 		&cli.IntFlag{Name: "history-keep", Category: catLeadership, EnvVars: []string{"LEADERRUN_HISTORY_KEEP"}, Value: locker.DefaultHistoryKeep,
 			Usage: "keep the last `N` terms of the key's run history on the backend (leaderrun history); 0 writes none"},
 

@@ -99,6 +99,9 @@ func queryLocker(c *cli.Context) (locker.Locker, locker.Options, error) {
 	if err != nil {
 		return nil, opts, err
 	}
+	if opts.Key, err = querySlotKey(c, opts.Key); err != nil {
+		return nil, opts, err
+	}
 	if c.Duration("timeout") <= 0 {
 		return nil, opts, fmt.Errorf("--timeout must be greater than 0, got %v", c.Duration("timeout"))
 	}

@@ -23,11 +23,11 @@ func checkCommand() *cli.Command {
 		Description: "Reads the current holder of KEY with a linearizable read (one round trip) and " +
 			"exits 0 if its epoch is N, 1 if not (stderr names the current holder and epoch, " +
 			"or says \"no leader\"), 125 if the backend cannot be read. Run from leaderrun's " +
-			"child it takes KEY, N and the backend settings from LEADER_KEY, LEADER_EPOCH, " +
+			"child it takes KEY, N and the backend settings from LEADER_KEY, LEADER_EPOCH, LEADER_SLOT, " +
 			"LEADERRUN_BACKEND, LEADERRUN_PREFIX and the backend's address variables: " +
 			"`leaderrun check || exit 1` before each critical step.",
 		Flags: slices.Concat(queryFlags(),
-			[]cli.Flag{epochFlag()},
+			[]cli.Flag{epochFlag(), slotFlag()},
 			remainingFlags(),
 			commonFlags()),
 		Before:       divertDoubleDash,

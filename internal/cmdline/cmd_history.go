@@ -35,7 +35,7 @@ func historyCommand() *cli.Command {
 			"exits 125. --prometheus prints, for a once-per key, the start of the newest slot that ran, " +
 			"its period and the missed slots as gauges, for the LeaderrunOncePerSlotMissed alert " +
 			"(docs/OPERATING.md).",
-		Flags:        slices.Concat(queryFlags(), historyFlags(), commonFlags()),
+		Flags:        slices.Concat(queryFlags(), historyFlags(), []cli.Flag{slotFlag()}, commonFlags()),
 		Before:       divertDoubleDash,
 		OnUsageError: divertUsageError,
 		Action:       historyAction,

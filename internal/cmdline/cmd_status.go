@@ -28,7 +28,8 @@ func statusCommand() *cli.Command {
 			"(JSON: \"never_used\": true, \"looked_at\"). Exits 125 when the backend cannot be read. " +
 			"--unit NAME reads the settings of the systemd instance leaderrun@NAME.",
 		Flags: slices.Concat(queryFlags(),
-			[]cli.Flag{&cli.BoolFlag{Name: "json", Category: catQuery, EnvVars: []string{"LEADERRUN_STATUS_JSON"}, Usage: "print a JSON document instead of a table"}},
+			[]cli.Flag{&cli.BoolFlag{Name: "json", Category: catQuery, EnvVars: []string{"LEADERRUN_STATUS_JSON"}, Usage: "print a JSON document instead of a table"},
+				holdersFlag("list the `N` slots of a key run with --holders N: each slot's holder, and the free slots")},
 			commonFlags()),
 		Before:       divertDoubleDash,
 		OnUsageError: divertUsageError,
@@ -37,6 +38,9 @@ func statusCommand() *cli.Command {
 }
 
 func statusAction(c *cli.Context) error {
+	if c.IsSet("holders") {
+		return statusSlots(c)
+	}
 	read, err := readLeader(c, true)
 	if err != nil {
 		return usage(err)

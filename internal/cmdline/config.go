@@ -38,6 +38,8 @@ type runConfig struct {
 	contain        contain.Mode
 	noGuard        bool
 	httpAddr       string
+	// holders is --holders; slot, the slot this run won (winSlot).
+	holders, slot int
 }
 
 // logSettings are --log-level, --log-format and --quiet.
@@ -90,6 +92,9 @@ func parseRun(c *cli.Context) (*runConfig, error) {
 	}
 	if cfg.contain, err = contain.ParseMode(c.String("contain")); err != nil {
 		return nil, fmt.Errorf("--contain %w", err)
+	}
+	if cfg.holders, err = readHolders(c); err != nil {
+		return nil, err
 	}
 	cfg.noGuard = c.Bool("no-guard")
 	cfg.httpAddr = c.String("http-addr")
@@ -214,7 +219,7 @@ func lockerOptions(c *cli.Context, key string) (locker.Options, error) {
 	if key == "" {
 		return locker.Options{}, errors.New("--key is required")
 	}
-	if err := locker.ValidateKey(key); err != nil {
+	if err := locker.ValidateUserKey(key); err != nil {
 		return locker.Options{}, fmt.Errorf("--key %w", err)
 	}
 	if err := locker.ValidatePrefix(c.String("prefix")); err != nil {

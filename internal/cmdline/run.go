@@ -137,12 +137,22 @@ func run(cfg *runConfig) error {
 		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", err)
 		return exitCode(se.Code)
 	}
-	lk, err := cfg.settings.New(cfg.opts, false, log)
-	if err != nil {
+	var ctx context.Context
+	var stop func()
+	var lk locker.Locker
+	if cfg.holders > 1 {
+		// A stop signal while campaigning for the slots ends the campaign.
+		ctx, stop = stopOnSignal()
+		defer stop()
+		lk, err = winSlot(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
+	} else if lk, err = cfg.settings.New(cfg.opts, false, log); err != nil {
 		return usage(cfg.configError(err))
 	}
 	defer lk.Close()
-	if cfg.opts.NoWait {
+	if cfg.opts.NoWait && cfg.holders <= 1 {
 		addr, timeout := cfg.settings.Target(lk)
 		lk = locker.OneAttempt(lk, cfg.opts.Key, addr, timeout)
 	}
@@ -179,7 +189,7 @@ func run(cfg *runConfig) error {
 	sup.Forward = forward
 
 	obs, err := ops.Start(ops.Config{
-		Key: cfg.opts.Key, ID: cfg.opts.ID, TTL: sup.TTL, HTTPAddr: cfg.httpAddr, RenewInterval: sup.RenewInterval,
+		Key: cfg.opts.Key, ID: cfg.opts.ID, Slot: metricsSlot(cfg), TTL: sup.TTL, HTTPAddr: cfg.httpAddr, RenewInterval: sup.RenewInterval,
 		Rejoin: sup.OnLost == supervise.LostRejoin, Backend: lk, Logger: log,
 	})
 	if err != nil {
@@ -205,8 +215,10 @@ func run(cfg *runConfig) error {
 	if err != nil {
 		return usage(cfg.configError(err))
 	}
-	ctx, stop := stopOnSignal()
-	defer stop()
+	if ctx == nil {
+		ctx, stop = stopOnSignal()
+		defer stop()
+	}
 	trimResidentLater()
 	code := s.Run(ctx)
 	if code == supervise.ExitNotHeld && campaigning {
@@ -271,12 +283,14 @@ func roundDuration(d time.Duration) string {
 // variables (the child must not notify for us, DESIGN §5), plus what the
 // child and `leaderrun check` need. Secrets given by flag are never added.
 func childEnv(cfg *runConfig) []string {
+	key, _, _ := locker.SplitSlotKey(cfg.opts.Key)
 	vars := []envVar{
-		{"LEADER_KEY", cfg.opts.Key},
+		{"LEADER_KEY", key},
 		{"LEADER_ID", cfg.opts.ID},
 		{"LEADERRUN_BACKEND", cfg.backend.Name},
 		{"LEADERRUN_PREFIX", cfg.opts.Prefix},
 	}
+	vars = append(vars, slotEnv(cfg)...)
 	vars = append(vars, cfg.settings.ChildEnv()...)
 	var added []string
 	// The settings files are read already, and their settings are in the

@@ -26,9 +26,10 @@ type metrics struct {
 // at scrape time through the given functions.
 //
 // The leaderrun_* series carry no key label of their own: leaderrun_info
-// (always 1) names the key and the id of this process, and alert rules join
+// (always 1) names the key and the id of this process (and its slot under
+// --holders), and alert rules join
 // it on the target's labels (examples/prometheus/leaderrun-rules.yml).
-func newMetrics(key, id string, ttl time.Duration, isLeader, epoch, leaseRemaining func() float64) *metrics {
+func newMetrics(key, id, slot string, ttl time.Duration, isLeader, epoch, leaseRemaining func() float64) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -56,10 +57,14 @@ func newMetrics(key, id string, ttl time.Duration, isLeader, epoch, leaseRemaini
 	// failure.
 	m.renewals.WithLabelValues("ok")
 	m.renewals.WithLabelValues("error")
+	labels := prometheus.Labels{"key": key, "id": id}
+	if slot != "" {
+		labels["slot"] = slot // --holders N > 1: the slot this process holds
+	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "leaderrun_info",
-		Help:        "Always 1; its labels name the key this leaderrun campaigns for and its holder id.",
-		ConstLabels: prometheus.Labels{"key": key, "id": id},
+		Help:        "Always 1; its labels name the key this leaderrun campaigns for, its holder id and, with --holders, its slot.",
+		ConstLabels: labels,
 	})
 	info.Set(1)
 	ttlGauge := prometheus.NewGauge(prometheus.GaugeOpts{

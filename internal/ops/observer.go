@@ -29,6 +29,9 @@ type Config struct {
 	// Key and ID name this leaderrun in /status and STATUS=, and label
 	// the leaderrun_info series.
 	Key, ID string
+	// Slot labels leaderrun_info with the slot a --holders N > 1 run
+	// holds ("" without one); Key is then the slot's key.
+	Slot string
 	// TTL is the lease TTL, exported as leaderrun_ttl_seconds so that alert
 	// rules can tell how long a key may go without a leader. Zero exports 0.
 	TTL time.Duration
@@ -104,7 +107,7 @@ func start(cfg Config, n notifier) (*Observer, error) {
 	if o.log == nil {
 		o.log = hclog.NewNullLogger()
 	}
-	o.metrics = newMetrics(cfg.Key, cfg.ID, cfg.TTL, o.gauge(func(st *state, _ time.Time) float64 {
+	o.metrics = newMetrics(metricsKey(cfg), cfg.ID, cfg.Slot, cfg.TTL, o.gauge(func(st *state, _ time.Time) float64 {
 		if st.role == RoleLeader {
 			return 1
 		}
@@ -323,4 +326,14 @@ func (o *Observer) probe(ctx context.Context) {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// metricsKey is the key leaderrun_info names: a slot's key without its
+// slot, which the slot label carries.
+func metricsKey(cfg Config) string {
+	if cfg.Slot == "" {
+		return cfg.Key
+	}
+	key, _, _ := locker.SplitSlotKey(cfg.Key)
+	return key
 }

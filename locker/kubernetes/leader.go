@@ -37,6 +37,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		Version:  ls.Annotations[annVersion],
 	}
 	h.PID, _ = strconv.Atoi(ls.Annotations[annPID])
+	h.Holders, _ = strconv.Atoi(ls.Annotations[annHolders])
 	if ls.Spec.AcquireTime != nil {
 		h.AcquiredAt = ls.Spec.AcquireTime.UTC()
 	}

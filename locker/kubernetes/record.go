@@ -28,6 +28,8 @@ const (
 	annHost     = kubewire.AnnHost
 	annPID      = kubewire.AnnPID
 	annVersion  = kubewire.AnnVersion
+	// annHolders is the holder's --holders where it is more than 1.
+	annHolders = annPrefix + "holders"
 )
 
 // newTerm returns a random token naming one leadership.
@@ -149,6 +151,11 @@ func (l *Locker) claim(cur *coordinationv1.Lease, term string) *coordinationv1.L
 		ann[annVersion] = l.opts.Version
 	} else {
 		delete(ann, annVersion)
+	}
+	if l.opts.Holders > 1 {
+		ann[annHolders] = strconv.Itoa(l.opts.Holders)
+	} else {
+		delete(ann, annHolders)
 	}
 	ls.Annotations = ann
 
