@@ -151,10 +151,23 @@ func checkHolders(ctx context.Context, key string, n, own int, read func(ctx con
 
 // preWon is the winning slot's Locker whose first Acquire returns the
 // lease the slot campaign won; a later one (--on-lost rejoin) campaigns
-// for the same slot again.
+// for the same slot again. Closed before that first Acquire (a run whose
+// setup failed after the win: metrics listener, containment, once-per),
+// it releases the won lease, so the slot is not left held by a process
+// that has gone until its TTL.
 type preWon struct {
 	locker.Locker
 	lease locker.Lease
+	log   hclog.Logger
+}
+
+func (p *preWon) Close() error {
+	if l := p.lease; l != nil {
+		p.lease = nil
+		p.log.Debug("releasing the slot won: the run ended before it started", "epoch", l.Epoch())
+		releaseNow(l, p.log)
+	}
+	return p.Locker.Close()
 }
 
 func (p *preWon) Acquire(ctx context.Context) (locker.Lease, error) {

@@ -122,7 +122,7 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger) (locker.Lock
 	cfg.slot = won.Slot
 	cfg.opts.Key, cfg.opts.Holders = locker.SlotKey(key, won.Slot), n
 	log.Info("won a slot", "slot", won.Slot, "holders", n, "epoch", won.Lease.Epoch())
-	return &preWon{Locker: race[won.Slot], lease: won.Lease}, nil
+	return &preWon{Locker: race[won.Slot], lease: won.Lease, log: log}, nil
 }
 
 // slotCampaignExit is the exit of a slot campaign that won nothing; seen

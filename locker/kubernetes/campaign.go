@@ -206,6 +206,7 @@ func (l *Locker) take(ctx context.Context, cur *coordinationv1.Lease, term strin
 		return nil, fmt.Errorf("kubernetes: %w: %s", errCandidacyLost, oneLine(err.Error()))
 	case err != nil:
 		if ctx.Err() != nil {
+			l.withdraw(term)
 			return nil, ctx.Err()
 		}
 		return nil, l.classify(verb, err)
@@ -224,6 +225,25 @@ func (l *Locker) take(ctx context.Context, cur *coordinationv1.Lease, term strin
 		return nil, fmt.Errorf("kubernetes: %w: %v", locker.ErrRefused, err)
 	}
 	return newLease(l, got, epoch, term), nil
+}
+
+// withdraw gives back a claim whose write was cut short by the caller's
+// context: the write may have landed, and a claim nobody renews would hold
+// the Lease for a whole TTL (a --holders candidate cancels its other
+// slots' attempts the moment it wins one, DESIGN §1.15). Only a Lease that
+// still carries our term is released, conditioned on what was read.
+func (l *Locker) withdraw(term string) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	cur, err := l.get(ctx)
+	if err != nil || cur == nil || termOf(cur) != term {
+		return
+	}
+	if _, err := l.client.Update(ctx, released(cur), metav1.UpdateOptions{}); err != nil {
+		l.log.Debug("withdrawing a claim cut short failed; it expires on its own", "lease", l.name, "error", oneLine(err.Error()))
+		return
+	}
+	l.log.Debug("withdrew a claim whose write was cut short", "lease", l.name)
 }
 
 // looksAlive reports whether a holder's renewTime, by our wall clock, is

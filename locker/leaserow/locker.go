@@ -236,6 +236,7 @@ func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (l
 		return nil, fmt.Errorf("%s: %w", l.name, errTaken)
 	case err != nil:
 		if ctx.Err() != nil {
+			l.withdraw(term, row.Version)
 			return nil, ctx.Err()
 		}
 		return nil, err
@@ -251,6 +252,25 @@ func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (l
 	}
 	l.log.Debug("acquired", "key", l.opts.Key, "epoch", epoch)
 	return &lease{l: l, term: term, row: row}, nil
+}
+
+// withdraw gives back a claim whose write was cut short by the caller's
+// context: the write may have landed, and a claim nobody renews would hold
+// the key for a whole TTL (a --holders candidate cancels its other slots'
+// attempts the moment it wins one, DESIGN §1.15). Only our own claim,
+// unchanged since, is cleared.
+func (l *Locker) withdraw(term, version string) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	cur, ok, err := l.read(ctx)
+	if err != nil || !ok || cur.Term != term || cur.Version != version {
+		return
+	}
+	if err := l.store.Clear(ctx, version, token()); err != nil {
+		l.log.Debug("withdrawing a claim cut short failed; it expires on its own", "error", err)
+		return
+	}
+	l.log.Debug("withdrew a claim whose write was cut short", "key", l.opts.Key)
 }
 
 // Leader reads the row's holder. A free row, or none, is ErrNoLeader. How
