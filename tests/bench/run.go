@@ -212,7 +212,8 @@ func (e *Env) Footprint(c *Contender, window time.Duration) Footprint {
 	fp.LeaderCPU, fp.GuardCPU, fp.StandbyCPU = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2]
 	fp.LeaderReqs, fp.StandbyReqs = leader.Link.Requests()-lr0, standby.Link.Requests()-sr0
 	if leader.Proc.Exited() || standby.Proc.Exited() || !chaos.Alive(ln.mustNewest().Pid) {
-		fp.Err = "the leader or the standby did not last the window"
+		fp.Err = fmt.Sprintf("the leader or the standby did not last the window\nleader:\n%s\nstandby:\n%s",
+			leader.Proc.Output(4<<10), standby.Proc.Output(4<<10))
 	}
 	return fp
 }
@@ -372,6 +373,9 @@ func (e *Env) Scale(c *Contender, n int, window time.Duration, trials int) Scale
 		next, ok := ln.child(nil, old.ID+1, 3*c.TTL+c.LockDelay+30*time.Second)
 		if !ok {
 			sp.Err = fmt.Sprintf("no candidate took over within %v", 3*c.TTL+c.LockDelay+30*time.Second)
+			for _, cand := range ln.all {
+				sp.Err += fmt.Sprintf("\n%s:\n%s", cand.ID, cand.Proc.Output(2<<10))
+			}
 			return sp
 		}
 		sp.Failovers = append(sp.Failovers, next.Started.Sub(at))
