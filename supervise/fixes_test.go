@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,6 +61,7 @@ type shrinkingLease struct {
 	clock Clock
 	hold  func(n int) // called inside Renew n (1-based)
 	grant func(n int) time.Duration
+	fail  func(n int) error // Renew n's error, when not nil
 }
 
 func (l *shrinkingLease) Renew(ctx context.Context) (time.Duration, error) {
@@ -70,6 +72,11 @@ func (l *shrinkingLease) Renew(ctx context.Context) (time.Duration, error) {
 	l.mu.Unlock()
 	if l.hold != nil {
 		l.hold(n)
+	}
+	if l.fail != nil {
+		if err := l.fail(n); err != nil {
+			return 0, err
+		}
 	}
 	return l.grant(n), nil
 }
@@ -90,6 +97,13 @@ func TestShorterGrantedTTLMovesTheDeadlineEarlier(t *testing.T) {
 				return 15 * time.Second
 			}
 			return 8 * time.Second
+		},
+		// Later renewals fail: the 8s grant's deadline stands.
+		fail: func(n int) error {
+			if n > 2 {
+				return errors.New("backend unreachable")
+			}
+			return nil
 		}}
 	rec := &recorder{clock: clock}
 	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
@@ -146,6 +160,43 @@ func TestRenewalsDoNotDriftByTheRoundTrip(t *testing.T) {
 	}
 	if got := s[2].Sub(s[1]); got != 5*time.Second {
 		t.Errorf("renewals %v apart after a 2s round trip, want the 5s interval from send to send", got)
+	}
+	lease.markLost()
+	advanceUntilDone(t, clock, done, 100*time.Millisecond)
+}
+
+// A grant too short for the next renewal to come before the stop signal
+// brings that renewal forward (the harness: TTL 15s, interval 5s, grace
+// 5s, margin 1s, renewal timeout 1.5s): a renewal sent at s and granted 8s
+// is followed by one at s+0.5s, not s+5s, and the child keeps running.
+func TestShortGrantBringsTheNextRenewalForward(t *testing.T) {
+	clock := newFakeClock()
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 2 {
+				return 8 * time.Second
+			}
+			return 15 * time.Second
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "exec sleep 1000")
+	t0 := clock.Now()
+	for len(lease.sends()) < 4 && clock.Now().Sub(t0) < 20*time.Second {
+		clock.settle(t)
+		clock.Advance(50 * time.Millisecond)
+	}
+	s := lease.sends()
+	if len(s) < 4 {
+		t.Fatalf("only %d renewals", len(s))
+	}
+	if got := s[2].Sub(s[1]); got != 500*time.Millisecond {
+		t.Errorf("renewal after an 8s grant came %v after it, want 500ms (8s - margin - grace - timeout)", got)
+	}
+	if got := s[3].Sub(s[2]); got != 5*time.Second {
+		t.Errorf("renewal after a full grant came %v after it, want the 5s interval", got)
+	}
+	if _, ok := rec.find(syscall.SIGTERM.String()); ok {
+		t.Error("the child was signalled though every renewal succeeded in time")
 	}
 	lease.markLost()
 	advanceUntilDone(t, clock, done, 100*time.Millisecond)

@@ -271,7 +271,7 @@ func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan
 		}
 		switch {
 		case err == nil:
-			next = sent.Add(s.cfg.RenewInterval)
+			next = s.nextRenewal(sent, granted)
 		case timedOut:
 			next = s.clock.Now()
 		default:
@@ -279,6 +279,30 @@ func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan
 		}
 	}
 }
+
+// nextRenewal is when to send the renewal after one sent at sent was
+// granted granted: the interval after it, or sooner when the grant was too
+// short for that (ZooKeeper counts it from an earlier request when the
+// read before it came late, relay.go): the stop signal, the kill grace and
+// the safety margin before the deadline, must not come before the next
+// renewal has had its timeout to answer. Never sooner than a short pause,
+// so a backend that keeps granting almost nothing is not asked in a loop;
+// the deadline stays send + granted either way (§1.2).
+func (s *Supervisor) nextRenewal(sent time.Time, granted time.Duration) time.Time {
+	next := sent.Add(s.cfg.RenewInterval)
+	granted = min(granted, s.cfg.TTL)
+	latest := sent.Add(granted - s.cfg.SafetyMargin - s.cfg.KillGrace - s.renewTimeout())
+	if latest.Before(next) {
+		next = latest
+		if floor := s.clock.Now().Add(shortGrantPause); next.Before(floor) {
+			next = floor
+		}
+	}
+	return next
+}
+
+// shortGrantPause is the least time between renewals after a short grant.
+const shortGrantPause = 50 * time.Millisecond
 
 // onRenewal moves the deadline after a success. A result that arrives once
 // the stop sequence began changes nothing (§1.3), nor one that arrives
