@@ -132,6 +132,15 @@ bench: deps servers
 	$(GO) test -count=1 -timeout 60m -run 'TestBenchmark$$' -v ./tests/bench/ -args \
 		-bench.full -bench.report=$(CURDIR)/docs/BENCHMARKS.md -bench.command='make bench'
 
+# The --holders 3 rows alone (leaderrun on etcd and Consul, consul lock -n 3):
+# writes the bench-holders section of docs/BENCHMARKS.md.
+HOLDERS_TRIALS ?= 10
+.PHONY: bench-holders
+bench-holders: deps servers
+	$(GO) test -count=1 -timeout 60m -run 'TestBenchHolders$$' -v ./tests/bench/ -args \
+		-bench.holders=$(HOLDERS_TRIALS) -bench.report=$(CURDIR)/docs/BENCHMARKS.md \
+		-bench.command='make bench-holders HOLDERS_TRIALS=$(HOLDERS_TRIALS)'
+
 # The failover path alone, step by step, on every backend (a few minutes):
 # writes the bench-breakdown section of docs/BENCHMARKS.md.
 BREAKDOWN_TRIALS ?= 5
