@@ -87,7 +87,7 @@ func testHolders(t *testing.T, seed uint64) {
 			runs = append(runs, r)
 			t.Run(r.name, func(t *testing.T) {
 				t.Parallel()
-				runHolders(t, r, seed)
+				runHolders(t, r, *flagHolders, *flagFaults, seed)
 			})
 		}
 	})
@@ -121,11 +121,28 @@ func startCluster(t *testing.T, name string) Cluster {
 	return nil
 }
 
-func runHolders(t *testing.T, r *holdersRun, seed uint64) {
+// TestChaosHoldersSmoke is the holders mode's short run, in the default
+// test run: on the local backend, five hosts with --holders 3, each fault
+// that applies there once (about 15s).
+func TestChaosHoldersSmoke(t *testing.T) {
+	if *flagFaults > 0 || *flagHolders > 1 {
+		t.Skip("the long runs go through TestChaos -chaos.holders=N")
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := &holdersRun{name: "local"}
+	runHolders(t, r, 3, 0, seed)
+	t.Logf("\n%s", holdersSummary([]*holdersRun{r}))
+	if st := r.stats["kill-holder"]; st == nil || len(st.failover) != 1 {
+		t.Errorf("kill-holder: the struck slot got no new child: %+v", st)
+	}
+}
+
+func runHolders(t *testing.T, r *holdersRun, holders, faults int, seed uint64) {
 	start := time.Now()
 	defer func() { r.took = time.Since(start) }()
 	cl := startCluster(t, r.name)
-	w := newHWorld(t, cl, *flagHolders, seed)
+	w := newHWorld(t, cl, holders, seed)
 	r.tm, r.stats = w.tm, w.stats
 	var kinds []holderFault
 	only := strings.Split(*flagOnly, ",")
@@ -137,7 +154,7 @@ func runHolders(t *testing.T, r *holdersRun, seed uint64) {
 	if len(kinds) == 0 {
 		t.Fatalf("no holders fault of %q applies to %s", *flagOnly, cl.Name())
 	}
-	n := *flagFaults
+	n := faults
 	if n <= 0 {
 		n = len(kinds) // the short run: each once
 	}
