@@ -144,6 +144,7 @@ func runHolders(t *testing.T, r *holdersRun, holders, faults int, seed uint64) {
 	cl := startCluster(t, r.name)
 	w := newHWorld(t, cl, holders, seed)
 	r.tm, r.stats = w.tm, w.stats
+	defer func() { r.maxAlive, r.maxSlot, r.samples = w.watch.result() }() // also when a check stops the run
 	var kinds []holderFault
 	only := strings.Split(*flagOnly, ",")
 	for _, f := range holderFaults {
@@ -305,6 +306,10 @@ func (w *hworld) waitFull(since fence.Mono, settle, timeout time.Duration) {
 	w.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
+		// A fault can end several holders' terms at once (a server's
+		// death): hosts that exited campaign again, or the slots they
+		// held would stay empty with fewer candidates than slots.
+		w.ensureHosts()
 		full := true
 		for s := range w.fences {
 			_, in, ok := w.holder(s)
