@@ -148,7 +148,7 @@ func runHolders(t *testing.T, r *holdersRun, holders, faults int, seed uint64) {
 	var kinds []holderFault
 	only := strings.Split(*flagOnly, ",")
 	for _, f := range holderFaults {
-		if (!f.remote || cl.Name() != "local") && (*flagOnly == "" || contains1(only, f.name)) {
+		if (!f.remote || cl.Name() != "local") && (*flagOnly == "" || listed(only, f.name)) {
 			kinds = append(kinds, f)
 		}
 	}
@@ -179,7 +179,8 @@ func runHolders(t *testing.T, r *holdersRun, holders, faults int, seed uint64) {
 	w.waitNoneLeft()
 }
 
-func contains1(list []string, s string) bool {
+// listed reports whether s is one of list's comma-separated names.
+func listed(list []string, s string) bool {
 	for _, x := range list {
 		if strings.TrimSpace(x) == s {
 			return true
