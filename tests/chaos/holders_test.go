@@ -434,6 +434,7 @@ func (w *hworld) run(i, n int, f holderFault) {
 		w.waitFull(0, 0, w.stableTimeout())
 		h, in, _ = w.holder(s)
 	}
+	failed := t.Failed() // a fault's own checks count for its run too
 	at := f.inject(w, h, s, in)
 	healed := fence.Now()
 	w.waitFull(healed, w.tm.RenewInterval+time.Second, w.stableTimeout())
@@ -444,7 +445,6 @@ func (w *hworld) run(i, n int, f holderFault) {
 		w.stats[f.name] = st
 	}
 	st.runs++
-	failed := t.Failed()
 	if _, nin, ok := w.holder(s); ok && nin.Pid == in.Pid {
 		st.kept++
 	}
