@@ -87,6 +87,10 @@ func TestChaos(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("chaos seed %d (rerun with -chaos.seed=%d)", seed, seed)
+	if *flagHolders > 1 {
+		testHolders(t, seed)
+		return
+	}
 	var runs []*backendRun
 	// The backends run side by side, each with its own cluster, hosts,
 	// fence and copies of the binaries; the group returns when all are

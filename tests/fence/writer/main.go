@@ -10,6 +10,9 @@
 //
 //	FENCE_NETWORK  tcp (default) or unix
 //	FENCE_ADDR     the fence's address
+//	FENCE_ADDR_<S> the address of slot S's fence: with LEADER_SLOT=S set
+//	               (leaderrun --holders N) the writer writes there instead,
+//	               one fenced resource per slot
 //	FENCE_WRITER   this writer's name (default hostname:parent-pid)
 //	LEADER_EPOCH   the fencing token; 0 when absent (rival lock tools)
 //	FENCE_ESCAPE   1: write from a daemon that left the process group and
@@ -61,6 +64,11 @@ func run(started fence.Mono) error {
 	addr := os.Getenv("FENCE_ADDR")
 	if addr == "" {
 		return fmt.Errorf("FENCE_ADDR is not set")
+	}
+	if slot := os.Getenv("LEADER_SLOT"); slot != "" {
+		if a := os.Getenv("FENCE_ADDR_" + slot); a != "" {
+			addr = a
+		}
 	}
 	name := os.Getenv("FENCE_WRITER")
 	if name == "" {
