@@ -261,17 +261,7 @@ func (w *hworld) start(h *host) {
 // ensureHosts restarts every host whose leaderrun exited 123 or 137.
 func (w *hworld) ensureHosts() {
 	w.t.Helper()
-	for _, h := range w.hosts {
-		if h.proc != nil && !h.proc.Exited() {
-			continue
-		}
-		if h.proc != nil {
-			if c := h.proc.Code(); c != 123 && c != 137 {
-				w.t.Errorf("%s: leaderrun exited %d, want 123 or 137\n%s", h.id, c, h.proc.Output(8<<10))
-			}
-		}
-		w.start(h)
-	}
+	restartExited(w.t, w.hosts, w.start)
 }
 
 func (w *hworld) host(id string) *host {

@@ -234,16 +234,23 @@ func (w *world) start(h *host) {
 // or its child, was killed with SIGKILL).
 func (w *world) ensureHosts() {
 	w.t.Helper()
-	for _, h := range w.hosts {
+	restartExited(w.t, w.hosts, w.start)
+}
+
+// restartExited starts again every host of hosts whose leaderrun exited,
+// failing t when it exited other than with 123 or 137.
+func restartExited(t *testing.T, hosts []*host, start func(*host)) {
+	t.Helper()
+	for _, h := range hosts {
 		if h.proc != nil && !h.proc.Exited() {
 			continue
 		}
 		if h.proc != nil {
 			if c := h.proc.Code(); c != 123 && c != 137 {
-				w.t.Errorf("%s: leaderrun exited %d, want 123 or 137\n%s", h.id, c, h.proc.Output(8<<10))
+				t.Errorf("%s: leaderrun exited %d, want 123 or 137\n%s", h.id, c, h.proc.Output(8<<10))
 			}
 		}
-		w.start(h)
+		start(h)
 	}
 }
 
