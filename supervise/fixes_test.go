@@ -338,3 +338,37 @@ func (l *anyLocker) Acquire(ctx context.Context) (locker.Lease, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
+
+// A renewal that reports no granted TTL (0, or a negative one) gets the
+// requested TTL as its deadline (NewDeadline), so the next renewal keeps the
+// interval: it is not taken for a short grant and sent every 50ms.
+func TestUnreportedGrantKeepsTheRenewInterval(t *testing.T) {
+	for _, grant := range []time.Duration{0, -time.Second} {
+		t.Run(grant.String(), func(t *testing.T) {
+			clock := newFakeClock()
+			lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+				grant: func(n int) time.Duration {
+					if n == 1 {
+						return 15 * time.Second
+					}
+					return grant
+				}}
+			rec := &recorder{clock: clock}
+			done := runLease(t, clock, rec, lease, "exec sleep 1000")
+			t0 := clock.Now()
+			for clock.Now().Sub(t0) < 12*time.Second {
+				clock.settle(t)
+				clock.Advance(250 * time.Millisecond)
+			}
+			s := lease.sends()
+			if len(s) != 3 {
+				t.Errorf("%d renewals in 12s after %v grants, want 3 (the confirm, then every 5s)", len(s), grant)
+			}
+			if _, ok := rec.find(syscall.SIGTERM.String()); ok {
+				t.Error("the child was signalled though every renewal succeeded")
+			}
+			lease.markLost()
+			advanceUntilDone(t, clock, done, 100*time.Millisecond)
+		})
+	}
+}
