@@ -372,3 +372,35 @@ func TestUnreportedGrantKeepsTheRenewInterval(t *testing.T) {
 		})
 	}
 }
+
+// The pause after a short grant is never longer than the renew interval: a
+// job renewed every 10ms (TTL 1s, grace 500ms, margin 100ms, timeout 10ms)
+// granted 615ms must be renewed 10ms later, before its stop signal at
+// send + 15ms, not 50ms later after it.
+func TestShortGrantPauseNeverExceedsTheInterval(t *testing.T) {
+	clock := newFakeClock()
+	lease := &shrinkingLease{testLease: newTestLease(1, time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 1 {
+				return time.Second
+			}
+			return 615 * time.Millisecond
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "exec sleep 1000", func(c *Config) {
+		c.TTL, c.RenewInterval, c.KillGrace, c.SafetyMargin = time.Second, 10*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
+	})
+	t0 := clock.Now()
+	for clock.Now().Sub(t0) < 150*time.Millisecond {
+		clock.settle(t)
+		clock.Advance(time.Millisecond)
+	}
+	if e, ok := rec.find(syscall.SIGTERM.String()); ok {
+		t.Errorf("the child was signalled (%v) though a renewal every interval would have come in time; renewals at %v", e, lease.sends())
+	}
+	if n := len(lease.sends()); n < 10 {
+		t.Errorf("%d renewals in 150ms at a 10ms interval", n)
+	}
+	lease.markLost()
+	advanceUntilDone(t, clock, done, 100*time.Millisecond)
+}

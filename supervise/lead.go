@@ -285,16 +285,17 @@ func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan
 // short for that (ZooKeeper counts it from an earlier request when the
 // read before it came late, relay.go): the stop signal, the kill grace and
 // the safety margin before the deadline, must not come before the next
-// renewal has had its timeout to answer. Never sooner than a short pause,
-// so a backend that keeps granting almost nothing is not asked in a loop;
-// the deadline stays send + granted either way (§1.2), and the grant
-// counted here is the one the deadline counts: a grant of 0 or less reported nothing, and gets the TTL asked.
+// renewal has had its timeout to answer. Never sooner than a short pause
+// (or the interval, when that is shorter), so a backend that keeps granting
+// almost nothing is not asked in a loop; the deadline stays send + granted
+// either way (§1.2), and the grant counted here is the one the deadline
+// counts: a grant of 0 or less reported nothing, and gets the TTL asked.
 func (s *Supervisor) nextRenewal(sent time.Time, granted time.Duration) time.Time {
 	next := sent.Add(s.cfg.RenewInterval)
 	latest := NewDeadline(sent, s.cfg.TTL, granted).Add(-s.cfg.SafetyMargin - s.cfg.KillGrace - s.renewTimeout())
 	if latest.Before(next) {
 		next = latest
-		if floor := s.clock.Now().Add(shortGrantPause); next.Before(floor) {
+		if floor := s.clock.Now().Add(min(shortGrantPause, s.cfg.RenewInterval)); next.Before(floor) {
 			next = floor
 		}
 	}
