@@ -404,3 +404,37 @@ func TestShortGrantPauseNeverExceedsTheInterval(t *testing.T) {
 	lease.markLost()
 	advanceUntilDone(t, clock, done, 100*time.Millisecond)
 }
+
+// A short grant on the confirm, the term's first renewal, brings the next
+// renewal forward as a later one does: the confirm sent at c and granted
+// 8s is followed by a renewal at c+0.5s, not at the 5s interval after the
+// stop signal at c+2s.
+func TestShortConfirmGrantBringsTheFirstRenewalForward(t *testing.T) {
+	clock := newFakeClock()
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 1 {
+				return 8 * time.Second
+			}
+			return 15 * time.Second
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "exec sleep 1000")
+	t0 := clock.Now()
+	for clock.Now().Sub(t0) < 8*time.Second {
+		clock.settle(t)
+		clock.Advance(50 * time.Millisecond)
+	}
+	s := lease.sends()
+	if len(s) < 3 {
+		t.Fatalf("only %d renewals", len(s))
+	}
+	if got := s[1].Sub(s[0]); got != 500*time.Millisecond {
+		t.Errorf("first renewal %v after a confirm granted 8s, want 500ms (8s - margin - grace - timeout)", got)
+	}
+	if _, ok := rec.find(syscall.SIGTERM.String()); ok {
+		t.Error("the child was signalled though every renewal succeeded in time")
+	}
+	lease.markLost()
+	advanceUntilDone(t, clock, done, 100*time.Millisecond)
+}
