@@ -438,3 +438,94 @@ func TestShortConfirmGrantBringsTheFirstRenewalForward(t *testing.T) {
 	lease.markLost()
 	advanceUntilDone(t, clock, done, 100*time.Millisecond)
 }
+
+// A renewal brought forward by a short grant and answered only after the
+// stop signal changes nothing, however long its grant (§1.3): renewal 2 at
+// t0+5s granted 6.5s puts the stop signal at t0+5.5s and the kill point at
+// t0+10.5s; renewal 3, sent at t0+5.05s and answered at t0+6s with 15s,
+// would have put them at t0+14.05s and t0+19.05s.
+func TestEarlyRenewalAnsweredAfterTheStopBeganChangesNothing(t *testing.T) {
+	clock := newFakeClock()
+	answer := make(chan struct{})
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 2 {
+				return 6500 * time.Millisecond
+			}
+			return 15 * time.Second
+		},
+		hold: func(n int) {
+			if n == 3 {
+				<-answer
+			}
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
+	t0 := clock.Now()
+	for clock.Now().Sub(t0) < 6*time.Second {
+		clock.settle(t)
+		clock.Advance(50 * time.Millisecond)
+	}
+	close(answer)
+	code := advanceUntilDone(t, clock, done, 50*time.Millisecond)
+	s := lease.sends()
+	if len(s) < 3 || s[2].Sub(t0) != 5050*time.Millisecond {
+		t.Fatalf("renewals sent at %v, want the third at t0+5.05s (t0 %v)", s, t0)
+	}
+	term, ok := rec.find(syscall.SIGTERM.String())
+	if !ok {
+		t.Fatal("no SIGTERM")
+	}
+	// Recorded times run late by how long the loop took to react (a kill
+	// is recorded after the job's processes were read); 14.05s and 19.05s
+	// are what taking the late answer would give.
+	if got := term.at.Sub(t0); got < 5500*time.Millisecond || got >= 14*time.Second {
+		t.Errorf("SIGTERM at t0+%v, want t0+5.5s", got)
+	}
+	kill, ok := rec.find(syscall.SIGKILL.String())
+	if !ok {
+		t.Fatal("no SIGKILL")
+	}
+	if got := kill.at.Sub(t0); got < 10500*time.Millisecond || got >= 14*time.Second {
+		t.Errorf("SIGKILL at t0+%v, want the kill point t0+10.5s: a renewal answered after the stop began moved it", got)
+	}
+	if n := rec.count("renewed"); n != 1 {
+		t.Errorf("%d renewals taken, want 1: the answer after the stop began must change nothing", n)
+	}
+	if code != ExitLost {
+		t.Errorf("exit %d, want %d", code, ExitLost)
+	}
+}
+
+// A backend granting 1ns on every renewal ends the term at the first such
+// grant, SIGKILL at once (the kill point is already past), without asking
+// the backend in a loop meanwhile.
+func TestNanosecondGrantsStopAtOnceWithoutSpinning(t *testing.T) {
+	clock := newFakeClock()
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 1 {
+				return 15 * time.Second
+			}
+			return time.Nanosecond
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
+	t0 := clock.Now()
+	code := advanceUntilDone(t, clock, done, 10*time.Millisecond)
+	kill, ok := rec.find(syscall.SIGKILL.String())
+	if !ok {
+		t.Fatal("no SIGKILL")
+	}
+	// Recorded late by a step or two: the timer at the past kill point fires
+	// on the next step, and the kill is recorded after the job was read.
+	if got := kill.at.Sub(t0); got < 5*time.Second || got >= 5500*time.Millisecond {
+		t.Errorf("SIGKILL at t0+%v, want at once after the 1ns grant at t0+5s", got)
+	}
+	if n := len(lease.sends()); n > 3 {
+		t.Errorf("%d renewals, want at most 3 (the confirm, the 1ns grant, one 50ms later)", n)
+	}
+	if code != ExitLost {
+		t.Errorf("exit %d, want %d", code, ExitLost)
+	}
+}
