@@ -338,3 +338,194 @@ func (l *anyLocker) Acquire(ctx context.Context) (locker.Lease, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
+
+// A renewal that reports no granted TTL (0, or a negative one) gets the
+// requested TTL as its deadline (NewDeadline), so the next renewal keeps the
+// interval: it is not taken for a short grant and sent every 50ms.
+func TestUnreportedGrantKeepsTheRenewInterval(t *testing.T) {
+	for _, grant := range []time.Duration{0, -time.Second} {
+		t.Run(grant.String(), func(t *testing.T) {
+			clock := newFakeClock()
+			lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+				grant: func(n int) time.Duration {
+					if n == 1 {
+						return 15 * time.Second
+					}
+					return grant
+				}}
+			rec := &recorder{clock: clock}
+			done := runLease(t, clock, rec, lease, "exec sleep 1000")
+			t0 := clock.Now()
+			for clock.Now().Sub(t0) < 12*time.Second {
+				clock.settle(t)
+				clock.Advance(250 * time.Millisecond)
+			}
+			s := lease.sends()
+			if len(s) != 3 {
+				t.Errorf("%d renewals in 12s after %v grants, want 3 (the confirm, then every 5s)", len(s), grant)
+			}
+			if _, ok := rec.find(syscall.SIGTERM.String()); ok {
+				t.Error("the child was signalled though every renewal succeeded")
+			}
+			lease.markLost()
+			advanceUntilDone(t, clock, done, 100*time.Millisecond)
+		})
+	}
+}
+
+// The pause after a short grant is never longer than the renew interval: a
+// job renewed every 10ms (TTL 1s, grace 500ms, margin 100ms, timeout 10ms)
+// granted 615ms must be renewed 10ms later, before its stop signal at
+// send + 15ms, not 50ms later after it.
+func TestShortGrantPauseNeverExceedsTheInterval(t *testing.T) {
+	clock := newFakeClock()
+	lease := &shrinkingLease{testLease: newTestLease(1, time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 1 {
+				return time.Second
+			}
+			return 615 * time.Millisecond
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "exec sleep 1000", func(c *Config) {
+		c.TTL, c.RenewInterval, c.KillGrace, c.SafetyMargin = time.Second, 10*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
+	})
+	t0 := clock.Now()
+	for clock.Now().Sub(t0) < 150*time.Millisecond {
+		clock.settle(t)
+		clock.Advance(time.Millisecond)
+	}
+	if e, ok := rec.find(syscall.SIGTERM.String()); ok {
+		t.Errorf("the child was signalled (%v) though a renewal every interval would have come in time; renewals at %v", e, lease.sends())
+	}
+	if n := len(lease.sends()); n < 10 {
+		t.Errorf("%d renewals in 150ms at a 10ms interval", n)
+	}
+	lease.markLost()
+	advanceUntilDone(t, clock, done, 100*time.Millisecond)
+}
+
+// A short grant on the confirm, the term's first renewal, brings the next
+// renewal forward as a later one does: the confirm sent at c and granted
+// 8s is followed by a renewal at c+0.5s, not at the 5s interval after the
+// stop signal at c+2s.
+func TestShortConfirmGrantBringsTheFirstRenewalForward(t *testing.T) {
+	clock := newFakeClock()
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 1 {
+				return 8 * time.Second
+			}
+			return 15 * time.Second
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "exec sleep 1000")
+	t0 := clock.Now()
+	for clock.Now().Sub(t0) < 8*time.Second {
+		clock.settle(t)
+		clock.Advance(50 * time.Millisecond)
+	}
+	s := lease.sends()
+	if len(s) < 3 {
+		t.Fatalf("only %d renewals", len(s))
+	}
+	if got := s[1].Sub(s[0]); got != 500*time.Millisecond {
+		t.Errorf("first renewal %v after a confirm granted 8s, want 500ms (8s - margin - grace - timeout)", got)
+	}
+	if _, ok := rec.find(syscall.SIGTERM.String()); ok {
+		t.Error("the child was signalled though every renewal succeeded in time")
+	}
+	lease.markLost()
+	advanceUntilDone(t, clock, done, 100*time.Millisecond)
+}
+
+// A renewal brought forward by a short grant and answered only after the
+// stop signal changes nothing, however long its grant (§1.3): renewal 2 at
+// t0+5s granted 6.5s puts the stop signal at t0+5.5s and the kill point at
+// t0+10.5s; renewal 3, sent at t0+5.05s and answered at t0+6s with 15s,
+// would have put them at t0+14.05s and t0+19.05s.
+func TestEarlyRenewalAnsweredAfterTheStopBeganChangesNothing(t *testing.T) {
+	clock := newFakeClock()
+	answer := make(chan struct{})
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 2 {
+				return 6500 * time.Millisecond
+			}
+			return 15 * time.Second
+		},
+		hold: func(n int) {
+			if n == 3 {
+				<-answer
+			}
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
+	t0 := clock.Now()
+	for clock.Now().Sub(t0) < 6*time.Second {
+		clock.settle(t)
+		clock.Advance(50 * time.Millisecond)
+	}
+	close(answer)
+	code := advanceUntilDone(t, clock, done, 50*time.Millisecond)
+	s := lease.sends()
+	if len(s) < 3 || s[2].Sub(t0) != 5050*time.Millisecond {
+		t.Fatalf("renewals sent at %v, want the third at t0+5.05s (t0 %v)", s, t0)
+	}
+	term, ok := rec.find(syscall.SIGTERM.String())
+	if !ok {
+		t.Fatal("no SIGTERM")
+	}
+	// Recorded times run late by how long the loop took to react (a kill
+	// is recorded after the job's processes were read); 14.05s and 19.05s
+	// are what taking the late answer would give.
+	if got := term.at.Sub(t0); got < 5500*time.Millisecond || got >= 14*time.Second {
+		t.Errorf("SIGTERM at t0+%v, want t0+5.5s", got)
+	}
+	kill, ok := rec.find(syscall.SIGKILL.String())
+	if !ok {
+		t.Fatal("no SIGKILL")
+	}
+	if got := kill.at.Sub(t0); got < 10500*time.Millisecond || got >= 14*time.Second {
+		t.Errorf("SIGKILL at t0+%v, want the kill point t0+10.5s: a renewal answered after the stop began moved it", got)
+	}
+	if n := rec.count("renewed"); n != 1 {
+		t.Errorf("%d renewals taken, want 1: the answer after the stop began must change nothing", n)
+	}
+	if code != ExitLost {
+		t.Errorf("exit %d, want %d", code, ExitLost)
+	}
+}
+
+// A backend granting 1ns on every renewal ends the term at the first such
+// grant, SIGKILL at once (the kill point is already past), without asking
+// the backend in a loop meanwhile.
+func TestNanosecondGrantsStopAtOnceWithoutSpinning(t *testing.T) {
+	clock := newFakeClock()
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(n int) time.Duration {
+			if n == 1 {
+				return 15 * time.Second
+			}
+			return time.Nanosecond
+		}}
+	rec := &recorder{clock: clock}
+	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
+	t0 := clock.Now()
+	code := advanceUntilDone(t, clock, done, 10*time.Millisecond)
+	kill, ok := rec.find(syscall.SIGKILL.String())
+	if !ok {
+		t.Fatal("no SIGKILL")
+	}
+	// Recorded late by a step or two: the timer at the past kill point fires
+	// on the next step, and the kill is recorded after the job was read.
+	if got := kill.at.Sub(t0); got < 5*time.Second || got >= 5500*time.Millisecond {
+		t.Errorf("SIGKILL at t0+%v, want at once after the 1ns grant at t0+5s", got)
+	}
+	if n := len(lease.sends()); n > 3 {
+		t.Errorf("%d renewals, want at most 3 (the confirm, the 1ns grant, one 50ms later)", n)
+	}
+	if code != ExitLost {
+		t.Errorf("exit %d, want %d", code, ExitLost)
+	}
+}

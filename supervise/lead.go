@@ -88,7 +88,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	renewDone := make(chan struct{})
 	go func() {
 		defer close(renewDone)
-		s.renewLoop(renewCtx, lease, renewals)
+		s.renewLoop(renewCtx, lease, deadline, renewals)
 	}()
 	defer func() {
 		stopRenewing()
@@ -249,8 +249,9 @@ func (s *Supervisor) renewTimeout() time.Duration {
 // was sent. Successful renewals are spaced by the interval from SEND to
 // SEND: counting from the response would let the round trip stretch every
 // interval, and a slow backend would lose a lease it renews without fail.
-func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan<- renewal) {
-	next := s.clock.Now().Add(s.cfg.RenewInterval)
+func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, deadline time.Time, out chan<- renewal) {
+	// The confirm's deadline may be short too.
+	next := s.nextRenewal(s.clock.Now(), deadline)
 	for {
 		t := s.clock.NewTimer(next.Sub(s.clock.Now()))
 		select {
@@ -271,7 +272,7 @@ func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan
 		}
 		switch {
 		case err == nil:
-			next = s.nextRenewal(sent, granted)
+			next = s.nextRenewal(sent, NewDeadline(sent, s.cfg.TTL, granted))
 		case timedOut:
 			next = s.clock.Now()
 		default:
@@ -280,21 +281,22 @@ func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, out chan
 	}
 }
 
-// nextRenewal is when to send the renewal after one sent at sent was
-// granted granted: the interval after it, or sooner when the grant was too
+// nextRenewal is when to send the renewal after one sent at sent gave the
+// deadline deadline: the interval after it, or sooner when the grant was too
 // short for that (ZooKeeper counts it from an earlier request when the
 // read before it came late, relay.go): the stop signal, the kill grace and
 // the safety margin before the deadline, must not come before the next
-// renewal has had its timeout to answer. Never sooner than a short pause,
-// so a backend that keeps granting almost nothing is not asked in a loop;
-// the deadline stays send + granted either way (§1.2).
-func (s *Supervisor) nextRenewal(sent time.Time, granted time.Duration) time.Time {
+// renewal has had its timeout to answer. Never sooner than a short pause
+// (or the interval, when that is shorter), so a backend that keeps granting
+// almost nothing is not asked in a loop; the deadline stays send + granted
+// either way (§1.2), and the grant counted here is the one the deadline
+// counts (NewDeadline: a grant of 0 or less reported nothing).
+func (s *Supervisor) nextRenewal(sent, deadline time.Time) time.Time {
 	next := sent.Add(s.cfg.RenewInterval)
-	granted = min(granted, s.cfg.TTL)
-	latest := sent.Add(granted - s.cfg.SafetyMargin - s.cfg.KillGrace - s.renewTimeout())
+	latest := deadline.Add(-s.cfg.SafetyMargin - s.cfg.KillGrace - s.renewTimeout())
 	if latest.Before(next) {
 		next = latest
-		if floor := s.clock.Now().Add(shortGrantPause); next.Before(floor) {
+		if floor := s.clock.Now().Add(min(shortGrantPause, s.cfg.RenewInterval)); next.Before(floor) {
 			next = floor
 		}
 	}
