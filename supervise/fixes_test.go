@@ -141,11 +141,7 @@ func TestRenewalsDoNotDriftByTheRoundTrip(t *testing.T) {
 		}}
 	rec := &recorder{clock: clock}
 	done := runLease(t, clock, rec, lease, "exec sleep 1000")
-	t0 := clock.Now()
-	for clock.Now().Sub(t0) < 5*time.Second {
-		clock.settle(t)
-		clock.Advance(100 * time.Millisecond)
-	}
+	t0 := stepFor(t, clock, 5*time.Second, 100*time.Millisecond)
 	waitUntil(t, "the second renewal", func() bool { return len(lease.sends()) >= 2 })
 	clock.settle(t)
 	clock.Advance(2 * time.Second)
@@ -355,11 +351,7 @@ func TestUnreportedGrantKeepsTheRenewInterval(t *testing.T) {
 				}}
 			rec := &recorder{clock: clock}
 			done := runLease(t, clock, rec, lease, "exec sleep 1000")
-			t0 := clock.Now()
-			for clock.Now().Sub(t0) < 12*time.Second {
-				clock.settle(t)
-				clock.Advance(250 * time.Millisecond)
-			}
+			stepFor(t, clock, 12*time.Second, 250*time.Millisecond)
 			s := lease.sends()
 			if len(s) != 3 {
 				t.Errorf("%d renewals in 12s after %v grants, want 3 (the confirm, then every 5s)", len(s), grant)
@@ -390,11 +382,7 @@ func TestShortGrantPauseNeverExceedsTheInterval(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "exec sleep 1000", func(c *Config) {
 		c.TTL, c.RenewInterval, c.KillGrace, c.SafetyMargin = time.Second, 10*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
 	})
-	t0 := clock.Now()
-	for clock.Now().Sub(t0) < 150*time.Millisecond {
-		clock.settle(t)
-		clock.Advance(time.Millisecond)
-	}
+	stepFor(t, clock, 150*time.Millisecond, time.Millisecond)
 	if e, ok := rec.find(syscall.SIGTERM.String()); ok {
 		t.Errorf("the child was signalled (%v) though a renewal every interval would have come in time; renewals at %v", e, lease.sends())
 	}
@@ -420,11 +408,7 @@ func TestShortConfirmGrantBringsTheFirstRenewalForward(t *testing.T) {
 		}}
 	rec := &recorder{clock: clock}
 	done := runLease(t, clock, rec, lease, "exec sleep 1000")
-	t0 := clock.Now()
-	for clock.Now().Sub(t0) < 8*time.Second {
-		clock.settle(t)
-		clock.Advance(50 * time.Millisecond)
-	}
+	stepFor(t, clock, 8*time.Second, 50*time.Millisecond)
 	s := lease.sends()
 	if len(s) < 3 {
 		t.Fatalf("only %d renewals", len(s))
@@ -461,11 +445,7 @@ func TestEarlyRenewalAnsweredAfterTheStopBeganChangesNothing(t *testing.T) {
 		}}
 	rec := &recorder{clock: clock}
 	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
-	t0 := clock.Now()
-	for clock.Now().Sub(t0) < 6*time.Second {
-		clock.settle(t)
-		clock.Advance(50 * time.Millisecond)
-	}
+	t0 := stepFor(t, clock, 6*time.Second, 50*time.Millisecond)
 	close(answer)
 	code := advanceUntilDone(t, clock, done, 50*time.Millisecond)
 	s := lease.sends()
@@ -528,4 +508,16 @@ func TestNanosecondGrantsStopAtOnceWithoutSpinning(t *testing.T) {
 	if code != ExitLost {
 		t.Errorf("exit %d, want %d", code, ExitLost)
 	}
+}
+
+// stepFor moves the fake clock on by step until d has passed, letting
+// the supervisor settle before each step, and returns when it began.
+func stepFor(t *testing.T, clock *fakeClock, d, step time.Duration) time.Time {
+	t.Helper()
+	t0 := clock.Now()
+	for clock.Now().Sub(t0) < d {
+		clock.settle(t)
+		clock.Advance(step)
+	}
+	return t0
 }
