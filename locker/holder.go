@@ -19,6 +19,7 @@ func NewHolder(opts Options) Holder {
 		PID:        os.Getpid(),
 		AcquiredAt: time.Now().UTC().Truncate(time.Millisecond),
 		Version:    opts.Version,
+		Priority:   opts.Priority,
 	}
 	if opts.Holders > 1 {
 		h.Holders = opts.Holders

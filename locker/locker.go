@@ -146,6 +146,9 @@ type Holder struct {
 	// Holders is how many slots the holder's key has (its --holders);
 	// 0 in a record written without one, which means 1.
 	Holders int `json:"holders,omitempty"`
+	// Priority is the holder's --priority (0 when unset): a waiting
+	// candidate of a higher one may ask it to hand over (DESIGN §1.16).
+	Priority int `json:"priority,omitempty"`
 	// LeaseRemaining is how long the backend will keep the lease without a
 	// renewal, where the backend can tell (etcd: the lease's TimeToLive;
 	// Consul: the session TTL); zero when unknown.
@@ -170,6 +173,9 @@ type Options struct {
 	// recorded in the holder record so that candidates asking for
 	// another number of slots can be refused (DESIGN §1.15).
 	Holders int
+	// Priority is the --priority of the candidate, recorded in the holder
+	// record for candidates of a higher one to read (DESIGN §1.16).
+	Priority int
 }
 
 var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`)
