@@ -94,6 +94,9 @@ type Config struct {
 	Guard *guard.Spec
 	// Contain is where jobs run (DESIGN §1.4); nil means group mode.
 	Contain *contain.Box
+	// Control is the operator's say: the key's control record (read when
+	// the backend keeps one), --priority and --health-cmd (§1.16).
+	Control ControlConfig
 }
 
 // Events are called from the supervisor's goroutine as things happen. They
@@ -116,6 +119,10 @@ type Events struct {
 	Stopping func(reason string, lost bool)
 	// Released: leadership is given back (or lost) and the group is gone.
 	Released func()
+	// HeldBack: a campaign is held back for why (the key is paused, with
+	// pause saying by whom; handed over to another candidate; the health
+	// check fails), or may go on (why empty).
+	HeldBack func(why string, pause *locker.Pause)
 	// Tick: the leader's event loop took another turn. While leading or
 	// stopping it turns at least every HeartbeatInterval, so an observer
 	// that sees no Tick for much longer knows the loop is stuck;
@@ -181,6 +188,19 @@ func (c *Config) ValidateOptions() error {
 	}
 	if c.StopSignal <= 0 {
 		return optionError("StopSignal", "must name a signal")
+	}
+	if c.Control.PreemptAfter < 0 {
+		return optionError("PreemptAfter", "must not be negative, got %v", c.Control.PreemptAfter)
+	}
+	if h := c.Control.Health; h != nil {
+		switch {
+		case h.Interval <= 0:
+			return optionError("HealthInterval", "must be greater than 0, got %v", h.Interval)
+		case h.Timeout <= 0:
+			return optionError("HealthTimeout", "must be greater than 0, got %v", h.Timeout)
+		case h.Failures < 1:
+			return optionError("HealthFailures", "must be at least 1, got %d", h.Failures)
+		}
 	}
 	return nil
 }

@@ -90,6 +90,8 @@ func (w *historyWriter) ended(l *leadership) {
 	switch {
 	case l.lost:
 		t.Ended = locker.TermLost
+	case l.handover:
+		t.Ended = locker.TermStopped
 	case l.endReason == stopRequested:
 		t.Ended = locker.TermStopped
 		if sig, ok := stopCause(l.ctx); ok {

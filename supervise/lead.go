@@ -51,6 +51,7 @@ type leadership struct {
 	stopping   bool // the stop sequence began; nothing un-stops it (§1.3)
 	lost       bool
 	retry      bool // ended for want of a guard: campaign again
+	handover   bool // ended for the operator (§1.16): campaign again
 	code       int
 	childCode  bool           // the exit code is the child's, once it exits
 	stopSignal syscall.Signal // the first signal of the stop sequence
@@ -73,7 +74,7 @@ type leadership struct {
 // lead runs the child while the lease lasts and returns the exit code,
 // whether leadership was lost, and whether to campaign again because no
 // guard could watch the job.
-func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time.Time) (code int, lost, again bool) {
+func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time.Time) (code int, lost, again, handover bool) {
 	l := &leadership{
 		lease:      lease,
 		timeline:   StopTimeline{Deadline: deadline, SafetyMargin: s.cfg.SafetyMargin, KillGrace: s.cfg.KillGrace},
@@ -127,6 +128,14 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			freezeHook()
 		}
 		s.overdue(l)
+		ctlC, healthC := s.changes()
+		if !l.stopping {
+			if why := s.askedToGo(l); why != "" {
+				// As on SIGTERM, then campaign again (§1.16).
+				l.handover = true
+				s.finish(l, why, false, l.lastCode)
+			}
+		}
 		if l.stopping && !polling {
 			if poll == nil {
 				poll = s.clock.NewTicker(jobPollInterval)
@@ -164,7 +173,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			}
 			// Off the renewal path, after the release (DESIGN §5).
 			l.history.ended(l)
-			return l.code, l.lost, l.retry
+			return l.code, l.lost, l.retry, l.handover
 		}
 		if l.stopping && l.killed {
 			// Past the kill point and still alive: a job forking faster than
@@ -223,6 +232,9 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			s.checkGuard(l) // a guard that released has fired
 		case <-tickerC(poll):
 			// A heartbeat; while stopping, re-check the job at the top.
+		case <-ctlC:
+			// The control record changed: asked to go? At the top.
+		case <-healthC:
 		}
 	}
 }

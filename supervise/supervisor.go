@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,6 +48,16 @@ type Supervisor struct {
 	log   hclog.Logger
 	clock Clock
 	box   *contain.Box
+
+	// The operator's control (control.go, health.go): the key's control
+	// record and the health check as last seen, the epoch this candidate
+	// last stepped down from (0: none since it last led), and its
+	// preemption's wait and whether its last campaign preempted.
+	ctl         *controlWatch
+	health      *healthWatch
+	steppedDown uint64
+	preemptWait time.Duration
+	preempted   atomic.Bool
 }
 
 // New validates cfg and returns a supervisor.
@@ -62,6 +73,10 @@ func New(cfg Config) (*Supervisor, error) {
 	s.log = logline.Wrap(s.log)
 	if s.clock == nil {
 		s.clock = RealClock{}
+	}
+	s.preemptWait = cfg.Control.PreemptAfter
+	if s.preemptWait <= 0 {
+		s.preemptWait = DefaultPreemptAfter
 	}
 	s.box = cfg.Contain
 	if s.box == nil {
@@ -85,12 +100,18 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	if err := s.sweepLeftovers(); err != nil {
 		s.log.Warn("a leftover job of this key is still alive; it is swept again before any child starts", "error", err)
 	}
+	wctx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	s.ctl = s.startControl(wctx)
+	s.health = s.startHealth(wctx)
 	for {
 		lease, deadline, code, ok := s.campaign(ctx)
 		if !ok {
 			return code
 		}
-		code, lost, retry := s.lead(ctx, lease, deadline)
+		began := s.clock.Now()
+		code, lost, retry, handover := s.lead(ctx, lease, deadline)
+		s.afterPreemptedTerm(s.clock.Now().Sub(began))
 		if ctx.Err() != nil {
 			if retry {
 				return interruptedCode(ctx)
@@ -103,6 +124,12 @@ func (s *Supervisor) Run(ctx context.Context) int {
 			if !s.sleep(ctx, wait) {
 				return interruptedCode(ctx)
 			}
+			continue
+		}
+		if handover {
+			// Stopped and released for the operator: wait again (§1.16).
+			s.steppedDown = lease.Epoch()
+			s.log.Info("waiting again after stepping down", "epoch", lease.Epoch())
 			continue
 		}
 		if lost && s.cfg.OnLost == LostRejoin {
@@ -140,13 +167,39 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 	holder := s.watchHolder(actx)
 	defer holder.stop()
 	for {
+		if s.singleAttempt() {
+			// One attempt waits for nothing, the first health check aside.
+			if why := s.awaitFirstCheck(actx); why != "" {
+				s.log.Info("not acquired", "reason", why)
+				return nil, time.Time{}, ExitNotHeld, false
+			}
+		}
+		if !s.awaitFree(actx) {
+			if ctx.Err() != nil {
+				s.log.Info("stopped while waiting for leadership")
+				return nil, time.Time{}, interruptedCode(ctx), false
+			}
+			holder.stop()
+			return nil, time.Time{}, s.timedOut(ctx, failed, holder), false
+		}
 		s.log.Debug("campaigning")
 		call(s.cfg.Events.Campaigning)
-		lease, err := s.cfg.Locker.Acquire(actx)
+		lease, err := s.acquire(actx)
+		if errors.Is(err, errHeldBack) {
+			continue
+		}
 		if err == nil {
 			s.log.Debug("won the key; confirming", "epoch", lease.Epoch())
 			deadline, err = s.confirm(lease)
 			if err == nil {
+				if why := s.refuseWon(lease); why != "" {
+					s.log.Info("giving the key back before any child starts", "epoch", lease.Epoch(), "reason", why)
+					s.release(lease, false)
+					if s.singleAttempt() {
+						return nil, time.Time{}, ExitNotHeld, false
+					}
+					continue
+				}
 				holder.stop()
 				s.log.Debug("acquired", "epoch", lease.Epoch(), "lease_left", deadline.Sub(s.clock.Now()))
 				if f := s.cfg.Events.Acquired; f != nil {

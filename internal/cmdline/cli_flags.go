@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/supervise"
 )
 
 // Option groups, in the order --help and the man page show them. A flag's
@@ -63,6 +64,19 @@ func runFlags() []cli.Flag {
 		holdersFlag("run the command on at most `N` candidates at once, each in its own slot 0..N-1 (LEADER_SLOT); every candidate of the key must give the same N"),
 		&cli.IntFlag{Name: "history-keep", Category: catLeadership, EnvVars: []string{"LEADERRUN_HISTORY_KEEP"}, Value: locker.DefaultHistoryKeep,
 			Usage: "keep the last `N` terms of the key's run history on the backend (leaderrun history); 0 writes none"},
+
+		&cli.IntFlag{Name: "priority", Category: catLeadership, EnvVars: []string{"LEADERRUN_PRIORITY"},
+			Usage: "prefer this candidate: while waiting it asks a holder of a lower `N` to hand over (0 to 1000; equal ones never preempt)"},
+		&cli.DurationFlag{Name: "preempt-after", Category: catLeadership, EnvVars: []string{"LEADERRUN_PREEMPT_AFTER"}, Value: supervise.DefaultPreemptAfter,
+			Usage: "how long a --priority candidate waits, ready, before it asks; doubles after a preempting term that ended early"},
+		&cli.StringFlag{Name: "health-cmd", Category: catLeadership, EnvVars: []string{"LEADERRUN_HEALTH_CMD"},
+			Usage: "shell `COMMAND` that must exit 0: a candidate whose last check failed does not campaign, a leader steps down after --health-failures in a row"},
+		&cli.DurationFlag{Name: "health-interval", Category: catLeadership, EnvVars: []string{"LEADERRUN_HEALTH_INTERVAL"}, Value: 10 * time.Second,
+			Usage: "time between two health checks"},
+		&cli.DurationFlag{Name: "health-timeout", Category: catLeadership, EnvVars: []string{"LEADERRUN_HEALTH_TIMEOUT"}, Value: 5 * time.Second,
+			Usage: "a check still running after this long is killed and fails"},
+		&cli.IntFlag{Name: "health-failures", Category: catLeadership, EnvVars: []string{"LEADERRUN_HEALTH_FAILURES"}, Value: 3,
+			Usage: "failed checks in a row that make a leader step down"},
 
 		&cli.DurationFlag{Name: "ttl", Category: catTiming, EnvVars: []string{"LEADERRUN_TTL"}, Value: 15 * time.Second,
 			Usage: "lease time asked of the backend, at most 24h; on the local backend: how long the job may run without a successful check of its lock file"},

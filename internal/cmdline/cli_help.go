@@ -254,11 +254,14 @@ func writeParagraph(w io.Writer, text string) {
 }
 
 const (
-	synopsisRun     = "leaderrun [options] --key KEY -- COMMAND [ARG...]"
-	synopsisStatus  = "leaderrun status [KEY] [--json] [options]"
-	synopsisCheck   = "leaderrun check [KEY] [--epoch N] [options]"
-	synopsisHistory = "leaderrun history [KEY] [--json] [--limit N] [--since D] [options]"
-	synopsisOther   = "leaderrun help [all|BACKEND|status|history|check] | leaderrun version"
+	synopsisRun      = "leaderrun [options] --key KEY -- COMMAND [ARG...]"
+	synopsisStatus   = "leaderrun status [KEY] [--json] [options]"
+	synopsisCheck    = "leaderrun check [KEY] [--epoch N] [options]"
+	synopsisHistory  = "leaderrun history [KEY] [--json] [--limit N] [--since D] [options]"
+	synopsisStepDown = "leaderrun step-down [KEY] [--to ID] [--timeout D] [options]"
+	synopsisPause    = "leaderrun pause [KEY] --reason TEXT [--timeout D] [options]"
+	synopsisResume   = "leaderrun resume [KEY] [options]"
+	synopsisOther    = "leaderrun help [all|BACKEND|status|history|check] | leaderrun version"
 )
 
 // summary is the help's first paragraph.

@@ -65,6 +65,9 @@ type leaderRead struct {
 	// LastRun is the key's newest once-per record, when asked for and
 	// the backend keeps one.
 	LastRun *locker.Run
+	// Control is the key's control record, when the backend keeps one
+	// and it could be read.
+	Control locker.Control
 }
 
 // readLeader reads the key's holder once, within --timeout. Its own error
@@ -83,6 +86,11 @@ func readLeader(c *cli.Context, lastRun bool) (leaderRead, error) {
 	if rl, ok := locker.RunLogOf(lk); ok && lastRun {
 		if run, err := rl.LatestRun(ctx); err == nil {
 			read.LastRun = &run
+		}
+	}
+	if ctl, ok := locker.ControlsOf(lk); ok && lastRun {
+		if c, err := ctl.Control(ctx); err == nil {
+			read.Control = c
 		}
 	}
 	return read, nil
@@ -105,12 +113,18 @@ func queryLocker(c *cli.Context) (locker.Locker, locker.Options, error) {
 	if c.Duration("timeout") <= 0 {
 		return nil, opts, fmt.Errorf("--timeout must be greater than 0, got %v", c.Duration("timeout"))
 	}
+	lk, err := queryLockerFor(c, opts)
+	return lk, opts, err
+}
+
+// queryLockerFor builds the backend from the command's flags for opts.
+func queryLockerFor(c *cli.Context, opts locker.Options) (locker.Locker, error) {
 	b, settings, err := readBackend(c, opts)
 	if err != nil {
-		return nil, opts, err
+		return nil, err
 	}
 	lk, err := settings.New(opts, true, newQuietLogger()) // status and check create nothing
-	return lk, opts, configError(b, err)
+	return lk, configError(b, err)
 }
 
 // hide keeps f out of help, the man page and completions.

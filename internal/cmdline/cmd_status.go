@@ -50,6 +50,7 @@ func statusAction(c *cli.Context) error {
 		return usage(fmt.Errorf("status of key %q: %w", read.Key, err))
 	}
 	report.LastRun = read.LastRun
+	report.withControl(read.Control, time.Now())
 	if c.Bool("json") {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")

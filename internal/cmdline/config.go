@@ -96,6 +96,10 @@ func parseRun(c *cli.Context) (*runConfig, error) {
 	if cfg.holders, err = readHolders(c); err != nil {
 		return nil, err
 	}
+	if cfg.sup.Control, err = readControl(c, cfg.opts.ID); err != nil {
+		return nil, err
+	}
+	cfg.opts.Priority = cfg.sup.Control.Priority
 	cfg.noGuard = c.Bool("no-guard")
 	cfg.httpAddr = c.String("http-addr")
 	if err := checkCombinations(c); err != nil {
@@ -307,4 +311,36 @@ func readOnce(c *cli.Context) (*onceSettings, error) {
 		}
 	}
 	return o, nil
+}
+
+// maxPriority bounds --priority.
+const maxPriority = 1000
+
+// readControl reads --priority, --preempt-after and the health check.
+func readControl(c *cli.Context, id string) (supervise.ControlConfig, error) {
+	cc := supervise.ControlConfig{ID: id, Priority: c.Int("priority"), PreemptAfter: c.Duration("preempt-after")}
+	if cc.Priority < 0 || cc.Priority > maxPriority {
+		return cc, fmt.Errorf("--priority must be from 0 to %d, got %d", maxPriority, cc.Priority)
+	}
+	if cc.PreemptAfter <= 0 {
+		return cc, fmt.Errorf("--preempt-after must be greater than 0, got %v", cc.PreemptAfter)
+	}
+	cmd := strings.TrimSpace(c.String("health-cmd"))
+	if c.IsSet("health-cmd") && cmd == "" {
+		return cc, errors.New("--health-cmd must not be empty")
+	}
+	hc := &supervise.HealthCheck{Command: cmd, Interval: c.Duration("health-interval"), Timeout: c.Duration("health-timeout"), Failures: c.Int("health-failures")}
+	switch {
+	case hc.Interval <= 0:
+		return cc, fmt.Errorf("--health-interval must be greater than 0, got %v", hc.Interval)
+	case hc.Timeout <= 0:
+		return cc, fmt.Errorf("--health-timeout must be greater than 0, got %v", hc.Timeout)
+	case hc.Failures < 1 || hc.Failures > 100:
+		return cc, fmt.Errorf("--health-failures must be from 1 to 100, got %d", hc.Failures)
+	}
+	if cmd != "" {
+		hc.Env = os.Environ()
+		cc.Health = hc
+	}
+	return cc, nil
 }

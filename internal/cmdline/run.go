@@ -78,6 +78,9 @@ func newApp(args []string) *cli.App {
 			statusCommand(),
 			historyCommand(),
 			checkCommand(),
+			stepDownCommand(),
+			pauseCommand(),
+			resumeCommand(),
 			genCommand(),
 			versionCommand(),
 			helpCommand(),
@@ -170,6 +173,7 @@ func run(cfg *runConfig) error {
 	}
 
 	sup.Locker = lk
+	sup.Control.Name = cfg.opts.Key // the slot's key, once won
 	sup.Target, _ = cfg.settings.Target(lk)
 	sup.Logger = log
 	if err := supervise.BecomeSubreaper(); err != nil {

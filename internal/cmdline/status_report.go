@@ -36,6 +36,14 @@ type statusReport struct {
 	// LastRun is the newest live once-per record of the key (--once-per,
 	// --run-id): slot, outcome, who ran it and when; absent when none.
 	LastRun *locker.Run `json:"last_run,omitempty"`
+	// Paused is the key's pause (leaderrun pause): by (user@host),
+	// since, reason; absent when the key is not paused.
+	Paused *locker.Pause `json:"paused,omitempty"`
+	// StepDown is a step-down under way (leaderrun step-down, or a
+	// --priority candidate's preemption): the key or slot key, the epoch
+	// asked to go, to (the candidate it is reserved for, if any), by, at
+	// and until; absent once another term took the key or until passed.
+	StepDown *locker.StepDown `json:"step_down,omitempty"`
 }
 
 // leaderReport describes the holder, from the record it stored on the
@@ -54,6 +62,8 @@ type leaderReport struct {
 	AcquiredAt *time.Time `json:"acquired_at"`
 	// Version is the holder's leaderrun version, when it recorded one.
 	Version string `json:"version,omitempty"`
+	// Priority is the holder's --priority, when it has one.
+	Priority int `json:"priority,omitempty"`
 	// LeaseRemainingSeconds is how long the backend keeps the lease without
 	// a renewal: etcd, the lease's TimeToLive (whole seconds); Consul, the
 	// session TTL, an upper bound since Consul does not say how much is
@@ -78,7 +88,7 @@ func newStatusReport(key, backend string, h locker.Holder, err error) (statusRep
 	if err != nil {
 		return r, err
 	}
-	l := &leaderReport{ID: h.ID, Hostname: h.Hostname, PID: h.PID, Epoch: h.Epoch, Version: h.Version}
+	l := &leaderReport{ID: h.ID, Hostname: h.Hostname, PID: h.PID, Epoch: h.Epoch, Version: h.Version, Priority: h.Priority}
 	if !h.AcquiredAt.IsZero() {
 		at := h.AcquiredAt.UTC()
 		l.AcquiredAt = &at
@@ -128,6 +138,9 @@ func (r statusReport) writeText(w io.Writer, now time.Time) error {
 	if l.Version != "" {
 		row("version", l.Version)
 	}
+	if l.Priority != 0 {
+		row("priority", strconv.Itoa(l.Priority))
+	}
 	r.lastRunRow(row)
 	return tw.Flush()
 }
@@ -162,10 +175,29 @@ func fieldsAsFlags(b *backend, fields []string) []string {
 	return out
 }
 
-// lastRunRow adds the once-per record, if any.
+// lastRunRow adds the once-per record, the pause and a step-down under
+// way, if any.
 func (r statusReport) lastRunRow(row func(k, v string)) {
 	if r.LastRun != nil {
 		row("last run", r.LastRun.Describe()+" ("+r.LastRun.Outcome+")")
+	}
+	if p := r.Paused; p != nil {
+		row("paused", fmt.Sprintf("by %s since %s: %s", p.By, p.Since.Format(time.RFC3339), p.Reason))
+	}
+	if sd := r.StepDown; sd != nil {
+		to := "any other candidate"
+		if sd.To != "" {
+			to = sd.To
+		}
+		row("step-down", fmt.Sprintf("epoch %d of %s to %s, asked by %s, until %s", sd.Epoch, sd.Key, to, sd.By, sd.Until.Format(time.RFC3339)))
+	}
+}
+
+// withControl adds what the key's control record says now.
+func (r *statusReport) withControl(c locker.Control, now time.Time) {
+	r.Paused = c.Pause
+	if sd := c.StepDown; sd != nil && sd.Taken == 0 && now.Before(sd.Until) {
+		r.StepDown = sd
 	}
 }
 

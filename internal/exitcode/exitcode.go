@@ -23,6 +23,11 @@ const (
 	// longer leads (0 when it does, Internal on error).
 	CheckNotLeader = 1
 
+	// ControlNotDone is the answer of step-down and pause when what they
+	// asked did not happen in time: nobody else took the key, a leader
+	// kept it (0 when done, Internal on bad input).
+	ControlNotDone = 1
+
 	// StatusNeverUsed is `leaderrun status`'s answer when nobody leads the
 	// key and the backend has no trace of it ever being used where it
 	// looked: a mistyped key or the wrong server, prefix or lock directory

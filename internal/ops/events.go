@@ -22,6 +22,7 @@ func Chain(a, b supervise.Events) supervise.Events {
 		ChildSignalled: chain1[syscall.Signal](a.ChildSignalled, b.ChildSignalled),
 		Stopping:       chain2(a.Stopping, b.Stopping),
 		Released:       chain0(a.Released, b.Released),
+		HeldBack:       chain2(a.HeldBack, b.HeldBack),
 		Tick:           chain0(a.Tick, b.Tick),
 	}
 }

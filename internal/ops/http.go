@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/leaderrun/leaderrun/locker"
 )
 
 // RunStatus is the JSON document served at /status. Its fields are stable:
@@ -29,6 +31,13 @@ type RunStatus struct {
 	// Healthy is what /healthz answers; Problems say why not.
 	Healthy  bool     `json:"healthy"`
 	Problems []string `json:"problems,omitempty"`
+	// HeldBack says why this candidate does not campaign (the key is
+	// paused, handed over to another candidate, the health check fails);
+	// absent while it campaigns or leads.
+	HeldBack string `json:"held_back,omitempty"`
+	// Paused is the key's pause as this candidate last read it: by,
+	// since, reason; absent when the key is not paused.
+	Paused *locker.Pause `json:"paused,omitempty"`
 }
 
 // Status is the current RunStatus.
@@ -43,6 +52,8 @@ func (o *Observer) Status() RunStatus {
 		ChildPID:              st.childPID,
 		Healthy:               h.OK,
 		Problems:              h.Problems,
+		HeldBack:              st.heldBack,
+		Paused:                st.paused,
 	}
 }
 
@@ -56,7 +67,12 @@ func (o *Observer) Handler() http.Handler {
 		if !h.OK {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_, _ = w.Write([]byte(h.String() + "\n"))
+		line := h.String()
+		if st := o.Status(); st.HeldBack != "" {
+			// Held back is healthy: the process does what it was told.
+			line += " (not campaigning: " + st.HeldBack + ")"
+		}
+		_, _ = w.Write([]byte(line + "\n"))
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

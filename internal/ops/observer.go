@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/supervise"
@@ -117,6 +118,16 @@ func start(cfg Config, n notifier) (*Observer, error) {
 	}), o.gauge(func(st *state, now time.Time) float64 {
 		return st.leaseRemaining(now).Seconds()
 	}))
+	o.metrics.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaderrun_paused",
+			Help: "1 while this candidate holds back because the key is paused (leaderrun pause), else 0.",
+		}, o.gauge(func(st *state, _ time.Time) float64 { return boolGauge(st.paused != nil && st.heldBack != "") })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaderrun_held_back",
+			Help: "1 while this candidate does not campaign: the key is paused or handed over to another candidate, or the health check fails; else 0.",
+		}, o.gauge(func(st *state, _ time.Time) float64 { return boolGauge(st.heldBack != "") })),
+	)
 
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -233,6 +244,9 @@ func (o *Observer) Events() supervise.Events {
 				st.holding, st.epoch, st.deadline, st.childPID = false, 0, time.Time{}, 0
 			})
 		},
+		HeldBack: func(why string, pause *locker.Pause) {
+			o.update(func(st *state) { st.heldBack, st.paused = why, pause })
+		},
 		Tick: o.tickIfObserved(),
 	}
 }
@@ -336,4 +350,11 @@ func metricsKey(cfg Config) string {
 	}
 	key, _, _ := locker.SplitSlotKey(cfg.Key)
 	return key
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
 )
 
 // Role is what a running leaderrun is doing for its key.
@@ -38,6 +40,10 @@ type state struct {
 	reason   string    // why the stop sequence began
 	lost     bool      // the stop sequence began because leadership was lost
 	ready    bool      // the backend answered, or leadership was won
+	// heldBack says why the campaign is held back (DESIGN §1.16), and
+	// paused by whom when a pause is why; empty while campaigning freely.
+	heldBack string
+	paused   *locker.Pause
 }
 
 // Health is the verdict shared by /healthz and the systemd watchdog.
@@ -109,6 +115,9 @@ func (st *state) statusLine(key string) string {
 		}
 		return fmt.Sprintf("stopping (%s), epoch %d", st.reason, st.epoch)
 	default:
+		if st.heldBack != "" {
+			return "not campaigning for " + key + ": " + st.heldBack
+		}
 		return "campaigning for " + key
 	}
 }

@@ -1,0 +1,309 @@
+//go:build linux
+
+package cmdline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// The control commands (DESIGN §1.16): step-down, pause and resume write
+// the key's control record on the backend with the run's backend options;
+// every leaderrun of the key reads it and gives up or holds back. None of
+// them can make anyone lead.
+
+// defaultControlTimeout is how long step-down and pause wait for the
+// holder to act when --timeout is not given.
+const defaultControlTimeout = 30 * time.Second
+
+// controlFlags are the query options with --timeout bounding the whole
+// command, and the extra flags.
+func controlFlags(timeoutUsage string, extra ...cli.Flag) []cli.Flag {
+	flags := queryFlags()
+	for _, f := range flags {
+		if df, ok := f.(*cli.DurationFlag); ok && df.Name == "timeout" {
+			df.Value, df.Usage = defaultControlTimeout, timeoutUsage
+		}
+	}
+	return slices.Concat(flags, extra, commonFlags())
+}
+
+func stepDownCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "step-down",
+		Usage:     "make the leader of a key stop its job, release and wait again, so another candidate leads",
+		UsageText: synopsisStepDown,
+		Description: "Asks the current term of KEY to hand over: its leaderrun stops the job as on SIGTERM, " +
+			"releases, and goes back to waiting. With --to ID only candidate ID may take the key until " +
+			"--timeout passes. Exits 0 once another term has begun, printing its holder and epoch; 1 when " +
+			"no other candidate took the key within --timeout (an older leaderrun ignores the request); " +
+			"125 on bad input, an unknown key or a key nobody leads.",
+		Flags: controlFlags("how long to wait for another candidate to lead",
+			&cli.StringFlag{Name: "to", Category: catQuery, Usage: "only the candidate whose --id is `ID` may take the key next"},
+			slotFlag()),
+		Before:       divertDoubleDash,
+		OnUsageError: divertUsageError,
+		Action:       stepDownAction,
+	}
+}
+
+func pauseCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "pause",
+		Usage:     "stop a key's job everywhere and keep every candidate from starting it until resume",
+		UsageText: synopsisPause,
+		Description: "Pauses KEY: its leaders stop their jobs and release, and no candidate campaigns until " +
+			"`leaderrun resume KEY`; candidates keep running and waiting. status shows who paused it, " +
+			"since when and why. Exits 0 once nobody leads the key, 1 when a leader still holds it after " +
+			"--timeout (an older leaderrun ignores the pause), 125 on bad input.",
+		Flags: controlFlags("how long to wait for the leaders to stop",
+			&cli.StringFlag{Name: "reason", Category: catQuery, Usage: "why the key is paused, shown by status (required)"},
+			holdersFlag("the key runs with --holders `N`: wait for all N slots to be free")),
+		Before:       divertDoubleDash,
+		OnUsageError: divertUsageError,
+		Action:       pauseAction,
+	}
+}
+
+func resumeCommand() *cli.Command {
+	return &cli.Command{
+		Name:         "resume",
+		Usage:        "end a pause: candidates campaign for the key again",
+		UsageText:    synopsisResume,
+		Description:  "Clears the pause of KEY. Exits 0 (also when the key was not paused), 125 on bad input.",
+		Flags:        controlFlags("give up writing to the backend after this long"),
+		Before:       divertDoubleDash,
+		OnUsageError: divertUsageError,
+		Action:       resumeAction,
+	}
+}
+
+// controlTarget is what a control command works on.
+type controlTarget struct {
+	lk   locker.Locker
+	ctl  locker.Controls
+	opts locker.Options
+	key  string // the key the operator named
+}
+
+// openControl builds the backend and finds its control record.
+func openControl(c *cli.Context) (*controlTarget, error) {
+	lk, opts, err := queryLocker(c)
+	if err != nil {
+		return nil, err
+	}
+	ctl, ok := locker.ControlsOf(lk)
+	if !ok {
+		lk.Close()
+		return nil, fmt.Errorf("--backend %s keeps no control record", c.String("backend"))
+	}
+	key, _, _ := locker.SplitSlotKey(opts.Key)
+	return &controlTarget{lk: lk, ctl: ctl, opts: opts, key: key}, nil
+}
+
+// updateControl reads the record, applies change and writes it back,
+// again from the read while another write comes first.
+func updateControl(ctx context.Context, ctl locker.Controls, change func(*locker.Control) error) error {
+	for {
+		c, err := ctl.Control(ctx)
+		if err != nil {
+			return err
+		}
+		if err := change(&c); errors.Is(err, errUnchanged) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if _, err = ctl.SetControl(ctx, c); !errors.Is(err, locker.ErrConflict) {
+			return err
+		}
+	}
+}
+
+// errUnchanged tells updateControl that the record needs no write.
+var errUnchanged = errors.New("unchanged")
+
+// operator names who runs the command: user@host.
+func operator() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host
+}
+
+// controlPoll is how often the control commands read who leads.
+const controlPoll = 100 * time.Millisecond
+
+func stepDownAction(c *cli.Context) error {
+	t, err := openControl(c)
+	if err != nil {
+		return usage(err)
+	}
+	defer t.lk.Close()
+	to := c.String("to")
+	if c.IsSet("to") && to == "" {
+		return usage(errors.New("--to must name a candidate's --id"))
+	}
+	timeout := c.Duration("timeout")
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	h, err := t.lk.Leader(ctx)
+	var nu *locker.NeverUsedError
+	switch {
+	case errors.As(err, &nu):
+		return usage(fmt.Errorf("step-down: %w", nu))
+	case errors.Is(err, locker.ErrNoLeader):
+		return usage(fmt.Errorf("step-down: nobody leads key %q: there is nothing to step down", t.opts.Key))
+	case err != nil:
+		return usage(fmt.Errorf("step-down: read the leader of %q: %w", t.opts.Key, err))
+	case to != "" && h.ID == to:
+		return usage(fmt.Errorf("--to %s already leads key %q (epoch %d)", to, t.opts.Key, h.Epoch))
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	req := &locker.StepDown{Key: t.opts.Key, Epoch: h.Epoch, To: to, By: operator(), At: now, Until: now.Add(timeout)}
+	err = updateControl(ctx, t.ctl, func(rec *locker.Control) error {
+		if rec.Pause != nil {
+			return fmt.Errorf("key %q is paused by %s: resume it first", t.key, rec.Pause.By)
+		}
+		rec.StepDown = req
+		return nil
+	})
+	if err != nil {
+		return usage(fmt.Errorf("step-down: %w", err))
+	}
+	fmt.Fprintf(errorOutput(), "leaderrun: asked %s (epoch %d) to step down from %q\n", h.ID, h.Epoch, t.opts.Key)
+	for {
+		next, err := t.lk.Leader(ctx)
+		if err == nil && next.Epoch > h.Epoch {
+			if next.ID == h.ID && to == "" {
+				fmt.Fprintf(errorOutput(), "leaderrun: no other candidate took key %q within %s; %s leads it again (epoch %d)\n",
+					t.opts.Key, roundDuration(timeout), next.ID, next.Epoch)
+				return exitCode(exitcode.ControlNotDone)
+			}
+			fmt.Printf("%s leads %s with epoch %d\n", next.ID, t.opts.Key, next.Epoch)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return stepDownTimedOut(t, h, to, timeout)
+		case <-time.After(controlPoll):
+		}
+	}
+}
+
+// stepDownTimedOut says why a step-down did not hand over in time.
+func stepDownTimedOut(t *controlTarget, h locker.Holder, to string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	now, err := t.lk.Leader(ctx)
+	var why string
+	switch {
+	case err == nil && now.Epoch == h.Epoch:
+		why = fmt.Sprintf("%s (epoch %d) still leads: it did not act on the request (is it an older leaderrun?)", h.ID, h.Epoch)
+	case to != "":
+		why = fmt.Sprintf("candidate %s did not take it (is it waiting, with --id %s?)", to, to)
+	default:
+		why = "no other candidate took it"
+	}
+	fmt.Fprintf(errorOutput(), "leaderrun: step-down of %q not done within %s: %s\n", t.opts.Key, roundDuration(timeout), why)
+	return exitCode(exitcode.ControlNotDone)
+}
+
+func pauseAction(c *cli.Context) error {
+	reason := strings.TrimSpace(c.String("reason"))
+	if reason == "" {
+		return usage(errors.New("--reason is required: say why the key is paused (status shows it)"))
+	}
+	n, err := readHolders(c)
+	if err != nil {
+		return usage(err)
+	}
+	t, err := openControl(c)
+	if err != nil {
+		return usage(err)
+	}
+	defer t.lk.Close()
+	timeout := c.Duration("timeout")
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	p := &locker.Pause{By: operator(), Since: time.Now().UTC().Truncate(time.Millisecond), Reason: reason}
+	err = updateControl(ctx, t.ctl, func(rec *locker.Control) error {
+		if rec.Pause != nil {
+			p.Since = rec.Pause.Since // paused already: keep since when
+		}
+		rec.Pause = p
+		return nil
+	})
+	if err != nil {
+		return usage(fmt.Errorf("pause: %w", err))
+	}
+	fmt.Fprintf(errorOutput(), "leaderrun: paused %q: %s\n", t.key, reason)
+	slots := make([]locker.Locker, n)
+	for s := range slots {
+		o := t.opts
+		o.Key = locker.SlotKey(t.key, s)
+		if slots[s], err = queryLockerFor(c, o); err != nil {
+			return usage(err)
+		}
+		defer slots[s].Close()
+	}
+	for {
+		held := ""
+		for s, lk := range slots {
+			if h, err := lk.Leader(ctx); err == nil {
+				held = fmt.Sprintf("%s (epoch %d) still leads %s", h.ID, h.Epoch, locker.SlotKey(t.key, s))
+				break
+			}
+		}
+		if held == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(errorOutput(), "leaderrun: key %q is paused, but within %s %s (is it an older leaderrun?)\n", t.key, roundDuration(timeout), held)
+			return exitCode(exitcode.ControlNotDone)
+		case <-time.After(controlPoll):
+		}
+	}
+}
+
+func resumeAction(c *cli.Context) error {
+	t, err := openControl(c)
+	if err != nil {
+		return usage(err)
+	}
+	defer t.lk.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
+	defer cancel()
+	was := false
+	err = updateControl(ctx, t.ctl, func(rec *locker.Control) error {
+		was = rec.Pause != nil
+		if !was {
+			return errUnchanged
+		}
+		rec.Pause = nil
+		return nil
+	})
+	if err != nil {
+		return usage(fmt.Errorf("resume: %w", err))
+	}
+	if !was {
+		fmt.Fprintf(errorOutput(), "leaderrun: key %q was not paused\n", t.key)
+		return nil
+	}
+	fmt.Fprintf(errorOutput(), "leaderrun: resumed %q\n", t.key)
+	return nil
+}
