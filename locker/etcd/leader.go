@@ -33,12 +33,14 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		// mark (campaign.go), and once-per records live beside it.
 		// A user who may read the election keys but not the rest of the
 		// key's prefix still gets "no leader": only the mark is unknown.
-		used, err := cli.Get(ctx, l.tracePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		// The control record alone is no sign of use (control.go): two
+		// keys at most tell whether anything else is there.
+		used, err := cli.Get(ctx, l.tracePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2))
 		if err != nil {
 			if err := classify(fmt.Sprintf("etcd: read the records of %q", l.opts.Key), err); !errors.Is(err, locker.ErrRefused) {
 				return locker.Holder{}, err
 			}
-		} else if used.Count == 0 {
+		} else if used.Count == 0 || used.Count == 1 && string(used.Kvs[0].Key) == l.controlKey() {
 			return locker.Holder{}, l.neverUsed()
 		}
 		return locker.Holder{}, fmt.Errorf("etcd: key %q: %w", l.opts.Key, locker.ErrNoLeader)
@@ -63,8 +65,8 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 }
 
 // tracePrefix starts every key that outlives a candidate: the mark
-// (usedKey) and the once-per records. '~' never occurs in a key, so no
-// other key's records start with it.
+// (usedKey), the once-per records and the control record. '~' never
+// occurs in a key, so no other key's records start with it.
 func (l *Locker) tracePrefix() string { return strings.TrimSuffix(l.dir, "@") + "~" }
 
 // usedKey is the mark every candidate writes, with no lease, in the

@@ -139,7 +139,7 @@ func TestLease(t *testing.T) {
 	// Leader names the holder, its epoch and the lease time left; with no
 	// holder it says ErrNoLeader.
 	t.Run("Leader", func(t *testing.T) {
-		l := newLocker(t, eps, lockertest.Key(t))
+		l := newLocker(t, eps, lockertest.Key(t), func(c *Config) { c.Priority = 3 })
 		if h, err := l.Leader(lockertest.Ctx(t, 5*time.Second)); !errors.Is(err, locker.ErrNoLeader) {
 			t.Fatalf("Leader with no holder = %+v, %v; want ErrNoLeader", h, err)
 		}
@@ -149,8 +149,8 @@ func TestLease(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Leader: %v", err)
 		}
-		if h.ID != l.opts.ID || h.Epoch != lease.Epoch() || h.LeaseRemaining <= 0 || h.Hostname == "" || h.Version != "test" {
-			t.Errorf("Leader = %+v; want ID %q, epoch %d, lease remaining > 0", h, l.opts.ID, lease.Epoch())
+		if h.ID != l.opts.ID || h.Epoch != lease.Epoch() || h.LeaseRemaining <= 0 || h.Hostname == "" || h.Version != "test" || h.Priority != 3 {
+			t.Errorf("Leader = %+v; want ID %q, epoch %d, lease remaining > 0, priority 3", h, l.opts.ID, lease.Epoch())
 		}
 		resp, err := cli.Get(lockertest.Ctx(t, 5*time.Second), lease.(*etcdLease).key)
 		if err != nil || len(resp.Kvs) != 1 || uint64(resp.Kvs[0].CreateRevision) != lease.Epoch() {

@@ -145,6 +145,18 @@ func TestAuth(t *testing.T) {
 			if tc.password != "" && strings.Contains(err.Error(), tc.password) {
 				t.Errorf("error %q contains the password", err)
 			}
+			// The control record needs the same credentials: refused at
+			// once too, and a wait does not wait a refusal out.
+			for name, call := range map[string]func(context.Context) error{
+				"Control":     func(ctx context.Context) error { _, err := l.Control(ctx); return err },
+				"SetControl":  func(ctx context.Context) error { _, err := l.SetControl(ctx, locker.Control{}); return err },
+				"WaitControl": func(ctx context.Context) error { _, err := l.WaitControl(ctx, ""); return err },
+			} {
+				start := time.Now()
+				if err := call(lockertest.Ctx(t, 10*time.Second)); !errors.Is(err, locker.ErrRefused) || time.Since(start) > 2*time.Second {
+					t.Errorf("%s = %v after %v, want ErrRefused at once", name, err, time.Since(start))
+				}
+			}
 		})
 	}
 
