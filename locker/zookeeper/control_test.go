@@ -1,9 +1,12 @@
 package zookeeper
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
@@ -135,5 +138,47 @@ func TestSetControlForeignVersion(t *testing.T) {
 		if _, err := l.SetControl(lockertest.Ctx(t, 5*time.Second), pauseRecord(v)); !errors.Is(err, locker.ErrConflict) {
 			t.Errorf("SetControl at version %q: %v, want ErrConflict", v, err)
 		}
+	}
+}
+
+// WaitControl on a key with no record returns when one is created (an
+// exists watch), and calls that end with their context leave one watch
+// armed for the next, not one each.
+func TestWaitControlCreationAndOneWatch(t *testing.T) {
+	servers := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1}).Addrs()
+	key := lockertest.Key(t)
+	w, writer := newLocker(t, servers, key), newLocker(t, servers, key)
+	var armed []<-chan zk.Event
+	for range 3 {
+		if _, err := w.WaitControl(lockertest.Ctx(t, 200*time.Millisecond), ""); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitControl with no record: %v, want the context's deadline", err)
+		}
+		w.ctlWatch.mu.Lock()
+		armed = append(armed, w.ctlWatch.ch)
+		w.ctlWatch.mu.Unlock()
+	}
+	if armed[0] == nil || armed[1] != armed[0] || armed[2] != armed[0] {
+		t.Fatalf("three waits armed %v, want one watch kept", armed)
+	}
+	done := make(chan locker.Control, 1)
+	go func() {
+		c, err := w.WaitControl(lockertest.Ctx(t, 20*time.Second), "")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- c
+	}()
+	time.Sleep(300 * time.Millisecond)
+	v, err := writer.SetControl(lockertest.Ctx(t, 5*time.Second), pauseRecord(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-done:
+		if c.Version != v || !c.Paused() {
+			t.Fatalf("WaitControl after the create = %+v; want the pause at %q", c, v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitControl missed the record's creation")
 	}
 }
