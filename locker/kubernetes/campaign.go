@@ -323,7 +323,7 @@ func (l *Locker) watchName(ctx context.Context, name, rv string) (watch.Interfac
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		err = l.classify("watch", err)
+		err = l.classifyLease("watch", name, err)
 		if errors.Is(err, locker.ErrRefused) {
 			return nil, err
 		}

@@ -38,6 +38,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 	}
 	h.PID, _ = strconv.Atoi(ls.Annotations[annPID])
 	h.Holders, _ = strconv.Atoi(ls.Annotations[annHolders])
+	h.Priority, _ = strconv.Atoi(ls.Annotations[annPriority])
 	if ls.Spec.AcquireTime != nil {
 		h.AcquiredAt = ls.Spec.AcquireTime.UTC()
 	}

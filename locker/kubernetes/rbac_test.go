@@ -83,6 +83,22 @@ func TestRBAC(t *testing.T) {
 		if terms, err := l.Terms(lockertest.Ctx(t, 5*time.Second), 0); err != nil || len(terms) != 1 || terms[0].Ended != locker.TermExited {
 			t.Fatalf("Terms = %+v, %v", terms, err)
 		}
+		// The control Lease: created, watched, updated, read.
+		v, err := l.SetControl(lockertest.Ctx(t, 5*time.Second), locker.Control{})
+		if err != nil {
+			t.Fatalf("SetControl (create): %v", err)
+		}
+		done := waitAsync(t, srv.newLocker(t, key, useSA), v)
+		time.Sleep(500 * time.Millisecond)
+		if v, err = l.SetControl(lockertest.Ctx(t, 5*time.Second), pauseRecord(v)); err != nil {
+			t.Fatalf("SetControl (update): %v", err)
+		}
+		if r := <-done; r.err != nil || r.c.Version != v {
+			t.Fatalf("WaitControl = %+v, %v; want version %q", r.c, r.err, v)
+		}
+		if c, err := l.Control(lockertest.Ctx(t, 5*time.Second)); err != nil || !c.Paused() {
+			t.Fatalf("Control = %+v, %v", c, err)
+		}
 		g := srv.newLocker(t, key, useSA)
 		b := mustAcquire(t, g)
 		if err := g.ReleaseHandle(lockertest.Ctx(t, 5*time.Second), b.Handle()); err != nil {

@@ -30,6 +30,8 @@ const (
 	annVersion  = kubewire.AnnVersion
 	// annHolders is the holder's --holders where it is more than 1.
 	annHolders = annPrefix + "holders"
+	// annPriority is the holder's --priority where it is not 0.
+	annPriority = annPrefix + "priority"
 )
 
 // newTerm returns a random token naming one leadership.
@@ -156,6 +158,11 @@ func (l *Locker) claim(cur *coordinationv1.Lease, term string) *coordinationv1.L
 		ann[annHolders] = strconv.Itoa(l.opts.Holders)
 	} else {
 		delete(ann, annHolders)
+	}
+	if l.opts.Priority != 0 {
+		ann[annPriority] = strconv.Itoa(l.opts.Priority)
+	} else {
+		delete(ann, annPriority)
 	}
 	ls.Annotations = ann
 

@@ -69,6 +69,8 @@ type Locker struct {
 
 	reader session // for Leader and ReleaseHandle, see session.go
 
+	ctlWatch controlWatch // WaitControl's watch, see control.go
+
 	margin     time.Duration // Config.SafetyMargin
 	marginOnce sync.Once     // checkMargin runs on the first campaign only
 	relay      relayBound    // set by checkMargin
