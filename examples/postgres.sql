@@ -2,8 +2,8 @@
 -- DBA who creates them ahead of time. leaderrun creates the same objects
 -- itself when they are missing and its role may. The names below are the
 -- defaults (--pg-schema public, --pg-table leaderrun_leases); with others,
--- replace them everywhere: the sequence, the runs and the terms tables take
--- the table's name plus _epoch, _runs and _terms.
+-- replace them everywhere: the sequence, the runs, terms and control tables
+-- take the table's name plus _epoch, _runs, _terms and _control.
 
 -- One row per key: the holder, the observer-clock contract and TTL it
 -- declares, its epoch, and a version every write replaces.
@@ -43,9 +43,20 @@ CREATE TABLE IF NOT EXISTS "public"."leaderrun_leases_terms" (
 	PRIMARY KEY (key, epoch)
 );
 
+-- The operator's control records (leaderrun pause, resume, step-down,
+-- --priority): one row per key, shared by its --holders slots, with a
+-- version every write advances. Optional for leading: without it a
+-- candidate reads no control record, and only writing one fails.
+CREATE TABLE IF NOT EXISTS "public"."leaderrun_leases_control" (
+	key     text PRIMARY KEY,
+	record  text NOT NULL,
+	version bigint NOT NULL
+);
+
 -- What leaderrun's role needs, and no more (replace leaderrun_role):
 -- GRANT USAGE ON SCHEMA "public" TO leaderrun_role;
 -- GRANT SELECT, INSERT, UPDATE ON "public"."leaderrun_leases" TO leaderrun_role;
 -- GRANT USAGE ON SEQUENCE "public"."leaderrun_leases_epoch" TO leaderrun_role;
 -- GRANT SELECT, INSERT, UPDATE, DELETE ON "public"."leaderrun_leases_runs" TO leaderrun_role;
 -- GRANT SELECT, INSERT, UPDATE, DELETE ON "public"."leaderrun_leases_terms" TO leaderrun_role;
+-- GRANT SELECT, INSERT, UPDATE ON "public"."leaderrun_leases_control" TO leaderrun_role;

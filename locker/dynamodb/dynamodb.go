@@ -5,7 +5,8 @@
 // # The table
 //
 // One table (Config.Table), partition key "key" of type String, no sort
-// key. Each leaderrun key has two items, three once it has a history:
+// key. Each leaderrun key has two items, three once it has a history, four
+// once it has a control record:
 //
 //   - the lease item, key = PREFIX/KEY: term, holder (the holder record,
 //     JSON), contract, ttl_ms, epoch, version, renewed_at, and runs (a map
@@ -17,7 +18,14 @@
 //     locker.TermName(epoch) to the term's record (JSON), the newest
 //     --history-keep. The table has no sort key, so records of their own
 //     could only be listed by a Scan; one item is read with one
-//     consistent GetItem and needs no IAM action beyond the lease's.
+//     consistent GetItem and needs no IAM action beyond the lease's;
+//   - the control item, key = PREFIX/KEY#control, written once an operator
+//     pauses the key or asks a term to step down (locker.Controls): record
+//     (JSON) and version, a number every write advances. It is the key's,
+//     shared by its slot keys (KEY~N reads PREFIX/KEY#control), and is
+//     written by UpdateItem conditioned on the version read
+//     (attribute_not_exists for the first), so it needs no IAM action
+//     beyond the lease's either.
 //
 // # The writes
 //
@@ -146,6 +154,7 @@ type store struct {
 	key     string // the lease item's key
 	counter string // the epoch counter's key
 	history string // the history item's key
+	control string // the control item's key
 	addr    string
 	// regionName is the region, for error lines.
 	regionName string
@@ -215,7 +224,12 @@ func newStore(cfg Config) (*store, error) {
 	if cfg.wrap != nil {
 		api = cfg.wrap(client)
 	}
-	return &store{api: api, table: cfg.Table, key: key, counter: key + "#epoch", history: key + "#history", addr: addr, regionName: ac.Region,
+	ctlKey := locker.ControlKey(cfg.Key)
+	if cfg.Prefix != "" {
+		ctlKey = cfg.Prefix + "/" + ctlKey
+	}
+	return &store{api: api, table: cfg.Table, key: key, counter: key + "#epoch", history: key + "#history", control: ctlKey + "#control",
+		addr: addr, regionName: ac.Region,
 		timeout: timeout, create: cfg.CreateTable, readOnly: cfg.ReadOnly, log: log}, nil
 }
 
@@ -368,12 +382,14 @@ const (
 	attrRenewedAt = "renewed_at"
 	attrRuns      = "runs"
 	attrTerms     = "terms"
+	attrRecord    = "record"
 )
 
 // names maps #name placeholders to the attributes (key is a reserved word).
 var names = map[string]string{
 	"#k": attrKey, "#term": attrTerm, "#holder": attrHolder, "#contract": attrContract, "#ttl": attrTTL,
 	"#epoch": attrEpoch, "#v": attrVersion, "#at": attrRenewedAt, "#runs": attrRuns, "#terms": attrTerms,
+	"#rec": attrRecord,
 }
 
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
@@ -482,8 +498,13 @@ const setRow = "SET #term = :term, #holder = :holder, #contract = :contract, #tt
 
 // update makes one conditional UpdateItem of the lease item.
 func (s *store) update(ctx context.Context, what, expr, cond string, vals map[string]types.AttributeValue) error {
+	return s.updateItem(ctx, s.key, what, expr, cond, vals)
+}
+
+// updateItem makes one conditional UpdateItem of the item at key.
+func (s *store) updateItem(ctx context.Context, key, what, expr, cond string, vals map[string]types.AttributeValue) error {
 	err := s.call(ctx, func(ctx context.Context) error {
-		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table), Key: keyOf(s.key),
+		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table), Key: keyOf(key),
 			UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
 			ExpressionAttributeNames: only(expr + " " + cond), ExpressionAttributeValues: vals})
 		return err

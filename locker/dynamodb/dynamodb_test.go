@@ -573,3 +573,42 @@ func TestHistoryRequests(t *testing.T) {
 		t.Fatalf("Leader of a key with only a history: %v, want NeverUsedError", err)
 	}
 }
+
+func TestControlContract(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
+		return newLocker(t, d.Endpoint(), key)
+	})
+}
+
+// TestControlApart: the control item is the key's (KEY#control, also for
+// a slot key) and changes nothing the lease item answers; a holder's
+// priority survives the holder attribute.
+func TestControlApart(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	lockertest.ControlApart(t, func(t *testing.T, key string) locker.Locker {
+		return newLocker(t, d.Endpoint(), key, func(c *Config) { c.Priority = 7 })
+	}, 7)
+	it := item(t, raw(t, d.Endpoint()), DefaultTable, "lrtest/"+lockertest.Key(t)+"#control")
+	if getN(it, attrVersion) != "1" || !strings.Contains(getS(it, attrRecord), "database migration") {
+		t.Fatalf("the control item: %v; want the record at version 1", it)
+	}
+}
+
+// TestWaitControlReads counts what a WaitControl with no change costs: one
+// consistent GetItem per locker.ControlPoll, and no write.
+func TestWaitControlReads(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	cnt := &counting{n: map[string]int{}}
+	l := newLocker(t, d.Endpoint(), lockertest.Key(t), func(c *Config) { c.wrap = func(a API) API { cnt.API = a; return cnt } })
+	wctx, cancel := context.WithTimeout(ctx(t), 3500*time.Millisecond)
+	defer cancel()
+	if _, err := l.WaitControl(wctx, ""); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitControl with no record: %v, want the deadline", err)
+	}
+	n := cnt.snapshot()
+	t.Logf("WaitControl with no change for 3.5s: %v (%.0f reads/minute)", n, float64(n["GetItem"])*60/3.5)
+	if n["GetItem"] < 3 || n["GetItem"] > 5 || n["UpdateItem"] != 0 || n["GetItem without ConsistentRead"] != 0 {
+		t.Errorf("WaitControl for 3.5s: %v; want 4 consistent reads, no writes", n)
+	}
+}

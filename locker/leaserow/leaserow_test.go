@@ -302,3 +302,22 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 		t.Fatalf("Renew of the adopted claim: %v", err)
 	}
 }
+
+// TestControlContract runs the contract on the in-memory store: the core's
+// part (versions, conflicts, the poll of WaitControl). The backends run it
+// on their servers.
+func TestControlContract(t *testing.T) {
+	db := newMemDB()
+	lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
+		return newTestLocker(t, db, key, "c")
+	})
+}
+
+func TestControlVersions(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "1": true, "42": true, "0": false, "01": false, "-1": false, "x": false,
+		"9223372036854775807": false, "9223372036854775806": true} {
+		if _, ok := ParseControlVersion(v); ok != want {
+			t.Errorf("ParseControlVersion(%q) ok = %v, want %v", v, ok, want)
+		}
+	}
+}

@@ -40,7 +40,8 @@ type Config struct {
 }
 
 // Locker campaigns for one key through a Store. It implements
-// locker.Locker, locker.RunLog and locker.Targeter.
+// locker.Locker, locker.RunLog, locker.History, locker.Controls and
+// locker.Targeter.
 type Locker struct {
 	opts    locker.Options
 	store   Store
@@ -55,6 +56,7 @@ var (
 	_ locker.Locker   = (*Locker)(nil)
 	_ locker.RunLog   = (*Locker)(nil)
 	_ locker.History  = (*Locker)(nil)
+	_ locker.Controls = (*Locker)(nil)
 	_ locker.Targeter = (*Locker)(nil)
 )
 

@@ -14,11 +14,13 @@ import (
 // the core's pure-logic tests only: the backends' tests run on real
 // servers.
 type memDB struct {
-	mu      sync.Mutex
-	rows    map[string]*Row
-	runs    map[string]map[string]locker.Run
-	terms   map[string]map[uint64]locker.Term
-	counter uint64
+	mu    sync.Mutex
+	rows  map[string]*Row
+	runs  map[string]map[string]locker.Run
+	terms map[string]map[uint64]locker.Term
+	// controls are the control records by locker.ControlKey.
+	controls map[string]memControl
+	counter  uint64
 	// lostAnswer, when set, makes the next Renew be written but answered
 	// with an error, as a reply lost in the network.
 	lostAnswer bool
@@ -33,7 +35,7 @@ type memDB struct {
 
 func newMemDB() *memDB {
 	return &memDB{rows: map[string]*Row{}, runs: map[string]map[string]locker.Run{},
-		terms: map[string]map[uint64]locker.Term{}}
+		terms: map[string]map[uint64]locker.Term{}, controls: map[string]memControl{}}
 }
 
 // memStore is one candidate's view of key in db.
@@ -183,6 +185,32 @@ func (s memStore) ListTerms(_ context.Context, limit int) ([]locker.Term, error)
 		all = append(all, t)
 	}
 	return locker.NewestTerms(all, limit), nil
+}
+
+type memControl struct {
+	value   []byte
+	version uint64
+}
+
+func (s memStore) ReadControl(context.Context) ([]byte, uint64, error) {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	c, ok := s.db.controls[locker.ControlKey(s.key)]
+	if !ok {
+		return nil, 0, ErrNoRow
+	}
+	return c.value, c.version, nil
+}
+
+func (s memStore) WriteControl(_ context.Context, prev uint64, value []byte) error {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	k := locker.ControlKey(s.key)
+	if s.db.controls[k].version != prev {
+		return ErrConflict
+	}
+	s.db.controls[k] = memControl{value: value, version: prev + 1}
+	return nil
 }
 
 func (s memStore) Target() (string, time.Duration) { return "memory", time.Second }

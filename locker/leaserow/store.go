@@ -55,10 +55,12 @@ var (
 	// ErrConflict: the write's condition did not hold (a row exists for
 	// Create; the row is gone or its version is not the one given for
 	// Take, Renew and Clear; the lease row's term is not the one given for
-	// PutRun). Nothing was written.
+	// PutRun; the control record's version is not the one given for
+	// WriteControl). Nothing was written.
 	ErrConflict = errors.New("conditional write failed")
 
-	// ErrNoRow: Read found no row for the key.
+	// ErrNoRow: Read found no row for the key (ReadControl: no control
+	// record).
 	ErrNoRow = errors.New("no lease row")
 )
 
@@ -90,7 +92,7 @@ type Row struct {
 }
 
 // Store is one key's lease row in a store, plus the key's once-per run
-// records and its history. Each method is one round trip bounded by ctx, and each write is
+// records, its history and its control record. Each method is one round trip bounded by ctx, and each write is
 // one conditional write: it happens whole or not at all, and when its
 // condition fails it returns an error wrapping ErrConflict. An error
 // wrapping locker.ErrRefused means retrying cannot help (denied, no such
@@ -146,6 +148,18 @@ type Store interface {
 	// ListTerms reads up to limit of the key's history records (limit <=
 	// 0: all), with a strongly consistent read, newest first.
 	ListTerms(ctx context.Context, limit int) ([]locker.Term, error)
+
+	// ReadControl reads the key's control record (locker.Controls): the
+	// value last written and its version, with a strongly consistent read,
+	// or an error wrapping ErrNoRow when the key has none. The record is
+	// the key's, shared by its slot keys (locker.ControlKey), and lives
+	// where no lease row, run or history record can be.
+	ReadControl(ctx context.Context) (value []byte, version uint64, err error)
+
+	// WriteControl replaces the key's control record with value, at
+	// version prev+1, if its version is prev (0: if the key has none). It
+	// touches no lease row.
+	WriteControl(ctx context.Context, prev uint64, value []byte) error
 
 	// Target names what the store talks to, for a single attempt's error
 	// line, and how long one call may take (locker.Targeter).

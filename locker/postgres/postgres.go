@@ -18,12 +18,16 @@
 // In the schema chosen (Config.Schema), Config.Table holds one row per
 // key, Table_epoch is the sequence every acquire takes its epoch from (in
 // the same statement: nextval survives a row deleted by hand, and never
-// goes back on one server), Table_runs keeps the once-per records, and
+// goes back on one server), Table_runs keeps the once-per records,
 // Table_terms the history (locker.History: one row per term, the newest
-// few per key). They are created when missing and the role may;
-// examples/postgres.sql is the same DDL for a DBA. Table_terms is
-// prepared on its own, on the first history call: an installation made
-// before it existed keeps leading without it.
+// few per key), and Table_control the operator's control records
+// (locker.Controls: one row per key, shared by its slot keys, with a
+// version counter every write advances). They are created when missing and
+// the role may; examples/postgres.sql is the same DDL for a DBA.
+// Table_terms and Table_control are prepared on their own, on the first
+// history or control call: an installation made before they existed keeps
+// leading without them (a missing control table reads as no record; only
+// writing one is refused).
 package postgres
 
 import (
@@ -104,19 +108,24 @@ func New(cfg Config) (*leaserow.Locker, error) {
 type store struct {
 	pool     *pgxpool.Pool
 	key      string
+	ctlKey   string // the control record's key: the key's, for a slot key too
 	addr     string
 	timeout  time.Duration
 	readOnly bool
 	log      hclog.Logger
 
-	// Quoted names: "schema"."table", the sequence, the runs and the
-	// terms tables.
-	schema, table, seq, runs, terms string
-	schemaName, tableName           string
+	// Quoted names: "schema"."table", the sequence, the runs, terms and
+	// control tables.
+	schema, table, seq, runs, terms, control string
+	schemaName, tableName                    string
 
 	mu         sync.Mutex
 	ready      bool // the tables of the lease and runs are known to exist
 	termsReady bool // so is the terms table
+	ctlReady   bool // so is the control table
+	// ctlRefused: creating the control table was refused; reads no longer
+	// try it (each try is an error in the server's log), writes do.
+	ctlRefused bool
 }
 
 var _ leaserow.Store = (*store)(nil)
@@ -164,27 +173,29 @@ func newStore(cfg Config) (*store, error) {
 	if err != nil {
 		return nil, &locker.ConfigError{Field: "DSN", Rule: "cannot be used", Err: err}
 	}
-	key := cfg.Key
+	key, ctlKey := cfg.Key, locker.ControlKey(cfg.Key)
 	if cfg.Prefix != "" {
-		key = cfg.Prefix + "/" + cfg.Key
+		key, ctlKey = cfg.Prefix+"/"+key, cfg.Prefix+"/"+ctlKey
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
 	return &store{
-		pool: pool, key: key, addr: net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), timeout: timeout,
+		pool: pool, key: key, ctlKey: ctlKey, addr: net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), timeout: timeout,
 		readOnly: cfg.ReadOnly, log: log,
 		schemaName: cfg.Schema, tableName: cfg.Table,
 		schema: quote(cfg.Schema), table: quote(cfg.Schema) + "." + quote(cfg.Table),
-		seq:   quote(cfg.Schema) + "." + quote(cfg.Table+"_epoch"),
-		runs:  quote(cfg.Schema) + "." + quote(cfg.Table+"_runs"),
-		terms: quote(cfg.Schema) + "." + quote(cfg.Table+"_terms"),
+		seq:     quote(cfg.Schema) + "." + quote(cfg.Table+"_epoch"),
+		runs:    quote(cfg.Schema) + "." + quote(cfg.Table+"_runs"),
+		terms:   quote(cfg.Schema) + "." + quote(cfg.Table+"_terms"),
+		control: quote(cfg.Schema) + "." + quote(cfg.Table+"_control"),
 	}, nil
 }
 
 // validName accepts names that need no quoting and leave room for the
-// _epoch, _runs and _terms suffixes within PostgreSQL's 63 bytes.
+// _epoch, _runs, _terms and _control suffixes within PostgreSQL's 63
+// bytes.
 func validName(s string) bool {
 	if s == "" || len(s) > 50 || (s[0] >= '0' && s[0] <= '9') {
 		return false

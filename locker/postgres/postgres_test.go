@@ -236,8 +236,8 @@ func TestExampleSQLWithLeastPrivilege(t *testing.T) {
 			grants = append(grants, "GRANT "+strings.ReplaceAll(g, "leaderrun_role", "lrmin"))
 		}
 	}
-	if len(grants) != 5 {
-		t.Fatalf("examples/postgres.sql lists %d grants, want 5", len(grants))
+	if len(grants) != 6 {
+		t.Fatalf("examples/postgres.sql lists %d grants, want 6", len(grants))
 	}
 	pg.Exec(t, `CREATE SCHEMA jobs`)
 	pg.Exec(t, script)
@@ -269,19 +269,27 @@ func TestExampleSQLWithLeastPrivilege(t *testing.T) {
 	if terms, err := a.Terms(ctx(t), 0); err != nil || len(terms) != 1 {
 		t.Fatalf("Terms = %+v, %v", terms, err)
 	}
+	cv, err := a.SetControl(ctx(t), locker.Control{Pause: &locker.Pause{By: "ops@h", Reason: "r"}})
+	if err != nil {
+		t.Fatalf("SetControl: %v", err)
+	}
+	if c, err := a.Control(ctx(t)); err != nil || c.Version != cv || !c.Paused() {
+		t.Fatalf("Control = %+v, %v", c, err)
+	}
 	b := newLocker(t, dsn, lockertest.Key(t), schema)
 	lb := lockertest.MustAcquire(t, b)
 	if lb.Epoch() <= ls.Epoch() {
 		t.Fatalf("epoch %d after %d", lb.Epoch(), ls.Epoch())
 	}
 
-	// Tables made before the history existed, and a role that may not
-	// create one: leading works as before, and only history is refused,
-	// in one line naming the DDL.
-	legacy := regexp.MustCompile(`(?s)CREATE TABLE IF NOT EXISTS "old"\."leaderrun_leases_terms" \(.*?\);`)
+	// Tables made before the history and the control records existed,
+	// and a role that may not create them: leading works as before, no
+	// control record is read, and only history and writing a control
+	// record are refused, in one line naming the DDL.
+	legacy := regexp.MustCompile(`(?s)CREATE TABLE IF NOT EXISTS "old"\."leaderrun_leases_(terms|control)" \(.*?\);`)
 	old := strings.ReplaceAll(string(sql), `"public"`, `"old"`)
-	if !legacy.MatchString(old) {
-		t.Fatal("examples/postgres.sql has no terms table")
+	if n := len(legacy.FindAllString(old, -1)); n != 2 {
+		t.Fatalf("examples/postgres.sql has %d of the terms and control tables, want 2", n)
 	}
 	pg.Exec(t, `CREATE SCHEMA old`)
 	pg.Exec(t, legacy.ReplaceAllString(old, ""))
@@ -297,7 +305,22 @@ func TestExampleSQLWithLeastPrivilege(t *testing.T) {
 	if !errors.Is(err, locker.ErrRefused) || !strings.Contains(err.Error(), "examples/postgres.sql") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("RecordTerm without a terms table = %v, want a one-line refusal naming examples/postgres.sql", err)
 	}
+	for range 2 {
+		if rec, err := c.Control(ctx(t)); err != nil || rec.Version != "" {
+			t.Fatalf("Control without a control table = %+v, %v; want the empty record", rec, err)
+		}
+	}
+	_, err = c.SetControl(ctx(t), locker.Control{})
+	if !errors.Is(err, locker.ErrRefused) || !strings.Contains(err.Error(), "examples/postgres.sql") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("SetControl without a control table = %v, want a one-line refusal naming examples/postgres.sql", err)
+	}
+	if _, err := lc.Renew(ctx(t)); err != nil {
+		t.Fatalf("Renew after the refused control write: %v", err)
+	}
 	ro := newLocker(t, dsn, lockertest.Key(t), func(c *Config) { c.Schema, c.ReadOnly = "old", true })
+	if rec, err := ro.Control(ctx(t)); err != nil || rec.Version != "" {
+		t.Fatalf("read-only Control without a control table = %+v, %v; want the empty record", rec, err)
+	}
 	if terms, err := ro.Terms(ctx(t), 0); err != nil || len(terms) != 0 {
 		t.Fatalf("read-only Terms without a terms table = %+v, %v; want none", terms, err)
 	}
@@ -334,4 +357,27 @@ func TestHistoryContract(t *testing.T) {
 	lockertest.HistoryContract(t, func(t *testing.T, key string) locker.Locker {
 		return newLocker(t, pg.DSN(), key)
 	})
+}
+
+func TestControlContract(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
+		return newLocker(t, pg.DSN(), key)
+	})
+}
+
+// TestControlApart: the control row is the key's, in a table of its own,
+// and changes nothing the lease table answers; a holder's priority
+// survives the holder column.
+func TestControlApart(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	lockertest.ControlApart(t, func(t *testing.T, key string) locker.Locker {
+		return newLocker(t, pg.DSN(), key, func(c *Config) { c.Priority = 7 })
+	}, 7)
+	var n int
+	err := sqlConn(t, pg.DSN()).QueryRow(ctx(t), `SELECT count(*) FROM public.leaderrun_leases_control WHERE key = $1`,
+		"lrtest/"+lockertest.Key(t)).Scan(&n)
+	if err != nil || n != 1 {
+		t.Fatalf("control rows of the key: %d, %v; want 1", n, err)
+	}
 }

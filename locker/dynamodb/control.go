@@ -1,0 +1,63 @@
+package dynamodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/leaserow"
+)
+
+// ReadControl reads the control item with a strongly consistent GetItem.
+func (s *store) ReadControl(ctx context.Context) ([]byte, uint64, error) {
+	if err := s.prepare(ctx); err != nil {
+		if errors.Is(err, errNoTable) {
+			return nil, 0, leaserow.ErrNoRow
+		}
+		return nil, 0, s.refusal(err)
+	}
+	proj := "#rec, #v"
+	var out *dynamodb.GetItemOutput
+	err := s.call(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.control),
+			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: only(proj)})
+		return err
+	})
+	if err != nil {
+		return nil, 0, s.classify("read the control item", err)
+	}
+	if len(out.Item) == 0 {
+		return nil, 0, leaserow.ErrNoRow
+	}
+	v, err := strconv.ParseUint(getN(out.Item, attrVersion), 10, 64)
+	if err != nil || v == 0 {
+		return nil, 0, fmt.Errorf("dynamodb: %w: the control item %s has no positive version", locker.ErrRefused, s.control)
+	}
+	return []byte(getS(out.Item, attrRecord)), v, nil
+}
+
+// WriteControl sets the control item's record and version prev+1 in one
+// UpdateItem conditioned on its version being prev, or on its absence
+// when prev is 0. (A PutItem would do the same with one more IAM action.)
+func (s *store) WriteControl(ctx context.Context, prev uint64, value []byte) error {
+	if err := s.prepare(ctx); err != nil {
+		if errors.Is(err, errNoTable) {
+			return fmt.Errorf("dynamodb: %w: write the control item: no table %q at %s (--dynamodb-table)", locker.ErrRefused, s.table, s.addr)
+		}
+		return s.refusal(err)
+	}
+	vals := map[string]types.AttributeValue{":rec": str(string(value)), ":next": num(int64(prev + 1))}
+	cond := "attribute_not_exists(#k)"
+	if prev != 0 {
+		cond = "#v = :prev"
+		vals[":prev"] = num(int64(prev))
+	}
+	return s.updateItem(ctx, s.control, "write the control item", "SET #rec = :rec, #v = :next", cond, vals)
+}
