@@ -172,6 +172,9 @@ func controlSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 	if id, e := leaderChild(mark); id != "p" || e != pe {
 		t.Errorf("an equal priority preempted, or p flapped: %s leads with epoch %d (p had %d)", id, e, pe)
 	}
+	qp := procs[len(procs)-1]
+	qp.Signal(syscall.SIGTERM)
+	qp.Wait(20 * time.Second)
 
 	// --health-cmd: a failing check makes the leader step down, and keeps
 	// it from campaigning until the check passes again.
