@@ -174,6 +174,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 				return nil, time.Time{}, ExitNotHeld, false
 			}
 		}
+		call(s.cfg.Events.Campaigning)
 		if !s.awaitFree(actx) {
 			if ctx.Err() != nil {
 				s.log.Info("stopped while waiting for leadership")
@@ -183,7 +184,6 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			return nil, time.Time{}, s.timedOut(ctx, failed, holder), false
 		}
 		s.log.Debug("campaigning")
-		call(s.cfg.Events.Campaigning)
 		lease, err := s.acquire(actx)
 		if errors.Is(err, errHeldBack) {
 			continue
