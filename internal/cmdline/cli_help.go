@@ -261,7 +261,7 @@ const (
 	synopsisStepDown = "leaderrun step-down [KEY] [--to ID] [--timeout D] [options]"
 	synopsisPause    = "leaderrun pause [KEY] --reason TEXT [--timeout D] [options]"
 	synopsisResume   = "leaderrun resume [KEY] [options]"
-	synopsisOther    = "leaderrun help [all|BACKEND|status|history|check] | leaderrun version"
+	synopsisOther    = "leaderrun step-down|pause|resume KEY | help [all|BACKEND|CMD] | version"
 )
 
 // summary is the help's first paragraph.

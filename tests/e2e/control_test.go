@@ -59,7 +59,12 @@ func controlSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 	key := newKey("control")
 	mark := key + "-" + strconv.Itoa(os.Getpid())
 	ledger := filepath.Join(dir, "ledger")
-	script := `echo "$LEADER_SLOT $LEADER_EPOCH" >> ` + ledger + `; exec sleep 1000`
+	starts := filepath.Join(dir, "starts")
+	script := `echo "$LEADER_SLOT $LEADER_EPOCH" >> ` + ledger + `; echo "$LEADER_ID" >> ` + starts + `; exec sleep 1000`
+	started := func() []string {
+		b, _ := os.ReadFile(starts)
+		return strings.Fields(string(b))
+	}
 	env := []string{"HOLDERS_TEST_MARK=" + mark}
 	q := queryArgs(args(key))
 	w := watchSlots(mark, 1)
@@ -115,6 +120,7 @@ func controlSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 				to = id
 			}
 		}
+		before := len(started())
 		code, out, errOut, took = runOnce(t, nil, append([]string{"step-down", "--to", to}, q...)...)
 		if code != 0 {
 			t.Fatalf("step-down --to %s: exit %d\n%s%s", to, code, out, errOut)
@@ -127,6 +133,9 @@ func controlSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 		t.Logf("step-down --to %s: %s -> %s (epoch %d -> %d) in %v", to, cur, got, e, ge, took.Round(time.Millisecond))
 		if got != to || ge <= e {
 			t.Errorf("step-down --to %s: %s leads with epoch %d (was %d)", to, got, ge, e)
+		}
+		if since := started()[before:]; len(since) != 1 || since[0] != to {
+			t.Errorf("step-down --to %s: children started since: %v", to, since)
 		}
 	}
 
