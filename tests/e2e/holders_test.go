@@ -495,3 +495,29 @@ func TestHoldersCutOffConsul(t *testing.T) {
 	holdersCutOff(t, strings.TrimPrefix(addr, "http://"), func(key, px string) []string { return consulArgs(px, key) },
 		func(key string) []string { return consulArgs(addr, key) }, 10*time.Second)
 }
+
+func TestHoldersCutOffZooKeeper(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
+	addr := z.Addrs()[0]
+	holdersCutOff(t, addr, func(key, px string) []string { return zkArgs([]string{px}, key) },
+		func(key string) []string { return zkArgs([]string{addr}, key) }, 3*time.Second)
+}
+
+func TestHoldersCutOffKubernetes(t *testing.T) {
+	e := testcluster.StartEtcd(t, 1)
+	k := testcluster.StartKube(t, e)
+	token := k.Token(testcluster.KubeAdmin)
+	direct := k.Kubeconfig(t, token, "")
+	holdersCutOff(t, strings.TrimPrefix(k.URL(), "https://"),
+		func(key, px string) []string { return kubeArgs(k.KubeconfigAt(t, px, token, ""), key) },
+		func(key string) []string { return kubeArgs(direct, key) }, 3*time.Second)
+}
+
+// TestHoldersCutOffDynamoDB sets dynalite's fake credentials for every
+// leaderrun it starts: not parallel.
+func TestHoldersCutOffDynamoDB(t *testing.T) {
+	d := testcluster.StartDynalite(t)
+	d.SetEnv(t)
+	holdersCutOff(t, d.Addr(), func(key, px string) []string { return dynArgs("http://"+px, key) },
+		func(key string) []string { return dynArgs(d.Endpoint(), key) }, 3*time.Second)
+}
