@@ -143,6 +143,33 @@ func run(cfg *runConfig) error {
 	var ctx context.Context
 	var stop func()
 	var lk locker.Locker
+	probe := lk // what /healthz and READY=1 read
+	if cfg.holders > 1 {
+		// The slot campaign is served like any campaign: READY=1, /healthz
+		// and /metrics do not wait for a slot. Slot 0's key answers for the
+		// key.
+		o := cfg.opts
+		o.Holders = cfg.holders
+		if probe, err = cfg.settings.New(o, true, newQuietLogger()); err != nil {
+			return usage(cfg.configError(err))
+		}
+		defer probe.Close()
+	} else if lk, err = cfg.settings.New(cfg.opts, false, log); err != nil {
+		return usage(cfg.configError(err))
+	} else {
+		probe = lk
+	}
+	obs, err := ops.Start(ops.Config{
+		Key: cfg.opts.Key, ID: cfg.opts.ID, Slotted: cfg.holders > 1, TTL: sup.TTL, HTTPAddr: cfg.httpAddr, RenewInterval: sup.RenewInterval,
+		Rejoin: sup.OnLost == supervise.LostRejoin, Backend: probe, Logger: log,
+	})
+	if err != nil {
+		if lk != nil {
+			lk.Close()
+		}
+		return usage(cfg.configError(err))
+	}
+	defer obs.Close()
 	if cfg.holders > 1 {
 		// A stop signal while campaigning for the slots ends the campaign.
 		ctx, stop = stopOnSignal()
@@ -151,8 +178,7 @@ func run(cfg *runConfig) error {
 		if err != nil {
 			return err
 		}
-	} else if lk, err = cfg.settings.New(cfg.opts, false, log); err != nil {
-		return usage(cfg.configError(err))
+		obs.SetSlot(metricsSlot(cfg))
 	}
 	defer lk.Close()
 	if cfg.opts.NoWait && cfg.holders <= 1 {
@@ -192,14 +218,6 @@ func run(cfg *runConfig) error {
 	signal.Notify(forward, signals.NotIgnored(signals.Forwarded)...)
 	sup.Forward = forward
 
-	obs, err := ops.Start(ops.Config{
-		Key: cfg.opts.Key, ID: cfg.opts.ID, Slot: metricsSlot(cfg), TTL: sup.TTL, HTTPAddr: cfg.httpAddr, RenewInterval: sup.RenewInterval,
-		Rejoin: sup.OnLost == supervise.LostRejoin, Backend: lk, Logger: log,
-	})
-	if err != nil {
-		return usage(cfg.configError(err))
-	}
-	defer obs.Close()
 	sup.Events = ops.Chain(sup.Events, obs.Events())
 	sup.Events = ops.Chain(sup.Events, deadlines.events())
 	// A 124 that ends a campaign is "held elsewhere"; a child's own 124 is not.

@@ -4,6 +4,7 @@ package ops
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,12 @@ type metrics struct {
 	lost       prometheus.Counter
 	starts     prometheus.Counter
 	childExits *prometheus.CounterVec
+
+	// info is leaderrun_info, replaced when the slot becomes known.
+	mu      sync.Mutex
+	info    prometheus.Gauge
+	key, id string
+	slotted bool // leaderrun_info has a slot label
 }
 
 // newMetrics registers every series. The gauges read the observer's state
@@ -29,7 +36,7 @@ type metrics struct {
 // (always 1) names the key and the id of this process (and its slot under
 // --holders), and alert rules join
 // it on the target's labels (examples/prometheus/leaderrun-rules.yml).
-func newMetrics(key, id, slot string, ttl time.Duration, isLeader, epoch, leaseRemaining func() float64) *metrics {
+func newMetrics(key, id, slot string, slotted bool, ttl time.Duration, isLeader, epoch, leaseRemaining func() float64) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -57,16 +64,8 @@ func newMetrics(key, id, slot string, ttl time.Duration, isLeader, epoch, leaseR
 	// failure.
 	m.renewals.WithLabelValues("ok")
 	m.renewals.WithLabelValues("error")
-	labels := prometheus.Labels{"key": key, "id": id}
-	if slot != "" {
-		labels["slot"] = slot // --holders N > 1: the slot this process holds
-	}
-	info := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "leaderrun_info",
-		Help:        "Always 1; its labels name the key this leaderrun campaigns for, its holder id and, with --holders, its slot.",
-		ConstLabels: labels,
-	})
-	info.Set(1)
+	m.key, m.id, m.slotted = key, id, slotted
+	info := m.newInfo(slot)
 	ttlGauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "leaderrun_ttl_seconds",
 		Help: "The lease TTL (--ttl): how long the key may stay leaderless after a holder vanishes.",
@@ -91,6 +90,31 @@ func newMetrics(key, id, slot string, ttl time.Duration, isLeader, epoch, leaseR
 		m.renewals, m.acquired, m.lost, m.starts, m.childExits,
 	)
 	return m
+}
+
+// newInfo is leaderrun_info for slot ("" before a slot is won, or
+// without --holders).
+func (m *metrics) newInfo(slot string) prometheus.Gauge {
+	labels := prometheus.Labels{"key": m.key, "id": m.id}
+	if m.slotted {
+		labels["slot"] = slot // --holders N > 1: the slot this process holds, once it holds one
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "leaderrun_info",
+		Help:        "Always 1; its labels name the key this leaderrun campaigns for, its holder id and, with --holders, its slot once it holds one.",
+		ConstLabels: labels,
+	})
+	info.Set(1)
+	m.info = info
+	return info
+}
+
+// setSlot labels leaderrun_info with the slot won.
+func (m *metrics) setSlot(slot string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reg.Unregister(m.info)
+	m.reg.MustRegister(m.newInfo(slot))
 }
 
 func (m *metrics) childExited(code int) {

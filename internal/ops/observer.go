@@ -31,8 +31,11 @@ type Config struct {
 	// the leaderrun_info series.
 	Key, ID string
 	// Slot labels leaderrun_info with the slot a --holders N > 1 run
-	// holds ("" without one); Key is then the slot's key.
-	Slot string
+	// holds ("" without one); Key is then the slot's key. Slotted gives
+	// leaderrun_info its slot label from the start, empty until SetSlot
+	// names the slot won.
+	Slot    string
+	Slotted bool
 	// TTL is the lease TTL, exported as leaderrun_ttl_seconds so that alert
 	// rules can tell how long a key may go without a leader. Zero exports 0.
 	TTL time.Duration
@@ -108,7 +111,7 @@ func start(cfg Config, n notifier) (*Observer, error) {
 	if o.log == nil {
 		o.log = hclog.NewNullLogger()
 	}
-	o.metrics = newMetrics(metricsKey(cfg), cfg.ID, cfg.Slot, cfg.TTL, o.gauge(func(st *state, _ time.Time) float64 {
+	o.metrics = newMetrics(metricsKey(cfg), cfg.ID, cfg.Slot, cfg.Slotted || cfg.Slot != "", cfg.TTL, o.gauge(func(st *state, _ time.Time) float64 {
 		if st.role == RoleLeader {
 			return 1
 		}
@@ -295,6 +298,15 @@ func (o *Observer) snapshot() (state, Health, time.Time) {
 	return o.st, o.st.health(now, last, o.stallAfter), now
 }
 
+// SetSlot names the slot a --holders run won, in leaderrun_info: a run
+// with --holders serves /healthz, /metrics and READY=1 while it campaigns
+// for a slot, before it knows which one it holds.
+func (o *Observer) SetSlot(slot string) {
+	if slot != "" {
+		o.metrics.setSlot(slot)
+	}
+}
+
 // Health is the verdict /healthz serves and the watchdog obeys.
 func (o *Observer) Health() Health {
 	_, h, _ := o.snapshot()
@@ -345,10 +357,10 @@ func (o *Observer) probe(ctx context.Context) {
 // metricsKey is the key leaderrun_info names: a slot's key without its
 // slot, which the slot label carries.
 func metricsKey(cfg Config) string {
-	if cfg.Slot == "" {
+	key, _, ok := locker.SplitSlotKey(cfg.Key)
+	if !ok {
 		return cfg.Key
 	}
-	key, _, _ := locker.SplitSlotKey(cfg.Key)
 	return key
 }
 

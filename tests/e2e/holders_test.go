@@ -521,3 +521,34 @@ func TestHoldersCutOffDynamoDB(t *testing.T) {
 	holdersCutOff(t, d.Addr(), func(key, px string) []string { return dynArgs("http://"+px, key) },
 		func(key string) []string { return dynArgs(d.Endpoint(), key) }, 3*time.Second)
 }
+
+// TestHoldersWaitingServesHealth: a --holders candidate waiting for a slot
+// (all held) serves /healthz and /status as campaigning, as a single-key
+// standby does, so that systemd's READY=1 and a probe do not wait for a
+// slot; once it wins one, its metrics name the slot.
+func TestHoldersWaitingServesHealth(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("waiting")
+	a := start(t, "a", nil, withCommand(localArgs(dir, key, "--holders", "2", "--id", "a"), "exec sleep 1000")...)
+	c := start(t, "c", nil, withCommand(localArgs(dir, key, "--holders", "2", "--id", "c"), "exec sleep 1000")...)
+	testsupport.WaitFor(t, 10*time.Second, "both slots held", func() bool {
+		return strings.Contains(a.Output(), "child started") && strings.Contains(c.Output(), "child started")
+	})
+	b := start(t, "b", nil, withCommand(localArgs(dir, key, "--holders", "2", "--id", "b", "--http-addr", "127.0.0.1:0"), "exec sleep 1000")...)
+	addr := httpAddr(t, b)
+	code, body := testsupport.HTTPGet(t, addr, "/healthz")
+	if code != 200 {
+		t.Errorf("/healthz of a waiting --holders candidate: %d %s", code, body)
+	}
+	_, status := testsupport.HTTPGet(t, addr, "/status")
+	if !strings.Contains(status, `"role": "campaigning"`) {
+		t.Errorf("/status of a waiting --holders candidate: %s", status)
+	}
+	for _, p := range []*Proc{a, b, c} {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range []*Proc{a, b, c} {
+		p.Wait(10 * time.Second)
+	}
+}
