@@ -178,7 +178,7 @@ func run(cfg *runConfig) error {
 		if err != nil {
 			return err
 		}
-		obs.SetSlot(metricsSlot(cfg))
+		obs.SetSlot(cfg.opts.Key, metricsSlot(cfg))
 	}
 	defer lk.Close()
 	if cfg.opts.NoWait && cfg.holders <= 1 {

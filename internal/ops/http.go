@@ -45,7 +45,7 @@ func (o *Observer) Status() RunStatus {
 	st, h, now := o.snapshot()
 	return RunStatus{
 		Role:                  st.role,
-		Key:                   o.cfg.Key,
+		Key:                   o.statusKey(),
 		ID:                    o.cfg.ID,
 		Epoch:                 st.epoch,
 		LeaseRemainingSeconds: st.leaseRemaining(now).Seconds(),

@@ -74,7 +74,7 @@ func (o *Observer) notifyLoop(ctx context.Context) {
 		if st.ready && !sentReady {
 			lines, sentReady = append(lines, "READY=1"), true
 		}
-		if s := st.statusLine(o.cfg.Key); s != lastStatus {
+		if s := st.statusLine(o.statusKey()); s != lastStatus {
 			lines, lastStatus = append(lines, "STATUS="+s), s
 		}
 		shuttingDown := st.role == RoleStopping && !(st.lost && o.cfg.Rejoin)

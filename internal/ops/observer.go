@@ -68,8 +68,9 @@ type Observer struct {
 	stallAfter time.Duration
 	now        func() time.Time // injectable for tests
 
-	mu sync.Mutex
-	st state
+	mu  sync.Mutex
+	st  state
+	key string // what /status and STATUS= name (statusKey)
 
 	// lastTick is when the event loop last turned, as nanoseconds since
 	// base on the monotonic clock; atomic because it moves at every turn
@@ -104,6 +105,7 @@ func start(cfg Config, n notifier) (*Observer, error) {
 		stallAfter: max(time.Second, cfg.RenewInterval),
 		now:        cfg.Clock.Now,
 		st:         state{role: RoleCampaigning},
+		key:        cfg.Key,
 		base:       cfg.Clock.Now(),
 		notify:     n,
 		kick:       make(chan struct{}, 1),
@@ -301,10 +303,22 @@ func (o *Observer) snapshot() (state, Health, time.Time) {
 // SetSlot names the slot a --holders run won, in leaderrun_info: a run
 // with --holders serves /healthz, /metrics and READY=1 while it campaigns
 // for a slot, before it knows which one it holds.
-func (o *Observer) SetSlot(slot string) {
-	if slot != "" {
-		o.metrics.setSlot(slot)
+func (o *Observer) SetSlot(slotKey, slot string) {
+	if slot == "" {
+		return
 	}
+	o.metrics.setSlot(slot)
+	o.mu.Lock()
+	o.key = slotKey
+	o.mu.Unlock()
+}
+
+// statusKey is the key /status and STATUS= name: the slot's key once a
+// --holders run holds one.
+func (o *Observer) statusKey() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.key
 }
 
 // Health is the verdict /healthz serves and the watchdog obeys.
