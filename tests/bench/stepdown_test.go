@@ -144,3 +144,33 @@ func TestControlArgv(t *testing.T) {
 		}
 	}
 }
+
+// TestRivalRows: the rivals' graceful trials become step-down rows, from a
+// run's results or from the failover table of docs/BENCHMARKS.md.
+func TestRivalRows(t *testing.T) {
+	rival := contender(t, "consul lock", "consul", "(-shell=false)")
+	res := NewResults([]*Contender{contender(t, "leaderrun", "etcd", ""), rival})
+	res.Add(rival, KindGraceful, []Trial{
+		{Handoff: true, Failover: 900 * time.Millisecond, Stop: 100 * time.Millisecond, Stopped: true},
+		{Handoff: true, Failover: 700 * time.Millisecond, OldAlive: true, Overlaps: 2},
+		{Err: "could not start"},
+	})
+	rows := RivalRows(res)
+	want := []string{"consul", "SIGTERM to " + rival.Name() + " (its graceful handoff, one standby)", "2",
+		"100 ms / 100 ms (1/2 died)", "700 ms / 900 ms (2/2 handed off)", "n/a", "1/2", "1/2"}
+	if len(rows) != 1 || !reflect.DeepEqual(rows[0], want) {
+		t.Errorf("RivalRows = %q, want [%q]", rows, want)
+	}
+
+	rows, run := rivalRowsFrom("../../docs/BENCHMARKS.md")
+	backends := map[string]int{}
+	for _, r := range rows {
+		backends[r[0]]++
+		if len(r) != len(stepDownHeader) || !strings.Contains(r[4], "handed off") {
+			t.Errorf("row from the failover table: %q", r)
+		}
+	}
+	if run == "" || backends["etcd"] == 0 || backends["consul"] == 0 || backends["kubernetes"] == 0 {
+		t.Errorf("rival rows from docs/BENCHMARKS.md (run %q): %q", run, rows)
+	}
+}
