@@ -141,6 +141,16 @@ bench-holders: deps servers
 		-bench.holders=$(HOLDERS_TRIALS) -bench.report=$(CURDIR)/docs/BENCHMARKS.md \
 		-bench.command='make bench-holders HOLDERS_TRIALS=$(HOLDERS_TRIALS)'
 
+# Step-down alone: `leaderrun step-down`, `step-down --to` and SIGTERM to
+# the leader, with two standbys, on every backend (a few minutes): writes
+# the bench-stepdown section of docs/BENCHMARKS.md.
+STEPDOWN_ROUNDS ?= 5
+.PHONY: bench-stepdown
+bench-stepdown: deps servers
+	$(GO) test -count=1 -timeout 30m -run 'TestStepDown$$' -v ./tests/bench/ -args \
+		-bench.stepdown=$(STEPDOWN_ROUNDS) -bench.report=$(CURDIR)/docs/BENCHMARKS.md \
+		-bench.command='make bench-stepdown STEPDOWN_ROUNDS=$(STEPDOWN_ROUNDS)'
+
 # The failover path alone, step by step, on every backend (a few minutes):
 # writes the bench-breakdown section of docs/BENCHMARKS.md.
 BREAKDOWN_TRIALS ?= 5

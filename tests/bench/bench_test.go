@@ -164,6 +164,7 @@ func TestBenchSmoke(t *testing.T) {
 	t.Logf("\n%s\n%s\n%s\n%s", res.FailoverTable(), res.LeaseLossTable(), res.FootprintTable(), res.ScaleTable())
 	checkRatios(t, res)
 	smokeBreakdown(t, e)
+	smokeStepDown(t, e, lr)
 	if errs := res.Errors(); len(errs) > 0 {
 		t.Errorf("errors: %v", errs)
 	}

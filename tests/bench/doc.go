@@ -6,7 +6,8 @@
 // crash failover, graceful handoff, the safety gap between the old child's
 // death and the new child's start, lease loss when the leader is cut off,
 // footprint, and many candidates on one key; and, step by step on every
-// backend, where the time of one leaderrun failover goes (breakdown.go).
+// backend, where the time of one leaderrun failover goes (breakdown.go),
+// and how fast `leaderrun step-down` moves the job (stepdown.go).
 //
 // The harness (Env, Lane, Contender) is plain code so that TestBenchSmoke,
 // in the default test run, exercises every part of it; TestBenchmark (make

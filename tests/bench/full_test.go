@@ -76,6 +76,12 @@ func TestBenchmark(t *testing.T) {
 	bd := runBreakdowns(t, e, testcluster.StartDynalite(t), max(*flagBreakdown, breakdownTrials))
 	done()
 
+	// 1c. Step-down, step-down --to and SIGTERM with two standbys, on
+	// every backend, still alone.
+	done = phase("step-down")
+	sd := runStepDowns(t, e, max(*flagStepDown, stepDownRounds))
+	done()
+
 	// 2. The rivals' crash and graceful trials, side by side.
 	done = phase("rival failover")
 	var wg sync.WaitGroup
@@ -159,7 +165,8 @@ func TestBenchmark(t *testing.T) {
 	done()
 
 	took := time.Since(start)
-	body := benchReport(res, bd, commit, took)
+	sd.Rivals = RivalRows(res)
+	body := benchReport(res, bd, sd, commit, took)
 	t.Logf("\n%s", body)
 	for _, err := range res.Errors() {
 		t.Logf("trial could not start (run again): %s", err)
@@ -172,7 +179,7 @@ func TestBenchmark(t *testing.T) {
 }
 
 // benchReport is the results section of docs/BENCHMARKS.md.
-func benchReport(res *Results, bd *BreakdownSet, commit string, took time.Duration) string {
+func benchReport(res *Results, bd *BreakdownSet, sd *StepDownSet, commit string, took time.Duration) string {
 	var b strings.Builder
 	cmd := *flagCommand
 	if cmd == "" {
@@ -201,6 +208,7 @@ func benchReport(res *Results, bd *BreakdownSet, commit string, took time.Durati
 	b.WriteString("\n### Summary: leaderrun against the best rival on its backend\n\n" + ratioNote + res.RatioTable())
 	b.WriteString("\n### Failover, handoff and the safety gap\n\n" + res.FailoverTable())
 	b.WriteString("\n### The failover path, step by step\n\n" + breakdownNote + bd.Report())
+	b.WriteString("\n### Step-down: moving the job now\n\n" + stepDownNote + sd.Table())
 	b.WriteString("\n### Lease loss: the leader cut off its backend\n\n" + res.LeaseLossTable())
 	b.WriteString("\n### Footprint while nothing happens\n\n" + res.FootprintTable())
 	b.WriteString("\n### Scale: candidates on one key\n\n" + res.ScaleTable())
