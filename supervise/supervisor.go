@@ -101,9 +101,12 @@ func (s *Supervisor) Run(ctx context.Context) int {
 		s.log.Warn("a leftover job of this key is still alive; it is swept again before any child starts", "error", err)
 	}
 	wctx, stopWatching := context.WithCancel(ctx)
-	defer stopWatching()
 	s.ctl = s.startControl(wctx)
 	s.health = s.startHealth(wctx)
+	defer func() {
+		stopWatching()
+		s.health.wait() // a check still running is killed first
+	}()
 	for {
 		lease, deadline, code, ok := s.campaign(ctx)
 		if !ok {

@@ -1,0 +1,130 @@
+//go:build linux
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/signals"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// processesWithArg lists the live processes whose command line has arg
+// as one of its words.
+func processesWithArg(arg string) []int {
+	var out []int
+	for _, pid := range testsupport.Pids() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil {
+			continue
+		}
+		for _, w := range strings.Split(string(b), "\x00") {
+			if w == arg && signals.ProcessAlive(pid) {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestControlAttackHealthLeavesNothing: a health check that puts a
+// process in the background and exits 0 (a daemon that closed its output)
+// leaves nothing behind, neither while leaderrun runs nor after it exits.
+func TestControlAttackHealthLeavesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("hc-leftover")
+	tag := strconv.Itoa(700000 + os.Getpid()%100000)
+	hc := "sleep " + tag + " >/dev/null 2>&1 </dev/null & exit 0"
+	p := start(t, "a", nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-interval", "200ms"), "exec sleep 1000")...)
+	waitFor(t, 10*time.Second, "the child", func() bool { return strings.Contains(p.Output(), "child started") })
+	time.Sleep(1500 * time.Millisecond)
+	during := len(processesWithArg(tag))
+	t.Logf("%d background processes of the checks alive while leading", during)
+	p.Signal(syscall.SIGTERM)
+	p.Wait(10 * time.Second)
+	time.Sleep(200 * time.Millisecond)
+	left := processesWithArg(tag)
+	for _, pid := range left {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if during > 1 || len(left) > 0 {
+		t.Errorf("health checks' background processes: %d alive while leading, %d left after leaderrun exited (%v)", during, len(left), left)
+	}
+}
+
+// TestControlAttackTermWhileHeldBack: SIGTERM to a candidate held back by
+// a pause, or by a failing health check, ends it promptly with 128+15,
+// and nothing of its checks is left.
+func TestControlAttackTermWhileHeldBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("held-term")
+	q := queryArgs(localArgs(dir, key))
+	// The local backend's pause needs the lock directory made.
+	if err := os.MkdirAll(filepath.Join(dir, "leaderrun"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, q...)...); code != 0 {
+		t.Fatalf("pause: %d %s", code, errOut)
+	}
+	tag := strconv.Itoa(800000 + os.Getpid()%100000)
+	paused := start(t, "paused", nil, withCommand(localArgs(dir, key), "exec sleep 1000")...)
+	sick := start(t, "sick", nil, withCommand(localArgs(dir, newKey("held-sick"), "--health-cmd", "sleep "+tag+"; exit 1", "--health-timeout", "30s"), "exec sleep 1000")...)
+	waitFor(t, 10*time.Second, "held back", func() bool {
+		return strings.Contains(paused.Output(), "not campaigning") && len(processesWithArg(tag)) > 0
+	})
+	for _, p := range []*Proc{paused, sick} {
+		began := time.Now()
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(5 * time.Second); code != 128+15 || time.Since(began) > 2*time.Second {
+			t.Errorf("%s: exit %d after %v, want 143 within 2s", p.name, code, time.Since(began))
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if left := processesWithArg(tag); len(left) > 0 {
+		t.Errorf("the health check outlived leaderrun: %v", left)
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestControlAttackGarbageRecord: a hand-edited control record that is
+// not one: the leader keeps leading, a waiting candidate does not take
+// over, and each command says so in one line with 125.
+func TestControlAttackGarbageRecord(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("garbage")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 10*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	_, e := leaderChild(mark)
+	b := start(t, "b", env, withCommand(append(localArgs(dir, key), "--id", "b"), "exec sleep 1000")...)
+	time.Sleep(500 * time.Millisecond)
+	testsupport.WriteFile(t, filepath.Join(dir, "leaderrun", key+"~control"), "{not json", 0o644)
+	q := queryArgs(localArgs(dir, key))
+	for _, cmd := range [][]string{{"step-down"}, {"pause", "--reason", "x"}, {"resume"}} {
+		code, _, errOut, _ := runOnce(t, nil, append(cmd, q...)...)
+		if code != 125 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "control record") {
+			t.Errorf("%s on a garbage record: exit %d, %q; want 125 and one line naming the record", cmd[0], code, errOut)
+		}
+	}
+	time.Sleep(5 * time.Second) // more than a TTL
+	if id, e2 := leaderChild(mark); id != "a" || e2 != e {
+		t.Errorf("with a garbage record %q leads with epoch %d; a had %d", id, e2, e)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Signal(syscall.SIGTERM)
+		p.Wait(10 * time.Second)
+	}
+}
