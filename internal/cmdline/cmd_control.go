@@ -263,8 +263,14 @@ func pauseAction(c *cli.Context) error {
 	for {
 		held := ""
 		for s, lk := range slots {
-			if h, err := lk.Leader(ctx); err == nil {
+			h, err := lk.Leader(ctx)
+			if err == nil {
 				held = fmt.Sprintf("%s (epoch %d) still leads %s", h.ID, h.Epoch, locker.SlotKey(t.key, s))
+				break
+			}
+			if !errors.Is(err, locker.ErrNoLeader) {
+				// Not read is not free: a holder may still run its job.
+				held = fmt.Sprintf("who leads %s could not be read (%v)", locker.SlotKey(t.key, s), oneLine(err))
 				break
 			}
 		}
@@ -273,7 +279,10 @@ func pauseAction(c *cli.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintf(errorOutput(), "leaderrun: key %q is paused, but within %s %s (is it an older leaderrun?)\n", t.key, roundDuration(timeout), held)
+			if !strings.HasPrefix(held, "who leads") {
+				held += " (is it an older leaderrun?)"
+			}
+			fmt.Fprintf(errorOutput(), "leaderrun: key %q is paused, but within %s %s\n", t.key, roundDuration(timeout), held)
 			return exitCode(exitcode.ControlNotDone)
 		case <-time.After(controlPoll):
 		}

@@ -3,15 +3,21 @@
 package e2e
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leaderrun/leaderrun/signals"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
@@ -127,4 +133,50 @@ func TestControlAttackGarbageRecord(t *testing.T) {
 		p.Signal(syscall.SIGTERM)
 		p.Wait(10 * time.Second)
 	}
+}
+
+// failingPath is a proxy to a Consul agent that answers 500 to the GETs
+// of exactly one path while fail is set.
+func failingPath(t *testing.T, target, path string, fail *atomic.Bool) string {
+	u, _ := url.Parse("http://" + target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() && r.Method == http.MethodGet && r.URL.Path == path {
+			http.Error(w, "injected fault", http.StatusInternalServerError)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// TestControlAttackPauseCannotReadHolder: pause must not say "nobody
+// leads" (exit 0) when it could not read who leads. The leader here is
+// frozen (it cannot act on the pause) and the pause's reads of the
+// holder fail: pause exits 0 only if no child runs.
+func TestControlAttackPauseCannotReadHolder(t *testing.T) {
+	t.Parallel()
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("pause-unread")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(consulArgs(c.HTTPAddr(0), key), "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	var fail atomic.Bool
+	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key, &fail)
+	a.Signal(syscall.SIGSTOP)
+	defer a.Signal(syscall.SIGCONT)
+	fail.Store(true)
+	code, _, errOut, took := runOnce(t, nil, append([]string{"pause", "--reason", "attack", "--timeout", "3s"}, queryArgs(consulArgs(proxy, key))...)...)
+	id, _ := leaderChild(mark)
+	t.Logf("pause: exit %d in %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(errOut))
+	if code == 0 && id != "" {
+		t.Errorf("pause exited 0 while %s's child runs (it could not read the holder)", id)
+	}
+	if code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") > 1 {
+		t.Errorf("pause: exit %d, %q; want non-zero, saying it could not read the holder", code, errOut)
+	}
+	a.Signal(syscall.SIGCONT)
+	a.Signal(syscall.SIGTERM)
+	a.Wait(20 * time.Second)
 }
