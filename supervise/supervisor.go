@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -198,8 +199,15 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 				if why := s.refuseWon(lease); why != "" {
 					s.log.Info("giving the key back before any child starts", "epoch", lease.Epoch(), "reason", why)
 					s.release(lease, false)
+					unread := strings.HasPrefix(why, errControlUnread)
 					if s.singleAttempt() {
+						if unread {
+							return nil, time.Time{}, ExitInternal, false
+						}
 						return nil, time.Time{}, ExitNotHeld, false
+					}
+					if unread {
+						s.sleep(actx, retry.Next()) // an end of actx: awaitFree says
 					}
 					continue
 				}

@@ -180,3 +180,49 @@ func TestControlAttackPauseCannotReadHolder(t *testing.T) {
 	a.Signal(syscall.SIGTERM)
 	a.Wait(20 * time.Second)
 }
+
+// TestControlAttackWinWithoutRecord: a candidate that cannot read the
+// control record (its reads of it fail; it still campaigns) must not
+// start its child while the key is paused: the read after a win is what
+// makes "no child starts while paused" hold, and a failed read is not an
+// empty record.
+func TestControlAttackWinWithoutRecord(t *testing.T) {
+	t.Parallel()
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("win-unread")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	direct := consulArgs(c.HTTPAddr(0), key)
+	a := start(t, "a", env, withCommand(append(direct, "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	var fail atomic.Bool
+	fail.Store(true)
+	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
+	b := start(t, "b", env, withCommand(append(consulArgs(proxy, key), "--id", "b"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "b waiting", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, queryArgs(direct)...)...); code != 0 {
+		t.Fatalf("pause: exit %d %s", code, errOut)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if id, _ := leaderChild(mark); id != "" {
+			t.Fatalf("%s's child started while the key is paused", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Once it reads the record again it still holds back; after resume
+	// someone leads.
+	fail.Store(false)
+	time.Sleep(2 * time.Second)
+	if id, _ := leaderChild(mark); id != "" {
+		t.Fatalf("%s's child started while the key is paused", id)
+	}
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, queryArgs(direct)...)...); code != 0 {
+		t.Fatalf("resume: exit %d %s", code, errOut)
+	}
+	waitFor(t, 20*time.Second, "a leader after resume", func() bool { id, _ := leaderChild(mark); return id != "" })
+	for _, p := range []*Proc{a, b} {
+		p.Signal(syscall.SIGTERM)
+		p.Wait(20 * time.Second)
+	}
+}
