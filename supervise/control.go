@@ -165,6 +165,9 @@ func (s *Supervisor) changes() (ctlC, healthC <-chan struct{}) {
 func (s *Supervisor) awaitFree(ctx context.Context) bool {
 	said := ""
 	for {
+		if ctx.Err() != nil {
+			return false
+		}
 		ctlC, healthC := s.changes()
 		c, _ := s.ctl.get()
 		why, until := s.heldBack(c)
