@@ -239,6 +239,9 @@ func pauseAction(c *cli.Context) error {
 	timeout := c.Duration("timeout")
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if h, err := t.lk.Leader(ctx); err == nil && h.Holders > n {
+		n = h.Holders // the key's holders say how many slots it has
+	}
 	p := &locker.Pause{By: operator(), Since: time.Now().UTC().Truncate(time.Millisecond), Reason: reason}
 	err = updateControl(ctx, t.ctl, func(rec *locker.Control) error {
 		if rec.Pause != nil {
@@ -251,19 +254,38 @@ func pauseAction(c *cli.Context) error {
 		return usage(fmt.Errorf("pause: %w", err))
 	}
 	fmt.Fprintf(errorOutput(), "leaderrun: paused %q: %s\n", t.key, reason)
-	slots := make([]locker.Locker, n)
-	for s := range slots {
-		o := t.opts
-		o.Key = locker.SlotKey(t.key, s)
-		if slots[s], err = queryLockerFor(c, o); err != nil {
-			return usage(err)
+	var slots []locker.Locker
+	defer func() {
+		for _, lk := range slots {
+			lk.Close()
 		}
-		defer slots[s].Close()
+	}()
+	// More slots than --holders says, when a holder says so: pause
+	// returns only once none of them has a holder.
+	addSlots := func(n int) error {
+		for s := len(slots); s < min(n, locker.MaxHolders); s++ {
+			o := t.opts
+			o.Key = locker.SlotKey(t.key, s)
+			lk, err := queryLockerFor(c, o)
+			if err != nil {
+				return err
+			}
+			slots = append(slots, lk)
+		}
+		return nil
+	}
+	if err := addSlots(n); err != nil {
+		return usage(err)
 	}
 	for {
 		held := ""
-		for s, lk := range slots {
-			h, err := lk.Leader(ctx)
+		for s := 0; s < len(slots); s++ {
+			h, err := slots[s].Leader(ctx)
+			if err == nil && h.Holders > len(slots) {
+				if err := addSlots(h.Holders); err != nil {
+					return usage(err)
+				}
+			}
 			if err == nil {
 				held = fmt.Sprintf("%s (epoch %d) still leads %s", h.ID, h.Epoch, locker.SlotKey(t.key, s))
 				break

@@ -226,3 +226,168 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 		p.Wait(20 * time.Second)
 	}
 }
+
+// TestControlAttackStepDownToAbsent: step-down --to a candidate that is
+// not running: nobody leads before the request's until, the command says
+// who did not come (exit 1), and then the others (the old leader among
+// them) campaign again.
+func TestControlAttackStepDownToAbsent(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("to-absent")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	var procs []*Proc
+	for _, id := range []string{"a", "b"} {
+		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
+	}
+	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	first, e1 := leaderChild(mark)
+	began := time.Now()
+	done := make(chan struct{})
+	var code int
+	var errOut string
+	go func() {
+		defer close(done)
+		code, _, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", "nobody", "--timeout", "4s"}, queryArgs(etcdArgs(eps, key))...)...)
+	}()
+	for time.Since(began) < 3500*time.Millisecond {
+		if id, e := leaderChild(mark); id != "" && e != e1 {
+			t.Errorf("%s leads (epoch %d) %v into a step-down reserved for another", id, e, time.Since(began))
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	<-done
+	if code != 1 || !strings.Contains(errOut, "nobody") {
+		t.Errorf("step-down --to nobody: exit %d, %q; want 1 naming the candidate", code, errOut)
+	}
+	waitFor(t, 10*time.Second, "a leader after the reservation", func() bool { id, _ := leaderChild(mark); return id != "" })
+	id, e2 := leaderChild(mark)
+	t.Logf("%s (epoch %d) stepped down; after the reservation %s leads (epoch %d), %v after the request", first, e1, id, e2, time.Since(began).Round(time.Millisecond))
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackKillDuringHandover: the leader is killed -9 while it
+// hands over to --to b: its guard kills the job and releases; b (and no
+// one else) leads, after the old child is dead.
+func TestControlAttackKillDuringHandover(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("kill-handover")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	// The job ignores SIGTERM: the handover takes the whole kill grace.
+	script := `trap "" TERM; exec sleep 1000`
+	procs := map[string]*Proc{}
+	for _, id := range []string{"a", "b", "c"} {
+		procs[id] = start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), script)...)
+		if id == "a" {
+			waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+		}
+	}
+	time.Sleep(time.Second)
+	done := make(chan struct{})
+	var code int
+	var out, errOut string
+	go func() {
+		defer close(done)
+		code, out, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", "b", "--timeout", "15s"}, queryArgs(etcdArgs(eps, key))...)...)
+	}()
+	waitFor(t, 5*time.Second, "a stopping", func() bool { return strings.Contains(procs["a"].Output(), "stopping child") })
+	procs["a"].Signal(syscall.SIGKILL)
+	<-done
+	id, _ := leaderChild(mark)
+	if code != 0 || id != "b" || !strings.Contains(out, "b leads") {
+		t.Errorf("step-down --to b with a killed: exit %d, %s leads; %q %q", code, id, out, errOut)
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackHoldersPause: a key run with --holders 3. step-down
+// --slot 1 moves that slot only; pause (even without --holders: the
+// holders say how many slots there are) returns only once no slot runs a
+// child; resume fills all three again.
+func TestControlAttackHoldersPause(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("holders-pause")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 3)
+	var procs []*Proc
+	for i := range 4 {
+		id := "h" + strconv.Itoa(i)
+		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--holders", "3", "--id", id), "exec sleep 1000")...))
+	}
+	waitFor(t, 30*time.Second, "3 slots filled", func() bool { return len(slotChildren(mark)) == 3 })
+	q := queryArgs(etcdArgs(eps, key))
+	bySlot := func() map[int]string {
+		m := map[int]string{}
+		for _, k := range slotChildren(mark) {
+			m[k.slot] = k.id
+		}
+		return m
+	}
+	before := bySlot()
+	if code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--slot", "1"}, q...)...); code != 0 {
+		t.Errorf("step-down --slot 1: exit %d %s %s", code, out, errOut)
+	}
+	waitFor(t, 10*time.Second, "slot 1 refilled", func() bool { m := bySlot(); return len(m) == 3 && m[1] != before[1] })
+	after := bySlot()
+	if after[0] != before[0] || after[2] != before[2] {
+		t.Errorf("step-down --slot 1 moved other slots: %v -> %v", before, after)
+	}
+	// The holder of slot 2 cannot act on the pause (frozen): pause must
+	// wait for it, not return once slot 0 is free.
+	var frozen *Proc
+	for _, p := range procs {
+		if p.name == after[2] {
+			frozen = p
+		}
+	}
+	frozen.Signal(syscall.SIGSTOP)
+	code, _, errOut, took := runOnce(t, nil, append([]string{"pause", "--reason", "attack", "--timeout", "1s"}, q...)...)
+	left := slotChildren(mark)
+	t.Logf("pause without --holders, slot 2 frozen: exit %d in %v, %d children left: %s", code, took.Round(time.Millisecond), len(left), strings.TrimSpace(errOut))
+	if code == 0 && len(left) != 0 {
+		t.Errorf("pause: exit 0 with children alive: %v", left)
+	}
+	frozen.Signal(syscall.SIGCONT)
+	code, _, errOut, _ = runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, q...)...)
+	if left := slotChildren(mark); code != 0 || len(left) != 0 {
+		t.Errorf("pause: exit %d (%s) with children alive: %v", code, strings.TrimSpace(errOut), left)
+	}
+	time.Sleep(3 * time.Second)
+	if left := slotChildren(mark); len(left) != 0 {
+		t.Errorf("children run while paused: %v", left)
+	}
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
+		t.Fatalf("resume: %d %s", code, errOut)
+	}
+	waitFor(t, 20*time.Second, "3 slots filled after resume", func() bool { return len(slotChildren(mark)) == 3 })
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
