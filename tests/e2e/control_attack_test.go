@@ -391,3 +391,93 @@ func TestControlAttackHoldersPause(t *testing.T) {
 	}
 	w.end(t)
 }
+
+// TestControlAttackStepDownFrozen: step-down of a frozen leader (SIGSTOP:
+// it cannot act): the deadline rules, its guard kills the job, and only
+// then does another candidate lead; woken, the old leader starts nothing.
+func TestControlAttackStepDownFrozen(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("sd-frozen")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a", "--on-lost", "rejoin"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	b := start(t, "b", env, withCommand(append(etcdArgs(eps, key), "--id", "b"), "exec sleep 1000")...)
+	time.Sleep(time.Second)
+	a.Signal(syscall.SIGSTOP)
+	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--to", "b", "--timeout", "15s"}, queryArgs(etcdArgs(eps, key))...)...)
+	t.Logf("step-down --to b of a frozen leader: exit %d in %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
+	if code != 0 {
+		t.Errorf("step-down of a frozen leader: exit %d: %s %s", code, out, errOut)
+	}
+	waitFor(t, 5*time.Second, "b's child", func() bool { id, _ := leaderChild(mark); return id == "b" })
+	a.Signal(syscall.SIGCONT)
+	time.Sleep(3 * time.Second)
+	if id, _ := leaderChild(mark); id != "b" {
+		t.Errorf("after the old leader woke, %q leads", id)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackStepDownPauseRace: step-down, pause and resume fired
+// at once, over and over, on three candidates: never two children, never
+// a child while paused after pause returned, and someone leads at the end.
+func TestControlAttackStepDownPauseRace(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("sd-pause")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	var procs []*Proc
+	for _, id := range []string{"a", "b", "c"} {
+		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
+	}
+	q := queryArgs(etcdArgs(eps, key))
+	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	for i := range 4 {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			to := []string{"step-down", "--timeout", "5s"}
+			if i%2 == 1 {
+				to = append(to, "--to", []string{"a", "b", "c"}[i%3])
+			}
+			runOnce(t, nil, append(to, q...)...)
+		}()
+		time.Sleep(time.Duration(i*30) * time.Millisecond)
+		code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "race"}, q...)...)
+		if code != 0 {
+			t.Errorf("pause %d: exit %d %s", i, code, errOut)
+		}
+		for range 50 {
+			if id, _ := leaderChild(mark); id != "" {
+				t.Errorf("round %d: %s's child runs after pause returned", i, id)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
+			t.Errorf("resume %d: exit %d %s", i, code, errOut)
+		}
+		<-done
+		waitFor(t, 20*time.Second, "a leader after resume", func() bool { id, _ := leaderChild(mark); return id != "" })
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
