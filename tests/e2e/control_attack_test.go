@@ -481,3 +481,80 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 	}
 	w.end(t)
 }
+
+// TestControlAttackHealthHostile: checks that flood their output, hang
+// ignoring SIGTERM, or fail under --no-wait: each fails in its time and
+// nothing of them is left.
+func TestControlAttackHealthHostile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tag := strconv.Itoa(900000 + os.Getpid()%100000)
+	// A flood that never ends, and a hang that ignores SIGTERM: both
+	// time out (the check fails) and the candidate never leads.
+	for name, hc := range map[string]string{
+		"flood": "yes " + tag,
+		"hang":  `trap "" TERM; sleep ` + tag,
+	} {
+		key := newKey("hc-" + name)
+		p := start(t, name, nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-timeout", "300ms", "--health-interval", "100ms"), "exec sleep 1000")...)
+		waitFor(t, 10*time.Second, name+" failing", func() bool { return strings.Contains(p.Output(), "timed out after") })
+		time.Sleep(time.Second)
+		if strings.Contains(p.Output(), "child started") {
+			t.Errorf("%s: led with a check that times out", name)
+		}
+		began := time.Now()
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(5 * time.Second); code != 143 || time.Since(began) > 2*time.Second {
+			t.Errorf("%s: exit %d after %v", name, code, time.Since(began))
+		}
+	}
+	code, _, errOut, took := runOnce(t, nil, withCommand(append(localArgs(dir, newKey("hc-nowait")), "--no-wait", "--health-cmd", "exit 1"), "echo ran")...)
+	t.Logf("--no-wait with a failing check: exit %d in %v", code, took.Round(time.Millisecond))
+	if code != 124 || strings.Contains(errOut, "ran") {
+		t.Errorf("--no-wait with a failing check: exit %d %q", code, errOut)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if left := processesWithArg(tag); len(left) > 0 {
+		t.Errorf("checks left behind: %v", left)
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestControlAttackPriorities: two preferred candidates of different
+// priorities and a plain holder: the highest ends up leading, once, and
+// stays; a preferred one whose own check fails never asks for the key.
+func TestControlAttackPriorities(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("prio")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	args := func(id string, extra ...string) []string {
+		return withCommand(append(localArgs(dir, key), append([]string{"--id", id}, extra...)...), "exec sleep 1000")
+	}
+	procs := []*Proc{start(t, "plain", env, args("plain")...)}
+	waitFor(t, 10*time.Second, "plain leading", func() bool { id, _ := leaderChild(mark); return id == "plain" })
+	procs = append(procs,
+		start(t, "sick", env, args("sick", "--priority", "50", "--preempt-after", "1s", "--health-cmd", "exit 1", "--health-interval", "200ms")...),
+		start(t, "p10", env, args("p10", "--priority", "10", "--preempt-after", "1s")...),
+		start(t, "p20", env, args("p20", "--priority", "20", "--preempt-after", "1s")...))
+	waitFor(t, 20*time.Second, "p20 leading", func() bool { id, _ := leaderChild(mark); return id == "p20" })
+	_, e := leaderChild(mark)
+	time.Sleep(5 * time.Second)
+	if id, e2 := leaderChild(mark); id != "p20" || e2 != e {
+		t.Errorf("p20 (epoch %d) did not stay: %s leads with epoch %d", e, id, e2)
+	}
+	if strings.Contains(procs[1].Output(), "asked the holder to hand over") || strings.Contains(procs[1].Output(), "child started") {
+		t.Errorf("the candidate whose check fails asked for the key or led")
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
