@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -557,4 +558,50 @@ func TestControlAttackPriorities(t *testing.T) {
 		p.Wait(20 * time.Second)
 	}
 	w.end(t)
+}
+
+// TestControlAttackBadInput: each command's bad input is one line, 125,
+// and leaves the key's control record as it was (none here).
+func TestControlAttackBadInput(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("bad-input")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(etcdArgs(eps, key), "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	q := queryArgs(etcdArgs(eps, key))
+	cases := [][]string{
+		{"step-down", "--to", ""},
+		{"step-down", "--to", "a"},
+		{"step-down", "--timeout", "-1s"},
+		{"step-down", "--timeout", "0s"},
+		{"step-down", "--slot", "-1"},
+		{"step-down", "--slot", "2"},
+		{"step-down", "--bogus"},
+		{"pause"},
+		{"pause", "--reason", "  "},
+		{"pause", "--reason", "x", "--holders", "0"},
+		{"pause", "--reason", "x", "--timeout", "0s"},
+		{"pause", "--reason", "x", "--timeout", "-1s"},
+		{"resume", "--timeout", "soon"},
+	}
+	cli := etcdClient(t, eps)
+	for _, c := range cases {
+		code, out, errOut, _ := runOnce(t, nil, append(c, q...)...)
+		if code != 125 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || errOut == "" || out != "" {
+			t.Errorf("leaderrun %q: exit %d, %q %q; want 125 and one line", c, code, out, errOut)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r, err := cli.Get(ctx, "/leaderrun/"+key+"/~control")
+		cancel()
+		if err != nil || len(r.Kvs) != 0 {
+			t.Fatalf("after leaderrun %q the control record is %v (%v)", c, r.Kvs, err)
+		}
+	}
+	if id, _ := leaderChild(mark); id != "a" {
+		t.Errorf("bad input moved the leader: %q leads", id)
+	}
+	a.Signal(syscall.SIGTERM)
+	a.Wait(20 * time.Second)
 }
