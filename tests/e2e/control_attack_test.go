@@ -605,3 +605,39 @@ func TestControlAttackBadInput(t *testing.T) {
 	a.Signal(syscall.SIGTERM)
 	a.Wait(20 * time.Second)
 }
+
+// TestControlAttackLeaderCannotReadRecord: a leader whose reads of the
+// control record fail keeps its job past a TTL, and a step-down still
+// reaches it once they work again.
+func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
+	t.Parallel()
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("lead-unread")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	var fail atomic.Bool
+	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
+	a := start(t, "a", env, withCommand(append(consulArgs(proxy, key), "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	_, e := leaderChild(mark)
+	fail.Store(true)
+	time.Sleep(11 * time.Second) // the TTL is 10s
+	if id, e2 := leaderChild(mark); id != "a" || e2 != e {
+		t.Errorf("a leader that cannot read the control record lost its job: %q leads with %d", id, e2)
+	}
+	fail.Store(false)
+	q := queryArgs(consulArgs(c.HTTPAddr(0), key))
+	b := start(t, "b", env, withCommand(append(consulArgs(c.HTTPAddr(0), key), "--id", "b"), "exec sleep 1000")...)
+	time.Sleep(time.Second)
+	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--timeout", "15s"}, q...)...)
+	t.Logf("step-down once the record reads again: exit %d in %v %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
+	if code != 0 || !strings.Contains(out, "b leads") {
+		t.Errorf("step-down once the record reads again: exit %d %q %q", code, out, errOut)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Wait(20 * time.Second)
+	}
+}
