@@ -641,3 +641,51 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 		p.Wait(20 * time.Second)
 	}
 }
+
+// TestControlAttackPinnedSlot: --holders 2 and three candidates. During a
+// pause the spare, still racing every slot, wins one and gives it back;
+// from then on it campaigns for that one slot only, so once the holder of
+// the other slot dies, that slot stays empty while the spare waits. Known
+// and not fixed here (the slot race is in internal/cmdline/slots_run.go):
+// run with LEADERRUN_TEST_KNOWN=1.
+func TestControlAttackPinnedSlot(t *testing.T) {
+	if os.Getenv("LEADERRUN_TEST_KNOWN") != "1" {
+		t.Skip("known: a candidate that gave a slot back campaigns for that slot only")
+	}
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("pinned")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 2)
+	procs := map[string]*Proc{}
+	for i := range 3 {
+		id := "h" + strconv.Itoa(i)
+		procs[id] = start(t, id, env, withCommand(append(etcdArgs(eps, key), "--holders", "2", "--id", id), "exec sleep 1000")...)
+	}
+	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	q := queryArgs(etcdArgs(eps, key))
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "x", "--holders", "2"}, q...)...); code != 0 {
+		t.Fatalf("pause %d %s", code, errOut)
+	}
+	time.Sleep(2 * time.Second)
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
+		t.Fatalf("resume %d %s", code, errOut)
+	}
+	waitFor(t, 30*time.Second, "2 slots filled after resume", func() bool { return len(slotChildren(mark)) == 2 })
+	for round := range 2 {
+		victim := slotChildren(mark)[round%2]
+		procs[victim.id].Signal(syscall.SIGKILL)
+		delete(procs, victim.id)
+		if round == 1 {
+			break
+		}
+		waitFor(t, 20*time.Second, "the spare refilling the slot of the killed holder", func() bool { return len(slotChildren(mark)) == 2 })
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
