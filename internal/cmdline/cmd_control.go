@@ -187,7 +187,9 @@ func stepDownAction(c *cli.Context) error {
 	fmt.Fprintf(errorOutput(), "leaderrun: asked %s (epoch %d) to step down from %q\n", h.ID, h.Epoch, t.opts.Key)
 	for {
 		next, err := t.lk.Leader(ctx)
-		if err == nil && next.Epoch > h.Epoch {
+		// With --to, another holder's term is one that won meanwhile and
+		// gives the key back before anything starts: not the answer.
+		if err == nil && next.Epoch > h.Epoch && (to == "" || next.ID == to) {
 			if next.ID == h.ID && to == "" {
 				fmt.Fprintf(errorOutput(), "leaderrun: no other candidate took key %q within %s; %s leads it again (epoch %d)\n",
 					t.opts.Key, roundDuration(timeout), next.ID, next.Epoch)

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -685,6 +686,74 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 	}
 	for _, p := range procs {
 		p.Signal(syscall.SIGTERM)
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackStepDownToReportsTo: step-down --to X exits 0 only
+// once X leads. A candidate that wins in the meantime (here one-attempt
+// runs, started over and over, that read the record only after their
+// win) gives the key back at once; the command must not take its brief
+// term for the answer.
+func TestControlAttackStepDownToReportsTo(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("to-reports")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	var procs []*Proc
+	for _, id := range []string{"a", "b"} {
+		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
+	}
+	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	stop := make(chan struct{})
+	spun := make(chan struct{})
+	var gaveBack atomic.Int32
+	go func() {
+		defer close(spun)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cmd := exec.Command(binary, withCommand(append(etcdArgs(eps, key), "--id", "nw", "--no-wait"), "exec sleep 1000")...)
+			cmd.Env = append(os.Environ(), env...)
+			if b, _ := cmd.CombinedOutput(); strings.Contains(string(b), "giving the key back") {
+				gaveBack.Add(1)
+			}
+		}
+	}()
+	q := queryArgs(etcdArgs(eps, key))
+	// To a candidate that never comes: only the one-attempt runs take the
+	// key (and give it back) until the request ends.
+	code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--to", "ghost", "--timeout", "4s"}, q...)...)
+	if code != 1 || !strings.Contains(errOut, "ghost") {
+		t.Errorf("step-down --to ghost: exit %d, %q %q; want 1 naming ghost", code, out, errOut)
+	}
+	waitFor(t, 10*time.Second, "a leader after the reservation", func() bool { id, _ := leaderChild(mark); return id == "a" || id == "b" })
+	for i := range 4 {
+		cur, _ := leaderChild(mark)
+		to := "a"
+		if cur == "a" {
+			to = "b"
+		}
+		code, out, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", to, "--timeout", "10s"}, q...)...)
+		if code != 0 || !strings.HasPrefix(out, to+" leads") {
+			t.Errorf("round %d: step-down --to %s: exit %d, %q %q", i, to, code, out, errOut)
+		}
+		waitFor(t, 10*time.Second, to+"'s child", func() bool { id, _ := leaderChild(mark); return id == to })
+	}
+	close(stop)
+	<-spun
+	t.Logf("one-attempt runs that won and gave the key back: %d", gaveBack.Load())
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
 		p.Wait(20 * time.Second)
 	}
 	w.end(t)
