@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -750,6 +751,50 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	close(stop)
 	<-spun
 	t.Logf("one-attempt runs that won and gave the key back: %d", gaveBack.Load())
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackStepDownRestarting: step-downs of leaders whose child
+// keeps exiting and restarting (--restart always, --on-lost rejoin): a
+// handover never overlaps a restart, and no restart happens after the
+// stop began.
+func TestControlAttackStepDownRestarting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("sd-restart")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	var procs []*Proc
+	for _, id := range []string{"a", "b", "c"} {
+		procs = append(procs, start(t, id, env, withCommand(append(localArgs(dir, key), "--id", id, "--restart", "always", "--restart-delay", "100ms", "--on-lost", "rejoin"), "exec sleep 0.3")...))
+	}
+	q := queryArgs(localArgs(dir, key))
+	waitFor(t, 10*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	for i := range 6 {
+		args := []string{"step-down", "--timeout", "10s"}
+		if i%2 == 1 {
+			_, st, _, _ := runOnce(t, nil, append([]string{"status", "--json"}, q...)...)
+			var s struct{ Leader *struct{ ID string } }
+			_ = json.Unmarshal([]byte(st), &s)
+			for _, id := range []string{"a", "b", "c"} {
+				if s.Leader != nil && s.Leader.ID != id {
+					args = append(args, "--to", id)
+					break
+				}
+			}
+		}
+		if code, out, errOut, _ := runOnce(t, nil, append(args, q...)...); code != 0 {
+			t.Errorf("round %d: %v: exit %d %q %q", i, args, code, out, errOut)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 	for _, p := range procs {
 		p.Signal(syscall.SIGTERM)
 	}
