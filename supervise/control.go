@@ -103,15 +103,15 @@ func (w *controlWatch) get() (locker.Control, <-chan struct{}) {
 	return w.cur, w.change
 }
 
-// read reads the record afresh (a linearizable read), falling back to the
-// last one watched when the backend does not answer.
-func (w *controlWatch) read() locker.Control {
+// read reads the record afresh (a linearizable read). When the backend
+// does not answer it returns the last one watched and the error.
+func (w *controlWatch) read() (locker.Control, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), controlReadTimeout)
 	defer cancel()
 	c, err := w.ctl.Control(ctx)
 	if err != nil {
 		c, _ = w.get()
-		return c
+		return c, err
 	}
 	w.mu.Lock()
 	newer := c.Version != w.cur.Version
@@ -119,7 +119,7 @@ func (w *controlWatch) read() locker.Control {
 	if newer {
 		w.set(c)
 	}
-	return c
+	return c, nil
 }
 
 // heldBack says why this candidate must not campaign now ("" when it may),
@@ -165,6 +165,9 @@ func (s *Supervisor) changes() (ctlC, healthC <-chan struct{}) {
 func (s *Supervisor) awaitFree(ctx context.Context) bool {
 	said := ""
 	for {
+		if ctx.Err() != nil {
+			return false
+		}
 		ctlC, healthC := s.changes()
 		c, _ := s.ctl.get()
 		why, until := s.heldBack(c)
@@ -252,7 +255,12 @@ func (s *Supervisor) refuseWon(lease locker.Lease) string {
 		why, _ := s.heldBack(locker.Control{})
 		return why
 	}
-	c := s.ctl.read()
+	c, err := s.ctl.read()
+	if err != nil {
+		// The record as watched may predate a pause: only a read after
+		// the win shows one written before it (§1.16).
+		return errControlUnread + ": " + err.Error()
+	}
 	if why, _ := s.heldBack(c); why != "" {
 		return why
 	}
@@ -263,11 +271,19 @@ func (s *Supervisor) refuseWon(lease locker.Lease) string {
 	return ""
 }
 
+// errControlUnread starts the reason a won term is given back when the
+// control record could not be read after the win.
+const errControlUnread = "cannot read the control record"
+
 // markTaken writes that the term epoch took the key after a step-down, so
 // that the candidates it held back campaign again.
 func (s *Supervisor) markTaken(epoch uint64) {
 	for range 3 {
-		c := s.ctl.read()
+		c, err := s.ctl.read()
+		if err != nil {
+			s.log.Warn("cannot mark the step-down answered; it ends at its timeout", "error", err)
+			return
+		}
 		sd := c.StepDown
 		if sd == nil || sd.Key != s.cfg.Control.Name || sd.Taken != 0 || sd.Epoch >= epoch {
 			return
@@ -276,7 +292,7 @@ func (s *Supervisor) markTaken(epoch uint64) {
 		taken.Taken = epoch
 		c.StepDown = &taken
 		ctx, cancel := context.WithTimeout(context.Background(), controlReadTimeout)
-		_, err := s.ctl.ctl.SetControl(ctx, c)
+		_, err = s.ctl.ctl.SetControl(ctx, c)
 		cancel()
 		if err == nil {
 			s.log.Debug("step-down answered", "asked_of", sd.Epoch, "epoch", epoch)

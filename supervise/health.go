@@ -43,6 +43,7 @@ type healthWatch struct {
 	mu     sync.Mutex
 	st     healthState
 	change chan struct{}
+	done   chan struct{} // closed once no check runs and none will
 }
 
 // startHealth runs the health check until ctx ends; nil without one.
@@ -51,8 +52,9 @@ func (s *Supervisor) startHealth(ctx context.Context) *healthWatch {
 	if hc == nil {
 		return nil
 	}
-	w := &healthWatch{cfg: *hc, change: make(chan struct{})}
+	w := &healthWatch{cfg: *hc, change: make(chan struct{}), done: make(chan struct{})}
 	go func() {
+		defer close(w.done)
 		for {
 			ok, out, err := runHealthCheck(ctx, w.cfg)
 			if ctx.Err() != nil {
@@ -74,6 +76,14 @@ func (s *Supervisor) startHealth(ctx context.Context) *healthWatch {
 		}
 	}()
 	return w
+}
+
+// wait returns once the checks stopped (their context ended) and the last
+// one's process group was killed: nothing of a check outlives leaderrun.
+func (w *healthWatch) wait() {
+	if w != nil {
+		<-w.done
+	}
 }
 
 func (w *healthWatch) record(ok bool) {
@@ -149,6 +159,10 @@ func runHealthCheck(ctx context.Context, hc HealthCheck) (ok bool, output string
 	var ws syscall.WaitStatus
 	select {
 	case ws = <-done:
+		// What the check left in its group in the background (a daemon
+		// that closed its output) goes with it: nothing of a check
+		// outlives it.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	case <-t.C:
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		<-done

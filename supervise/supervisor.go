@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -101,9 +102,12 @@ func (s *Supervisor) Run(ctx context.Context) int {
 		s.log.Warn("a leftover job of this key is still alive; it is swept again before any child starts", "error", err)
 	}
 	wctx, stopWatching := context.WithCancel(ctx)
-	defer stopWatching()
 	s.ctl = s.startControl(wctx)
 	s.health = s.startHealth(wctx)
+	defer func() {
+		stopWatching()
+		s.health.wait() // a check still running is killed first
+	}()
 	for {
 		lease, deadline, code, ok := s.campaign(ctx)
 		if !ok {
@@ -195,8 +199,15 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 				if why := s.refuseWon(lease); why != "" {
 					s.log.Info("giving the key back before any child starts", "epoch", lease.Epoch(), "reason", why)
 					s.release(lease, false)
+					unread := strings.HasPrefix(why, errControlUnread)
 					if s.singleAttempt() {
+						if unread {
+							return nil, time.Time{}, ExitInternal, false
+						}
 						return nil, time.Time{}, ExitNotHeld, false
+					}
+					if unread {
+						s.sleep(actx, retry.Next()) // an end of actx: awaitFree says
 					}
 					continue
 				}

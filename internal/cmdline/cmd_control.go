@@ -187,7 +187,9 @@ func stepDownAction(c *cli.Context) error {
 	fmt.Fprintf(errorOutput(), "leaderrun: asked %s (epoch %d) to step down from %q\n", h.ID, h.Epoch, t.opts.Key)
 	for {
 		next, err := t.lk.Leader(ctx)
-		if err == nil && next.Epoch > h.Epoch {
+		// With --to, another holder's term is one that won meanwhile and
+		// gives the key back before anything starts: not the answer.
+		if err == nil && next.Epoch > h.Epoch && (to == "" || next.ID == to) {
 			if next.ID == h.ID && to == "" {
 				fmt.Fprintf(errorOutput(), "leaderrun: no other candidate took key %q within %s; %s leads it again (epoch %d)\n",
 					t.opts.Key, roundDuration(timeout), next.ID, next.Epoch)
@@ -239,6 +241,9 @@ func pauseAction(c *cli.Context) error {
 	timeout := c.Duration("timeout")
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if h, err := t.lk.Leader(ctx); err == nil && h.Holders > n {
+		n = h.Holders // the key's holders say how many slots it has
+	}
 	p := &locker.Pause{By: operator(), Since: time.Now().UTC().Truncate(time.Millisecond), Reason: reason}
 	err = updateControl(ctx, t.ctl, func(rec *locker.Control) error {
 		if rec.Pause != nil {
@@ -251,20 +256,45 @@ func pauseAction(c *cli.Context) error {
 		return usage(fmt.Errorf("pause: %w", err))
 	}
 	fmt.Fprintf(errorOutput(), "leaderrun: paused %q: %s\n", t.key, reason)
-	slots := make([]locker.Locker, n)
-	for s := range slots {
-		o := t.opts
-		o.Key = locker.SlotKey(t.key, s)
-		if slots[s], err = queryLockerFor(c, o); err != nil {
-			return usage(err)
+	var slots []locker.Locker
+	defer func() {
+		for _, lk := range slots {
+			lk.Close()
 		}
-		defer slots[s].Close()
+	}()
+	// More slots than --holders says, when a holder says so: pause
+	// returns only once none of them has a holder.
+	addSlots := func(n int) error {
+		for s := len(slots); s < min(n, locker.MaxHolders); s++ {
+			o := t.opts
+			o.Key = locker.SlotKey(t.key, s)
+			lk, err := queryLockerFor(c, o)
+			if err != nil {
+				return err
+			}
+			slots = append(slots, lk)
+		}
+		return nil
+	}
+	if err := addSlots(n); err != nil {
+		return usage(err)
 	}
 	for {
 		held := ""
-		for s, lk := range slots {
-			if h, err := lk.Leader(ctx); err == nil {
+		for s := 0; s < len(slots); s++ {
+			h, err := slots[s].Leader(ctx)
+			if err == nil && h.Holders > len(slots) {
+				if err := addSlots(h.Holders); err != nil {
+					return usage(err)
+				}
+			}
+			if err == nil {
 				held = fmt.Sprintf("%s (epoch %d) still leads %s", h.ID, h.Epoch, locker.SlotKey(t.key, s))
+				break
+			}
+			if !errors.Is(err, locker.ErrNoLeader) {
+				// Not read is not free: a holder may still run its job.
+				held = fmt.Sprintf("who leads %s could not be read (%v)", locker.SlotKey(t.key, s), oneLine(err))
 				break
 			}
 		}
@@ -273,7 +303,10 @@ func pauseAction(c *cli.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintf(errorOutput(), "leaderrun: key %q is paused, but within %s %s (is it an older leaderrun?)\n", t.key, roundDuration(timeout), held)
+			if !strings.HasPrefix(held, "who leads") {
+				held += " (is it an older leaderrun?)"
+			}
+			fmt.Fprintf(errorOutput(), "leaderrun: key %q is paused, but within %s %s\n", t.key, roundDuration(timeout), held)
 			return exitCode(exitcode.ControlNotDone)
 		case <-time.After(controlPoll):
 		}

@@ -1,0 +1,805 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/signals"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// processesWithArg lists the live processes whose command line has arg
+// as one of its words.
+func processesWithArg(arg string) []int {
+	var out []int
+	for _, pid := range testsupport.Pids() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil {
+			continue
+		}
+		for _, w := range strings.Split(string(b), "\x00") {
+			if w == arg && signals.ProcessAlive(pid) {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestControlAttackHealthLeavesNothing: a health check that puts a
+// process in the background and exits 0 (a daemon that closed its output)
+// leaves nothing behind, neither while leaderrun runs nor after it exits.
+func TestControlAttackHealthLeavesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("hc-leftover")
+	tag := strconv.Itoa(700000 + os.Getpid()%100000)
+	hc := "sleep " + tag + " >/dev/null 2>&1 </dev/null & exit 0"
+	p := start(t, "a", nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-interval", "200ms"), "exec sleep 1000")...)
+	waitFor(t, 10*time.Second, "the child", func() bool { return strings.Contains(p.Output(), "child started") })
+	time.Sleep(1500 * time.Millisecond)
+	during := len(processesWithArg(tag))
+	t.Logf("%d background processes of the checks alive while leading", during)
+	p.Signal(syscall.SIGTERM)
+	p.Wait(10 * time.Second)
+	time.Sleep(200 * time.Millisecond)
+	left := processesWithArg(tag)
+	for _, pid := range left {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if during > 1 || len(left) > 0 {
+		t.Errorf("health checks' background processes: %d alive while leading, %d left after leaderrun exited (%v)", during, len(left), left)
+	}
+}
+
+// TestControlAttackTermWhileHeldBack: SIGTERM to a candidate held back by
+// a pause, or by a failing health check, ends it promptly with 128+15,
+// and nothing of its checks is left.
+func TestControlAttackTermWhileHeldBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("held-term")
+	q := queryArgs(localArgs(dir, key))
+	// The local backend's pause needs the lock directory made.
+	if err := os.MkdirAll(filepath.Join(dir, "leaderrun"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, q...)...); code != 0 {
+		t.Fatalf("pause: %d %s", code, errOut)
+	}
+	tag := strconv.Itoa(800000 + os.Getpid()%100000)
+	paused := start(t, "paused", nil, withCommand(localArgs(dir, key), "exec sleep 1000")...)
+	sick := start(t, "sick", nil, withCommand(localArgs(dir, newKey("held-sick"), "--health-cmd", "sleep "+tag+"; exit 1", "--health-timeout", "30s"), "exec sleep 1000")...)
+	waitFor(t, 10*time.Second, "held back", func() bool {
+		return strings.Contains(paused.Output(), "not campaigning") && len(processesWithArg(tag)) > 0
+	})
+	for _, p := range []*Proc{paused, sick} {
+		began := time.Now()
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(5 * time.Second); code != 128+15 || time.Since(began) > 2*time.Second {
+			t.Errorf("%s: exit %d after %v, want 143 within 2s", p.name, code, time.Since(began))
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if left := processesWithArg(tag); len(left) > 0 {
+		t.Errorf("the health check outlived leaderrun: %v", left)
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestControlAttackGarbageRecord: a hand-edited control record that is
+// not one: the leader keeps leading, a waiting candidate does not take
+// over, and each command says so in one line with 125.
+func TestControlAttackGarbageRecord(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("garbage")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 10*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	_, e := leaderChild(mark)
+	b := start(t, "b", env, withCommand(append(localArgs(dir, key), "--id", "b"), "exec sleep 1000")...)
+	time.Sleep(500 * time.Millisecond)
+	testsupport.WriteFile(t, filepath.Join(dir, "leaderrun", key+"~control"), "{not json", 0o644)
+	q := queryArgs(localArgs(dir, key))
+	for _, cmd := range [][]string{{"step-down"}, {"pause", "--reason", "x"}, {"resume"}} {
+		code, _, errOut, _ := runOnce(t, nil, append(cmd, q...)...)
+		if code != 125 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "control record") {
+			t.Errorf("%s on a garbage record: exit %d, %q; want 125 and one line naming the record", cmd[0], code, errOut)
+		}
+	}
+	time.Sleep(5 * time.Second) // more than a TTL
+	if id, e2 := leaderChild(mark); id != "a" || e2 != e {
+		t.Errorf("with a garbage record %q leads with epoch %d; a had %d", id, e2, e)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Signal(syscall.SIGTERM)
+		p.Wait(10 * time.Second)
+	}
+}
+
+// failingPath is a proxy to a Consul agent that answers 500 to the GETs
+// of exactly one path while fail is set.
+func failingPath(t *testing.T, target, path string, fail *atomic.Bool) string {
+	u, _ := url.Parse("http://" + target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() && r.Method == http.MethodGet && r.URL.Path == path {
+			http.Error(w, "injected fault", http.StatusInternalServerError)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// TestControlAttackPauseCannotReadHolder: pause must not say "nobody
+// leads" (exit 0) when it could not read who leads. The leader here is
+// frozen (it cannot act on the pause) and the pause's reads of the
+// holder fail: pause exits 0 only if no child runs.
+func TestControlAttackPauseCannotReadHolder(t *testing.T) {
+	t.Parallel()
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("pause-unread")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(consulArgs(c.HTTPAddr(0), key), "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	var fail atomic.Bool
+	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key, &fail)
+	a.Signal(syscall.SIGSTOP)
+	defer a.Signal(syscall.SIGCONT)
+	fail.Store(true)
+	code, _, errOut, took := runOnce(t, nil, append([]string{"pause", "--reason", "attack", "--timeout", "3s"}, queryArgs(consulArgs(proxy, key))...)...)
+	id, _ := leaderChild(mark)
+	t.Logf("pause: exit %d in %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(errOut))
+	if code == 0 && id != "" {
+		t.Errorf("pause exited 0 while %s's child runs (it could not read the holder)", id)
+	}
+	if code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") > 1 {
+		t.Errorf("pause: exit %d, %q; want non-zero, saying it could not read the holder", code, errOut)
+	}
+	a.Signal(syscall.SIGCONT)
+	a.Signal(syscall.SIGTERM)
+	a.Wait(20 * time.Second)
+}
+
+// TestControlAttackWinWithoutRecord: a candidate that cannot read the
+// control record (its reads of it fail; it still campaigns) must not
+// start its child while the key is paused: the read after a win is what
+// makes "no child starts while paused" hold, and a failed read is not an
+// empty record.
+func TestControlAttackWinWithoutRecord(t *testing.T) {
+	t.Parallel()
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("win-unread")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	direct := consulArgs(c.HTTPAddr(0), key)
+	a := start(t, "a", env, withCommand(append(direct, "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	var fail atomic.Bool
+	fail.Store(true)
+	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
+	b := start(t, "b", env, withCommand(append(consulArgs(proxy, key), "--id", "b"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "b waiting", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, queryArgs(direct)...)...); code != 0 {
+		t.Fatalf("pause: exit %d %s", code, errOut)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if id, _ := leaderChild(mark); id != "" {
+			t.Fatalf("%s's child started while the key is paused", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Once it reads the record again it still holds back; after resume
+	// someone leads.
+	fail.Store(false)
+	time.Sleep(2 * time.Second)
+	if id, _ := leaderChild(mark); id != "" {
+		t.Fatalf("%s's child started while the key is paused", id)
+	}
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, queryArgs(direct)...)...); code != 0 {
+		t.Fatalf("resume: exit %d %s", code, errOut)
+	}
+	waitFor(t, 20*time.Second, "a leader after resume", func() bool { id, _ := leaderChild(mark); return id != "" })
+	for _, p := range []*Proc{a, b} {
+		p.Signal(syscall.SIGTERM)
+		p.Wait(20 * time.Second)
+	}
+}
+
+// TestControlAttackStepDownToAbsent: step-down --to a candidate that is
+// not running: nobody leads before the request's until, the command says
+// who did not come (exit 1), and then the others (the old leader among
+// them) campaign again.
+func TestControlAttackStepDownToAbsent(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("to-absent")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	var procs []*Proc
+	for _, id := range []string{"a", "b"} {
+		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
+	}
+	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	first, e1 := leaderChild(mark)
+	began := time.Now()
+	done := make(chan struct{})
+	var code int
+	var errOut string
+	go func() {
+		defer close(done)
+		code, _, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", "nobody", "--timeout", "4s"}, queryArgs(etcdArgs(eps, key))...)...)
+	}()
+	for time.Since(began) < 3500*time.Millisecond {
+		if id, e := leaderChild(mark); id != "" && e != e1 {
+			t.Errorf("%s leads (epoch %d) %v into a step-down reserved for another", id, e, time.Since(began))
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	<-done
+	if code != 1 || !strings.Contains(errOut, "nobody") {
+		t.Errorf("step-down --to nobody: exit %d, %q; want 1 naming the candidate", code, errOut)
+	}
+	waitFor(t, 10*time.Second, "a leader after the reservation", func() bool { id, _ := leaderChild(mark); return id != "" })
+	id, e2 := leaderChild(mark)
+	t.Logf("%s (epoch %d) stepped down; after the reservation %s leads (epoch %d), %v after the request", first, e1, id, e2, time.Since(began).Round(time.Millisecond))
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackKillDuringHandover: the leader is killed -9 while it
+// hands over to --to b: its guard kills the job and releases; b (and no
+// one else) leads, after the old child is dead.
+func TestControlAttackKillDuringHandover(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("kill-handover")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	// The job ignores SIGTERM: the handover takes the whole kill grace.
+	script := `trap "" TERM; exec sleep 1000`
+	procs := map[string]*Proc{}
+	for _, id := range []string{"a", "b", "c"} {
+		procs[id] = start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), script)...)
+		if id == "a" {
+			waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+		}
+	}
+	time.Sleep(time.Second)
+	done := make(chan struct{})
+	var code int
+	var out, errOut string
+	go func() {
+		defer close(done)
+		code, out, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", "b", "--timeout", "15s"}, queryArgs(etcdArgs(eps, key))...)...)
+	}()
+	waitFor(t, 5*time.Second, "a stopping", func() bool { return strings.Contains(procs["a"].Output(), "stopping child") })
+	procs["a"].Signal(syscall.SIGKILL)
+	<-done
+	if code != 0 || !strings.Contains(out, "b leads") {
+		t.Errorf("step-down --to b with a killed: exit %d; %q %q", code, out, errOut)
+	}
+	waitFor(t, 5*time.Second, "b's child", func() bool { id, _ := leaderChild(mark); return id == "b" })
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackHoldersPause: a key run with --holders 3. step-down
+// --slot 1 moves that slot only; pause (even without --holders: the
+// holders say how many slots there are) returns only once no slot runs a
+// child; resume fills all three again.
+func TestControlAttackHoldersPause(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("holders-pause")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 3)
+	var procs []*Proc
+	for i := range 4 {
+		id := "h" + strconv.Itoa(i)
+		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--holders", "3", "--id", id), "exec sleep 1000")...))
+	}
+	waitFor(t, 30*time.Second, "3 slots filled", func() bool { return len(slotChildren(mark)) == 3 })
+	q := queryArgs(etcdArgs(eps, key))
+	bySlot := func() map[int]string {
+		m := map[int]string{}
+		for _, k := range slotChildren(mark) {
+			m[k.slot] = k.id
+		}
+		return m
+	}
+	before := bySlot()
+	if code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--slot", "1"}, q...)...); code != 0 {
+		t.Errorf("step-down --slot 1: exit %d %s %s", code, out, errOut)
+	}
+	waitFor(t, 10*time.Second, "slot 1 refilled", func() bool { m := bySlot(); return len(m) == 3 && m[1] != before[1] })
+	after := bySlot()
+	if after[0] != before[0] || after[2] != before[2] {
+		t.Errorf("step-down --slot 1 moved other slots: %v -> %v", before, after)
+	}
+	// The holder of slot 2 cannot act on the pause (frozen): pause must
+	// wait for it, not return once slot 0 is free.
+	var frozen *Proc
+	for _, p := range procs {
+		if p.name == after[2] {
+			frozen = p
+		}
+	}
+	frozen.Signal(syscall.SIGSTOP)
+	code, _, errOut, took := runOnce(t, nil, append([]string{"pause", "--reason", "attack", "--timeout", "1s"}, q...)...)
+	left := slotChildren(mark)
+	t.Logf("pause without --holders, slot 2 frozen: exit %d in %v, %d children left: %s", code, took.Round(time.Millisecond), len(left), strings.TrimSpace(errOut))
+	if code == 0 && len(left) != 0 {
+		t.Errorf("pause: exit 0 with children alive: %v", left)
+	}
+	frozen.Signal(syscall.SIGCONT)
+	code, _, errOut, _ = runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, q...)...)
+	if left := slotChildren(mark); code != 0 || len(left) != 0 {
+		t.Errorf("pause: exit %d (%s) with children alive: %v", code, strings.TrimSpace(errOut), left)
+	}
+	time.Sleep(3 * time.Second)
+	if left := slotChildren(mark); len(left) != 0 {
+		t.Errorf("children run while paused: %v", left)
+	}
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
+		t.Fatalf("resume: %d %s", code, errOut)
+	}
+	waitFor(t, 20*time.Second, "3 slots filled after resume", func() bool { return len(slotChildren(mark)) == 3 })
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackStepDownFrozen: step-down of a frozen leader (SIGSTOP:
+// it cannot act): the deadline rules, its guard kills the job, and only
+// then does another candidate lead; woken, the old leader starts nothing.
+func TestControlAttackStepDownFrozen(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("sd-frozen")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a", "--on-lost", "rejoin"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	b := start(t, "b", env, withCommand(append(etcdArgs(eps, key), "--id", "b"), "exec sleep 1000")...)
+	time.Sleep(time.Second)
+	a.Signal(syscall.SIGSTOP)
+	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--to", "b", "--timeout", "15s"}, queryArgs(etcdArgs(eps, key))...)...)
+	t.Logf("step-down --to b of a frozen leader: exit %d in %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
+	if code != 0 {
+		t.Errorf("step-down of a frozen leader: exit %d: %s %s", code, out, errOut)
+	}
+	waitFor(t, 5*time.Second, "b's child", func() bool { id, _ := leaderChild(mark); return id == "b" })
+	a.Signal(syscall.SIGCONT)
+	time.Sleep(3 * time.Second)
+	if id, _ := leaderChild(mark); id != "b" {
+		t.Errorf("after the old leader woke, %q leads", id)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackStepDownPauseRace: step-down, pause and resume fired
+// at once, over and over, on three candidates: never two children, never
+// a child while paused after pause returned, and someone leads at the end.
+func TestControlAttackStepDownPauseRace(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("sd-pause")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	var procs []*Proc
+	for _, id := range []string{"a", "b", "c"} {
+		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
+	}
+	q := queryArgs(etcdArgs(eps, key))
+	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	for i := range 4 {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			to := []string{"step-down", "--timeout", "5s"}
+			if i%2 == 1 {
+				to = append(to, "--to", []string{"a", "b", "c"}[i%3])
+			}
+			runOnce(t, nil, append(to, q...)...)
+		}()
+		time.Sleep(time.Duration(i*30) * time.Millisecond)
+		code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "race"}, q...)...)
+		if code != 0 {
+			t.Errorf("pause %d: exit %d %s", i, code, errOut)
+		}
+		for range 50 {
+			if id, _ := leaderChild(mark); id != "" {
+				t.Errorf("round %d: %s's child runs after pause returned", i, id)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
+			t.Errorf("resume %d: exit %d %s", i, code, errOut)
+		}
+		<-done
+		waitFor(t, 20*time.Second, "a leader after resume", func() bool { id, _ := leaderChild(mark); return id != "" })
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackHealthHostile: checks that flood their output, hang
+// ignoring SIGTERM, or fail under --no-wait: each fails in its time and
+// nothing of them is left.
+func TestControlAttackHealthHostile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tag := strconv.Itoa(900000 + os.Getpid()%100000)
+	// A flood that never ends, and a hang that ignores SIGTERM: both
+	// time out (the check fails) and the candidate never leads.
+	for name, hc := range map[string]string{
+		"flood": "yes " + tag,
+		"hang":  `trap "" TERM; sleep ` + tag,
+	} {
+		key := newKey("hc-" + name)
+		p := start(t, name, nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-timeout", "300ms", "--health-interval", "100ms"), "exec sleep 1000")...)
+		waitFor(t, 10*time.Second, name+" failing", func() bool { return strings.Contains(p.Output(), "timed out after") })
+		time.Sleep(time.Second)
+		if strings.Contains(p.Output(), "child started") {
+			t.Errorf("%s: led with a check that times out", name)
+		}
+		began := time.Now()
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(5 * time.Second); code != 143 || time.Since(began) > 2*time.Second {
+			t.Errorf("%s: exit %d after %v", name, code, time.Since(began))
+		}
+	}
+	code, _, errOut, took := runOnce(t, nil, withCommand(append(localArgs(dir, newKey("hc-nowait")), "--no-wait", "--health-cmd", "exit 1"), "echo ran")...)
+	t.Logf("--no-wait with a failing check: exit %d in %v", code, took.Round(time.Millisecond))
+	if code != 124 || strings.Contains(errOut, "ran") {
+		t.Errorf("--no-wait with a failing check: exit %d %q", code, errOut)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if left := processesWithArg(tag); len(left) > 0 {
+		t.Errorf("checks left behind: %v", left)
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestControlAttackPriorities: two preferred candidates of different
+// priorities and a plain holder: the highest ends up leading, once, and
+// stays; a preferred one whose own check fails never asks for the key.
+func TestControlAttackPriorities(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("prio")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	args := func(id string, extra ...string) []string {
+		return withCommand(append(localArgs(dir, key), append([]string{"--id", id}, extra...)...), "exec sleep 1000")
+	}
+	procs := []*Proc{start(t, "plain", env, args("plain")...)}
+	waitFor(t, 10*time.Second, "plain leading", func() bool { id, _ := leaderChild(mark); return id == "plain" })
+	procs = append(procs,
+		start(t, "sick", env, args("sick", "--priority", "50", "--preempt-after", "1s", "--health-cmd", "exit 1", "--health-interval", "200ms")...),
+		start(t, "p10", env, args("p10", "--priority", "10", "--preempt-after", "1s")...),
+		start(t, "p20", env, args("p20", "--priority", "20", "--preempt-after", "1s")...))
+	waitFor(t, 20*time.Second, "p20 leading", func() bool { id, _ := leaderChild(mark); return id == "p20" })
+	_, e := leaderChild(mark)
+	time.Sleep(5 * time.Second)
+	if id, e2 := leaderChild(mark); id != "p20" || e2 != e {
+		t.Errorf("p20 (epoch %d) did not stay: %s leads with epoch %d", e, id, e2)
+	}
+	if strings.Contains(procs[1].Output(), "asked the holder to hand over") || strings.Contains(procs[1].Output(), "child started") {
+		t.Errorf("the candidate whose check fails asked for the key or led")
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackBadInput: each command's bad input is one line, 125,
+// and leaves the key's control record as it was (none here).
+func TestControlAttackBadInput(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("bad-input")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(etcdArgs(eps, key), "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	q := queryArgs(etcdArgs(eps, key))
+	cases := [][]string{
+		{"step-down", "--to", ""},
+		{"step-down", "--to", "a"},
+		{"step-down", "--timeout", "-1s"},
+		{"step-down", "--timeout", "0s"},
+		{"step-down", "--slot", "-1"},
+		{"step-down", "--slot", "2"},
+		{"step-down", "--bogus"},
+		{"pause"},
+		{"pause", "--reason", "  "},
+		{"pause", "--reason", "x", "--holders", "0"},
+		{"pause", "--reason", "x", "--timeout", "0s"},
+		{"pause", "--reason", "x", "--timeout", "-1s"},
+		{"resume", "--timeout", "soon"},
+	}
+	cli := etcdClient(t, eps)
+	for _, c := range cases {
+		code, out, errOut, _ := runOnce(t, nil, append(c, q...)...)
+		if code != 125 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || errOut == "" || out != "" {
+			t.Errorf("leaderrun %q: exit %d, %q %q; want 125 and one line", c, code, out, errOut)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r, err := cli.Get(ctx, "/leaderrun/"+key+"/~control")
+		cancel()
+		if err != nil || len(r.Kvs) != 0 {
+			t.Fatalf("after leaderrun %q the control record is %v (%v)", c, r.Kvs, err)
+		}
+	}
+	if id, _ := leaderChild(mark); id != "a" {
+		t.Errorf("bad input moved the leader: %q leads", id)
+	}
+	a.Signal(syscall.SIGTERM)
+	a.Wait(20 * time.Second)
+}
+
+// TestControlAttackLeaderCannotReadRecord: a leader whose reads of the
+// control record fail keeps its job past a TTL, and a step-down still
+// reaches it once they work again.
+func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
+	t.Parallel()
+	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+	key := newKey("lead-unread")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	var fail atomic.Bool
+	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
+	a := start(t, "a", env, withCommand(append(consulArgs(proxy, key), "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	_, e := leaderChild(mark)
+	fail.Store(true)
+	time.Sleep(11 * time.Second) // the TTL is 10s
+	if id, e2 := leaderChild(mark); id != "a" || e2 != e {
+		t.Errorf("a leader that cannot read the control record lost its job: %q leads with %d", id, e2)
+	}
+	fail.Store(false)
+	q := queryArgs(consulArgs(c.HTTPAddr(0), key))
+	b := start(t, "b", env, withCommand(append(consulArgs(c.HTTPAddr(0), key), "--id", "b"), "exec sleep 1000")...)
+	time.Sleep(time.Second)
+	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--timeout", "15s"}, q...)...)
+	t.Logf("step-down once the record reads again: exit %d in %v %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
+	if code != 0 || !strings.Contains(out, "b leads") {
+		t.Errorf("step-down once the record reads again: exit %d %q %q", code, out, errOut)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range []*Proc{a, b} {
+		p.Wait(20 * time.Second)
+	}
+}
+
+// TestControlAttackPinnedSlot: --holders 2 and three candidates. During a
+// pause the spare, still racing every slot, wins one and gives it back;
+// from then on it campaigns for that one slot only, so once the holder of
+// the other slot dies, that slot stays empty while the spare waits. Known
+// and not fixed here (the slot race is in internal/cmdline/slots_run.go):
+// run with LEADERRUN_TEST_KNOWN=1.
+func TestControlAttackPinnedSlot(t *testing.T) {
+	if os.Getenv("LEADERRUN_TEST_KNOWN") != "1" {
+		t.Skip("known: a candidate that gave a slot back campaigns for that slot only")
+	}
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("pinned")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 2)
+	procs := map[string]*Proc{}
+	for i := range 3 {
+		id := "h" + strconv.Itoa(i)
+		procs[id] = start(t, id, env, withCommand(append(etcdArgs(eps, key), "--holders", "2", "--id", id), "exec sleep 1000")...)
+	}
+	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	q := queryArgs(etcdArgs(eps, key))
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "x", "--holders", "2"}, q...)...); code != 0 {
+		t.Fatalf("pause %d %s", code, errOut)
+	}
+	time.Sleep(2 * time.Second)
+	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
+		t.Fatalf("resume %d %s", code, errOut)
+	}
+	waitFor(t, 30*time.Second, "2 slots filled after resume", func() bool { return len(slotChildren(mark)) == 2 })
+	for round := range 2 {
+		victim := slotChildren(mark)[round%2]
+		procs[victim.id].Signal(syscall.SIGKILL)
+		delete(procs, victim.id)
+		if round == 1 {
+			break
+		}
+		waitFor(t, 20*time.Second, "the spare refilling the slot of the killed holder", func() bool { return len(slotChildren(mark)) == 2 })
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackStepDownToReportsTo: step-down --to X exits 0 only
+// once X leads. A candidate that wins in the meantime (here one-attempt
+// runs, started over and over, that read the record only after their
+// win) gives the key back at once; the command must not take its brief
+// term for the answer.
+func TestControlAttackStepDownToReportsTo(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key := newKey("to-reports")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	var procs []*Proc
+	for _, id := range []string{"a", "b"} {
+		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
+	}
+	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	stop := make(chan struct{})
+	spun := make(chan struct{})
+	var gaveBack atomic.Int32
+	go func() {
+		defer close(spun)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cmd := exec.Command(binary, withCommand(append(etcdArgs(eps, key), "--id", "nw", "--no-wait"), "exec sleep 1000")...)
+			cmd.Env = append(os.Environ(), env...)
+			if b, _ := cmd.CombinedOutput(); strings.Contains(string(b), "giving the key back") {
+				gaveBack.Add(1)
+			}
+		}
+	}()
+	q := queryArgs(etcdArgs(eps, key))
+	// To a candidate that never comes: only the one-attempt runs take the
+	// key (and give it back) until the request ends.
+	code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--to", "ghost", "--timeout", "4s"}, q...)...)
+	if code != 1 || !strings.Contains(errOut, "ghost") {
+		t.Errorf("step-down --to ghost: exit %d, %q %q; want 1 naming ghost", code, out, errOut)
+	}
+	waitFor(t, 10*time.Second, "a leader after the reservation", func() bool { id, _ := leaderChild(mark); return id == "a" || id == "b" })
+	for i := range 4 {
+		cur, _ := leaderChild(mark)
+		to := "a"
+		if cur == "a" {
+			to = "b"
+		}
+		code, out, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", to, "--timeout", "10s"}, q...)...)
+		if code != 0 || !strings.HasPrefix(out, to+" leads") {
+			t.Errorf("round %d: step-down --to %s: exit %d, %q %q", i, to, code, out, errOut)
+		}
+		waitFor(t, 10*time.Second, to+"'s child", func() bool { id, _ := leaderChild(mark); return id == to })
+	}
+	close(stop)
+	<-spun
+	t.Logf("one-attempt runs that won and gave the key back: %d", gaveBack.Load())
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackStepDownRestarting: step-downs of leaders whose child
+// keeps exiting and restarting (--restart always, --on-lost rejoin): a
+// handover never overlaps a restart, and no restart happens after the
+// stop began.
+func TestControlAttackStepDownRestarting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("sd-restart")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 1)
+	var procs []*Proc
+	for _, id := range []string{"a", "b", "c"} {
+		procs = append(procs, start(t, id, env, withCommand(append(localArgs(dir, key), "--id", id, "--restart", "always", "--restart-delay", "100ms", "--on-lost", "rejoin"), "exec sleep 0.3")...))
+	}
+	q := queryArgs(localArgs(dir, key))
+	waitFor(t, 10*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	for i := range 6 {
+		args := []string{"step-down", "--timeout", "10s"}
+		if i%2 == 1 {
+			_, st, _, _ := runOnce(t, nil, append([]string{"status", "--json"}, q...)...)
+			var s struct{ Leader *struct{ ID string } }
+			_ = json.Unmarshal([]byte(st), &s)
+			for _, id := range []string{"a", "b", "c"} {
+				if s.Leader != nil && s.Leader.ID != id {
+					args = append(args, "--to", id)
+					break
+				}
+			}
+		}
+		if code, out, errOut, _ := runOnce(t, nil, append(args, q...)...); code != 0 {
+			t.Errorf("round %d: %v: exit %d %q %q", i, args, code, out, errOut)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
