@@ -120,11 +120,24 @@ func ParseControl(value []byte, version string) (Control, error) {
 	var c Control
 	if len(value) > 0 {
 		if err := json.Unmarshal(value, &c); err != nil {
-			return Control{}, fmt.Errorf("not a control record: %q", value)
+			return Control{}, &BadControlError{Version: version, Value: value}
 		}
 	}
 	c.Version = version
 	return c, nil
+}
+
+// BadControlError is a control record that does not parse (written by
+// hand, or by something else). Version is the backend's version of it, so
+// that `leaderrun resume`, `pause` or `step-down` can replace it with a
+// conditional write like any other.
+type BadControlError struct {
+	Version string
+	Value   []byte
+}
+
+func (e *BadControlError) Error() string {
+	return fmt.Sprintf("not a control record: %q", e.Value)
 }
 
 // Paused reports whether the record pauses the key.

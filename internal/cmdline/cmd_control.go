@@ -117,12 +117,19 @@ func openControl(c *cli.Context) (*controlTarget, error) {
 func updateControl(ctx context.Context, ctl locker.Controls, change func(*locker.Control) error) error {
 	for {
 		c, err := ctl.Control(ctx)
+		var bad *locker.BadControlError
+		if errors.As(err, &bad) {
+			// A record nothing can read holds every candidate back; the
+			// operator's write replaces it.
+			fmt.Fprintf(errorOutput(), "leaderrun: replacing a control record that does not parse: %s\n", oneLine(err))
+			c, err = locker.Control{Version: bad.Version}, nil
+		}
 		if err != nil {
 			return err
 		}
-		if err := change(&c); errors.Is(err, errUnchanged) {
+		if err := change(&c); errors.Is(err, errUnchanged) && bad == nil {
 			return nil
-		} else if err != nil {
+		} else if err != nil && !errors.Is(err, errUnchanged) {
 			return err
 		}
 		if _, err = ctl.SetControl(ctx, c); !errors.Is(err, locker.ErrConflict) {

@@ -803,3 +803,33 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 	}
 	w.end(t)
 }
+
+// TestControlRepairGarbageRecord: a record that does not parse, but is a
+// value the backend versions (an etcd key written by hand), holds every
+// candidate back; `resume` replaces it, and the key runs again.
+func TestControlRepairGarbageRecord(t *testing.T) {
+	t.Parallel()
+	c := testcluster.StartEtcd(t, 1)
+	eps := c.Endpoints()
+	key := newKey("repair")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	cli := etcdClient(t, eps)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "/leaderrun/"+key+"/~control", "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a"), "exec sleep 1000")...)
+	time.Sleep(2 * time.Second)
+	if id, _ := leaderChild(mark); id != "" {
+		t.Errorf("%s runs a child while the control record cannot be read", id)
+	}
+	code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, queryArgs(etcdArgs(eps, key))...)...)
+	if code != 0 || !strings.Contains(errOut, "does not parse") {
+		t.Errorf("resume over a garbage record: exit %d, %q; want 0 and a line saying it was replaced", code, errOut)
+	}
+	waitFor(t, 20*time.Second, "a leading once the record is repaired", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	a.Signal(syscall.SIGTERM)
+	a.Wait(10 * time.Second)
+}
