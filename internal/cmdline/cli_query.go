@@ -113,17 +113,19 @@ func queryLocker(c *cli.Context) (locker.Locker, locker.Options, error) {
 	if c.Duration("timeout") <= 0 {
 		return nil, opts, fmt.Errorf("--timeout must be greater than 0, got %v", c.Duration("timeout"))
 	}
-	lk, err := queryLockerFor(c, opts)
+	lk, err := queryLockerFor(c, opts, c.Command.Name != "pause" && c.Command.Name != "step-down" && c.Command.Name != "resume")
 	return lk, opts, err
 }
 
 // queryLockerFor builds the backend from the command's flags for opts.
-func queryLockerFor(c *cli.Context, opts locker.Options) (locker.Locker, error) {
+// readOnly (status, check, history) creates nothing; the control commands
+// write the control record and may create where it lives, as a run would.
+func queryLockerFor(c *cli.Context, opts locker.Options, readOnly bool) (locker.Locker, error) {
 	b, settings, err := readBackend(c, opts)
 	if err != nil {
 		return nil, err
 	}
-	lk, err := settings.New(opts, true, newQuietLogger()) // status and check create nothing
+	lk, err := settings.New(opts, readOnly, newQuietLogger())
 	return lk, configError(b, err)
 }
 

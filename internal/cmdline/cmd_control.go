@@ -275,7 +275,7 @@ func pauseAction(c *cli.Context) error {
 		for s := len(slots); s < min(n, locker.MaxHolders); s++ {
 			o := t.opts
 			o.Key = locker.SlotKey(t.key, s)
-			lk, err := queryLockerFor(c, o)
+			lk, err := queryLockerFor(c, o, true)
 			if err != nil {
 				return err
 			}
