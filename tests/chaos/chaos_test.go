@@ -114,7 +114,11 @@ func TestChaos(t *testing.T) {
 	table := summary(runs)
 	t.Logf("chaos summary (seed %d):\n%s", seed, table)
 	if *flagReport != "" {
-		if err := ReplaceSection(*flagReport, "chaos-results", report(runs, seed, table, t.Failed())); err != nil {
+		section := "chaos-results"
+		if controlling() {
+			section = "chaos-control-results" // the control faults' own section
+		}
+		if err := ReplaceSection(*flagReport, section, report(runs, seed, table, t.Failed())); err != nil {
 			t.Errorf("write report: %v", err)
 		}
 	}

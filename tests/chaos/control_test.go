@@ -302,7 +302,7 @@ func pauseResume(w *world, h *host, in fence.Instance) outcome {
 	resumed := fence.Now()
 	// A pause must end, or nothing runs again: retry a failed resume.
 	for i := 0; i < 3; i++ {
-		if w.control("resume", "after "+how, 10*time.Second, "resume").code == 0 {
+		if w.control("resume", "", 10*time.Second, "resume").code == 0 {
 			break
 		}
 	}
@@ -404,11 +404,14 @@ func controlNotes(runs []*backendRun) string {
 		for _, k := range keys {
 			cmd, how, _ := strings.Cut(k, "\x00")
 			c := r.ctl[k]
-			s := fmt.Sprintf("%s (%s) %d: %d exit 0, %d timed out (exit 1)", cmd, how, c.runs, c.ok, c.timedOut)
-			switch cmd {
-			case "priority":
+			if how != "" {
+				cmd += " (" + how + ")"
+			}
+			s := fmt.Sprintf("%s %d: %d exit 0, %d timed out (exit 1)", cmd, c.runs, c.ok, c.timedOut)
+			switch {
+			case strings.HasPrefix(k, "priority\x00"):
 				s = fmt.Sprintf("priority restarts %d, %d of them above every other host, of which %d led within the wait", c.runs, c.above, c.aboveLed)
-			case "step-down-to":
+			case strings.HasPrefix(k, "step-down-to\x00"):
 				s += fmt.Sprintf(", the chosen host led next in %d", c.chosen)
 			}
 			if c.raced > 0 {
@@ -420,7 +423,7 @@ func controlNotes(runs []*backendRun) string {
 			if len(c.held) > 0 {
 				s += ", held " + Ms(c.held.Median()) + " median / " + Ms(c.held.Max()) + " max"
 			}
-			if cmd != "priority" && len(c.took) > 0 {
+			if !strings.HasPrefix(k, "priority\x00") && len(c.took) > 0 {
 				s += ", took " + Ms(c.took.Median()) + " median / " + Ms(c.took.Max()) + " max"
 			}
 			parts = append(parts, s)
