@@ -107,18 +107,22 @@ package-test: packages
 # Consul, the slowest, sets the time: well over an hour with the defaults
 # on two cores. Not part of `make test`. CHAOS_HOLDERS=3 runs the holders
 # mode instead: five hosts with --holders 3, a fenced resource per slot.
+# CHAOS_CONTROL=N mixes in the operator's control faults (step-down,
+# step-down --to, pause/resume, priority changes), each N times as often
+# as another fault type, and gives the hosts random priorities.
 CHAOS_FAULTS   ?= 200
 CHAOS_SEED     ?= 0
 CHAOS_BACKENDS ?= etcd,consul,zookeeper,kubernetes,postgres,dynamodb,local
 CHAOS_CONTAIN  ?= cgroup,group
 CHAOS_HOLDERS  ?= 1
+CHAOS_CONTROL  ?= 0
 
 .PHONY: chaos
 chaos: deps servers
 	$(GO) test -count=1 -timeout 4h -run 'TestChaos$$' -v ./tests/chaos/ -args \
 		-chaos.faults=$(CHAOS_FAULTS) -chaos.seed=$(CHAOS_SEED) -chaos.backends=$(CHAOS_BACKENDS) \
-		-chaos.contain=$(CHAOS_CONTAIN) -chaos.holders=$(CHAOS_HOLDERS) -chaos.report=$(CURDIR)/docs/CHAOS.md \
-		-chaos.command='make chaos CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_BACKENDS=$(CHAOS_BACKENDS) CHAOS_CONTAIN=$(CHAOS_CONTAIN)$(if $(filter-out 1,$(CHAOS_HOLDERS)), CHAOS_HOLDERS=$(CHAOS_HOLDERS))'
+		-chaos.contain=$(CHAOS_CONTAIN) -chaos.holders=$(CHAOS_HOLDERS) -chaos.control=$(CHAOS_CONTROL) -chaos.report=$(CURDIR)/docs/CHAOS.md \
+		-chaos.command='make chaos CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_BACKENDS=$(CHAOS_BACKENDS) CHAOS_CONTAIN=$(CHAOS_CONTAIN)$(if $(filter-out 1,$(CHAOS_HOLDERS)), CHAOS_HOLDERS=$(CHAOS_HOLDERS))$(if $(filter-out 0,$(CHAOS_CONTROL)), CHAOS_CONTROL=$(CHAOS_CONTROL))'
 
 # Benchmark (tests/bench, docs/BENCHMARKS.md): leaderrun against
 # `etcdctl lock` and `consul lock` on the same real 3-server clusters, on a

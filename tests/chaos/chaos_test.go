@@ -43,16 +43,21 @@ func TestMain(m *testing.M) { os.Exit(RunTests(m, &bins)) }
 // partition and a server's death, the faults that go through the guard,
 // the kill point and the observer's clock; on the local backend, where
 // nothing waits for a lease, the three faults of the job's last line of
-// defence in group mode, the escape in auto mode, and a crash.
+// defence in group mode, the escape in auto mode, and a crash. etcd adds
+// a step-down --to and a pause, the local backend a step-down, a step-down
+// --to and a pause (the control faults, control_test.go; without
+// priorities, which only -chaos.control gives the hosts).
 var shortPlan = map[string][]string{
 	"etcd": {"kill-leader@auto", "kill-child@auto", "freeze-leaderrun@auto", "freeze-host@auto", "kill-server@auto",
-		"lose-quorum@auto", "partition@auto", "silent-server@auto", "restart-backend@auto", "escape@group"},
+		"lose-quorum@auto", "partition@auto", "silent-server@auto", "restart-backend@auto", "escape@group",
+		"step-down-to@auto", "pause@auto"},
 	"consul":     {"kill-leader@auto", "kill-child@auto", "freeze-host@auto", "partition@auto", "kill-server@auto"},
 	"zookeeper":  {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
 	"kubernetes": {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
 	"postgres":   {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
 	"dynamodb":   {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
-	"local":      {"kill-leader@auto", "escape@auto", "guard-fires-first@group", "both-killed@group", "fork-storm@group"},
+	"local": {"kill-leader@auto", "escape@auto", "guard-fires-first@group", "both-killed@group", "fork-storm@group",
+		"step-down@auto", "step-down-to@auto", "pause@auto"},
 }
 
 // planned is one fault of a plan and the containment mode the hosts run
@@ -71,6 +76,7 @@ type backendRun struct {
 	name  string
 	tm    Timing
 	stats map[string]*faultStats
+	ctl   map[string]*ctlCount
 	took  time.Duration
 }
 
@@ -108,7 +114,11 @@ func TestChaos(t *testing.T) {
 	table := summary(runs)
 	t.Logf("chaos summary (seed %d):\n%s", seed, table)
 	if *flagReport != "" {
-		if err := ReplaceSection(*flagReport, "chaos-results", report(runs, seed, table, t.Failed())); err != nil {
+		section := "chaos-results"
+		if controlling() {
+			section = "chaos-control-results" // the control faults' own section
+		}
+		if err := ReplaceSection(*flagReport, section, report(runs, seed, table, t.Failed())); err != nil {
 			t.Errorf("write report: %v", err)
 		}
 	}
@@ -138,7 +148,7 @@ func runBackend(t *testing.T, r *backendRun, seed uint64) {
 		t.Fatalf("unknown backend %q (want etcd, consul, zookeeper, kubernetes, postgres, dynamodb or local)", name)
 	}
 	w := newWorld(t, cl, seed)
-	r.tm, r.stats = w.tm, w.stats
+	r.tm, r.stats, r.ctl = w.tm, w.stats, w.ctl
 	plan := w.plan(*flagFaults)
 	var names []string
 	for _, f := range plan {
@@ -174,7 +184,14 @@ func (w *world) plan(n int) []planned {
 	var kinds []fault
 	only := strings.Split(*flagOnly, ",")
 	for _, f := range faults {
-		if f.applies(w.cl.Name()) && (*flagOnly == "" || slices.Contains(only, f.name)) {
+		if !f.applies(w.cl.Name()) || *flagOnly != "" && !slices.Contains(only, f.name) {
+			continue
+		}
+		weight := 1
+		if f.control && *flagOnly == "" {
+			weight = *flagControl // 0: none
+		}
+		for range weight {
 			kinds = append(kinds, f)
 		}
 	}
@@ -400,7 +417,7 @@ func summary(runs []*backendRun) string {
 			strconv.Itoa(total.leftovers), fmt.Sprintf("%d / %d", total.stale-total.staleAccepted, total.staleAccepted),
 			Ms(total.gaps.Median()), Ms(total.gaps.Max()), "", "", ""})
 	}
-	return Table(header, rows) + resumeNotes(runs)
+	return Table(header, rows) + resumeNotes(runs) + controlNotes(runs)
 }
 
 // resumeNotes says, for guard-fires-first, how soon after the guard's kill

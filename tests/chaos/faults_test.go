@@ -32,6 +32,9 @@ type fault struct {
 	// guardFirst runs the fault with the guard-first timing
 	// (profile.guardFirst).
 	guardFirst bool
+	// control marks the operator's control faults (control_test.go): a
+	// long run takes them only with -chaos.control.
+	control bool
 	// inject causes the fault on leader h, whose child is in, holds it as
 	// long as the fault lasts, heals it and returns what it measured.
 	inject func(w *world, h *host, in fence.Instance) outcome

@@ -31,6 +31,8 @@ type world struct {
 	prof  profile
 	rng   *rand.Rand
 	stats map[string]*faultStats
+	// ctl counts the control commands' outcomes (control_test.go).
+	ctl map[string]*ctlCount
 }
 
 // profile is how every host of a world runs during a fault: how leaderrun
@@ -91,6 +93,8 @@ type host struct {
 	started time.Time // when proc was started
 	frozen  bool      // SIGSTOPped by a fault
 	cut     bool      // partitioned by a fault
+	// priority is its --priority, with -chaos.control (priorityArgs).
+	priority int
 }
 
 // faultStats are the results of one fault type.
@@ -141,7 +145,7 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 		t: t, bins: own, cl: cl, tm: cl.Timing(), dir: dir, fence: f, check: fence.NewChecker(),
 		prof:  profile{contain: "auto"},
 		rng:   rand.New(rand.NewPCG(seed, uint64(len(cl.Name())))),
-		stats: map[string]*faultStats{},
+		stats: map[string]*faultStats{}, ctl: map[string]*ctlCount{},
 	}
 	for i := 0; i < 3; i++ {
 		l, err := NewLink(cl, i)
@@ -149,6 +153,11 @@ func newWorld(t *testing.T, cl Cluster, seed uint64) *world {
 			t.Fatal(err)
 		}
 		w.hosts = append(w.hosts, &host{id: fmt.Sprintf("%s-h%d", cl.Name(), i), n: i, link: l})
+	}
+	if controlling() {
+		for _, h := range w.hosts {
+			h.priority = w.rng.IntN(3)
+		}
 	}
 	// Cleanups run last-in first-out: the processes go first, then the
 	// proxies and the fence they talk to.
@@ -211,6 +220,7 @@ func (w *world) start(h *host) {
 	if w.prof.guardFirst {
 		args = append(args, "--restart", "on-failure")
 	}
+	args = append(args, priorityArgs(h)...)
 	args = append(args, "--key", key, "--id", h.id, "--log-level", "debug", "--", w.bins.Writer)
 	env := append(w.fence.Env(h.id), HostEnv(w.cl)...)
 	switch w.prof.job {
