@@ -33,6 +33,15 @@ const (
 	ExitInternal = exitcode.Internal
 )
 
+// ExitRerace is Run's outcome with Config.Rerace when the candidate is to
+// campaign for every slot again. It is never an exit code of a process.
+const ExitRerace = -1
+
+// SteppedDown is the epoch of the term this candidate last stepped down
+// from for the operator, 0 when it has led since or never stepped down:
+// the term a Control.Holds of the same slot key keeps out.
+func (s *Supervisor) SteppedDown() uint64 { return s.steppedDown }
+
 // releaseTimeout bounds giving leadership back; after it, the lease simply
 // expires on the backend.
 const releaseTimeout = 5 * time.Second
@@ -128,16 +137,25 @@ func (s *Supervisor) Run(ctx context.Context) int {
 			if !s.sleep(ctx, wait) {
 				return interruptedCode(ctx)
 			}
+			if s.cfg.Rerace {
+				return ExitRerace
+			}
 			continue
 		}
 		if handover {
 			// Stopped and released for the operator: wait again (§1.16).
 			s.steppedDown = lease.Epoch()
 			s.log.Info("waiting again after stepping down", "epoch", lease.Epoch())
+			if s.cfg.Rerace {
+				return ExitRerace
+			}
 			continue
 		}
 		if lost && s.cfg.OnLost == LostRejoin {
 			s.log.Info("rejoining the campaign after losing leadership")
+			if s.cfg.Rerace {
+				return ExitRerace
+			}
 			continue
 		}
 		return code
@@ -208,6 +226,12 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 					}
 					if unread {
 						s.sleep(actx, retry.Next()) // an end of actx: awaitFree says
+					}
+					if s.cfg.Rerace {
+						if ctx.Err() != nil {
+							return nil, time.Time{}, interruptedCode(ctx), false
+						}
+						return nil, time.Time{}, ExitRerace, false
 					}
 					continue
 				}

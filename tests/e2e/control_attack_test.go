@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -644,16 +645,11 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	}
 }
 
-// TestControlAttackPinnedSlot: --holders 2 and three candidates. During a
-// pause the spare, still racing every slot, wins one and gives it back;
-// from then on it campaigns for that one slot only, so once the holder of
-// the other slot dies, that slot stays empty while the spare waits. Known
-// and not fixed here (the slot race is in internal/cmdline/slots_run.go):
-// run with LEADERRUN_TEST_KNOWN=1.
+// TestControlAttackPinnedSlot: --holders 2 and three candidates, paused
+// and resumed (every candidate has given a slot back or stepped down from
+// one), then the holders killed one after the other: each campaign races
+// every slot again, so the spare refills whichever slot was freed.
 func TestControlAttackPinnedSlot(t *testing.T) {
-	if os.Getenv("LEADERRUN_TEST_KNOWN") != "1" {
-		t.Skip("known: a candidate that gave a slot back campaigns for that slot only")
-	}
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
@@ -688,6 +684,88 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 	for _, p := range procs {
 		p.Signal(syscall.SIGTERM)
 		p.Wait(20 * time.Second)
+	}
+	w.end(t)
+}
+
+// TestControlAttackSlotStepDownSpare: --holders 2 and three candidates.
+// A step-down --slot of one holder, which campaigns for every slot again,
+// is answered by the spare: the holder that stepped down does not win its
+// own slot back first, and the other slot stays where it was. On etcd
+// the spare is queued first on the slot; on the local backend every
+// candidate polls the lock, so only the hold keeps the holder out.
+func TestControlAttackSlotStepDownSpare(t *testing.T) {
+	t.Parallel()
+	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
+		e := testcluster.StartEtcd(t, 1)
+		eps := e.Endpoints()
+		slotStepDownSpare(t, func(key string) []string { return etcdArgs(eps, key) })
+	})
+	t.Run("local", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		slotStepDownSpare(t, func(key string) []string { return localArgs(dir, key) })
+	})
+}
+
+func slotStepDownSpare(t *testing.T, args func(key string) []string) {
+	key := newKey("slot-sd-spare")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 2)
+	var procs []*Proc
+	for i := range 3 {
+		id := "h" + strconv.Itoa(i)
+		procs = append(procs, start(t, id, env, withCommand(append(args(key), "--holders", "2", "--id", id), "exec sleep 1000")...))
+	}
+	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	q := queryArgs(args(key))
+	bySlot := func() map[int]string {
+		m := map[int]string{}
+		for _, k := range slotChildren(mark) {
+			m[k.slot] = k.id
+		}
+		return m
+	}
+	for round := range 4 {
+		slot := round % 2
+		before := bySlot()
+		var spare *Proc
+		for _, p := range procs {
+			if p.name != before[0] && p.name != before[1] {
+				spare = p
+			}
+		}
+		// The spare is slow to answer (frozen): the slot stays empty
+		// rather than go back to the holder that stepped down.
+		spare.Signal(syscall.SIGSTOP)
+		res := make(chan string, 1)
+		go func() {
+			code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--slot", strconv.Itoa(slot), "--timeout", "20s"}, q...)...)
+			res <- fmt.Sprintf("exit %d %s %s", code, strings.TrimSpace(out), strings.TrimSpace(errOut))
+		}()
+		waitFor(t, 10*time.Second, "the holder stepping down", func() bool { return bySlot()[slot] != before[slot] })
+		time.Sleep(1500 * time.Millisecond)
+		during := bySlot()
+		spare.Signal(syscall.SIGCONT)
+		if r := <-res; !strings.HasPrefix(r, "exit 0") {
+			t.Errorf("round %d: step-down --slot %d: %s", round, slot, r)
+		}
+		waitFor(t, 10*time.Second, "the slot refilled", func() bool { m := bySlot(); return len(m) == 2 && m[slot] != before[slot] })
+		after := bySlot()
+		t.Logf("round %d: step-down --slot %d: %v -> %v (spare %s frozen) -> %v", round, slot, before, during, spare.name, after)
+		if during[slot] != "" || after[slot] != spare.name || after[1-slot] != before[1-slot] {
+			t.Errorf("round %d: step-down --slot %d of %s: %v -> %v -> %v; want the slot empty while the spare %s is frozen, then the spare in it and the other slot unchanged", round, slot, before[slot], before, during, after, spare.name)
+		}
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		if code := p.Wait(20 * time.Second); code != 128+15 {
+			t.Errorf("%s: exit %d on SIGTERM, want 143", p.name, code)
+		}
 	}
 	w.end(t)
 }
