@@ -112,10 +112,16 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	}
 	wctx, stopWatching := context.WithCancel(ctx)
 	s.ctl = s.startControl(wctx)
-	s.health = s.startHealth(wctx)
+	if sh := s.cfg.Control.Shared; sh != nil {
+		s.health = sh.w
+	} else {
+		s.health = s.startHealth(wctx)
+	}
 	defer func() {
 		stopWatching()
-		s.health.wait() // a check still running is killed first
+		if s.cfg.Control.Shared == nil {
+			s.health.wait() // a check still running is killed first
+		}
 	}()
 	for {
 		lease, deadline, code, ok := s.campaign(ctx)
@@ -197,7 +203,10 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			}
 		}
 		call(s.cfg.Events.Campaigning)
-		if !s.awaitFree(actx) {
+		// With Rerace the slot race held back already, and the lease is
+		// won: waiting here would sit on it. The read after the win
+		// (refuseWon) decides.
+		if !s.cfg.Rerace && !s.awaitFree(actx) {
 			if ctx.Err() != nil {
 				s.log.Info("stopped while waiting for leadership")
 				return nil, time.Time{}, interruptedCode(ctx), false
@@ -208,6 +217,9 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 		s.log.Debug("campaigning")
 		lease, err := s.acquire(actx)
 		if errors.Is(err, errHeldBack) {
+			if s.cfg.Rerace && ctx.Err() == nil {
+				return nil, time.Time{}, ExitRerace, false
+			}
 			continue
 		}
 		if err == nil {
@@ -267,6 +279,10 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 		case <-t.C():
 		}
 		t.Stop()
+		if s.cfg.Rerace && actx.Err() == nil {
+			// The next attempt is a race of every slot.
+			return nil, time.Time{}, ExitRerace, false
+		}
 	}
 }
 

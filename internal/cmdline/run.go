@@ -182,9 +182,23 @@ func run(cfg *runConfig) error {
 	// A stop signal while campaigning for the slots ends the campaign.
 	ctx, stop := stopOnSignal()
 	defer stop()
+	// One health check for the whole run: a supervisor per slot won reads
+	// it, and no slot is raced while it fails.
+	hctx, stopHealth := context.WithCancel(ctx)
+	health := supervise.StartHealth(hctx, cfg.sup.Control.Health, log)
+	defer func() { stopHealth(); health.Wait() }()
+	cfg.sup.Control.Shared = health
 	key := cfg.opts.Key
 	var held slotHold
 	for {
+		if !health.Ready(ctx) {
+			log.Info("stopped while waiting for a passing health check")
+			var sc supervise.SignalCause
+			if errors.As(context.Cause(ctx), &sc) {
+				return exitCode(exitcode.SignalBase + int(sc.Signal))
+			}
+			return exitCode(exitcode.Internal)
+		}
 		// Every campaign races all N slots (DESIGN §1.15), holding back
 		// from what the control record keeps this candidate out of.
 		cfg.opts.Key = key

@@ -682,8 +682,11 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 		waitFor(t, 20*time.Second, "the spare refilling the slot of the killed holder", func() bool { return len(slotChildren(mark)) == 2 })
 	}
 	for _, p := range procs {
+		began := time.Now()
 		p.Signal(syscall.SIGTERM)
-		p.Wait(20 * time.Second)
+		if code := p.Wait(20 * time.Second); code != 128+15 || time.Since(began) > 5*time.Second {
+			t.Errorf("%s: exit %d %v after SIGTERM, want 143 promptly", p.name, code, time.Since(began))
+		}
 	}
 	w.end(t)
 }
@@ -880,4 +883,66 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 		p.Wait(20 * time.Second)
 	}
 	w.end(t)
+}
+
+// TestControlAttackSlotHealthHoldsNothing: --holders 2. A holder whose
+// health check fails steps down and, while its check fails, holds no slot
+// at all, not even one that is free: it races the slots again only once
+// a check passed.
+func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("slot-health")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	ok := filepath.Join(dir, "healthy")
+	testsupport.WriteFile(t, ok, "", 0o644)
+	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--holders", "2", "--id", "a",
+		"--health-cmd", "test -e "+ok, "--health-interval", "200ms", "--health-failures", "1"), "exec sleep 1000")...)
+	b := start(t, "b", env, withCommand(append(localArgs(dir, key), "--holders", "2", "--id", "b"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	holders := func() map[int]string {
+		out, err := exec.Command(binary, "status", "--backend", "local", "--lock-dir", dir, "--holders", "2", "--json", key).Output()
+		if err != nil {
+			t.Fatalf("status: %v %s", err, out)
+		}
+		var r struct {
+			Slots []struct {
+				Slot   int `json:"slot"`
+				Leader *struct {
+					ID string `json:"id"`
+				} `json:"leader"`
+			} `json:"slots"`
+		}
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("status --json: %v %s", err, out)
+		}
+		m := map[int]string{}
+		for _, s := range r.Slots {
+			if s.Leader != nil {
+				m[s.Slot] = s.Leader.ID
+			}
+		}
+		return m
+	}
+	if err := os.Remove(ok); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a stepping down", func() bool { return len(slotChildren(mark)) == 1 })
+	b.Signal(syscall.SIGTERM)
+	if code := b.Wait(10 * time.Second); code != 128+15 {
+		t.Errorf("b: exit %d on SIGTERM", code)
+	}
+	for range 10 {
+		time.Sleep(300 * time.Millisecond)
+		if m := holders(); len(m) != 0 {
+			t.Fatalf("with its health check failing, a holds slots %v", m)
+		}
+	}
+	testsupport.WriteFile(t, ok, "", 0o644)
+	waitFor(t, 10*time.Second, "a leading again once healthy", func() bool { return len(slotChildren(mark)) == 1 })
+	a.Signal(syscall.SIGTERM)
+	if code := a.Wait(10 * time.Second); code != 128+15 {
+		t.Errorf("a: exit %d on SIGTERM", code)
+	}
 }
