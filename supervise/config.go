@@ -97,6 +97,14 @@ type Config struct {
 	// Control is the operator's say: the key's control record (read when
 	// the backend keeps one), --priority and --health-cmd (§1.16).
 	Control ControlConfig
+	// Rerace, for one slot of a --holders N > 1 run (DESIGN §1.15): where
+	// the candidate would campaign again (after a handover, a won term
+	// given back before any child started, a loss with OnLost rejoin, a
+	// guard that could not start), Run returns ExitRerace instead, with
+	// nothing held and nothing running, so that the caller campaigns for
+	// every slot again; SteppedDown then says which term it stepped down
+	// from.
+	Rerace bool
 }
 
 // Events are called from the supervisor's goroutine as things happen. They

@@ -28,6 +28,9 @@ type ControlConfig struct {
 	PreemptAfter time.Duration
 	// Health is --health-cmd and its settings; nil checks nothing.
 	Health *HealthCheck
+	// Shared, when set, is the running check the supervisor reads instead
+	// of starting Health itself (StartHealth).
+	Shared *Health
 }
 
 // DefaultPreemptAfter is --preempt-after when not given.

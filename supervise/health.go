@@ -11,6 +11,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/internal/logline"
 )
 
 // HealthCheck is --health-cmd and its settings (DESIGN §1.16): a shell
@@ -76,6 +80,50 @@ func (s *Supervisor) startHealth(ctx context.Context) *healthWatch {
 		}
 	}()
 	return w
+}
+
+// Health is a health check that runs for as long as the context it was
+// started with, read by the supervisors of one process one after another
+// (ControlConfig.Shared): a --holders run builds a supervisor for each
+// slot it wins, and its check and its count of failures go on across them.
+type Health struct{ w *healthWatch }
+
+// StartHealth runs hc until ctx ends; nil when hc is nil.
+func StartHealth(ctx context.Context, hc *HealthCheck, log hclog.Logger) *Health {
+	if hc == nil {
+		return nil
+	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	s := &Supervisor{cfg: Config{Control: ControlConfig{Health: hc}}, log: logline.Wrap(log), clock: RealClock{}}
+	return &Health{w: s.startHealth(ctx)}
+}
+
+// Ready waits until the last check passed; false when ctx ended first.
+func (h *Health) Ready(ctx context.Context) bool {
+	if h == nil {
+		return true
+	}
+	for {
+		st := h.w.state()
+		if st.checked && st.ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-st.change:
+		}
+	}
+}
+
+// Wait returns once the checks stopped after their context ended, the
+// last one's process group killed.
+func (h *Health) Wait() {
+	if h != nil {
+		h.w.wait()
+	}
 }
 
 // wait returns once the checks stopped (their context ended) and the last

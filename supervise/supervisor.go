@@ -33,6 +33,15 @@ const (
 	ExitInternal = exitcode.Internal
 )
 
+// ExitRerace is Run's outcome with Config.Rerace when the candidate is to
+// campaign for every slot again. It is never an exit code of a process.
+const ExitRerace = -1
+
+// SteppedDown is the epoch of the term this candidate last stepped down
+// from for the operator, 0 when it has led since or never stepped down:
+// the term a Control.Holds of the same slot key keeps out.
+func (s *Supervisor) SteppedDown() uint64 { return s.steppedDown }
+
 // releaseTimeout bounds giving leadership back; after it, the lease simply
 // expires on the backend.
 const releaseTimeout = 5 * time.Second
@@ -103,10 +112,16 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	}
 	wctx, stopWatching := context.WithCancel(ctx)
 	s.ctl = s.startControl(wctx)
-	s.health = s.startHealth(wctx)
+	if sh := s.cfg.Control.Shared; sh != nil {
+		s.health = sh.w
+	} else {
+		s.health = s.startHealth(wctx)
+	}
 	defer func() {
 		stopWatching()
-		s.health.wait() // a check still running is killed first
+		if s.cfg.Control.Shared == nil {
+			s.health.wait() // a check still running is killed first
+		}
 	}()
 	for {
 		lease, deadline, code, ok := s.campaign(ctx)
@@ -128,16 +143,25 @@ func (s *Supervisor) Run(ctx context.Context) int {
 			if !s.sleep(ctx, wait) {
 				return interruptedCode(ctx)
 			}
+			if s.cfg.Rerace {
+				return ExitRerace
+			}
 			continue
 		}
 		if handover {
 			// Stopped and released for the operator: wait again (§1.16).
 			s.steppedDown = lease.Epoch()
 			s.log.Info("waiting again after stepping down", "epoch", lease.Epoch())
+			if s.cfg.Rerace {
+				return ExitRerace
+			}
 			continue
 		}
 		if lost && s.cfg.OnLost == LostRejoin {
 			s.log.Info("rejoining the campaign after losing leadership")
+			if s.cfg.Rerace {
+				return ExitRerace
+			}
 			continue
 		}
 		return code
@@ -179,7 +203,10 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			}
 		}
 		call(s.cfg.Events.Campaigning)
-		if !s.awaitFree(actx) {
+		// With Rerace the slot race held back already, and the lease is
+		// won: waiting here would sit on it. The read after the win
+		// (refuseWon) decides.
+		if !s.cfg.Rerace && !s.awaitFree(actx) {
 			if ctx.Err() != nil {
 				s.log.Info("stopped while waiting for leadership")
 				return nil, time.Time{}, interruptedCode(ctx), false
@@ -190,6 +217,9 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 		s.log.Debug("campaigning")
 		lease, err := s.acquire(actx)
 		if errors.Is(err, errHeldBack) {
+			if s.cfg.Rerace && ctx.Err() == nil {
+				return nil, time.Time{}, ExitRerace, false
+			}
 			continue
 		}
 		if err == nil {
@@ -208,6 +238,12 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 					}
 					if unread {
 						s.sleep(actx, retry.Next()) // an end of actx: awaitFree says
+					}
+					if s.cfg.Rerace {
+						if ctx.Err() != nil {
+							return nil, time.Time{}, interruptedCode(ctx), false
+						}
+						return nil, time.Time{}, ExitRerace, false
 					}
 					continue
 				}
@@ -243,6 +279,10 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 		case <-t.C():
 		}
 		t.Stop()
+		if s.cfg.Rerace && actx.Err() == nil {
+			// The next attempt is a race of every slot.
+			return nil, time.Time{}, ExitRerace, false
+		}
 	}
 }
 

@@ -140,8 +140,6 @@ func run(cfg *runConfig) error {
 		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", err)
 		return exitCode(se.Code)
 	}
-	var ctx context.Context
-	var stop func()
 	var lk locker.Locker
 	probe := lk // what /healthz and READY=1 read
 	if cfg.holders > 1 {
@@ -170,16 +168,68 @@ func run(cfg *runConfig) error {
 		return usage(cfg.configError(err))
 	}
 	defer obs.Close()
-	if cfg.holders > 1 {
-		// A stop signal while campaigning for the slots ends the campaign.
-		ctx, stop = stopOnSignal()
-		defer stop()
-		lk, err = winSlot(ctx, cfg, log)
+	if err := supervise.BecomeSubreaper(); err != nil {
+		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)
+	}
+	trimResidentLater()
+	if cfg.holders <= 1 {
+		code, _, err := runTerm(nil, cfg, lk, path, obs, log)
+		if err != nil {
+			return err
+		}
+		return exitCode(code)
+	}
+	// A stop signal while campaigning for the slots ends the campaign.
+	ctx, stop := stopOnSignal()
+	defer stop()
+	// One health check for the whole run: a supervisor per slot won reads
+	// it, and no slot is raced while it fails.
+	hctx, stopHealth := context.WithCancel(ctx)
+	health := supervise.StartHealth(hctx, cfg.sup.Control.Health, log)
+	defer func() { stopHealth(); health.Wait() }()
+	cfg.sup.Control.Shared = health
+	key := cfg.opts.Key
+	var held slotHold
+	for {
+		if !health.Ready(ctx) {
+			log.Info("stopped while waiting for a passing health check")
+			var sc supervise.SignalCause
+			if errors.As(context.Cause(ctx), &sc) {
+				return exitCode(exitcode.SignalBase + int(sc.Signal))
+			}
+			return exitCode(exitcode.Internal)
+		}
+		// Every campaign races all N slots (DESIGN §1.15), holding back
+		// from what the control record keeps this candidate out of.
+		cfg.opts.Key = key
+		lk, err = winSlot(ctx, cfg, log, held)
 		if err != nil {
 			return err
 		}
 		obs.SetSlot(cfg.opts.Key, metricsSlot(cfg))
+		code, s, err := runTerm(ctx, cfg, lk, path, obs, log)
+		if err != nil {
+			return err
+		}
+		if code != supervise.ExitRerace {
+			return exitCode(code)
+		}
+		if e := s.SteppedDown(); e != 0 {
+			held = slotHold{name: cfg.opts.Key, epoch: e}
+		}
+		log.Debug("campaigning for every slot again", "was", cfg.opts.Key)
 	}
+}
+
+// runTerm runs the supervisor on lk, the Locker of the key or of the slot
+// won (cfg.opts.Key names it), with everything that depends on that key:
+// the once-per gate, the guard, the containment, the deadline file and
+// the child's environment. It returns the supervisor's outcome
+// (supervise.ExitRerace: campaign for every slot again), or the error to
+// exit with; lk is closed once it returns. ctx nil: a context that a stop
+// signal cancels is made here.
+func runTerm(ctx context.Context, cfg *runConfig, lk locker.Locker, path string, obs *ops.Observer, log hclog.Logger) (int, *supervise.Supervisor, error) {
+	sup := cfg.sup
 	defer lk.Close()
 	if cfg.opts.NoWait && cfg.holders <= 1 {
 		addr, timeout := cfg.settings.Target(lk)
@@ -187,7 +237,7 @@ func run(cfg *runConfig) error {
 	}
 	gate, err := onceGate(cfg, lk, log)
 	if err != nil {
-		return usage(err)
+		return 0, nil, usage(err)
 	}
 	if gate != nil {
 		sup.Term = gate.Hooks()
@@ -200,15 +250,13 @@ func run(cfg *runConfig) error {
 
 	sup.Locker = lk
 	sup.Control.Name = cfg.opts.Key // the slot's key, once won
+	sup.Rerace = cfg.holders > 1
 	sup.Target, _ = cfg.settings.Target(lk)
 	sup.Logger = log
-	if err := supervise.BecomeSubreaper(); err != nil {
-		log.Warn("cannot become a child subreaper; orphans go to init", "error", err)
-	}
 	sup.Guard = runGuard(cfg, lk, log)
 	deadlines, err := openDeadlineFile(&sup)
 	if err != nil {
-		return usage(err)
+		return 0, nil, usage(err)
 	}
 	defer deadlines.Close()
 	sup.Command = supervise.Command{Path: path, Args: cfg.command, Env: append(childEnv(cfg), deadlines.env())}
@@ -216,6 +264,7 @@ func run(cfg *runConfig) error {
 	// Signals ignored when leaderrun started stay ignored, for leaderrun and
 	// its child (DESIGN §1.11).
 	signal.Notify(forward, signals.NotIgnored(signals.Forwarded)...)
+	defer signal.Stop(forward)
 	sup.Forward = forward
 
 	sup.Events = ops.Chain(sup.Events, obs.Events())
@@ -228,25 +277,25 @@ func run(cfg *runConfig) error {
 	})
 	box, err := openContainment(cfg, log)
 	if err != nil {
-		return usage(err)
+		return 0, nil, usage(err)
 	}
 	defer box.Close()
 	sup.Contain = box
 
 	s, err := supervise.New(sup)
 	if err != nil {
-		return usage(cfg.configError(err))
+		return 0, nil, usage(cfg.configError(err))
 	}
 	if ctx == nil {
+		var stop func()
 		ctx, stop = stopOnSignal()
 		defer stop()
 	}
-	trimResidentLater()
 	code := s.Run(ctx)
 	if code == supervise.ExitNotHeld && campaigning {
 		code = cfg.conflict
 	}
-	return exitCode(code)
+	return code, s, nil
 }
 
 // stopOnSignal returns a context cancelled, with the signal as its cause,

@@ -150,8 +150,9 @@ func checkHolders(ctx context.Context, key string, n, own int, read func(ctx con
 }
 
 // preWon is the winning slot's Locker whose first Acquire returns the
-// lease the slot campaign won; a later one (--on-lost rejoin) campaigns
-// for the same slot again. Closed before that first Acquire (a run whose
+// lease the slot campaign won; a later one campaigns for the same slot
+// (the supervisor, with Config.Rerace, returns instead: every campaign
+// after the first races all slots again, run.go). Closed before that first Acquire (a run whose
 // setup failed after the win: metrics listener, containment, once-per),
 // it releases the won lease, so the slot is not left held by a process
 // that has gone until its TTL.

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,8 +42,11 @@ const slotReadTimeout = 5 * time.Second
 // runs with another N, campaigns for every slot at once, checks the
 // agreement again once it won, and returns the winning slot's Locker
 // (whose first Acquire returns the won lease). cfg.opts then name the
-// slot's key. A non-nil error is the exit to return; nothing is held then.
-func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger) (locker.Locker, error) {
+// slot's key. It races only the slots the key's control record does not
+// hold it back from (held: the term it last stepped down from), and races
+// again as that changes. A non-nil error is the exit to return; nothing
+// is held then.
+func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger, held slotHold) (locker.Locker, error) {
 	n, key := cfg.holders, cfg.opts.Key
 	lks := make([]locker.Locker, n)
 	closeAll := func(except int) {
@@ -97,7 +102,8 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger) (locker.Lock
 	}
 	defer cancel()
 	log.Debug("campaigning for every slot", "holders", n)
-	won, err := raceSlots(actx, race, log)
+	ctl, _ := locker.ControlsOf(lks[0])
+	won, err := raceFree(actx, race, ctl, slotFilter{key: key, id: cfg.opts.ID, held: held}, cfg.opts.NoWait, log)
 	if err != nil {
 		seen := func() bool {
 			sctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
@@ -123,6 +129,162 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger) (locker.Lock
 	cfg.opts.Key, cfg.opts.Holders = locker.SlotKey(key, won.Slot), n
 	log.Info("won a slot", "slot", won.Slot, "holders", n, "epoch", won.Lease.Epoch())
 	return &preWon{Locker: race[won.Slot], lease: won.Lease, log: log}, nil
+}
+
+// slotHold is the slot term a candidate last stepped down from: the slot
+// key it held and its epoch (0: none).
+type slotHold struct {
+	name  string
+	epoch uint64
+}
+
+// slotFilter says which slots of key the control record lets candidate
+// id campaign for (DESIGN §1.16): none while paused, and not a slot
+// reserved for another candidate nor the one it stepped down from, until
+// another term took it or the request ended.
+type slotFilter struct {
+	key, id string
+	held    slotHold
+}
+
+// free lists the slots of n that c lets the candidate campaign for at now,
+// and until when at the latest that holds (zero: until c changes).
+func (f slotFilter) free(c locker.Control, n int, now time.Time) (free []int, until time.Time) {
+	for s := range n {
+		name := locker.SlotKey(f.key, s)
+		var e uint64
+		if name == f.held.name {
+			e = f.held.epoch
+		}
+		if !c.Holds(name, f.id, e, now) {
+			free = append(free, s)
+		} else if c.Pause == nil && c.StepDown != nil {
+			until = c.StepDown.Until
+		}
+	}
+	return free, until
+}
+
+// errHeldBackAll is a --no-wait campaign held back from every slot.
+var errHeldBackAll = fmt.Errorf("held back from every slot: %w", locker.ErrHeld)
+
+// raceFree is raceSlots over the slots the control record (ctl, nil when
+// the backend keeps none) lets this candidate campaign for. A change of
+// the record, or the end of a hold, that changes which slots those are
+// cancels the race and starts it again over the new ones; while no slot
+// is free it waits. A record it cannot read races every slot: the read
+// after the win gives a slot back that it must not hold (§1.16).
+func raceFree(ctx context.Context, race []locker.Locker, ctl locker.Controls, f slotFilter, noWait bool, log hclog.Logger) (slotWon, error) {
+	if ctl == nil {
+		return raceSlots(ctx, race, log)
+	}
+	said := ""
+	for {
+		rctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
+		c, err := ctl.Control(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return slotWon{}, ctx.Err()
+			}
+			log.Debug("cannot read the control record; campaigning for every slot", "error", err)
+			return raceSlots(ctx, race, log)
+		}
+		free, until := f.free(c, len(race), time.Now())
+		if why := fmt.Sprint(len(race)-len(free), " of ", len(race)); len(free) < len(race) && why != said {
+			log.Info("holding back from slots", "held_back", why, "reason", holdReason(c))
+			said = why
+		} else if len(free) == len(race) && said != "" {
+			log.Info("campaigning for every slot again")
+			said = ""
+		}
+		if len(free) == 0 && noWait {
+			return slotWon{}, errHeldBackAll
+		}
+		wctx, restart := context.WithCancel(ctx)
+		var restarted atomic.Bool
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			var untilC <-chan time.Time
+			if !until.IsZero() {
+				t := time.NewTimer(time.Until(until))
+				defer t.Stop()
+				untilC = t.C
+			}
+			changed := make(chan locker.Control, 1)
+			watched := make(chan struct{})
+			defer func() { <-watched }() // wctx has ended by then
+			go func() {
+				defer close(watched)
+				version := c.Version
+				for wctx.Err() == nil {
+					nc, err := ctl.WaitControl(wctx, version)
+					if err != nil {
+						sleepCtx(wctx, time.Second)
+						continue
+					}
+					version = nc.Version
+					if now, _ := f.free(nc, len(race), time.Now()); !slices.Equal(now, free) {
+						changed <- nc
+						return
+					}
+				}
+			}()
+			select {
+			case <-wctx.Done():
+				return
+			case <-untilC:
+			case <-changed:
+			}
+			restarted.Store(true)
+			restart()
+		}()
+		var won slotWon
+		if len(free) == 0 {
+			<-wctx.Done()
+			err = wctx.Err()
+		} else {
+			sub := make([]locker.Locker, len(free))
+			for i, s := range free {
+				sub[i] = race[s]
+			}
+			won, err = raceSlots(wctx, sub, log)
+			if err == nil {
+				won.Slot = free[won.Slot]
+			}
+		}
+		again := restarted.Load()
+		restart()
+		<-done
+		if err != nil && again && ctx.Err() == nil {
+			continue
+		}
+		return won, err
+	}
+}
+
+// holdReason says what the control record holds back.
+func holdReason(c locker.Control) string {
+	switch {
+	case c.Pause != nil:
+		return fmt.Sprintf("paused by %s: %s", c.Pause.By, c.Pause.Reason)
+	case c.StepDown != nil && c.StepDown.To != "":
+		return fmt.Sprintf("slot key %s is handed over to %s", c.StepDown.Key, c.StepDown.To)
+	case c.StepDown != nil:
+		return fmt.Sprintf("stepped down from slot key %s; another takes it first", c.StepDown.Key)
+	}
+	return ""
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // slotCampaignExit is the exit of a slot campaign that won nothing; seen

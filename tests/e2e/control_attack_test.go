@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -644,16 +645,11 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	}
 }
 
-// TestControlAttackPinnedSlot: --holders 2 and three candidates. During a
-// pause the spare, still racing every slot, wins one and gives it back;
-// from then on it campaigns for that one slot only, so once the holder of
-// the other slot dies, that slot stays empty while the spare waits. Known
-// and not fixed here (the slot race is in internal/cmdline/slots_run.go):
-// run with LEADERRUN_TEST_KNOWN=1.
+// TestControlAttackPinnedSlot: --holders 2 and three candidates, paused
+// and resumed (every candidate has given a slot back or stepped down from
+// one), then the holders killed one after the other: each campaign races
+// every slot again, so the spare refills whichever slot was freed.
 func TestControlAttackPinnedSlot(t *testing.T) {
-	if os.Getenv("LEADERRUN_TEST_KNOWN") != "1" {
-		t.Skip("known: a candidate that gave a slot back campaigns for that slot only")
-	}
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
@@ -686,8 +682,93 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 		waitFor(t, 20*time.Second, "the spare refilling the slot of the killed holder", func() bool { return len(slotChildren(mark)) == 2 })
 	}
 	for _, p := range procs {
+		began := time.Now()
 		p.Signal(syscall.SIGTERM)
-		p.Wait(20 * time.Second)
+		if code := p.Wait(20 * time.Second); code != 128+15 || time.Since(began) > 5*time.Second {
+			t.Errorf("%s: exit %d %v after SIGTERM, want 143 promptly", p.name, code, time.Since(began))
+		}
+	}
+	w.end(t)
+}
+
+// TestControlAttackSlotStepDownSpare: --holders 2 and three candidates.
+// A step-down --slot of one holder, which campaigns for every slot again,
+// is answered by the spare: the holder that stepped down does not win its
+// own slot back first, and the other slot stays where it was. On etcd
+// the spare is queued first on the slot; on the local backend every
+// candidate polls the lock, so only the hold keeps the holder out.
+func TestControlAttackSlotStepDownSpare(t *testing.T) {
+	t.Parallel()
+	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
+		e := testcluster.StartEtcd(t, 1)
+		eps := e.Endpoints()
+		slotStepDownSpare(t, func(key string) []string { return etcdArgs(eps, key) })
+	})
+	t.Run("local", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		slotStepDownSpare(t, func(key string) []string { return localArgs(dir, key) })
+	})
+}
+
+func slotStepDownSpare(t *testing.T, args func(key string) []string) {
+	key := newKey("slot-sd-spare")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	w := watchSlots(mark, 2)
+	var procs []*Proc
+	for i := range 3 {
+		id := "h" + strconv.Itoa(i)
+		procs = append(procs, start(t, id, env, withCommand(append(args(key), "--holders", "2", "--id", id), "exec sleep 1000")...))
+	}
+	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	q := queryArgs(args(key))
+	bySlot := func() map[int]string {
+		m := map[int]string{}
+		for _, k := range slotChildren(mark) {
+			m[k.slot] = k.id
+		}
+		return m
+	}
+	for round := range 4 {
+		slot := round % 2
+		before := bySlot()
+		var spare *Proc
+		for _, p := range procs {
+			if p.name != before[0] && p.name != before[1] {
+				spare = p
+			}
+		}
+		// The spare is slow to answer (frozen): the slot stays empty
+		// rather than go back to the holder that stepped down.
+		spare.Signal(syscall.SIGSTOP)
+		res := make(chan string, 1)
+		go func() {
+			code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--slot", strconv.Itoa(slot), "--timeout", "20s"}, q...)...)
+			res <- fmt.Sprintf("exit %d %s %s", code, strings.TrimSpace(out), strings.TrimSpace(errOut))
+		}()
+		waitFor(t, 10*time.Second, "the holder stepping down", func() bool { return bySlot()[slot] != before[slot] })
+		time.Sleep(1500 * time.Millisecond)
+		during := bySlot()
+		spare.Signal(syscall.SIGCONT)
+		if r := <-res; !strings.HasPrefix(r, "exit 0") {
+			t.Errorf("round %d: step-down --slot %d: %s", round, slot, r)
+		}
+		waitFor(t, 10*time.Second, "the slot refilled", func() bool { m := bySlot(); return len(m) == 2 && m[slot] != before[slot] })
+		after := bySlot()
+		t.Logf("round %d: step-down --slot %d: %v -> %v (spare %s frozen) -> %v", round, slot, before, during, spare.name, after)
+		if during[slot] != "" || after[slot] != spare.name || after[1-slot] != before[1-slot] {
+			t.Errorf("round %d: step-down --slot %d of %s: %v -> %v -> %v; want the slot empty while the spare %s is frozen, then the spare in it and the other slot unchanged", round, slot, before[slot], before, during, after, spare.name)
+		}
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		if code := p.Wait(20 * time.Second); code != 128+15 {
+			t.Errorf("%s: exit %d on SIGTERM, want 143", p.name, code)
+		}
 	}
 	w.end(t)
 }
@@ -832,4 +913,66 @@ func TestControlRepairGarbageRecord(t *testing.T) {
 	waitFor(t, 20*time.Second, "a leading once the record is repaired", func() bool { id, _ := leaderChild(mark); return id == "a" })
 	a.Signal(syscall.SIGTERM)
 	a.Wait(10 * time.Second)
+}
+
+// TestControlAttackSlotHealthHoldsNothing: --holders 2. A holder whose
+// health check fails steps down and, while its check fails, holds no slot
+// at all, not even one that is free: it races the slots again only once
+// a check passed.
+func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := newKey("slot-health")
+	mark := key + "-" + strconv.Itoa(os.Getpid())
+	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	ok := filepath.Join(dir, "healthy")
+	testsupport.WriteFile(t, ok, "", 0o644)
+	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--holders", "2", "--id", "a",
+		"--health-cmd", "test -e "+ok, "--health-interval", "200ms", "--health-failures", "1"), "exec sleep 1000")...)
+	b := start(t, "b", env, withCommand(append(localArgs(dir, key), "--holders", "2", "--id", "b"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	holders := func() map[int]string {
+		out, err := exec.Command(binary, "status", "--backend", "local", "--lock-dir", dir, "--holders", "2", "--json", key).Output()
+		if err != nil {
+			t.Fatalf("status: %v %s", err, out)
+		}
+		var r struct {
+			Slots []struct {
+				Slot   int `json:"slot"`
+				Leader *struct {
+					ID string `json:"id"`
+				} `json:"leader"`
+			} `json:"slots"`
+		}
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("status --json: %v %s", err, out)
+		}
+		m := map[int]string{}
+		for _, s := range r.Slots {
+			if s.Leader != nil {
+				m[s.Slot] = s.Leader.ID
+			}
+		}
+		return m
+	}
+	if err := os.Remove(ok); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a stepping down", func() bool { return len(slotChildren(mark)) == 1 })
+	b.Signal(syscall.SIGTERM)
+	if code := b.Wait(10 * time.Second); code != 128+15 {
+		t.Errorf("b: exit %d on SIGTERM", code)
+	}
+	for range 10 {
+		time.Sleep(300 * time.Millisecond)
+		if m := holders(); len(m) != 0 {
+			t.Fatalf("with its health check failing, a holds slots %v", m)
+		}
+	}
+	testsupport.WriteFile(t, ok, "", 0o644)
+	waitFor(t, 10*time.Second, "a leading again once healthy", func() bool { return len(slotChildren(mark)) == 1 })
+	a.Signal(syscall.SIGTERM)
+	if code := a.Wait(10 * time.Second); code != 128+15 {
+		t.Errorf("a: exit %d on SIGTERM", code)
+	}
 }
