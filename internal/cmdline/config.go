@@ -99,6 +99,9 @@ func parseRun(c *cli.Context) (*runConfig, error) {
 	if cfg.sup.Control, err = readControl(c, cfg.opts.ID); err != nil {
 		return nil, err
 	}
+	if cfg.sup.Control.Priority > 0 && cfg.holders > 1 {
+		return nil, fmt.Errorf("--priority works with one holder only, got --holders %d: a slot candidate races every free slot and preempts none", cfg.holders)
+	}
 	cfg.opts.Priority = cfg.sup.Control.Priority
 	cfg.noGuard = c.Bool("no-guard")
 	cfg.httpAddr = c.String("http-addr")
