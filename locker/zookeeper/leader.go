@@ -14,33 +14,63 @@ import (
 )
 
 // session is the Locker's own session for Leader, opened on first use and
-// opened again once it expired.
+// opened again once it expired. One caller opens it at a time, without
+// holding mu: the others wait for that open or their own context, so a
+// server that does not answer keeps no caller (a watch of the control
+// record, a read of the leader, Close) past its own deadline.
 type session struct {
-	l      *Locker
-	mu     sync.Mutex
-	s      *zkSession
-	closed bool
+	l       *Locker
+	mu      sync.Mutex
+	s       *zkSession
+	opening chan struct{} // closed once the open under way ended
+	closed  bool
 }
 
 func (r *session) get(ctx context.Context) (*zkSession, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil, errClosed
-	}
-	if r.s != nil {
-		if expired, _, _, _ := r.s.state(); !expired {
-			return r.s, nil
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return nil, errClosed
 		}
-		r.s.close()
-		r.s = nil
+		if r.s != nil {
+			if expired, _, _, _ := r.s.state(); !expired {
+				s := r.s
+				r.mu.Unlock()
+				return s, nil
+			}
+			r.s.close()
+			r.s = nil
+		}
+		if wait := r.opening; wait != nil {
+			r.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("zookeeper: no session from %s yet: %w", strings.Join(r.l.servers, ","), ctx.Err())
+			}
+		}
+		done := make(chan struct{})
+		r.opening = done
+		r.mu.Unlock()
+		s, err := r.l.open(ctx)
+		r.mu.Lock()
+		r.opening = nil
+		close(done)
+		switch {
+		case err != nil:
+			r.mu.Unlock()
+			return nil, err
+		case r.closed:
+			r.mu.Unlock()
+			s.close()
+			return nil, errClosed
+		}
+		r.s = s
+		r.mu.Unlock()
+		return s, nil
 	}
-	s, err := r.l.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r.s = s
-	return s, nil
 }
 
 // Leader reads who leads the key: the candidate znode with the lowest

@@ -198,10 +198,13 @@ func (p *relayPlan) granted(timeout time.Duration, sent, relayed time.Time, foun
 // worst: the read before it is missing or came late. Renew then makes one
 // before the renewal goes on (lease.touchNow).
 func (p *relayPlan) late(sent, relayed time.Time, found bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return !found || sent.Sub(relayed) > p.bound.period+denseTouch+p.lead()
 }
 
-// lead is how long before the expected renewal the touch goes out: its
+// lead is how long before the expected renewal the touch goes out (p.mu
+// held): its
 // answer must be in a ping period before the renewal. What it adds to the
 // period comes off every renewal's granted time, so it is kept small: a
 // read that comes too late (a busy machine woke the toucher late or

@@ -575,7 +575,8 @@ func TestGeneratedManPageAndCompletions(t *testing.T) {
 		words []string
 		want  string
 	}{
-		{[]string{""}, "status history check version"},
+		{[]string{""}, "status history check step-down pause resume version"},
+		{[]string{"step-down", "--t"}, "--timeout --to"},
 		{[]string{"--http"}, "--http-addr"},
 		{[]string{"--backend", ""}, backendNames(t)},
 		{[]string{"check", "--ep"}, "--epoch"},
