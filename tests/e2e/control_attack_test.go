@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -113,9 +115,7 @@ func TestControlAttackTermWhileHeldBack(t *testing.T) {
 func TestControlAttackGarbageRecord(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	key := newKey("garbage")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("garbage")
 	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--id", "a"), "exec sleep 1000")...)
 	waitFor(t, 10*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
 	_, e := leaderChild(mark)
@@ -193,9 +193,7 @@ func TestControlAttackPauseCannotReadHolder(t *testing.T) {
 func TestControlAttackWinWithoutRecord(t *testing.T) {
 	t.Parallel()
 	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
-	key := newKey("win-unread")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("win-unread")
 	direct := consulArgs(c.HTTPAddr(0), key)
 	a := start(t, "a", env, withCommand(append(direct, "--id", "a"), "exec sleep 1000")...)
 	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
@@ -239,9 +237,7 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
-	key := newKey("to-absent")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("to-absent")
 	w := watchSlots(mark, 1)
 	var procs []*Proc
 	for _, id := range []string{"a", "b"} {
@@ -271,12 +267,7 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 	waitFor(t, 10*time.Second, "a leader after the reservation", func() bool { id, _ := leaderChild(mark); return id != "" })
 	id, e2 := leaderChild(mark)
 	t.Logf("%s (epoch %d) stepped down; after the reservation %s leads (epoch %d), %v after the request", first, e1, id, e2, time.Since(began).Round(time.Millisecond))
-	for _, p := range procs {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(procs...)
 	w.end(t)
 }
 
@@ -287,9 +278,7 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
-	key := newKey("kill-handover")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("kill-handover")
 	w := watchSlots(mark, 1)
 	// The job ignores SIGTERM: the handover takes the whole kill grace.
 	script := `trap "" TERM; exec sleep 1000`
@@ -315,12 +304,7 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 		t.Errorf("step-down --to b with a killed: exit %d; %q %q", code, out, errOut)
 	}
 	waitFor(t, 5*time.Second, "b's child", func() bool { id, _ := leaderChild(mark); return id == "b" })
-	for _, p := range procs {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(slices.Collect(maps.Values(procs))...)
 	w.end(t)
 }
 
@@ -332,9 +316,7 @@ func TestControlAttackHoldersPause(t *testing.T) {
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
-	key := newKey("holders-pause")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("holders-pause")
 	w := watchSlots(mark, 3)
 	var procs []*Proc
 	for i := range 4 {
@@ -387,12 +369,7 @@ func TestControlAttackHoldersPause(t *testing.T) {
 		t.Fatalf("resume: %d %s", code, errOut)
 	}
 	waitFor(t, 20*time.Second, "3 slots filled after resume", func() bool { return len(slotChildren(mark)) == 3 })
-	for _, p := range procs {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(procs...)
 	w.end(t)
 }
 
@@ -403,9 +380,7 @@ func TestControlAttackStepDownFrozen(t *testing.T) {
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
-	key := newKey("sd-frozen")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("sd-frozen")
 	w := watchSlots(mark, 1)
 	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a", "--on-lost", "rejoin"), "exec sleep 1000")...)
 	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
@@ -439,9 +414,7 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
-	key := newKey("sd-pause")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("sd-pause")
 	w := watchSlots(mark, 1)
 	var procs []*Proc
 	for _, id := range []string{"a", "b", "c"} {
@@ -477,12 +450,7 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 		<-done
 		waitFor(t, 20*time.Second, "a leader after resume", func() bool { id, _ := leaderChild(mark); return id != "" })
 	}
-	for _, p := range procs {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(procs...)
 	w.end(t)
 }
 
@@ -532,9 +500,7 @@ func TestControlAttackHealthHostile(t *testing.T) {
 func TestControlAttackPriorities(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	key := newKey("prio")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("prio")
 	w := watchSlots(mark, 1)
 	args := func(id string, extra ...string) []string {
 		return withCommand(append(localArgs(dir, key), append([]string{"--id", id}, extra...)...), "exec sleep 1000")
@@ -554,12 +520,7 @@ func TestControlAttackPriorities(t *testing.T) {
 	if strings.Contains(procs[1].Output(), "asked the holder to hand over") || strings.Contains(procs[1].Output(), "child started") {
 		t.Errorf("the candidate whose check fails asked for the key or led")
 	}
-	for _, p := range procs {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(procs...)
 	w.end(t)
 }
 
@@ -615,9 +576,7 @@ func TestControlAttackBadInput(t *testing.T) {
 func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	t.Parallel()
 	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
-	key := newKey("lead-unread")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("lead-unread")
 	var fail atomic.Bool
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
 	a := start(t, "a", env, withCommand(append(consulArgs(proxy, key), "--id", "a"), "exec sleep 1000")...)
@@ -653,9 +612,7 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
-	key := newKey("pinned")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("pinned")
 	w := watchSlots(mark, 2)
 	procs := map[string]*Proc{}
 	for i := range 3 {
@@ -713,9 +670,7 @@ func TestControlAttackSlotStepDownSpare(t *testing.T) {
 }
 
 func slotStepDownSpare(t *testing.T, args func(key string) []string) {
-	key := newKey("slot-sd-spare")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("slot-sd-spare")
 	w := watchSlots(mark, 2)
 	var procs []*Proc
 	for i := range 3 {
@@ -782,9 +737,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
-	key := newKey("to-reports")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("to-reports")
 	w := watchSlots(mark, 1)
 	var procs []*Proc
 	for _, id := range []string{"a", "b"} {
@@ -832,12 +785,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	close(stop)
 	<-spun
 	t.Logf("one-attempt runs that won and gave the key back: %d", gaveBack.Load())
-	for _, p := range procs {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(procs...)
 	w.end(t)
 }
 
@@ -848,9 +796,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 func TestControlAttackStepDownRestarting(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	key := newKey("sd-restart")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("sd-restart")
 	w := watchSlots(mark, 1)
 	var procs []*Proc
 	for _, id := range []string{"a", "b", "c"} {
@@ -876,12 +822,7 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	for _, p := range procs {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(procs...)
 	w.end(t)
 }
 
@@ -892,9 +833,7 @@ func TestControlRepairGarbageRecord(t *testing.T) {
 	t.Parallel()
 	c := testcluster.StartEtcd(t, 1)
 	eps := c.Endpoints()
-	key := newKey("repair")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("repair")
 	cli := etcdClient(t, eps)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -922,9 +861,7 @@ func TestControlRepairGarbageRecord(t *testing.T) {
 func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	key := newKey("slot-health")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("slot-health")
 	ok := filepath.Join(dir, "healthy")
 	testsupport.WriteFile(t, ok, "", 0o644)
 	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--holders", "2", "--id", "a",

@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"net"
-	"os"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -55,9 +53,7 @@ func TestHoldersSetupFailureFreesSlot(t *testing.T) {
 // a freed slot for a process that is gone, and a slot given back is taken
 // by the next candidate well within the TTL.
 func holdersNoGhosts(t *testing.T, args func(key string) []string, ttl time.Duration) {
-	key := newKey("ghosts")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("ghosts")
 	w := watchSlots(mark, 3)
 	run := func(id string) *Proc {
 		return start(t, id, env, withCommand(append(args(key), "--holders", "3", "--id", id), "exec sleep 600")...)

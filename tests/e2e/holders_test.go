@@ -427,9 +427,7 @@ func holdersCutOff(t *testing.T, addr string, via func(key, proxy string) []stri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { px.Close() })
-	key := newKey("holders-cut")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	env := []string{"HOLDERS_TEST_MARK=" + mark}
+	key, mark, env := markedKey("holders-cut")
 	script := "exec sleep 1000"
 	w := watchSlots(mark, 3)
 	a := start(t, "a", env, withCommand(append(via(key, px.Addr()), "--holders", "3", "--id", "a"), script)...)
