@@ -126,6 +126,16 @@ type store struct {
 	// ctlRefused: creating the control table was refused; reads no longer
 	// try it (each try is an error in the server's log), writes do.
 	ctlRefused bool
+	// listenRefused: the server refused LISTEN; WaitControl polls.
+	listenRefused error
+
+	// channel is the control table's NOTIFY channel; backstop bounds a
+	// listen's wait for a notice (DefaultControlBackstop). closing ends
+	// when Close begins, so that no listen keeps a connection from it.
+	channel  string
+	backstop time.Duration
+	closing  context.Context
+	close    context.CancelFunc
 }
 
 var _ leaserow.Store = (*store)(nil)
@@ -181,7 +191,10 @@ func newStore(cfg Config) (*store, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	closing, closeFn := context.WithCancel(context.Background())
 	return &store{
+		channel: notifyChannel(cfg.Schema, cfg.Table), backstop: DefaultControlBackstop,
+		closing: closing, close: closeFn,
 		pool: pool, key: key, ctlKey: ctlKey, addr: net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), timeout: timeout,
 		readOnly: cfg.ReadOnly, log: log,
 		schemaName: cfg.Schema, tableName: cfg.Table,
@@ -258,8 +271,9 @@ func (s *store) Place() (string, []string) {
 	return "row " + s.key + " of " + s.schemaName + "." + s.tableName + " on PostgreSQL " + s.addr, []string{"DSN", "Schema", "Table"}
 }
 
-// Close closes the pool.
+// Close ends the listens, then closes the pool.
 func (s *store) Close() error {
+	s.close()
 	s.pool.Close()
 	return nil
 }
