@@ -1,0 +1,87 @@
+package leaserow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
+)
+
+// noListenStore is a ControlNotifier that cannot listen: refused (as a
+// server that refuses LISTEN) or failing (as one that is down).
+type noListenStore struct {
+	memStore
+	refused bool
+	listens *atomic.Int64
+}
+
+func (s noListenStore) ListenControl(context.Context) (ControlListen, error) {
+	s.listens.Add(1)
+	if s.refused {
+		return nil, fmt.Errorf("mem: %w: LISTEN is not supported", locker.ErrRefused)
+	}
+	return nil, errors.New("mem: connection refused")
+}
+
+// TestControlWithoutListen: a store whose listen is refused, or fails,
+// still passes the contract, by the poll.
+func TestControlWithoutListen(t *testing.T) {
+	for _, refused := range []bool{true, false} {
+		t.Run(fmt.Sprintf("refused=%v", refused), func(t *testing.T) {
+			db := newMemDB()
+			var listens atomic.Int64
+			lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
+				st := noListenStore{memStore: memStore{db, key}, refused: refused, listens: &listens}
+				return newTestLocker(t, db, key, "c", func(c *Config) { c.Store = st })
+			})
+			if listens.Load() == 0 {
+				t.Fatal("WaitControl never tried to listen")
+			}
+		})
+	}
+}
+
+// probeStore counts the probes and the full reads of the control record.
+type probeStore struct {
+	memStore
+	probes, reads *atomic.Int64
+}
+
+func (s probeStore) ProbeControl(ctx context.Context) (uint64, error) {
+	s.probes.Add(1)
+	_, v, err := s.memStore.ReadControl(ctx)
+	return v, err
+}
+
+func (s probeStore) ReadControl(ctx context.Context) ([]byte, uint64, error) {
+	s.reads.Add(1)
+	return s.memStore.ReadControl(ctx)
+}
+
+// TestControlProbe: with a ControlProber, WaitControl passes the contract
+// and makes its full reads only when the probe saw a change.
+func TestControlProbe(t *testing.T) {
+	db := newMemDB()
+	var probes, reads atomic.Int64
+	lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
+		return newTestLocker(t, db, key, "c", func(c *Config) { c.Store = probeStore{memStore{db, key}, &probes, &reads} })
+	})
+	l := newTestLocker(t, db, "probe-idle", "c", func(c *Config) { c.Store = probeStore{memStore{db, "probe-idle"}, &probes, &reads} })
+	if _, err := l.SetControl(ctx(t), locker.Control{}); err != nil {
+		t.Fatal(err)
+	}
+	probes.Store(0)
+	reads.Store(0)
+	wctx, cancel := context.WithTimeout(ctx(t), 2*locker.ControlPoll+locker.ControlPoll/2)
+	defer cancel()
+	if _, err := l.WaitControl(wctx, "1"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitControl on an unchanged record: %v", err)
+	}
+	if p, r := probes.Load(), reads.Load(); p < 2 || r != 0 {
+		t.Fatalf("an idle WaitControl made %d probes and %d full reads; want at least 2 probes and no full read", p, r)
+	}
+}
