@@ -61,3 +61,37 @@ func (s *store) WriteControl(ctx context.Context, prev uint64, value []byte) err
 	}
 	return s.updateItem(ctx, s.control, "write the control item", "SET #rec = :rec, #v = :next", cond, vals)
 }
+
+// ProbeControl reads the control item's version with an eventually
+// consistent GetItem, half the read units of ReadControl's: WaitControl
+// polls with it every locker.ControlPoll and reads strongly only when it
+// saw a change (leaserow.ControlProber). A stale answer costs a late
+// step-down by the replication lag, or one strong read more, never a
+// wrong answer: the record WaitControl returns comes from ReadControl.
+func (s *store) ProbeControl(ctx context.Context) (uint64, error) {
+	if err := s.prepare(ctx); err != nil {
+		if errors.Is(err, errNoTable) {
+			return 0, leaserow.ErrNoRow
+		}
+		return 0, s.refusal(err)
+	}
+	proj := "#v"
+	var out *dynamodb.GetItemOutput
+	err := s.call(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.control),
+			ConsistentRead: aws.Bool(false), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: only(proj)})
+		return err
+	})
+	if err != nil {
+		return 0, s.classify("read the control item", err)
+	}
+	if len(out.Item) == 0 {
+		return 0, leaserow.ErrNoRow
+	}
+	v, err := strconv.ParseUint(getN(out.Item, attrVersion), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("dynamodb: %w: the control item %s has no version", locker.ErrRefused, s.control)
+	}
+	return v, nil
+}
