@@ -196,7 +196,8 @@ type listen struct {
 }
 
 // Wait waits for a notice of the key (others of the table are skipped),
-// the backstop, or the store's Close.
+// the backstop, or the store's Close. At the backstop it checks the
+// connection with one empty query.
 func (li *listen) Wait(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, li.s.backstop)
 	defer cancel()
@@ -215,7 +216,17 @@ func (li *listen) Wait(ctx context.Context) error {
 		case li.s.closing.Err() != nil:
 			return errors.New("postgres: the store is closed")
 		case wctx.Err() != nil && !li.conn.Conn().IsClosed():
-			return nil // the backstop
+			// The backstop. A connection cut without a word (no RST)
+			// would keep a listen deaf: one empty query proves it.
+			pctx, cancel := context.WithTimeout(ctx, li.s.timeout)
+			err = li.conn.Ping(pctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 		}
 		return li.s.classify("wait for control writes", err)
 	}
