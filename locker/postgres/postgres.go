@@ -28,6 +28,13 @@
 // history or control call: an installation made before they existed keeps
 // leading without them (a missing control table reads as no record; only
 // writing one is refused).
+//
+// # Following the control record
+//
+// A control write NOTIFYs the control table's channel in its own
+// statement; WaitControl LISTENs on one pooled connection held for the
+// wait, reads the record after the LISTEN, again at each notice of its
+// key, and every DefaultControlBackstop without one (control.go).
 package postgres
 
 import (
