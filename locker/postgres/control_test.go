@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +95,27 @@ func TestNotifyNames(t *testing.T) {
 	if p := notifyPayload(strings.Repeat("k", 9000)); len(p) > maxPayload || p == notifyPayload(strings.Repeat("k", 9001)) {
 		t.Errorf("payload of a long key: %q", p)
 	}
+}
+
+// TestCloseDuringListen: Close does not wait for a WaitControl that holds
+// a connection for its listen (the pool's Close waits for every
+// connection taken out of it).
+func TestCloseDuringListen(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	l, _ := countingLocker(t, pg.DSN(), lockertest.Key(t))
+	wctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	done := waitControl(wctx, l, "")
+	time.Sleep(500 * time.Millisecond) // listening by now
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		cancel()
+		<-closed
+		t.Fatal("Close waited for the listening WaitControl")
+	}
+	cancel()
+	<-done
 }
