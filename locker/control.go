@@ -83,8 +83,9 @@ type Controls interface {
 	// WaitControl returns the control record once its version differs from
 	// version (at once if it already does), or ctx.Err() when ctx ends
 	// first. A backend with a watch (etcd, Consul, ZooKeeper, Kubernetes)
-	// holds one open; the others read again at a pace of their own,
-	// ControlPoll or sooner.
+	// or a notice (PostgreSQL's LISTEN, with a slow backstop read) holds
+	// one open; the others read again at a pace of their own, ControlPoll
+	// or sooner.
 	WaitControl(ctx context.Context, version string) (Control, error)
 }
 
