@@ -364,3 +364,50 @@ func TestTimeoutShrunkOnReconnect(t *testing.T) {
 	testsupport.WaitFor(t, time.Second, "Lost after the session timeout shrank", func() bool { return testsupport.IsClosed(l.Lost()) })
 	t.Logf("lost: %s", l.LostReason())
 }
+
+// TestTakeoverWithoutPingPeriod: a standby that waited its turn through a
+// follower takes over from a released leader, and confirms its first
+// renewal, in less than a ping period (tickTime/2): it counts the client's
+// pings (pings.go) instead of reading and waiting for that read to be
+// relayed. The first renewal still claims only what the pings prove.
+// tickTime 1000ms keeps the ping period (550ms) clear of the machine's
+// noise.
+func TestTakeoverWithoutPingPeriod(t *testing.T) {
+	const tick = time.Second
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick})
+	leader := z.Leader(t)
+	follower := (leader + 1) % 3
+	const ttl = 6 * time.Second
+	period := newRelayBound(tick, true).period
+	for trial := 0; trial < 3; trial++ {
+		key := fmt.Sprintf("%s-%d", lockertest.Key(t), trial)
+		first := lockertest.MustAcquire(t, newLocker(t, []string{z.Addr(leader)}, key, func(c *Config) { c.TTL = ttl }))
+		b := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl }))
+		// Long enough for the waiter's connect to be old, at another
+		// phase of its pings (every 2s) each trial.
+		time.Sleep(3*time.Second + time.Duration(trial)*700*time.Millisecond)
+		released := time.Now()
+		lockertest.Release(first)
+		r := <-b
+		if r.Err != nil {
+			t.Fatalf("trial %d: waiter: %v", trial, r.Err)
+		}
+		granted, err := renew(r.Lease, 2*time.Second)
+		if err != nil {
+			t.Fatalf("trial %d: first renewal: %v", trial, err)
+		}
+		confirmed := time.Now()
+		pings := r.Lease.(*lease).s.pingActivities()
+		t.Logf("trial %d: led %v after the release, first renewal answered %v after it, granted %v; %d pings counted",
+			trial, r.At.Sub(released), confirmed.Sub(released), granted, len(pings))
+		if took := confirmed.Sub(released); took >= period {
+			t.Errorf("trial %d: took %v from the release to the first renewal's answer, not less than a ping period (%v)", trial, took, period)
+		}
+		// What the pings prove: at most a ping interval and a period
+		// (and the round trips) before the renewal, less the allowance.
+		if least := ttl - ttl/3 - 2*period; granted < least {
+			t.Errorf("trial %d: first renewal granted %v, less than %v", trial, granted, least)
+		}
+		lockertest.Release(r.Lease)
+	}
+}

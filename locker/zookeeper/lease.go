@@ -44,6 +44,7 @@ func newLease(c *candidate, czxid int64, acts ...activity) *lease {
 		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
 		relay: newRelayPlan(bound),
 	}
+	s.relay.pings = c.s.pingActivities
 	for _, a := range acts {
 		s.relay.answered(a.sent, a.answered)
 	}
@@ -112,7 +113,7 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	s.relay.relayedDirect(s.s.establishedAt())
 	sent := time.Now()
 	relayed, found := s.relay.renewing(sent)
-	if s.relay.late(sent, relayed, found) {
+	if s.relay.late(sent, relayed, found) && !(found && s.relay.first()) {
 		relayed, found = s.touchNow(ctx, relayed, found)
 	}
 	_, err := call(ctx, func() ([]zk.MultiResponse, error) {
