@@ -97,7 +97,8 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 // time returned is counted from the latest request known to have been
 // relayed before this one went on, plus half a tick (relay.go); touch
 // keeps that request recent. The lease's first renewal, made as it is
-// acquired, counts from the session's connect or from candidate.verify's
+// acquired, counts from the session's connect, from one of the client's
+// pings (pings.go), or, when neither is recent, from candidate.verify's
 // read (DESIGN §1.2).
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	select {

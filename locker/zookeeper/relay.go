@@ -37,6 +37,12 @@ import (
 // shortens the granted time to what this proves, less the half tick the
 // safety margin covers.
 //
+// The client's own pings (every third of the timeout) are such requests
+// too: the server touches the session for a ping as for a read, and a
+// follower answers both itself. sniffConn picks them out of the stream
+// (pings.go), and a renewal counts them with ours; that is what a standby
+// that waited its turn leads on, with no read of its own to wait for.
+//
 // A leader therefore needs one answered request a ping period before each
 // renewal, not a read every 100ms: touch sends one, timed from the
 // renewals' own cadence, and reads every denseTouch only while that
