@@ -296,17 +296,33 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 	}
 	// The first renewal follows at once, and what it claims is counted
 	// from the latest request known to have reached the ensemble's leader
-	// (relay.go). A session connected just now was counted there as it
-	// was granted; one that waited its turn was counted at its last
-	// relayed ping, up to a third of the timeout ago or more. Then the
-	// read above must first be relayed: a ping period after its answer.
-	if period := c.bound().period; time.Since(c.s.establishedAt()) > period {
-		if !retry.Sleep(ctx, time.Until(read.answered.Add(period))) {
+	// (relay.go): the connect, which the leader counted as it granted or
+	// revalidated the session, or one of the client's pings answered a
+	// ping period before (pings.go). Pings go out every third of the
+	// timeout, so while they are followed that is at most a third and a
+	// ping period ago, and the first renewal claims the rest; a short
+	// grant brings the next one forward. When neither is that recent (the
+	// pings could not be followed on this connection), the read above
+	// must first be relayed: a ping period after its answer.
+	bound := c.bound()
+	if !c.recentlyRelayed(bound, time.Now()) {
+		c.l.log.Debug("no recent relayed request; waiting a ping period", "znode", c.node)
+		if !retry.Sleep(ctx, time.Until(read.answered.Add(bound.period))) {
 			return nil, ctx.Err()
 		}
 	}
 	c.l.log.Debug("leading", "znode", c.node, "epoch", g.stat.Czxid)
 	return newLease(c, g.stat.Czxid, read), nil
+}
+
+// recentlyRelayed says whether a request of the session known to have
+// been relayed to the ensemble's leader by now (the connect, or a ping
+// answered a ping period ago) went out at most a ping interval (a third of
+// the timeout) and two ping periods before now.
+func (c *candidate) recentlyRelayed(b relayBound, now time.Time) bool {
+	_, _, timeout, _ := c.s.state()
+	latest, found := b.latest(now, c.s.establishedAt(), true, c.s.pingActivities())
+	return found && now.Sub(latest) <= timeout/3+2*b.period
 }
 
 // touchLeader makes the renewal request once; see lease.Renew.

@@ -364,3 +364,112 @@ func TestTimeoutShrunkOnReconnect(t *testing.T) {
 	testsupport.WaitFor(t, time.Second, "Lost after the session timeout shrank", func() bool { return testsupport.IsClosed(l.Lost()) })
 	t.Logf("lost: %s", l.LostReason())
 }
+
+// TestTakeoverWithoutPingPeriod: a standby that waited its turn through a
+// follower takes over from a released leader, and confirms its first
+// renewal, in less than a ping period (tickTime/2): it counts the client's
+// pings (pings.go) instead of reading and waiting for that read to be
+// relayed. The first renewal still claims only what the pings prove.
+// tickTime 1000ms keeps the ping period (550ms) clear of the machine's
+// noise.
+func TestTakeoverWithoutPingPeriod(t *testing.T) {
+	const tick = time.Second
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick})
+	leader := z.Leader(t)
+	follower := (leader + 1) % 3
+	const ttl = 6 * time.Second
+	period := newRelayBound(tick, true).period
+	for trial := 0; trial < 3; trial++ {
+		key := fmt.Sprintf("%s-%d", lockertest.Key(t), trial)
+		first := lockertest.MustAcquire(t, newLocker(t, []string{z.Addr(leader)}, key, func(c *Config) { c.TTL = ttl }))
+		b := lockertest.AcquireAsync(t, lockertest.Ctx(t, 30*time.Second), newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl }))
+		// Long enough for the waiter's connect to be old, at another
+		// phase of its pings (every 2s) each trial.
+		time.Sleep(3*time.Second + time.Duration(trial)*700*time.Millisecond)
+		released := time.Now()
+		lockertest.Release(first)
+		r := <-b
+		if r.Err != nil {
+			t.Fatalf("trial %d: waiter: %v", trial, r.Err)
+		}
+		granted, err := renew(r.Lease, 2*time.Second)
+		if err != nil {
+			t.Fatalf("trial %d: first renewal: %v", trial, err)
+		}
+		confirmed := time.Now()
+		pings := r.Lease.(*lease).s.pingActivities()
+		t.Logf("trial %d: led %v after the release, first renewal answered %v after it, granted %v; %d pings counted",
+			trial, r.At.Sub(released), confirmed.Sub(released), granted, len(pings))
+		if took := confirmed.Sub(released); took >= period {
+			t.Errorf("trial %d: took %v from the release to the first renewal's answer, not less than a ping period (%v)", trial, took, period)
+		}
+		// What the pings prove: at most a ping interval and a period
+		// (and the round trips) before the renewal, less the allowance.
+		if least := ttl - ttl/3 - 2*period; granted < least {
+			t.Errorf("trial %d: first renewal granted %v, less than %v", trial, granted, least)
+		}
+		lockertest.Release(r.Lease)
+	}
+}
+
+// TestTakeoverThroughCutFollower: the follower a waiting standby talks to
+// is cut off from the ensemble just as the standby wakes. It keeps
+// answering the client's pings from its own state, but relays nothing
+// more: those pings must not make a lease. Whatever the standby gets, no
+// renewal of it succeeds while the follower is cut off.
+func TestTakeoverThroughCutFollower(t *testing.T) {
+	const tick = 200 * time.Millisecond
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, Tick: tick, SyncLimit: 100})
+	leader := z.Leader(t)
+	follower := (leader + 1) % 3
+	const ttl = 3 * time.Second
+	key := lockertest.Key(t)
+	first := lockertest.MustAcquire(t, newLocker(t, []string{z.Addr(leader)}, key, func(c *Config) { c.TTL = ttl }))
+	w := newLocker(t, []string{z.Addr(follower)}, key, func(c *Config) { c.TTL = ttl; c.DialTimeout = time.Second })
+	w.onWake = func() { z.Isolate(follower) }
+	b := lockertest.AcquireAsync(t, lockertest.Ctx(t, 10*time.Second), w)
+	time.Sleep(2 * time.Second) // pings answered by the follower, relayed so far
+	lockertest.Release(first)
+	r := <-b
+	if r.Err == nil {
+		granted, err := renew(r.Lease, time.Second)
+		if err == nil {
+			t.Errorf("a lease through the cut-off follower renewed: granted %v", granted)
+		}
+		t.Logf("led, but the first renewal failed: %v", err)
+	} else {
+		t.Logf("no lease through the cut-off follower: %v", r.Err)
+	}
+	z.Heal(follower)
+	z.WaitServing(t)
+}
+
+// TestPingsAfterReconnect: a reconnect to another server starts the
+// count of pings over: none answered by the server left behind is
+// counted, and the renewal after it counts from what the new connection
+// proves.
+func TestPingsAfterReconnect(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 3, SyncLimit: 100})
+	leader := z.Leader(t)
+	a, b := (leader+1)%3, (leader+2)%3
+	const ttl = 3 * time.Second
+	l := lockertest.MustAcquire(t, newLocker(t, []string{z.Addr(a), z.Addr(b)}, lockertest.Key(t), func(c *Config) { c.TTL = ttl }))
+	s := l.(*lease).s
+	testsupport.WaitFor(t, 5*time.Second, "two pings answered", func() bool { return len(s.pingActivities()) >= 2 })
+	before := s.establishedAt()
+	s.dropConn()
+	testsupport.WaitFor(t, 5*time.Second, "a reconnect", func() bool {
+		expired, disconnected, _, _ := s.state()
+		return !expired && disconnected.IsZero() && s.establishedAt().After(before)
+	})
+	dialed := s.establishedAt()
+	for _, p := range s.pingActivities() {
+		if p.sent.Before(dialed) {
+			t.Errorf("a ping sent %v before the reconnect's dial is still counted", dialed.Sub(p.sent))
+		}
+	}
+	if _, err := renew(l, 2*time.Second); err != nil {
+		t.Fatalf("renewal after the reconnect: %v", err)
+	}
+	lockertest.Release(l)
+}

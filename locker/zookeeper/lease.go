@@ -44,6 +44,7 @@ func newLease(c *candidate, czxid int64, acts ...activity) *lease {
 		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
 		relay: newRelayPlan(bound),
 	}
+	s.relay.pings = c.s.pingActivities
 	for _, a := range acts {
 		s.relay.answered(a.sent, a.answered)
 	}
@@ -96,7 +97,8 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 // time returned is counted from the latest request known to have been
 // relayed before this one went on, plus half a tick (relay.go); touch
 // keeps that request recent. The lease's first renewal, made as it is
-// acquired, counts from the session's connect or from candidate.verify's
+// acquired, counts from the session's connect, from one of the client's
+// pings (pings.go), or, when neither is recent, from candidate.verify's
 // read (DESIGN §1.2).
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	select {
@@ -112,7 +114,7 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 	s.relay.relayedDirect(s.s.establishedAt())
 	sent := time.Now()
 	relayed, found := s.relay.renewing(sent)
-	if s.relay.late(sent, relayed, found) {
+	if s.relay.late(sent, relayed, found) && !(found && s.relay.first()) {
 		relayed, found = s.touchNow(ctx, relayed, found)
 	}
 	_, err := call(ctx, func() ([]zk.MultiResponse, error) {

@@ -37,6 +37,12 @@ import (
 // shortens the granted time to what this proves, less the half tick the
 // safety margin covers.
 //
+// The client's own pings (every third of the timeout) are such requests
+// too: the server touches the session for a ping as for a read, and a
+// follower answers both itself. sniffConn picks them out of the stream
+// (pings.go), and a renewal counts them with ours; that is what a standby
+// that waited its turn leads on, with no read of its own to wait for.
+//
 // A leader therefore needs one answered request a ping period before each
 // renewal, not a read every 100ms: touch sends one, timed from the
 // renewals' own cadence, and reads every denseTouch only while that
@@ -93,6 +99,9 @@ type relayPlan struct {
 	// registered or revalidated it (zkSession.established).
 	direct time.Time
 	wake   chan struct{} // signalled on every renewal and every touch
+	// pings, when set, returns the client's own pings answered on the
+	// current connection (pings.go): activities like ours.
+	pings func() []activity
 }
 
 func newRelayPlan(b relayBound) *relayPlan {
@@ -136,6 +145,10 @@ func (p *relayPlan) touchAnswered(sent, at time.Time) {
 // renewed). It returns the send time of the latest request known to have
 // been relayed before this renewal goes on, and whether there is one.
 func (p *relayPlan) renewing(sent time.Time) (time.Time, bool) {
+	var pings []activity
+	if p.pings != nil {
+		pings = p.pings()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	copy(p.calls[:], p.calls[1:])
@@ -149,14 +162,21 @@ func (p *relayPlan) renewing(sent time.Time) (time.Time, bool) {
 	if !p.direct.IsZero() && !p.direct.After(sent) {
 		latest, found = p.direct, true
 	}
-	n := min(p.nacts, len(p.acts))
-	for i := 0; i < n; i++ {
-		a := p.acts[i]
-		if !a.answered.After(sent.Add(-p.bound.period)) && (!found || a.sent.After(latest)) {
+	latest, found = p.bound.latest(sent, latest, found, p.acts[:min(p.nacts, len(p.acts))])
+	latest, found = p.bound.latest(sent, latest, found, pings)
+	defer p.signal()
+	return latest, found
+}
+
+// latest returns the send time of the latest of acts known to have been
+// relayed before a renewal sent at sent (answered a ping period before),
+// when it is later than (latest, found).
+func (b relayBound) latest(sent, latest time.Time, found bool, acts []activity) (time.Time, bool) {
+	for _, a := range acts {
+		if !a.answered.After(sent.Add(-b.period)) && (!found || a.sent.After(latest)) {
 			latest, found = a.sent, true
 		}
 	}
-	defer p.signal()
 	return latest, found
 }
 
@@ -177,8 +197,9 @@ func (p *relayPlan) renewed(sent, at time.Time, ok bool) {
 // a session of the given timeout: the timeout counted from the latest
 // relayed request (relayed, found), plus the allowance, at most the
 // timeout. The lease's first renewal is no exception: what the
-// acquisition proves is the connect (relayedDirect) and the reads made a
-// ping period before (candidate.verify).
+// acquisition proves is the connect (relayedDirect), the client's pings
+// answered a ping period before (pings.go), or, failing those, the read
+// candidate.verify made a ping period before.
 func (p *relayPlan) granted(timeout time.Duration, sent, relayed time.Time, found bool) time.Duration {
 	if !found {
 		return time.Nanosecond // proves nothing: the supervisor stops the job
@@ -196,11 +217,22 @@ func (p *relayPlan) granted(timeout time.Duration, sent, relayed time.Time, foun
 // late says whether a renewal sent at sent, with the latest relayed
 // request (relayed, found), would claim less than the dense reads give at
 // worst: the read before it is missing or came late. Renew then makes one
-// before the renewal goes on (lease.touchNow).
+// before the renewal goes on (lease.touchNow), unless it is the lease's
+// first (first).
 func (p *relayPlan) late(sent, relayed time.Time, found bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return !found || sent.Sub(relayed) > p.bound.period+denseTouch+p.lead()
+}
+
+// first says whether the latest renewal is the lease's first. That one
+// never waits for a read of its own: it claims what the acquisition proves
+// (candidate.verify), and a short grant brings the next renewal forward
+// (supervise), by when the dense reads have been relayed.
+func (p *relayPlan) first() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ncalls == 1
 }
 
 // lead is how long before the expected renewal the touch goes out (p.mu

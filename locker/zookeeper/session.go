@@ -37,6 +37,12 @@ type zkSession struct {
 	// shrunk says why the session cannot keep what renewals granted: a
 	// reconnect negotiated a shorter timeout.
 	shrunk string
+	// pings are the latest pings answered on the current connection
+	// (pings.go), npings how many were; none once that connection's
+	// stream was in doubt.
+	pings  [keptPings]activity
+	npings int
+	doubt  bool
 }
 
 // open starts a session and waits, bounded by ctx and DialTimeout, until
@@ -52,6 +58,7 @@ func (l *Locker) open(ctx context.Context) (*zkSession, error) {
 		sc := &sniffConn{Conn: c, s: s, dialed: dialed}
 		s.mu.Lock()
 		s.current = sc
+		s.npings, s.doubt = 0, false // a new stream: nothing counted yet
 		s.mu.Unlock()
 		return sc, nil
 	}
@@ -175,6 +182,32 @@ func (s *zkSession) establishedAt() time.Time {
 	return s.established
 }
 
+// pinged records pings answered on c, or that c's stream is in doubt,
+// when c is the connection in use.
+func (s *zkSession) pinged(c *sniffConn, answered []activity, doubt bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current != c || s.doubt {
+		return
+	}
+	if doubt {
+		s.npings, s.doubt = 0, true
+		return
+	}
+	for _, a := range answered {
+		s.pings[s.npings%len(s.pings)] = a
+		s.npings++
+	}
+}
+
+// pingActivities are the pings answered on the current connection, as
+// relay activities.
+func (s *zkSession) pingActivities() []activity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]activity(nil), s.pings[:min(s.npings, len(s.pings))]...)
+}
+
 // dropConn closes the connection go-zookeeper uses now, so that it moves
 // the session to the next server at once instead of waiting two thirds of
 // the session timeout for a silent server to answer.
@@ -203,25 +236,47 @@ func (s *zkSession) close() { s.closeOnce.Do(s.conn.Close) }
 // sniffConn reads the server's connect response as it passes: the first
 // frame on every connection. go-zookeeper keeps the negotiated timeout and
 // the password to itself, and we need both (DESIGN §1.6: the granted TTL;
-// ReleaseHandle: the password).
+// ReleaseHandle: the password). It also picks go-zookeeper's pings and
+// their answers out of the stream (pings.go).
 type sniffConn struct {
 	net.Conn
 	s      *zkSession
 	dialed time.Time
-	head   []byte
-	done   bool
+
+	mu    sync.Mutex // Read and Write run on different goroutines
+	pings pingTracker
 }
 
 func (c *sniffConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if !c.done && n > 0 {
-		c.head = append(c.head, b[:n]...)
-		if id, timeout, passwd, ok := parseConnectResponse(c.head); ok {
-			c.done, c.head = true, nil
-			c.s.granted(id, timeout, passwd, c.dialed)
-		} else if len(c.head) > 4+512 {
-			c.done, c.head = true, nil // not a connect response we know
+	if n > 0 {
+		at := time.Now()
+		c.mu.Lock()
+		answered, head := c.pings.read(b[:n], at)
+		if head != nil {
+			if id, timeout, passwd, ok := parseConnectResponse(head); ok {
+				c.pings.connected = true
+				c.s.granted(id, timeout, passwd, c.dialed)
+			} else {
+				c.pings.doubt = true
+			}
 		}
+		doubt := c.pings.doubt
+		c.mu.Unlock()
+		c.s.pinged(c, answered, doubt)
+	}
+	return n, err
+}
+
+func (c *sniffConn) Write(b []byte) (int, error) {
+	sent := time.Now()
+	n, err := c.Conn.Write(b)
+	c.mu.Lock()
+	c.pings.wrote(b[:n], sent, n == len(b))
+	doubt := c.pings.doubt
+	c.mu.Unlock()
+	if doubt {
+		c.s.pinged(c, nil, true)
 	}
 	return n, err
 }
