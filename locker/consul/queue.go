@@ -34,10 +34,11 @@ import (
 // it learns that at each read of the queue, and from the entry ahead when
 // that one says it is the head. The number ahead of an entry only falls
 // (new entries join at the tail), so a candidate that began rewriting keeps
-// on until it leaves. Each write says how many entries the writer knew
-// ahead of it ("ahead=0", "ahead=1"; "ahead=?" for one that does not
-// rewrite), so its successor knows, from the entry alone, whether silence
-// means anything. An entry that rewrites, not written for TTL +
+// on until it leaves; it writes its entry at once when it learns that it is
+// the head or one behind it, and then with each renewal. Each write says
+// how many entries the writer knew ahead of it ("ahead=0", "ahead=1";
+// "ahead=?" for one that does not rewrite), so its successor knows, from
+// the entry alone, whether silence means anything. An entry that rewrites, not written for TTL +
 // observe.Allowance(TTL) as its successor sees it on its own clock, is
 // skipped and deleted: a candidate killed or frozen next to the head holds
 // the queue up for at most that long, not for the two TTLs Consul takes to
@@ -77,12 +78,21 @@ func (l *Locker) entryKey(id string) string { return l.path + queueDir + id }
 
 // spot is what a queued candidate knows of its place: the number of live
 // entries ahead of its own, unknown (noSpot) until a read of the queue
-// shows it one or none. waitTurn lowers it; keepCandidate reads it.
-type spot struct{ ahead atomic.Int64 }
+// shows it one or none; and the place its entry last said, and the beat
+// of its writes. waitTurn lowers it; keepCandidate reads it.
+type spot struct {
+	ahead, said atomic.Int64
+	beat        atomic.Uint64
+}
 
 const noSpot = math.MaxInt64
 
-func newSpot() *spot { s := &spot{}; s.ahead.Store(noSpot); return s }
+func newSpot() *spot {
+	s := &spot{}
+	s.ahead.Store(noSpot)
+	s.said.Store(noSpot)
+	return s
+}
 
 // lower records that at most n live entries are ahead of ours.
 func (s *spot) lower(n int64) {
@@ -124,6 +134,25 @@ func entryMode(value []byte) (rewrites, head bool) {
 		return true, false
 	}
 	return false, false
+}
+
+// declare writes the candidate's entry at once when its place near the
+// head is news to it, so that its successor judges it by silence (and the
+// one after learns its own place) without waiting for the next renewal: a
+// candidate frozen a moment after it became head is passed over after TTL
+// + allowance, not when Consul ends its session.
+func (l *Locker) declare(ctx context.Context, id string, place *spot) {
+	ahead := place.ahead.Load()
+	if ahead > 1 || place.said.Load() == ahead {
+		return
+	}
+	if err := l.enqueue(ctx, id, place.beat.Add(1), ahead); err != nil {
+		if ctx.Err() == nil {
+			l.log.Debug("queue entry write failed; writing it with the next renewal", "key", l.entryKey(id), "error", err)
+		}
+		return
+	}
+	place.said.Store(ahead)
 }
 
 // enqueue writes the candidate's entry, locked by its session: creating it
@@ -200,7 +229,8 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 			// Skipped and deleted while we were frozen: back to the tail,
 			// where our place is unknown again.
 			place.ahead.Store(noSpot)
-			if err := l.enqueue(ctx, id, uint64(time.Now().UnixNano()), noSpot); err != nil {
+			place.said.Store(noSpot)
+			if err := l.enqueue(ctx, id, place.beat.Add(1), noSpot); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -241,10 +271,12 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 		}
 		if ahead == nil {
 			place.lower(0)
+			l.declare(ctx, id, place)
 			return nil
 		}
+		l.declare(ctx, id, place)
 		l.log.Debug("queued behind another candidate", "key", l.path, "ahead", ahead.Key)
-		silent, err := l.follow(ctx, ahead, watches[ahead.Key], place)
+		silent, err := l.follow(ctx, id, ahead, watches[ahead.Key], place)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -269,13 +301,14 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 // observe.Allowance(TTL) on our clock (it returns the ModifyIndex it
 // stayed at); w has observed it since it was first read. An entry that
 // says it is the head puts ours at most one behind.
-func (l *Locker) follow(ctx context.Context, ahead *api.KVPair, w *observe.Watch, place *spot) (silent uint64, err error) {
+func (l *Locker) follow(ctx context.Context, id string, ahead *api.KVPair, w *observe.Watch, place *spot) (silent uint64, err error) {
 	index, value := ahead.ModifyIndex, ahead.Value
 	w.Observe(strconv.FormatUint(index, 10), l.opts.TTL)
 	for {
 		rewrites, head := entryMode(value)
 		if head {
 			place.lower(1)
+			l.declare(ctx, id, place)
 		}
 		wait := blockWait
 		if rewrites {

@@ -194,7 +194,6 @@ func (l *Locker) destroySessionCtx(ctx context.Context, id string) {
 // dropped through gone. Once Acquire returns, the only renewals are the
 // supervisor's (DESIGN §6).
 func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.CancelCauseFunc, place *spot) {
-	var beat uint64
 	interval := l.opts.TTL / 3
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
@@ -207,8 +206,10 @@ func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.Canc
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		_, err := l.renewSession(cctx, id)
 		if err == nil && place != nil && place.rewrites() {
-			beat++
-			if qerr := l.enqueue(cctx, id, beat, place.ahead.Load()); qerr != nil && ctx.Err() == nil {
+			ahead := place.ahead.Load()
+			if qerr := l.enqueue(cctx, id, place.beat.Add(1), ahead); qerr == nil {
+				place.said.Store(ahead)
+			} else if ctx.Err() == nil {
 				l.log.Debug("queue entry write failed; retrying with the next renewal", "key", l.entryKey(id), "error", qerr)
 			}
 		}
