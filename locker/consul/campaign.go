@@ -35,10 +35,10 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 
 	// Queue up (queue.go) unless we only try once; a queue we may not
 	// write is only a lost courtesy.
-	queued := false
+	var place *spot // nil unless queued
 	if !l.opts.NoWait {
-		if qerr := l.enqueue(ctx, id, 0); qerr == nil {
-			queued = true
+		if qerr := l.enqueue(ctx, id, 0, noSpot); qerr == nil {
+			place = newSpot()
 		} else {
 			log := l.log.Debug
 			if errors.Is(qerr, locker.ErrRefused) {
@@ -57,19 +57,19 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		l.keepCandidate(cctx, id, stop, queued)
+		l.keepCandidate(cctx, id, stop, place)
 	}()
 	var ls *lease
 	err = nil
-	if queued {
-		err = l.waitTurn(cctx, id)
+	if place != nil {
+		err = l.waitTurn(cctx, id, place)
 	}
 	if err == nil {
 		ls, err = l.campaign(cctx, id)
 	}
 	stop(nil)
 	wg.Wait()
-	if queued {
+	if place != nil {
 		l.dequeue(id)
 	}
 	if err == nil {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -25,13 +28,33 @@ import (
 // one key, and moves up when that entry is deleted, unlocked (its session
 // ended) or silent.
 //
-// A candidate rewrites its entry with every renewal of its session
-// (keepCandidate, every TTL/3), so an entry not written for TTL +
-// observe.Allowance(TTL), as its successor sees it on its own clock, is
-// skipped and deleted: a candidate killed or frozen in the queue holds it up
-// for at most that long, not for the two TTLs Consul takes to invalidate
-// its session. A candidate that finds its entry gone (it was frozen, and
-// skipped) writes it again, at the tail.
+// Only the candidates near the head prove that they are alive. A candidate
+// rewrites its entry with every renewal of its session (keepCandidate,
+// every TTL/3) once it knows of at most one live entry ahead of its own:
+// it learns that at each read of the queue, and from the entry ahead when
+// that one says it is the head. The number ahead of an entry only falls
+// (new entries join at the tail), so a candidate that began rewriting keeps
+// on until it leaves; it writes its entry at once when it learns that it is
+// the head or one behind it, and then with each renewal. Each write says
+// how many entries the writer knew ahead of it ("ahead=0", "ahead=1";
+// "ahead=?" for one that does not rewrite), so its successor knows, from
+// the entry alone, whether silence means anything. An entry that rewrites, not written for TTL +
+// observe.Allowance(TTL) as its successor sees it on its own clock, is
+// skipped and deleted: a candidate killed or frozen next to the head holds
+// the queue up for at most that long, not for the two TTLs Consul takes to
+// invalidate its session. An entry deeper in the queue is written once,
+// and its successor waits only for it to be deleted or unlocked: Consul
+// ends a dead candidate's session within two TTLs and its entry is
+// released then, long before the queue reaches it in most cases. An entry
+// without "ahead=" (an older leaderrun) is taken to rewrite, as older ones
+// did. A candidate that finds its entry gone (it was frozen, and skipped)
+// writes it again, at the tail, and counts its place afresh.
+//
+// A successor could instead infer that an entry rewrites from seeing its
+// ModifyIndex move, but it reads only the one entry it follows: once that
+// one is skipped, a frozen entry further ahead that it never saw move
+// would cost it two TTLs, where entries frozen together must be passed
+// over together. The value says so at once.
 //
 // The queue decides only who tries first, never who leads: the lock key
 // alone does, taken exactly as before (campaign, observe.go). A head
@@ -53,18 +76,97 @@ const queueDir = "/~queue/"
 // entryKey is the queue entry of the candidate with session id.
 func (l *Locker) entryKey(id string) string { return l.path + queueDir + id }
 
+// spot is what a queued candidate knows of its place: the number of live
+// entries ahead of its own, unknown (noSpot) until a read of the queue
+// shows it one or none; and the place its entry last said, and the beat
+// of its writes. waitTurn lowers it; keepCandidate reads it.
+type spot struct {
+	ahead, said atomic.Int64
+	beat        atomic.Uint64
+}
+
+const noSpot = math.MaxInt64
+
+func newSpot() *spot {
+	s := &spot{}
+	s.ahead.Store(noSpot)
+	s.said.Store(noSpot)
+	return s
+}
+
+// lower records that at most n live entries are ahead of ours.
+func (s *spot) lower(n int64) {
+	for {
+		cur := s.ahead.Load()
+		if cur <= n || s.ahead.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// rewrites reports whether the candidate is near enough the head to prove
+// that it is alive with each renewal.
+func (s *spot) rewrites() bool { return s.ahead.Load() <= 1 }
+
+// entryValue is what a candidate writes into its entry: its ID, a beat that
+// changes with every write, and how many live entries it knows ahead of it.
+func entryValue(id string, beat uint64, ahead int64) []byte {
+	place := "?"
+	if ahead <= 1 {
+		place = strconv.FormatInt(ahead, 10)
+	}
+	return []byte(id + " " + strconv.FormatUint(beat, 10) + " ahead=" + place)
+}
+
+// entryMode reads an entry's value: whether its writer rewrites it (so
+// that its silence means it is dead or frozen), and whether it is the head.
+// A value with no place in it is an older leaderrun's, which rewrites.
+func entryMode(value []byte) (rewrites, head bool) {
+	v := string(value)
+	i := strings.LastIndex(v, " ahead=")
+	if i < 0 {
+		return true, false
+	}
+	switch v[i+len(" ahead="):] {
+	case "0":
+		return true, true
+	case "1":
+		return true, false
+	}
+	return false, false
+}
+
+// declare writes the candidate's entry at once when its place near the
+// head is news to it, so that its successor judges it by silence (and the
+// one after learns its own place) without waiting for the next renewal: a
+// candidate frozen a moment after it became head is passed over after TTL
+// + allowance, not when Consul ends its session.
+func (l *Locker) declare(ctx context.Context, id string, place *spot) {
+	ahead := place.ahead.Load()
+	if ahead > 1 || place.said.Load() == ahead {
+		return
+	}
+	if err := l.enqueue(ctx, id, place.beat.Add(1), ahead); err != nil {
+		if ctx.Err() == nil {
+			l.log.Debug("queue entry write failed; writing it with the next renewal", "key", l.entryKey(id), "error", err)
+		}
+		return
+	}
+	place.said.Store(ahead)
+}
+
 // enqueue writes the candidate's entry, locked by its session: creating it
 // (at the tail of the queue) when it is absent, and otherwise moving its
 // ModifyIndex, which its successor reads as a sign of life. beat makes
 // every write change the value; Consul moves no index for a write that
-// changes nothing.
-func (l *Locker) enqueue(ctx context.Context, id string, beat uint64) error {
+// changes nothing. ahead is the number of live entries it knows ahead.
+func (l *Locker) enqueue(ctx context.Context, id string, beat uint64, ahead int64) error {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	var ok bool
 	err := l.do(cctx, func(c *api.Client) (err error) {
 		ok, _, err = c.KV().Acquire(&api.KVPair{
-			Key: l.entryKey(id), Session: id, Value: []byte(l.opts.ID + " " + strconv.FormatUint(beat, 10)),
+			Key: l.entryKey(id), Session: id, Value: entryValue(l.opts.ID, beat, ahead),
 		}, l.writeOpts(cctx))
 		return err
 	})
@@ -95,7 +197,7 @@ func (l *Locker) dequeue(id string) {
 // the head and may campaign for the key. It returns an error only when ctx
 // ends; when the queue cannot be read it returns at once, and the
 // candidate campaigns as every candidate did without a queue.
-func (l *Locker) waitTurn(ctx context.Context, id string) error {
+func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 	mine := l.entryKey(id)
 	skipped := map[string]uint64{} // entry -> the ModifyIndex it was silent at
 	// Every entry ahead is observed with each read of the queue, so that
@@ -114,6 +216,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string) error {
 				return ctx.Err()
 			}
 			l.log.Debug("cannot read the candidates' queue; campaigning without it", "key", l.path, "error", l.scrub(err))
+			place.lower(0)
 			return nil
 		}
 		var me, ahead *api.KVPair
@@ -123,12 +226,16 @@ func (l *Locker) waitTurn(ctx context.Context, id string) error {
 			}
 		}
 		if me == nil || me.Session != id {
-			// Skipped and deleted while we were frozen: back to the tail.
-			if err := l.enqueue(ctx, id, uint64(time.Now().UnixNano())); err != nil {
+			// Skipped and deleted while we were frozen: back to the tail,
+			// where our place is unknown again.
+			place.ahead.Store(noSpot)
+			place.said.Store(noSpot)
+			if err := l.enqueue(ctx, id, place.beat.Add(1), noSpot); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				l.log.Debug("cannot write the queue entry again; campaigning without it", "key", mine, "error", err)
+				place.lower(0)
 				return nil
 			}
 			continue
@@ -154,6 +261,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string) error {
 			}
 		}
 		watches = listed
+		place.lower(int64(len(listed)))
 		// Tidy up the dead entries between our predecessor and us: we are
 		// the one candidate that moves past them.
 		for _, p := range dead {
@@ -162,10 +270,13 @@ func (l *Locker) waitTurn(ctx context.Context, id string) error {
 			}
 		}
 		if ahead == nil {
+			place.lower(0)
+			l.declare(ctx, id, place)
 			return nil
 		}
+		l.declare(ctx, id, place)
 		l.log.Debug("queued behind another candidate", "key", l.path, "ahead", ahead.Key)
-		silent, err := l.follow(ctx, ahead, watches[ahead.Key])
+		silent, err := l.follow(ctx, id, ahead, watches[ahead.Key], place)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -185,18 +296,29 @@ func (l *Locker) waitTurn(ctx context.Context, id string) error {
 }
 
 // follow waits, with blocking queries on the one entry ahead of ours, until
-// that entry is deleted or unlocked (it returns 0, nil) or has not been
-// written for TTL + observe.Allowance(TTL) on our clock (it returns the
-// ModifyIndex it stayed at); w has observed it since it was first read.
-func (l *Locker) follow(ctx context.Context, ahead *api.KVPair, w *observe.Watch) (silent uint64, err error) {
-	index := ahead.ModifyIndex
+// that entry is deleted or unlocked (it returns 0, nil) or, while its value
+// says that it rewrites, has not been written for TTL +
+// observe.Allowance(TTL) on our clock (it returns the ModifyIndex it
+// stayed at); w has observed it since it was first read. An entry that
+// says it is the head puts ours at most one behind.
+func (l *Locker) follow(ctx context.Context, id string, ahead *api.KVPair, w *observe.Watch, place *spot) (silent uint64, err error) {
+	index, value := ahead.ModifyIndex, ahead.Value
 	w.Observe(strconv.FormatUint(index, 10), l.opts.TTL)
 	for {
-		_, left, _ := w.Due()
-		if left <= 0 {
-			return index, nil
+		rewrites, head := entryMode(value)
+		if head {
+			place.lower(1)
+			l.declare(ctx, id, place)
 		}
-		pair, _, err := l.readKeyAt(ctx, ahead.Key, max(index, 1), min(max(left, minWait), blockWait))
+		wait := blockWait
+		if rewrites {
+			_, left, _ := w.Due()
+			if left <= 0 {
+				return index, nil
+			}
+			wait = min(max(left, minWait), blockWait)
+		}
+		pair, _, err := l.readKeyAt(ctx, ahead.Key, max(index, 1), wait)
 		if err != nil {
 			return 0, err
 		}
@@ -206,7 +328,7 @@ func (l *Locker) follow(ctx context.Context, ahead *api.KVPair, w *observe.Watch
 		if pair.ModifyIndex < index {
 			return 0, nil // the index went backwards: read the queue afresh
 		}
-		index = pair.ModifyIndex
+		index, value = pair.ModifyIndex, pair.Value
 		w.Observe(strconv.FormatUint(index, 10), l.opts.TTL)
 	}
 }

@@ -1,13 +1,17 @@
 package consul
 
 import (
+	"cmp"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/locker/observe"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // TestQueue runs the candidates' queue (queue.go) on a real Consul server.
@@ -23,6 +27,111 @@ func TestQueue(t *testing.T) {
 	})
 	t.Run("KeyBeneath", func(t *testing.T) { testKeyBeneath(t, c, addr) })
 	t.Run("NeverUsedWithEntries", func(t *testing.T) { testNeverUsedWithEntries(t, c, addr) })
+	t.Run("OnlyTheNearRewrite", func(t *testing.T) { testOnlyTheNearRewrite(t, c, addr) })
+}
+
+// testOnlyTheNearRewrite: with a leader and five candidates queued, only
+// the head and the one behind it rewrite their entries; the three deeper
+// write theirs once, so over three TTLs their ModifyIndex stays put. Then
+// the candidate behind the head and one deeper lose the server (every
+// request they send fails, as for a host killed or cut off): the first is
+// passed over and deleted within TTL + allowance, as a silent entry that
+// rewrites; the deeper one, which never rewrote, once Consul invalidates
+// its session (within two TTLs) and its successor finds it unlocked.
+func testOnlyTheNearRewrite(t *testing.T, c *cluster, addr string) {
+	const n = 5
+	key := lockertest.Key(t)
+	leader := c.locker(t, key, addr)
+	held := acquire(t, leader)
+	defer release(t, held)
+	// The leader renews, as its supervisor would, until the test ends.
+	renewing, renewed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for {
+			select {
+			case <-renewing:
+				return
+			case <-time.After(leader.opts.TTL / 3):
+			}
+			if _, err := held.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
+				t.Errorf("the leader's renewal failed: %v", err)
+				return
+			}
+		}
+	}()
+	defer func() { close(renewing); <-renewed }()
+	cut := map[int]*testsupport.FaultyHTTP{1: nil, 3: nil}
+	ls := make([]*Locker, n)
+	for i := range ls {
+		a := addr
+		if _, ok := cut[i]; ok {
+			cut[i] = testsupport.NewFaultyHTTP(t, addr)
+			a = cut[i].Addr
+		}
+		ls[i] = c.locker(t, key, a)
+		lockertest.AcquireAsync(t, lockertest.Ctx(t, 3*time.Minute), ls[i])
+		// One at a time, so the queue's order is known.
+		waitFor(t, 10*time.Second, "the candidate's entry", func() bool { return c.queued(t, leader) == i+1 })
+	}
+	entries := func() []*api.KVPair {
+		pairs, _, err := c.admin.KV().List(leader.path+queueDir, &api.QueryOptions{RequireConsistent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(pairs, func(a, b *api.KVPair) int { return cmp.Compare(a.CreateIndex, b.CreateIndex) })
+		return pairs
+	}
+	// Every candidate has read the queue and the near ones have begun to
+	// rewrite by the second renewal.
+	ttl := leader.opts.TTL
+	time.Sleep(ttl/3 + time.Second)
+	first := entries()
+	if len(first) != n {
+		t.Fatalf("%d entries, want %d", len(first), n)
+	}
+	writes := make([]int, n)
+	last := make([]uint64, n)
+	for i, p := range first {
+		last[i] = p.ModifyIndex
+	}
+	for end := time.Now().Add(3 * ttl); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		for i, p := range entries() {
+			if i < n && p.ModifyIndex != last[i] {
+				writes[i]++
+				last[i] = p.ModifyIndex
+			}
+		}
+	}
+	t.Logf("entry writes over %v by place in the queue: %v", 3*ttl, writes)
+	for i, w := range writes {
+		switch {
+		case i < 2 && w < 3:
+			t.Errorf("the entry at place %d was written %d times in three TTLs, want one per TTL/3: it must prove it is alive", i, w)
+		case i >= 2 && w != 0:
+			t.Errorf("the entry at place %d was written %d times in three TTLs, want 0: only the head and the one behind it rewrite", i, w)
+		}
+	}
+	if _, head := entryMode(entries()[0].Value); !head {
+		t.Errorf("the head's entry %q does not say it is the head", entries()[0].Value)
+	}
+
+	behind, deep := entries()[1].Key, entries()[3].Key
+	cutAt := time.Now()
+	cut[1].FailPrefix("/")
+	cut[3].FailPrefix("/")
+	gone := func(key string) bool {
+		pair, _, err := c.admin.KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+		return err == nil && pair == nil
+	}
+	bound := ttl + observe.Allowance(ttl)
+	waitFor(t, bound+3*time.Second, "the entry behind the head passed over and deleted", func() bool { return gone(behind) })
+	t.Logf("the entry behind the head was deleted %v after its candidate was cut off (TTL + allowance %v)", time.Since(cutAt).Round(time.Millisecond), bound)
+	waitFor(t, 2*ttl+observe.Allowance(ttl)+3*time.Second, "the deep entry passed over and deleted", func() bool { return gone(deep) })
+	t.Logf("the deep entry was deleted %v after its candidate was cut off (2 x TTL + allowance %v)", time.Since(cutAt).Round(time.Millisecond), 2*ttl+observe.Allowance(ttl))
+	if got := c.queued(t, leader); got != n-2 {
+		t.Errorf("%d live entries after two candidates went, want %d", got, n-2)
+	}
 }
 
 // stoppedEntry puts an entry in l's queue whose session lives on (renewed

@@ -189,11 +189,11 @@ func (l *Locker) destroySessionCtx(ctx context.Context, id string) {
 }
 
 // keepCandidate renews a standby's session every TTL/3 until ctx ends,
-// and, when it is queued, writes its queue entry after each renewal
-// (queue.go). It reports a session the server dropped through gone. Once
-// Acquire returns, the only renewals are the supervisor's (DESIGN §6).
-func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.CancelCauseFunc, queued bool) {
-	var beat uint64
+// and, when it is queued near enough the head (place, queue.go), writes
+// its queue entry after each renewal. It reports a session the server
+// dropped through gone. Once Acquire returns, the only renewals are the
+// supervisor's (DESIGN §6).
+func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.CancelCauseFunc, place *spot) {
 	interval := l.opts.TTL / 3
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
@@ -205,9 +205,11 @@ func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.Canc
 		}
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		_, err := l.renewSession(cctx, id)
-		if err == nil && queued {
-			beat++
-			if qerr := l.enqueue(cctx, id, beat); qerr != nil && ctx.Err() == nil {
+		if err == nil && place != nil && place.rewrites() {
+			ahead := place.ahead.Load()
+			if qerr := l.enqueue(cctx, id, place.beat.Add(1), ahead); qerr == nil {
+				place.said.Store(ahead)
+			} else if ctx.Err() == nil {
 				l.log.Debug("queue entry write failed; retrying with the next renewal", "key", l.entryKey(id), "error", qerr)
 			}
 		}

@@ -189,6 +189,11 @@ func (c *Consul) agentConfig(name, dataDir string, httpPort, serfPort, serverPor
 		// Production timing (multiplier 1) instead of the default 5, and LAN
 		// gossip close to -dev's, since every peer is on loopback.
 		"performance": map[string]any{"raft_multiplier": 1},
+		// Every candidate of a test connects from 127.0.0.1, and the
+		// default of 200 HTTP connections per client address refuses
+		// the hundred candidates of the scale benchmark (each holds a few,
+		// docs/BACKENDS.md) with "429 ... too many concurrent connections".
+		"limits": map[string]any{"http_max_conns_per_client": 4096},
 		"gossip_lan": map[string]any{
 			"gossip_interval": "100ms",
 			"probe_interval":  "250ms",
