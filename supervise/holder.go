@@ -16,9 +16,10 @@ import (
 // INFO line "waiting for the holder" (id, host, pid, epoch) when the
 // campaign starts and whenever the holder changes. The Locker interface has
 // no change notification, so the holder is read with Locker.Leader once at
-// the start and then once a TTL (at least a renew interval): a holder
-// changes at most that often unless it hands over, and a standby adds one
-// read a TTL to what it costs the backend (DESIGN §5). The
+// the start and then every holderReread (or a TTL, or a renew interval,
+// when longer): the line is news for a person, who can wait a minute for
+// it, and a fleet of standbys would otherwise add one read each a TTL,
+// landing in every failover, to what it costs the backend (DESIGN §5). The
 // last error the read met is kept for an --acquire-timeout that passes
 // (timedOut), and whether a holder was seen at all.
 type holderWatch struct {
@@ -48,7 +49,7 @@ func (s *Supervisor) watchHolder(ctx context.Context) *holderWatch {
 				last = h
 				s.log.Info("waiting for the holder", "holder", h.ID, "host", h.Hostname, "pid", h.PID, "epoch", h.Epoch)
 			}
-			if !s.sleep(ctx, max(s.cfg.RenewInterval, s.cfg.TTL)) {
+			if !s.sleep(ctx, max(s.cfg.RenewInterval, s.cfg.TTL, holderReread)) {
 				return
 			}
 		}

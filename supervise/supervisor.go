@@ -290,6 +290,10 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 // passed, whether the backend answers at all.
 const holderReadTimeout = 2 * time.Second
 
+// holderReread is how often a waiting campaign reads the holder again
+// (holderWatch).
+const holderReread = time.Minute
+
 // timedOut is the outcome of an --acquire-timeout that passed. "Held
 // elsewhere" (124, or --conflict-exit) is said only when a holder was seen:
 // it is asked once more who leads, and a holder read then or by the
