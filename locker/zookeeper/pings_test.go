@@ -131,6 +131,13 @@ func TestPingTrackerDoubt(t *testing.T) {
 			r.write(pingRequest(), 1)
 			r.read([]byte{0xff, 0xff, 0xff, 0xf0}, 1)
 		},
+		"answer longer than any frame": func(r *trackerRun) {
+			r.write(pingRequest(), 1)
+			r.read([]byte{0x40, 0, 0, 1}, 1) // maxFrame+1
+		},
+		"request with the top length bit set": func(r *trackerRun) {
+			r.write([]byte{0x80, 0, 0, 8, 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 11}, 1)
+		},
 		"write cut short": func(r *trackerRun) {
 			p := pingRequest()
 			r.tr.wrote(p[:5], r.now, false)
