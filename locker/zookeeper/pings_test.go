@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -130,6 +131,13 @@ func TestPingTrackerDoubt(t *testing.T) {
 			r.write(pingRequest(), 1)
 			r.read([]byte{0xff, 0xff, 0xff, 0xf0}, 1)
 		},
+		"answer longer than any frame": func(r *trackerRun) {
+			r.write(pingRequest(), 1)
+			r.read([]byte{0x40, 0, 0, 1}, 1) // maxFrame+1
+		},
+		"request with the top length bit set": func(r *trackerRun) {
+			r.write([]byte{0x80, 0, 0, 8, 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 11}, 1)
+		},
 		"write cut short": func(r *trackerRun) {
 			p := pingRequest()
 			r.tr.wrote(p[:5], r.now, false)
@@ -253,5 +261,153 @@ func TestRelayCountsPings(t *testing.T) {
 	relayed, found = p.renewing(at(1960))
 	if p.first() || !p.late(at(1960), relayed, found) {
 		t.Errorf("a second renewal %v after its relayed request is not late", at(1960).Sub(relayed))
+	}
+}
+
+// TestPingTrackerAnySplit: however both streams are cut into writes and
+// reads, frames split across calls or coalesced into one, and whatever
+// requests, answers and watch events come between the pings, each ping
+// answer is paired with the write that completed its ping (the earliest
+// the server could take it) and the read that completed its answer, and
+// nothing is put in doubt. The server answers in order, as ZooKeeper
+// does; a ping's frame is whole only once the write carrying its last
+// byte began, and its answer known only once the read carrying the
+// answer's last byte returned.
+func TestPingTrackerAnySplit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 7))
+	base := time.Unix(1000, 0)
+	for round := 0; round < 500; round++ {
+		type frameOf struct {
+			b    []byte
+			ping bool
+			req  int // for an answer: the request frame it answers (-1: a watch event)
+		}
+		// The requests (after the connect) and, in order, their answers
+		// with watch events mixed in.
+		var reqs, answers []frameOf
+		for i, n := 0, 1+rng.IntN(12); i < n; i++ {
+			if rng.IntN(3) == 0 {
+				reqs = append(reqs, frameOf{b: pingRequest(), ping: true})
+			} else {
+				xid := int32(1 + rng.IntN(1<<20))
+				reqs = append(reqs, frameOf{b: frame([]int32{xid, int32(1 + rng.IntN(20))}, make([]byte, rng.IntN(60))...)})
+			}
+		}
+		for i, r := range reqs {
+			if rng.IntN(4) == 0 {
+				answers = append(answers, frameOf{b: answer(-1, 0, make([]byte, 4+rng.IntN(30))...), req: -1})
+			}
+			xid := int32(binary.BigEndian.Uint32(r.b[4:]))
+			body := make([]byte, rng.IntN(80))
+			if r.ping {
+				body = nil // a ping's answer is its header alone
+			}
+			answers = append(answers, frameOf{b: answer(xid, 0, body...), ping: r.ping, req: i})
+		}
+		// Cut each stream at random points: a piece is one Write or Read.
+		cut := func(frames []frameOf) (pieces [][]byte, ends []int) {
+			var all []byte
+			for _, f := range frames {
+				all = append(all, f.b...)
+				ends = append(ends, len(all)) // offset just past each frame
+			}
+			for len(all) > 0 {
+				k := 1 + rng.IntN(min(len(all), 48))
+				pieces, all = append(pieces, all[:k]), all[k:]
+			}
+			return pieces, ends
+		}
+		outPieces, outEnds := cut(reqs)
+		inPieces, inEnds := cut(answers)
+
+		var tr pingTracker
+		now := base
+		tick := func() time.Time { now = now.Add(time.Millisecond); return now }
+		tr.wrote(connectRequest(), tick(), true)
+		if _, head := tr.read(connectAnswer(), tick()); head == nil {
+			t.Fatal("connect answer not handed on")
+		} else if _, _, _, ok := parseConnectResponse(head); !ok {
+			t.Fatal("connect answer not understood")
+		}
+		tr.connected = true
+
+		// Issue the pieces in an order the causality allows: a read may
+		// carry an answer's bytes only once its request is whole.
+		var (
+			written, read int                   // bytes of each stream so far
+			oi, ii        int                   // next piece each way
+			wholeAt       = map[int]time.Time{} // request frame -> write that completed it
+			doneAt        = map[int]time.Time{} // answer frame -> read that completed it
+			got           []activity
+		)
+		reqWhole := func(n int) int { // request frames whole after n bytes
+			k := 0
+			for k < len(outEnds) && outEnds[k] <= n {
+				k++
+			}
+			return k
+		}
+		for oi < len(outPieces) || ii < len(inPieces) {
+			canRead := false
+			if ii < len(inPieces) {
+				end := read + len(inPieces[ii])
+				canRead = true
+				for j := range inEnds {
+					start := 0
+					if j > 0 {
+						start = inEnds[j-1]
+					}
+					if start < end && answers[j].req >= reqWhole(written) {
+						canRead = false // it would carry an answer to a request not yet whole
+					}
+				}
+			}
+			if oi < len(outPieces) && (!canRead || rng.IntN(2) == 0) {
+				at := tick()
+				p := outPieces[oi]
+				before := reqWhole(written)
+				tr.wrote(p, at, true)
+				written += len(p)
+				for k := before; k < reqWhole(written); k++ {
+					wholeAt[k] = at
+				}
+				oi++
+				continue
+			}
+			if !canRead {
+				t.Fatalf("round %d: stuck", round)
+			}
+			at := tick()
+			p := inPieces[ii]
+			acts, head := tr.read(p, at)
+			if head != nil {
+				t.Fatalf("round %d: a second connect answer", round)
+			}
+			read += len(p)
+			for j, e := range inEnds {
+				if e <= read {
+					if _, ok := doneAt[j]; !ok {
+						doneAt[j] = at
+					}
+				}
+			}
+			got = append(got, acts...)
+			ii++
+		}
+		var want []activity
+		for j, a := range answers {
+			if a.ping {
+				want = append(want, activity{wholeAt[a.req], doneAt[j]})
+			}
+		}
+		if tr.doubt || len(got) != len(want) {
+			t.Fatalf("round %d: doubt %v, %d pings answered, want %d", round, tr.doubt, len(got), len(want))
+		}
+		for i := range want {
+			if !got[i].sent.Equal(want[i].sent) || !got[i].answered.Equal(want[i].answered) {
+				t.Fatalf("round %d: ping %d counted as (%v, %v), want (%v, %v)", round, i,
+					got[i].sent.Sub(base), got[i].answered.Sub(base), want[i].sent.Sub(base), want[i].answered.Sub(base))
+			}
+		}
 	}
 }
