@@ -51,7 +51,13 @@ func newLeaseClient(cfg *rest.Config, ns string) (*leaseClient, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &coordinationv1.SchemeGroupVersion
 	c.APIPath = "/apis"
-	c.ContentType = runtime.ContentTypeJSON
+	// Protobuf both ways: a Lease decodes through its generated Unmarshal
+	// code where JSON walks it by reflection, touching type data and code
+	// that a settled process would otherwise keep mapped after every
+	// renewal (docs/BENCHMARKS.md, "Where the memory and the wake-ups go").
+	// JSON stays accepted for a server or proxy that does not speak it.
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	c.NegotiatedSerializer = leaseCodecs().WithoutConversion()
 	rc, err := rest.RESTClientFor(c)
 	if err != nil {
@@ -111,5 +117,6 @@ func (c *leaseClient) DeleteIf(ctx context.Context, name, rv string) error {
 	// Raw: the scheme registers DeleteOptions under v1, not under the
 	// Lease's group.
 	body := `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"resourceVersion":` + strconv.Quote(rv) + `}}`
-	return c.rc.Delete().Namespace(c.ns).Resource("leases").Name(name).Body([]byte(body)).Do(ctx).Error()
+	return c.rc.Delete().Namespace(c.ns).Resource("leases").Name(name).
+		SetHeader("Content-Type", runtime.ContentTypeJSON).Body([]byte(body)).Do(ctx).Error()
 }
