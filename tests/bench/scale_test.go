@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var flagScaleOnly = flag.String("bench.scale-only", "", "run only leaderrun's scale rows on these backends (comma-separated, e.g. consul,kubernetes) at the -bench.scale sizes")
+var flagScaleOnly = flag.String("bench.scale-only", "", "run only leaderrun's scale rows on these backends (comma-separated: etcd, consul, zookeeper, kubernetes) at the -bench.scale sizes")
 
 // TestBenchScale runs the scale section alone for the backends named by
 // -bench.scale-only, with -bench.trials failovers per size (at most one
@@ -21,11 +21,13 @@ func TestBenchScale(t *testing.T) {
 		t.Skip("runs with -bench.scale-only=consul,kubernetes")
 	}
 	backends := strings.Split(*flagScaleOnly, ",")
-	consul := 0
-	if slices.Contains(backends, "consul") {
-		consul = 3
+	servers := func(name string) int {
+		if slices.Contains(backends, name) {
+			return 3
+		}
+		return 0
 	}
-	e := newEnv(t, 0, consul, 0, slices.Contains(backends, "kubernetes"))
+	e := newEnv(t, servers("etcd"), servers("consul"), servers("zookeeper"), slices.Contains(backends, "kubernetes"))
 	var cs []*Contender
 	for _, c := range Contenders() {
 		if c.Leaderrun && slices.Contains(backends, c.Backend) {
