@@ -167,11 +167,17 @@ func (s *store) ListenControl(ctx context.Context) (leaserow.ControlListen, erro
 	if refused != nil {
 		return nil, refused
 	}
-	conn, err := s.pool.Acquire(ctx)
+	// Bounded like every other call, and ended by Close: a server that
+	// stopped answering must not hold a connection that Close waits for.
+	lctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	stop := context.AfterFunc(s.closing, cancel)
+	defer stop()
+	conn, err := s.pool.Acquire(lctx)
 	if err != nil {
 		return nil, s.classify("listen for control writes", err)
 	}
-	if _, err = conn.Exec(ctx, `LISTEN `+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+	if _, err = conn.Exec(lctx, `LISTEN `+pgx.Identifier{s.channel}.Sanitize()); err != nil {
 		conn.Release()
 		err = s.classify("listen for control writes", err)
 		if errors.Is(err, locker.ErrRefused) {

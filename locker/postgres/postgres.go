@@ -278,10 +278,26 @@ func (s *store) Place() (string, []string) {
 	return "row " + s.key + " of " + s.schemaName + "." + s.tableName + " on PostgreSQL " + s.addr, []string{"DSN", "Schema", "Table"}
 }
 
-// Close ends the listens, then closes the pool.
+// Close ends the listens, then closes the pool, waiting at most one call
+// timeout for it: a connection whose call timed out on a server that no
+// longer answers is closed by pgx in the background, after a cancel
+// request that may itself wait up to 15s, and the pool's Close waits for
+// that. The closing goes on in the background; a leaderrun that exits
+// does not wait for it.
 func (s *store) Close() error {
 	s.close()
-	s.pool.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.pool.Close()
+	}()
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.log.Debug("closing the connections goes on in the background", "timeout_s", s.timeout.Seconds())
+	}
 	return nil
 }
 
