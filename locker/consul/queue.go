@@ -160,8 +160,12 @@ func (l *Locker) declare(ctx context.Context, id string, place *spot) {
 // ModifyIndex, which its successor reads as a sign of life. beat makes
 // every write change the value; Consul moves no index for a write that
 // changes nothing. ahead is the number of live entries it knows ahead.
+//
+// The write is not cut short when ctx ends: Consul would still apply a
+// write whose request was abandoned, possibly after dequeue's delete, and
+// leave an entry behind. It ends within callTimeout all the same.
 func (l *Locker) enqueue(ctx context.Context, id string, beat uint64, ahead int64) error {
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	var ok bool
 	err := l.do(cctx, func(c *api.Client) (err error) {

@@ -628,15 +628,17 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
 		t.Fatalf("resume %d %s", code, errOut)
 	}
-	waitFor(t, 30*time.Second, "2 slots filled after resume", func() bool { return len(slotChildren(mark)) == 2 })
+	var kids []slotChild
+	filled := func() bool { kids = slotChildren(mark); return len(kids) == 2 }
+	waitFor(t, 30*time.Second, "2 slots filled after resume", filled)
 	for round := range 2 {
-		victim := slotChildren(mark)[round%2]
+		victim := kids[round%2] // as the wait saw them: a second scan may catch a child between exec and its marker
 		procs[victim.id].Signal(syscall.SIGKILL)
 		delete(procs, victim.id)
 		if round == 1 {
 			break
 		}
-		waitFor(t, 20*time.Second, "the spare refilling the slot of the killed holder", func() bool { return len(slotChildren(mark)) == 2 })
+		waitFor(t, 20*time.Second, "the spare refilling the slot of the killed holder", filled)
 	}
 	for _, p := range procs {
 		began := time.Now()
