@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -178,7 +177,23 @@ type Options struct {
 	Priority int
 }
 
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`)
+// simpleName reports whether s is 1 to 128 characters: a letter or digit,
+// then letters, digits and the characters of also. It stands for the
+// pattern [A-Za-z0-9][A-Za-z0-9<also>]{0,127}, without the compiled
+// expression that every process would build at start and keep.
+func simpleName(s, also string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || strings.IndexByte(also, c) < 0) {
+			return false
+		}
+	}
+	return true
+}
 
 // MaxHolders bounds --holders: the number of slots of one key.
 const MaxHolders = 64
@@ -234,7 +249,7 @@ func ValidateUserKey(key string) error {
 	if key == "" {
 		return errors.New("must not be empty")
 	}
-	if !keyPattern.MatchString(key) {
+	if !simpleName(key, "._/-") {
 		return fmt.Errorf("%q must match [A-Za-z0-9][A-Za-z0-9._/-]{0,127}", key)
 	}
 	if strings.Contains(key, "..") {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"time"
 )
 
@@ -73,13 +72,11 @@ type RunLog interface {
 // OneAttempt: As[RunLog].
 func RunLogOf(l Locker) (RunLog, bool) { return As[RunLog](l) }
 
-var slotPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$`)
-
 // ValidateSlot checks a slot name (a --run-id): it starts with a letter or
 // digit, uses only letters, digits and . _ : + -, at most 128 characters. It
 // is used as a file name and a key segment, so it has no slash.
 func ValidateSlot(slot string) error {
-	if !slotPattern.MatchString(slot) {
+	if !simpleName(slot, "._:+-") {
 		return fmt.Errorf("%q must match [A-Za-z0-9][A-Za-z0-9._:+-]{0,127}", slot)
 	}
 	return nil

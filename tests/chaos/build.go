@@ -40,9 +40,9 @@ func Build(dir string, race bool) (Binaries, error) {
 		if x.race {
 			args = append(args, "-race")
 		} else {
-			// As the packages build them (Makefile): what the benchmark's
-			// footprint measures is what operators run.
-			args = append(args, "-trimpath", "-ldflags=-s -w")
+			// As the packages build them (Makefile, TAGS too): what the
+			// benchmark's footprint measures is what operators run.
+			args = append(args, "-trimpath", "-tags=urfave_cli_no_docs", "-ldflags=-s -w")
 			env = append(env, "CGO_ENABLED=0")
 		}
 		cmd := exec.Command("go", append(args, x.pkg)...)

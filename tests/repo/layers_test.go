@@ -1,7 +1,9 @@
 package repo
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -98,5 +100,33 @@ func TestMakefileSetsTheVersion(t *testing.T) {
 	}
 	if !strings.Contains(string(v), "9.8.7-test") || !strings.Contains(string(v), "abcdef123456") {
 		t.Errorf("leaderrun version = %q, want the Makefile's version and commit", v)
+	}
+}
+
+// TestBuildTagsAgree checks that the benchmark's and the suite's leaderrun
+// (tests/chaos) is built with the Makefile's TAGS, so that the footprint
+// they measure is the shipped binary's, and that the tags leave urfave/cli's
+// document writers out: a misspelt tag is silently ignored by go build.
+func TestBuildTagsAgree(t *testing.T) {
+	out, err := exec.Command("make", "-s", "-C", root, "-f", "Makefile", "--eval", "print-tags: ; @echo '$(TAGS)'", "print-tags").Output()
+	if err != nil {
+		t.Fatalf("make print-tags: %v", err)
+	}
+	tags := strings.TrimSpace(string(out))
+	src, err := os.ReadFile(filepath.Join(root, "tests/chaos/build.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(src), `"-tags=`+tags+`"`) {
+		t.Errorf("tests/chaos/build.go does not build with -tags=%s, the Makefile's TAGS", tags)
+	}
+	list := exec.Command("go", "list", "-tags", tags, "-deps", ".")
+	list.Dir = root
+	deps, err := list.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if strings.Contains(string(deps), "blackfriday") {
+		t.Errorf("with -tags %s leaderrun still links blackfriday (urfave/cli's document writers)", tags)
 	}
 }
