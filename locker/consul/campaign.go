@@ -37,7 +37,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	// write is only a lost courtesy.
 	var place *spot // nil unless queued
 	if !l.opts.NoWait {
-		if qerr := l.enqueue(ctx, id, 0, noSpot); qerr == nil {
+		if qerr := l.join(ctx, id); qerr == nil {
 			place = newSpot()
 		} else {
 			log := l.log.Debug

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/leaderrun/leaderrun/internal/retry"
+	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
@@ -62,8 +63,9 @@ import (
 // clock starts no earlier than it would without the queue. A candidate that
 // ignores the queue (an older leaderrun, a token that may not write beside
 // the key) follows the key and races the head: it may win ahead of its
-// turn, which costs fairness, not safety. Any failure of the queue makes a
-// candidate campaign as head.
+// turn, which costs fairness, not safety. A refusal makes a candidate
+// campaign as head at once; a failure that may pass, only once it has
+// lasted queueRetryFor (a TTL when joining).
 
 // queueDir separates the entries from the lock key and its once-per
 // records. Its '~' is a character no key or prefix may hold
@@ -178,10 +180,53 @@ func (l *Locker) enqueue(ctx context.Context, id string, beat uint64, ahead int6
 	case err != nil:
 		return l.fail("write queue entry "+l.entryKey(id), err)
 	case !ok:
-		return fmt.Errorf("write queue entry %s: Consul refused the lock", l.entryKey(id))
+		return fmt.Errorf("write queue entry %s: %w", l.entryKey(id), errEntryRefused)
 	}
 	return nil
 }
+
+// join writes the candidate's first queue entry. A failure that may pass
+// (anything but a refusal) is retried with a doubling pause for up to a
+// TTL, while the session it has just created needs no renewal (nothing
+// renews it before the campaign starts): at a hundred candidates starting
+// at once the servers
+// answer slowly for a while, and a candidate that campaigned without the
+// queue would be woken by every release for as long as it waits. A
+// refusal, or a failure that lasts, is returned, and the candidate
+// campaigns without the queue, which costs fairness and requests, never
+// safety.
+func (l *Locker) join(ctx context.Context, id string) error {
+	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	began := time.Now()
+	for {
+		err := l.enqueue(ctx, id, 0, noSpot)
+		if err == nil || ctx.Err() != nil || !l.queueRetry(err, began) || time.Since(began) >= l.opts.TTL {
+			return err
+		}
+		l.log.Debug("cannot join the candidates' queue yet; retrying", "key", l.path, "error", err)
+		if !retry.Sleep(ctx, backoff.Next()) {
+			return ctx.Err()
+		}
+	}
+}
+
+// queueRetry reports whether a queue call that failed with err, in a run
+// of failures that began at began, is worth another try: not a refusal
+// (ACL, TLS), not a lock Consul would not grant (the session is gone),
+// within queueRetryFor.
+func (l *Locker) queueRetry(err error, began time.Time) bool {
+	return !errors.Is(err, locker.ErrRefused) && !errors.Is(err, errEntryRefused) && time.Since(began) < l.queueRetryFor()
+}
+
+// queueRetryFor bounds a run of failing queue calls: three times what a
+// silent entry holds up its successor, and at least 30s.
+func (l *Locker) queueRetryFor() time.Duration {
+	return max(30*time.Second, 3*(l.opts.TTL+observe.Allowance(l.opts.TTL)))
+}
+
+// errEntryRefused: Consul did not lock the entry for our session (it has
+// ended).
+var errEntryRefused = errors.New("Consul refused the lock")
 
 // dequeue deletes the candidate's entry on a fresh short timeout, so the
 // next candidate moves up at once. Failure only means the successor skips
@@ -199,8 +244,9 @@ func (l *Locker) dequeue(id string) {
 
 // waitTurn returns once no live entry is ahead of ours: this candidate is
 // the head and may campaign for the key. It returns an error only when ctx
-// ends; when the queue cannot be read it returns at once, and the
-// candidate campaigns as every candidate did without a queue.
+// ends; when the queue cannot be read or written (refused, or failing for
+// queueRetryFor) it returns, and the candidate campaigns as every
+// candidate did without a queue.
 func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 	mine := l.entryKey(id)
 	skipped := map[string]uint64{} // entry -> the ModifyIndex it was silent at
@@ -209,6 +255,17 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 	// the first has stayed silent as long.
 	watches := map[string]*observe.Watch{}
 	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
+	var failing time.Time // when the current run of failed queue calls began
+	retryLater := func(err error) bool {
+		if failing.IsZero() {
+			failing = time.Now()
+		}
+		if !l.queueRetry(err, failing) {
+			return false
+		}
+		l.log.Debug("a call on the candidates' queue failed; retrying", "key", l.path, "error", l.scrub(err))
+		return true
+	}
 	for {
 		var pairs api.KVPairs
 		err := l.do(ctx, func(c *api.Client) (err error) {
@@ -218,6 +275,12 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if retryLater(err) {
+				if !retry.Sleep(ctx, backoff.Next()) {
+					return ctx.Err()
+				}
+				continue
 			}
 			l.log.Debug("cannot read the candidates' queue; campaigning without it", "key", l.path, "error", l.scrub(err))
 			place.lower(0)
@@ -238,12 +301,19 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				if retryLater(err) {
+					if !retry.Sleep(ctx, backoff.Next()) {
+						return ctx.Err()
+					}
+					continue
+				}
 				l.log.Debug("cannot write the queue entry again; campaigning without it", "key", mine, "error", err)
 				place.lower(0)
 				return nil
 			}
 			continue
 		}
+		failing = time.Time{} // read the queue and found ourselves in it
 		var dead []*api.KVPair
 		listed := map[string]*observe.Watch{}
 		for _, p := range pairs {

@@ -3,6 +3,7 @@ package consul
 import (
 	"cmp"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ func TestQueue(t *testing.T) {
 	t.Run("KeyBeneath", func(t *testing.T) { testKeyBeneath(t, c, addr) })
 	t.Run("NeverUsedWithEntries", func(t *testing.T) { testNeverUsedWithEntries(t, c, addr) })
 	t.Run("OnlyTheNearRewrite", func(t *testing.T) { testOnlyTheNearRewrite(t, c, addr) })
+	t.Run("JoinRetried", func(t *testing.T) { testJoinRetried(t, c, addr) })
 }
 
 // testOnlyTheNearRewrite: with a leader and five candidates queued, only
@@ -44,23 +46,7 @@ func testOnlyTheNearRewrite(t *testing.T, c *cluster, addr string) {
 	leader := c.locker(t, key, addr)
 	held := acquire(t, leader)
 	defer release(t, held)
-	// The leader renews, as its supervisor would, until the test ends.
-	renewing, renewed := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(renewed)
-		for {
-			select {
-			case <-renewing:
-				return
-			case <-time.After(leader.opts.TTL / 3):
-			}
-			if _, err := held.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
-				t.Errorf("the leader's renewal failed: %v", err)
-				return
-			}
-		}
-	}()
-	defer func() { close(renewing); <-renewed }()
+	defer keepRenewing(t, leader, held)()
 	cut := map[int]*testsupport.FaultyHTTP{1: nil, 3: nil}
 	ls := make([]*Locker, n)
 	for i := range ls {
@@ -218,4 +204,68 @@ func (c *cluster) queued(t *testing.T, l *Locker) int {
 		}
 	}
 	return n
+}
+
+// keepRenewing renews held every TTL/3, as its supervisor would, until the
+// returned stop is called or the test ends.
+func keepRenewing(t *testing.T, l *Locker, held *lease) (stop func()) {
+	renewing, renewed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for {
+			select {
+			case <-renewing:
+				return
+			case <-time.After(l.opts.TTL / 3):
+			}
+			if _, err := held.Renew(lockertest.Ctx(t, 5*time.Second)); err != nil {
+				t.Errorf("the leader's renewal failed: %v", err)
+				return
+			}
+		}
+	}()
+	stop = sync.OnceFunc(func() { close(renewing); <-renewed })
+	t.Cleanup(stop)
+	return stop
+}
+
+// testJoinRetried: a candidate whose first queue write fails (here its
+// server answers 500 to every queue write for 2s; at a hundred candidates
+// starting at once, slow servers time them out) joins the queue once the
+// write goes through, instead of campaigning without it: a release then
+// wakes only the head.
+func testJoinRetried(t *testing.T, c *cluster, addr string) {
+	key := lockertest.Key(t)
+	leader := c.locker(t, key, addr)
+	held := acquire(t, leader)
+	stopRenewing := keepRenewing(t, leader, held)
+
+	head := c.locker(t, key, addr)
+	headWon := lockertest.AcquireAsync(t, lockertest.Ctx(t, time.Minute), head)
+	waitFor(t, 10*time.Second, "the first standby's entry", func() bool { return c.queued(t, leader) == 1 })
+
+	faulty := testsupport.NewFaultyHTTP(t, addr)
+	faulty.FailPrefix("/v1/kv/" + leader.path + queueDir)
+	late := c.locker(t, key, faulty.Addr)
+	lateWon := lockertest.AcquireAsync(t, lockertest.Ctx(t, time.Minute), late)
+	time.Sleep(2 * time.Second)
+	faulty.FailPrefix("")
+	waitFor(t, 10*time.Second, "the standby whose first queue write failed in the queue", func() bool { return c.queued(t, leader) == 2 })
+
+	stopRenewing()
+	release(t, held)
+	select {
+	case got := <-headWon:
+		if got.Err != nil {
+			t.Fatalf("the head: %v", got.Err)
+		}
+	case got := <-lateWon:
+		t.Fatalf("the standby that queued second took the key (err %v)", got.Err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no standby took the released key")
+	}
+	time.Sleep(time.Second)
+	if n := late.attempts.Load(); n != 0 {
+		t.Errorf("the standby behind the head sent %d attempts for the key after the release, want 0 (it campaigned without the queue)", n)
+	}
 }

@@ -37,11 +37,10 @@ const watchTimeout = 5 * time.Minute
 // Unless it only tries once, a candidate first waits for its turn in the
 // queue of candidates (queue.go), so that a release wakes only the next one.
 func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
-	term := newTerm()
 	if l.opts.NoWait {
-		return l.campaign(ctx, term)
+		return l.campaign(ctx, newTerm())
 	}
-	e, err := l.enqueue(ctx, term)
+	e, term, err := l.join(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,8 +49,8 @@ import (
 // becomes head, never earlier than it would have without the queue. A
 // candidate that ignores the queue (an older leaderrun, an account without
 // list on Leases) watches the Lease and races the head, which costs
-// fairness, not safety. Any failure of the queue makes a candidate campaign
-// as head.
+// fairness, not safety. A refusal makes a candidate campaign as head at
+// once; a failure that may pass, only once it has lasted queueRetryFor.
 
 const (
 	// labelQueue marks a candidate's entry with a digest of the key's
@@ -91,7 +92,7 @@ func (l *Locker) enqueue(ctx context.Context, term string) (*entry, error) {
 	cancel()
 	if err == nil || !apierrors.IsNotFound(err) {
 		if err == nil {
-			err = errors.New("a fresh entry name already existed")
+			err = errNameTaken
 		}
 		return nil, err
 	}
@@ -106,6 +107,61 @@ func (l *Locker) enqueue(ctx context.Context, term string) (*entry, error) {
 
 // errTooLong: the key's Lease name leaves no room for an entry's name.
 var errTooLong = errors.New("the Lease name leaves no room for a queue entry")
+
+// errNameTaken: a fresh entry's name, random, was there already.
+var errNameTaken = errors.New("a fresh entry name already existed")
+
+// join enqueues the candidate with a fresh term, which it returns. A
+// failure that may pass (queueRetryable) is retried with a doubling pause
+// for up to queueRetryFor: at a hundred candidates starting at once the
+// server answers slowly for a while, and a candidate that campaigned
+// without the queue would be woken by every release for as long as it
+// waits. A refusal, or a failure that lasts, is returned, and the
+// candidate campaigns without the queue, which costs fairness and
+// requests, never safety.
+func (l *Locker) join(ctx context.Context) (*entry, string, error) {
+	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	began := time.Now()
+	for {
+		term := newTerm()
+		e, err := l.enqueue(ctx, term)
+		if err == nil || ctx.Err() != nil || !l.queueRetry(err, began) {
+			return e, term, err
+		}
+		l.log.Debug("cannot join the candidates' queue yet; retrying", "lease", l.name, "error", oneLine(err.Error()))
+		if !retry.Sleep(ctx, backoff.Next()) {
+			return nil, term, ctx.Err()
+		}
+	}
+}
+
+// queueRetry reports whether a queue call that failed with err, in a run
+// of failures that began at began, is worth another try.
+func (l *Locker) queueRetry(err error, began time.Time) bool {
+	return queueRetryable(err) && time.Since(began) < l.queueRetryFor()
+}
+
+// queueRetryFor bounds a run of failing queue calls: three times what a
+// silent entry holds up its successor, and at least 30s.
+func (l *Locker) queueRetryFor() time.Duration {
+	return max(30*time.Second, 3*(l.ttl+observe.Allowance(l.ttl)))
+}
+
+// queueRetryable reports whether a failed queue call may succeed when
+// made again: no answer (a timeout, a broken connection), or an answer of
+// an overloaded or failing server. A refusal (RBAC, credentials, TLS) or a
+// request the server rejects will not.
+func queueRetryable(err error) bool {
+	if errors.Is(err, errTooLong) || errors.Is(err, errNameTaken) || apierrors.IsUnauthorized(err) || transportRefusal(err) {
+		return false
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		code := st.Status().Code
+		return code >= 500 || code == http.StatusTooManyRequests || code == http.StatusRequestTimeout
+	}
+	return true
+}
 
 // create writes e afresh.
 func (l *Locker) create(ctx context.Context, e *entry) error {
@@ -207,8 +263,9 @@ func ahead(a, b *coordinationv1.Lease) bool {
 
 // waitTurn returns once no live entry is ahead of e: this candidate is the
 // head and may campaign for the key's Lease. It returns an error only when
-// ctx ends; when the queue cannot be read it returns at once, and the
-// candidate campaigns as every candidate did without a queue.
+// ctx ends; when the queue cannot be read or written (refused, or failing
+// for queueRetryFor) it returns, and the candidate campaigns as every
+// candidate did without a queue.
 func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 	skipped := map[string]string{} // entry -> the resourceVersion it was silent at
 	// Every live entry is observed with each read of the queue, so that
@@ -217,6 +274,17 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 	watches := map[string]*observe.Watch{}
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	ancient := 3 * (l.ttl + observe.Allowance(l.ttl))
+	var failing time.Time // when the current run of failed queue calls began
+	retryLater := func(err error) bool {
+		if failing.IsZero() {
+			failing = time.Now()
+		}
+		if !l.queueRetry(err, failing) {
+			return false
+		}
+		l.log.Debug("a call on the candidates' queue failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
+		return true
+	}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
 		list, err := l.client.List(cctx, metav1.ListOptions{LabelSelector: labels.Set{labelQueue: l.queueLabel()}.String()})
@@ -224,6 +292,12 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if retryLater(err) {
+				if !retry.Sleep(ctx, backoff.Next()) {
+					return ctx.Err()
+				}
+				continue
 			}
 			l.log.Debug("cannot read the candidates' queue (the account needs list on leases); campaigning without it", "lease", l.name, "error", oneLine(err.Error()))
 			return nil
@@ -251,11 +325,18 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				if retryLater(err) {
+					if !retry.Sleep(ctx, backoff.Next()) {
+						return ctx.Err()
+					}
+					continue
+				}
 				l.log.Debug("cannot write the queue entry again; campaigning without it", "entry", e.name, "error", oneLine(err.Error()))
 				return nil
 			}
 			continue
 		}
+		failing = time.Time{} // read the queue and found ourselves in it
 		var before *coordinationv1.Lease
 		listed := map[string]*observe.Watch{}
 		for _, it := range live {
@@ -271,9 +352,12 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 		}
 		watches = listed
 		// Tidy up the dead entries between our predecessor and us: we are
-		// the one candidate that moves past them.
+		// the one candidate that moves past them. A dead entry that never
+		// got its place stands behind everyone, where nobody moves past
+		// it: its create went through and both the write of its place and
+		// the delete that followed failed (join retries such failures).
 		for _, it := range dead {
-			if ahead(it, me) && (before == nil || ahead(before, it)) {
+			if ahead(it, me) && (before == nil || ahead(before, it)) || it.Annotations[annQueued] == "" {
 				l.deleteEntry(ctx, it)
 			}
 		}

@@ -5,11 +5,14 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // TestQueue runs the candidates' queue (queue.go) on a real kube-apiserver.
@@ -65,4 +68,76 @@ func queued(t *testing.T, l *Locker) int {
 		t.Fatal(err)
 	}
 	return len(list.Items)
+}
+
+// TestQueueJoinRetried: a candidate whose first queue call times out (here
+// the server is frozen while it joins; at a hundred candidates starting at
+// once, an overloaded server does the same) joins the queue once the
+// server answers, instead of campaigning without it: a release then wakes
+// only the head, not every candidate that once met a slow server.
+func TestQueueJoinRetried(t *testing.T) {
+	srv := startServer(t)
+	key := lockertest.Key(t)
+	ttl := func(c *Config) { c.TTL = 5 * time.Second } // the freeze stays well inside it
+	leader := srv.newLocker(t, key, ttl)
+	held := mustAcquire(t, leader)
+	renewing(t, held)
+
+	head := srv.newLocker(t, key, ttl)
+	headWon := lockertest.AcquireAsync(t, lockertest.Ctx(t, time.Minute), head)
+	testsupport.WaitFor(t, 10*time.Second, "the first standby in the queue", func() bool { return queued(t, leader) == 1 })
+
+	late := srv.newLocker(t, key, ttl, func(c *Config) { c.Timeout = time.Second })
+	thawed := make(chan struct{})
+	go func() { defer close(thawed); srv.kube.Freeze(2500 * time.Millisecond) }()
+	time.Sleep(200 * time.Millisecond)
+	lateWon := lockertest.AcquireAsync(t, lockertest.Ctx(t, time.Minute), late) // its first call times out
+	<-thawed
+	testsupport.WaitFor(t, 15*time.Second, "the standby whose first call timed out in the queue", func() bool { return queued(t, leader) == 2 })
+
+	if err := held.Release(lockertest.Ctx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-headWon:
+		if got.Err != nil {
+			t.Fatalf("the head: %v", got.Err)
+		}
+		renewing(t, got.Lease)
+	case got := <-lateWon:
+		t.Fatalf("the standby that queued second took the key (err %v)", got.Err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no standby took the released key")
+	}
+	time.Sleep(time.Second)
+	if n := late.attempts.Load(); n != 0 {
+		t.Errorf("the standby behind the head sent %d writes for the key after the release, want 0 (it campaigned without the queue)", n)
+	}
+}
+
+// TestQueueOrphanDeleted: an entry whose create went through but which
+// never got its place (the write of its place and the delete after it
+// failed) stands behind everyone; once it is dead, the next candidate to
+// read the queue deletes it, where nobody ever moves past it.
+func TestQueueOrphanDeleted(t *testing.T) {
+	srv := startServer(t)
+	key := lockertest.Key(t)
+	leader := srv.newLocker(t, key)
+	held := mustAcquire(t, leader)
+	renewing(t, held)
+
+	ctx := lockertest.Ctx(t, time.Minute)
+	id, secs, then := "gone", leaseSeconds(leader.ttl), metav1.NewMicroTime(time.Now().Add(-time.Hour))
+	name := leader.name + entryInfix + newTerm()
+	if _, err := leader.client.Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: leader.namespace, Labels: map[string]string{labelQueue: leader.queueLabel()}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, RenewTime: &then},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lockertest.AcquireAsync(t, ctx, srv.newLocker(t, key))
+	testsupport.WaitFor(t, 10*time.Second, "the orphaned entry deleted", func() bool {
+		_, err := leader.client.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }

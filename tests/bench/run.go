@@ -4,13 +4,13 @@ package bench
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/leaderrun/leaderrun/locker/kubernetes"
 	"github.com/leaderrun/leaderrun/tests/chaos"
 	"github.com/leaderrun/leaderrun/tests/fence"
 )
@@ -262,13 +262,12 @@ type ScalePoint struct {
 }
 
 // serverRequests counts the requests the backend served for lane ln so
-// far: on Consul those on the lock key (its reads and every transaction:
-// acquires, heartbeats), as the lane's proxies see them, leaving out the
-// session renewals and queue entries that every waiting candidate sends in
-// bursts on its own timer; on Kubernetes kube-apiserver's own
-// apiserver_request_total for leases (the proxies see TLS records there,
-// not requests; no other lane may run meanwhile); elsewhere the round
-// trips through the lane's proxies.
+// far on its lock key: on Consul its reads and every transaction
+// (acquires, heartbeats), as the lane's proxies see them; on Kubernetes
+// every request on the lock's Lease, from kube-apiserver's audit log (the
+// proxies see TLS records there, not requests). Both leave out the session
+// renewals and queue entries that every waiting candidate sends in bursts
+// on its own timer. Elsewhere the round trips through the lane's proxies.
 func (e *Env) serverRequests(ln *Lane) float64 {
 	if ln.onKey != nil {
 		return float64(ln.onKey.Load())
@@ -276,17 +275,18 @@ func (e *Env) serverRequests(ln *Lane) float64 {
 	if ln.c.Backend != "kubernetes" || e.Kube == nil {
 		return float64(ln.link.Requests())
 	}
-	_, body := e.Kube.Do(e.T, "GET", "/metrics", nil)
-	var n float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="leases"`) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-			n += v
+	name := ln.lock // the rival names its Lease as told
+	if ln.c.Leaderrun {
+		var err error
+		if name, err = kubernetes.LeaseName("leaderrun", ln.lock); err != nil {
+			e.T.Fatalf("the lane's Lease name: %v", err)
 		}
 	}
-	return n
+	n, err := e.Kube.LeaseRequests("default", name)
+	if err != nil {
+		e.T.Fatalf("kube-apiserver's audit log: %v", err)
+	}
+	return float64(n)
 }
 
 // Scale runs n candidates of c on one key through shared proxies, counts

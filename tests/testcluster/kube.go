@@ -3,12 +3,14 @@
 package testcluster
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -104,6 +106,10 @@ func startKubeOnce(t testing.TB, bin string, etcd *Etcd, users []KubeUser) (*Kub
 	if err := writeECKey(saKey); err != nil {
 		return k, err
 	}
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return k, err
+	}
 	k.proc.args = []string{
 		"--etcd-servers", strings.Join(etcd.Endpoints(), ","),
 		"--etcd-prefix", "/registry-" + randomHex(4), // several servers may share one etcd
@@ -120,6 +126,10 @@ func startKubeOnce(t testing.TB, bin string, etcd *Etcd, users []KubeUser) (*Kub
 		"--client-ca-file", k.ca.Path,
 		"--authorization-mode", "RBAC",
 		"--enable-priority-and-fairness=false",
+		"--audit-policy-file", policy,
+		"--audit-log-path", k.auditLog(),
+		"--audit-log-mode", "blocking", // written before the response: a count read after a request includes it
+		"--audit-log-maxsize", "0", // no rotation: LeaseRequests reads one file
 		"--v", "1",
 	}
 	t.Cleanup(func() {
@@ -146,6 +156,58 @@ func writeECKey(path string) error {
 		return err
 	}
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+// auditPolicy records every request on a Lease, once, with its name and
+// verb, and nothing else (LeaseRequests).
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources:
+  - group: coordination.k8s.io
+    resources: ["leases"]
+- level: None
+`
+
+func (k *Kube) auditLog() string { return filepath.Join(k.dir, "audit.log") }
+
+// LeaseRequests counts the requests the server has served so far on the
+// Lease name in namespace: every finished request, and each watch once, when
+// its response started (a watch finishes only when it is closed).
+func (k *Kube) LeaseRequests(namespace, name string) (int, error) {
+	f, err := os.Open(k.auditLog())
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.Contains(line, []byte(`"name":"`+name+`"`)) {
+			continue // cheap test first; the decode below decides
+		}
+		var ev struct {
+			Stage     string `json:"stage"`
+			Verb      string `json:"verb"`
+			ObjectRef struct {
+				Resource  string `json:"resource"`
+				Namespace string `json:"namespace"`
+				Name      string `json:"name"`
+			} `json:"objectRef"`
+		}
+		if json.Unmarshal(line, &ev) != nil || ev.ObjectRef.Resource != "leases" ||
+			ev.ObjectRef.Namespace != namespace || ev.ObjectRef.Name != name {
+			continue
+		}
+		if ev.Verb == "watch" && ev.Stage == "ResponseStarted" || ev.Verb != "watch" && ev.Stage == "ResponseComplete" {
+			n++
+		}
+	}
+	return n, sc.Err()
 }
 
 // URL is the server's address, https://127.0.0.1:PORT.
@@ -307,6 +369,19 @@ func (k *Kube) Stop() {
 
 // Kill SIGKILLs the server, as a crash would.
 func (k *Kube) Kill() { k.proc.kill() }
+
+// Freeze stops the server (SIGSTOP) for d, as an overloaded or paused one
+// would stall: connections stay open and requests wait, then go on.
+func (k *Kube) Freeze(d time.Duration) {
+	k.t.Helper()
+	if err := k.proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		k.t.Fatalf("testcluster: freeze kube-apiserver: %v", err)
+	}
+	time.Sleep(d)
+	if err := k.proc.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		k.t.Fatalf("testcluster: thaw kube-apiserver: %v", err)
+	}
+}
 
 // Restart starts a stopped or killed server again on the same port, with
 // the same tokens and keys, and waits until it is ready.

@@ -28,6 +28,17 @@ func TestKube(t *testing.T) {
 	if code, _ := k.DoAs(t, "wrong", "GET", path+"/probe", nil); code != 401 {
 		t.Fatalf("an unknown token got %d, want 401", code)
 	}
+	if code, out := k.Do(t, "GET", path+"/probe", nil); code != 200 {
+		t.Fatalf("admin read Lease: %d %s", code, out)
+	}
+	// The create, the refused read and the admin's read; the unknown token
+	// never named a user, and no other Lease counts.
+	if code, out := k.Do(t, "POST", path, []byte(`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"other"}}`)); code != 201 {
+		t.Fatalf("admin create Lease: %d %s", code, out)
+	}
+	if n, err := k.LeaseRequests("default", "probe"); err != nil || n != 3 {
+		t.Errorf("LeaseRequests(probe) = %d, %v; want 3", n, err)
+	}
 	k.Stop()
 	if _, _, err := k.do("GET", "/readyz", k.Token(KubeAdmin), nil); err == nil {
 		t.Fatal("the server still answers after Stop")
