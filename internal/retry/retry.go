@@ -41,3 +41,20 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Run measures a run of failures that come back to back. The zero value
+// is no run.
+type Run struct{ began time.Time }
+
+// Failed records a failure and returns how long the run has lasted: zero
+// at its first failure.
+func (r *Run) Failed() time.Duration {
+	if r.began.IsZero() {
+		r.began = time.Now()
+		return 0
+	}
+	return time.Since(r.began)
+}
+
+// Reset ends the run: a call succeeded.
+func (r *Run) Reset() { r.began = time.Time{} }

@@ -30,3 +30,18 @@ func TestSleepEndsWithContext(t *testing.T) {
 		t.Fatal("Sleep did not report a full pause")
 	}
 }
+
+func TestRunLastsFromItsFirstFailure(t *testing.T) {
+	var r Run
+	if d := r.Failed(); d != 0 {
+		t.Fatalf("first failure: the run lasted %v, want 0", d)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if d := r.Failed(); d < 20*time.Millisecond {
+		t.Fatalf("second failure 20ms later: the run lasted %v", d)
+	}
+	r.Reset()
+	if d := r.Failed(); d != 0 {
+		t.Fatalf("after Reset: the run lasted %v, want 0", d)
+	}
+}

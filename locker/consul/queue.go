@@ -186,21 +186,22 @@ func (l *Locker) enqueue(ctx context.Context, id string, beat uint64, ahead int6
 }
 
 // join writes the candidate's first queue entry. A failure that may pass
-// (anything but a refusal) is retried with a doubling pause for up to a
-// TTL, while the session it has just created needs no renewal (nothing
-// renews it before the campaign starts): at a hundred candidates starting
-// at once the servers
-// answer slowly for a while, and a candidate that campaigned without the
-// queue would be woken by every release for as long as it waits. A
-// refusal, or a failure that lasts, is returned, and the candidate
-// campaigns without the queue, which costs fairness and requests, never
-// safety.
+// (anything but a refusal) is retried with a doubling pause while less
+// than half a TTL has gone since the session was created: nothing renews
+// it before the campaign starts, and the last try (at most callTimeout,
+// half of MinTTL) ends before the session's TTL. At a hundred candidates
+// starting at once the servers answer slowly for a while, and a candidate
+// that campaigned without the queue would be woken by every release for
+// as long as it waits. A refusal, or a failure that lasts, is returned,
+// and the candidate campaigns without the queue, which costs fairness and
+// requests, never safety.
 func (l *Locker) join(ctx context.Context, id string) error {
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
-	began := time.Now()
+	began := time.Now() // the session was created just before
+	var failing retry.Run
 	for {
 		err := l.enqueue(ctx, id, 0, noSpot)
-		if err == nil || ctx.Err() != nil || !l.queueRetry(err, began) || time.Since(began) >= l.opts.TTL {
+		if err == nil || ctx.Err() != nil || !l.queueRetry(err, failing.Failed()) || time.Since(began) >= l.opts.TTL/2 {
 			return err
 		}
 		l.log.Debug("cannot join the candidates' queue yet; retrying", "key", l.path, "error", err)
@@ -211,11 +212,11 @@ func (l *Locker) join(ctx context.Context, id string) error {
 }
 
 // queueRetry reports whether a queue call that failed with err, in a run
-// of failures that began at began, is worth another try: not a refusal
+// of failures that has lasted lasted, is worth another try: not a refusal
 // (ACL, TLS), not a lock Consul would not grant (the session is gone),
 // within queueRetryFor.
-func (l *Locker) queueRetry(err error, began time.Time) bool {
-	return !errors.Is(err, locker.ErrRefused) && !errors.Is(err, errEntryRefused) && time.Since(began) < l.queueRetryFor()
+func (l *Locker) queueRetry(err error, lasted time.Duration) bool {
+	return !errors.Is(err, locker.ErrRefused) && !errors.Is(err, errEntryRefused) && lasted < l.queueRetryFor()
 }
 
 // queueRetryFor bounds a run of failing queue calls: three times what a
@@ -255,17 +256,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 	// the first has stayed silent as long.
 	watches := map[string]*observe.Watch{}
 	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
-	var failing time.Time // when the current run of failed queue calls began
-	retryLater := func(err error) bool {
-		if failing.IsZero() {
-			failing = time.Now()
-		}
-		if !l.queueRetry(err, failing) {
-			return false
-		}
-		l.log.Debug("a call on the candidates' queue failed; retrying", "key", l.path, "error", l.scrub(err))
-		return true
-	}
+	var failing retry.Run // of failed queue calls
 	for {
 		var pairs api.KVPairs
 		err := l.do(ctx, func(c *api.Client) (err error) {
@@ -276,7 +267,8 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if retryLater(err) {
+			if l.queueRetry(err, failing.Failed()) {
+				l.log.Debug("reading the candidates' queue failed; retrying", "key", l.path, "error", l.scrub(err))
 				if !retry.Sleep(ctx, backoff.Next()) {
 					return ctx.Err()
 				}
@@ -301,7 +293,8 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if retryLater(err) {
+				if l.queueRetry(err, failing.Failed()) {
+					l.log.Debug("writing the queue entry again failed; retrying", "key", l.path, "error", l.scrub(err))
 					if !retry.Sleep(ctx, backoff.Next()) {
 						return ctx.Err()
 					}
@@ -313,7 +306,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 			}
 			continue
 		}
-		failing = time.Time{} // read the queue and found ourselves in it
+		failing.Reset() // read the queue and found ourselves in it
 		var dead []*api.KVPair
 		listed := map[string]*observe.Watch{}
 		for _, p := range pairs {

@@ -254,18 +254,5 @@ func testJoinRetried(t *testing.T, c *cluster, addr string) {
 
 	stopRenewing()
 	release(t, held)
-	select {
-	case got := <-headWon:
-		if got.Err != nil {
-			t.Fatalf("the head: %v", got.Err)
-		}
-	case got := <-lateWon:
-		t.Fatalf("the standby that queued second took the key (err %v)", got.Err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("no standby took the released key")
-	}
-	time.Sleep(time.Second)
-	if n := late.attempts.Load(); n != 0 {
-		t.Errorf("the standby behind the head sent %d attempts for the key after the release, want 0 (it campaigned without the queue)", n)
-	}
+	lockertest.OnlyTheHeadTakes(t, headWon, lateWon, late.attempts.Load)
 }

@@ -121,11 +121,11 @@ var errNameTaken = errors.New("a fresh entry name already existed")
 // requests, never safety.
 func (l *Locker) join(ctx context.Context) (*entry, string, error) {
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
-	began := time.Now()
+	var failing retry.Run
 	for {
 		term := newTerm()
 		e, err := l.enqueue(ctx, term)
-		if err == nil || ctx.Err() != nil || !l.queueRetry(err, began) {
+		if err == nil || ctx.Err() != nil || !l.queueRetry(err, failing.Failed()) {
 			return e, term, err
 		}
 		l.log.Debug("cannot join the candidates' queue yet; retrying", "lease", l.name, "error", oneLine(err.Error()))
@@ -136,9 +136,9 @@ func (l *Locker) join(ctx context.Context) (*entry, string, error) {
 }
 
 // queueRetry reports whether a queue call that failed with err, in a run
-// of failures that began at began, is worth another try.
-func (l *Locker) queueRetry(err error, began time.Time) bool {
-	return queueRetryable(err) && time.Since(began) < l.queueRetryFor()
+// of failures that has lasted lasted, is worth another try.
+func (l *Locker) queueRetry(err error, lasted time.Duration) bool {
+	return queueRetryable(err) && lasted < l.queueRetryFor()
 }
 
 // queueRetryFor bounds a run of failing queue calls: three times what a
@@ -274,17 +274,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 	watches := map[string]*observe.Watch{}
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	ancient := 3 * (l.ttl + observe.Allowance(l.ttl))
-	var failing time.Time // when the current run of failed queue calls began
-	retryLater := func(err error) bool {
-		if failing.IsZero() {
-			failing = time.Now()
-		}
-		if !l.queueRetry(err, failing) {
-			return false
-		}
-		l.log.Debug("a call on the candidates' queue failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
-		return true
-	}
+	var failing retry.Run // of failed queue calls
 	for {
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
 		list, err := l.client.List(cctx, metav1.ListOptions{LabelSelector: labels.Set{labelQueue: l.queueLabel()}.String()})
@@ -293,7 +283,8 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if retryLater(err) {
+			if l.queueRetry(err, failing.Failed()) {
+				l.log.Debug("reading the candidates' queue failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
 				if !retry.Sleep(ctx, backoff.Next()) {
 					return ctx.Err()
 				}
@@ -325,7 +316,8 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if retryLater(err) {
+				if l.queueRetry(err, failing.Failed()) {
+					l.log.Debug("writing the queue entry again failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
 					if !retry.Sleep(ctx, backoff.Next()) {
 						return ctx.Err()
 					}
@@ -336,7 +328,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			}
 			continue
 		}
-		failing = time.Time{} // read the queue and found ourselves in it
+		failing.Reset() // read the queue and found ourselves in it
 		var before *coordinationv1.Lease
 		listed := map[string]*observe.Watch{}
 		for _, it := range live {

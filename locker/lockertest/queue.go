@@ -208,3 +208,28 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// OnlyTheHeadTakes follows a release with a head and a later candidate
+// waiting: the head's Acquire must win within 15s, and a second later the
+// later candidate must have sent no attempt for the key (as one that
+// campaigned without the queue would). It returns the head's lease.
+func OnlyTheHeadTakes(t *testing.T, headWon, lateWon <-chan Acquired, lateAttempts func() int64) locker.Lease {
+	t.Helper()
+	var lease locker.Lease
+	select {
+	case got := <-headWon:
+		if got.Err != nil {
+			t.Fatalf("the head: %v", got.Err)
+		}
+		lease = got.Lease
+	case got := <-lateWon:
+		t.Fatalf("the candidate that queued second took the key (err %v)", got.Err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no candidate took the released key")
+	}
+	time.Sleep(time.Second)
+	if n := lateAttempts(); n != 0 {
+		t.Errorf("the candidate behind the head sent %d attempts for the key after the release, want 0 (it campaigned without the queue)", n)
+	}
+	return lease
+}
