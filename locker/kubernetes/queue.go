@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -34,15 +36,29 @@ import (
 // Lease; every other one watches only the entry just ahead of it, and moves
 // up when that entry is deleted or silent.
 //
-// A candidate renews its entry every TTL/2 with an update conditioned on
-// its last write, so an entry whose resourceVersion stayed the same for
-// TTL + observe.Allowance(TTL) on its successor's clock is skipped and
-// deleted by that successor: a candidate killed or frozen in the queue
-// holds it up for that long at most. An entry whose renewTime is far older
-// than that by our wall clock is skipped at once: the queue decides only
-// who tries first, so a wall-clock hint may serve here as it never may for
-// a takeover. A candidate that finds its own entry gone creates a new one,
-// at the tail.
+// A candidate renews its entry with an update conditioned on its last
+// write, and its successor skips and deletes an entry whose
+// resourceVersion stayed the same for long enough on the successor's
+// clock. How often depends on the place, as on Consul: a candidate that
+// knows of at most one live entry ahead of its own (from its own read of
+// the queue, or because the entry it follows says it is the head) renews
+// every TTL/2, and is skipped after TTL + observe.Allowance(TTL); a deeper
+// one renews only every 2 x TTL (a slow beat: Kubernetes has no session
+// that would end for a dead candidate, so even a deep entry must show it
+// is alive), and is skipped after deepSilence. The number ahead only falls
+// (new entries join at the tail), so a candidate that went fast stays
+// fast; it writes at once when it learns its place, so that one frozen a
+// moment later is still passed after TTL + allowance. Each write says in
+// annAhead what its writer knew ("0" the head, "1" right behind it, "?"
+// deeper), so its successor judges its silence by the entry alone; an
+// entry without it (an older leaderrun) renews every TTL/2. A candidate
+// killed or frozen in the queue holds it up for TTL + allowance when it
+// was near the head, for deepSilence at most when it was deeper. An entry
+// whose renewTime is three times older than its bound by our wall clock
+// is skipped at once: the queue decides only who tries first, so a
+// wall-clock hint may serve here as it never may for a takeover. A
+// candidate that finds its own entry gone creates a new one, at the tail,
+// and counts its place afresh.
 //
 // The key's Lease alone decides who leads, taken exactly as before
 // (campaign.go): the head starts its observer clock on the holder when it
@@ -58,6 +74,9 @@ const (
 	labelQueue = annPrefix + "queue"
 	// annQueued is the resourceVersion of the entry's creation.
 	annQueued = annPrefix + "queued"
+	// annAhead is how many live entries the entry's writer knew ahead of
+	// it: "0" (the head), "1", or "?" (more, or not known yet).
+	annAhead = annPrefix + "ahead"
 	// entryInfix separates the key's Lease name from the entry's term.
 	entryInfix = ".q."
 )
@@ -67,8 +86,102 @@ type entry struct {
 	name string
 	term string
 
-	mu  sync.Mutex
-	cur *coordinationv1.Lease // as our last write left it
+	// ahead is the number of live entries known ahead of ours, noSpot
+	// until a read of the queue shows one or none; said is what our last
+	// write declared. waitTurn lowers ahead; every write reads it.
+	ahead, said atomic.Int64
+	// kick tells keepEntry that the beat may have changed.
+	kick chan struct{}
+
+	write sync.Mutex // one write of the entry at a time
+	mu    sync.Mutex
+	cur   *coordinationv1.Lease // as our last write left it
+	wrote time.Time             // when our last write returned
+}
+
+const noSpot = math.MaxInt64
+
+func newEntry(name, term string) *entry {
+	e := &entry{name: name, term: term, kick: make(chan struct{}, 1)}
+	e.ahead.Store(noSpot)
+	e.said.Store(noSpot)
+	return e
+}
+
+// lower records that at most n live entries are ahead of ours.
+func (e *entry) lower(n int64) {
+	for {
+		cur := e.ahead.Load()
+		if cur <= n || e.ahead.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// near reports whether the candidate knows it is the head or right behind
+// it, and so renews every TTL/2.
+func (e *entry) near() bool { return e.ahead.Load() <= 1 }
+
+// aheadValue is what annAhead says for n entries known ahead.
+func aheadValue(n int64) string {
+	if n <= 1 {
+		return strconv.FormatInt(n, 10)
+	}
+	return "?"
+}
+
+// entryMode reads what an entry declares: whether its writer renews it
+// every TTL/2 (fast), and whether it is the head. An entry without
+// annAhead is an older leaderrun's, which renews every TTL/2.
+func entryMode(ls *coordinationv1.Lease) (fast, head bool) {
+	v, ok := ls.Annotations[annAhead]
+	switch {
+	case !ok || v == "1":
+		return true, false
+	case v == "0":
+		return true, true
+	}
+	return false, false
+}
+
+// beat is how often the candidate renews its entry.
+func (l *Locker) beat(e *entry) time.Duration {
+	if e.near() {
+		return l.ttl / 2
+	}
+	return 2 * l.ttl
+}
+
+// silence is the TTL an entry's successor observes it with (observe.Watch
+// skips it once unchanged for silence + observe.Allowance(silence)): the
+// TTL for one that renews every TTL/2, as before; 3 x TTL for a deep one.
+//
+// A deep candidate on time sends its next write 2 x TTL after its last
+// one returned, and the successor saw the version of that last one no
+// earlier than it was applied. The 3 x TTL + Allowance(3 x TTL) of
+// deepSilence leaves TTL + Allowance(3 x TTL) beyond the beat for the two
+// writes' latencies, the watch's delivery and the clocks' rates (a beat of
+// 2 x TTL stretched by 2.5% stays well inside it): more than the TTL/2 +
+// allowance a fast entry has, so a deep candidate on time is not skipped
+// where a near one on the same connection would not be.
+func (l *Locker) silence(ls *coordinationv1.Lease) time.Duration {
+	if fast, _ := entryMode(ls); fast {
+		return l.ttl
+	}
+	return 3 * l.ttl
+}
+
+// deepSilence bounds how long a killed or frozen deep candidate holds up
+// the queue.
+func (l *Locker) deepSilence() time.Duration {
+	return 3*l.ttl + observe.Allowance(3*l.ttl)
+}
+
+// ancient is how old an entry's renewTime must be by our wall clock for
+// the entry to be skipped at once: three times its silence bound.
+func (l *Locker) ancient(ls *coordinationv1.Lease) time.Duration {
+	d := l.silence(ls)
+	return 3 * (d + observe.Allowance(d))
 }
 
 // queueLabel is the value of labelQueue for the key's Lease.
@@ -83,7 +196,7 @@ func (l *Locker) queueLabel() string {
 // yet created is refused (403) without the right and answered 404 with it.
 // Entries that could not be deleted would pile up, one per candidacy.
 func (l *Locker) enqueue(ctx context.Context, term string) (*entry, error) {
-	e := &entry{name: l.name + entryInfix + term, term: term}
+	e := newEntry(l.name+entryInfix+term, term)
 	if len(e.name) > 253 {
 		return nil, errTooLong
 	}
@@ -163,14 +276,26 @@ func queueRetryable(err error) bool {
 	return true
 }
 
-// create writes e afresh.
+// create writes e afresh, at the tail, where its place is not known yet.
 func (l *Locker) create(ctx context.Context, e *entry) error {
+	e.write.Lock()
+	defer e.write.Unlock()
+	return l.createLocked(ctx, e)
+}
+
+func (l *Locker) createLocked(ctx context.Context, e *entry) error {
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
+	e.ahead.Store(noSpot)
+	e.said.Store(noSpot)
 	id, secs, now := l.opts.ID, leaseSeconds(l.ttl), metav1.NewMicroTime(time.Now())
 	got, err := l.client.Create(cctx, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: e.name, Namespace: l.namespace, Labels: map[string]string{labelQueue: l.queueLabel()}},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, RenewTime: &now},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: e.name, Namespace: l.namespace,
+			Labels:      map[string]string{labelQueue: l.queueLabel()},
+			Annotations: map[string]string{annAhead: aheadValue(noSpot)},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, RenewTime: &now},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -183,55 +308,102 @@ func (l *Locker) create(ctx context.Context, e *entry) error {
 	if got, err = l.client.Update(cctx, next, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	e.cur = got
-	e.mu.Unlock()
+	l.wrote(e, got, noSpot)
 	return nil
 }
 
-// keepEntry renews e every TTL/2 until ctx ends, creating it again (at the
-// tail) when it is gone. Its successor skips it only after TTL + allowance
+// wrote records a successful write of e, which declared ahead.
+func (l *Locker) wrote(e *entry, got *coordinationv1.Lease, ahead int64) {
+	e.said.Store(ahead)
+	e.mu.Lock()
+	e.cur, e.wrote = got, time.Now()
+	e.mu.Unlock()
+}
+
+// keepEntry renews e with its beat (l.beat) until ctx ends, creating it
+// again (at the tail) when it is gone; a failed renewal is tried again
+// after TTL/2. Its successor skips it only after its silence bound
 // without a renewal, and then only costs this candidate its place.
 func (l *Locker) keepEntry(ctx context.Context, e *entry) {
-	t := time.NewTimer(l.ttl / 2)
+	t := time.NewTimer(l.beat(e))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-e.kick:
 		case <-t.C:
 		}
-		if err := l.renewEntry(ctx, e); err != nil && ctx.Err() == nil {
-			l.log.Debug("renewing the queue entry failed; retrying with the next renewal", "entry", e.name, "error", oneLine(err.Error()))
+		e.mu.Lock()
+		left := l.beat(e) - time.Since(e.wrote)
+		e.mu.Unlock()
+		if left > 0 {
+			t.Reset(left)
+			continue
 		}
-		t.Reset(l.ttl / 2)
+		if err := l.renewEntry(ctx, e); err != nil && ctx.Err() == nil {
+			l.log.Debug("renewing the queue entry failed; retrying", "entry", e.name, "error", oneLine(err.Error()))
+			t.Reset(l.ttl / 2)
+			continue
+		}
+		t.Reset(l.beat(e))
 	}
 }
 
-// renewEntry makes one renewal of e.
+// renewEntry makes one renewal of e, which declares the place its
+// candidate knows. A conflict (a write of ours whose answer was lost) is
+// read back and the renewal made once more on it.
 func (l *Locker) renewEntry(ctx context.Context, e *entry) error {
+	e.write.Lock()
+	defer e.write.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	e.mu.Lock()
-	next := e.cur.DeepCopy()
+	cur := e.cur
 	e.mu.Unlock()
-	now := metav1.NewMicroTime(time.Now())
-	next.Spec.RenewTime = &now
-	got, err := l.client.Update(cctx, next, metav1.UpdateOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return l.create(ctx, e)
-	case apierrors.IsConflict(err):
-		if got, err = l.client.Get(cctx, e.name, metav1.GetOptions{}); err != nil {
+	for try := 0; ; try++ {
+		ahead := e.ahead.Load()
+		next := cur.DeepCopy()
+		if next.Annotations == nil {
+			next.Annotations = map[string]string{}
+		}
+		next.Annotations[annAhead] = aheadValue(ahead)
+		now := metav1.NewMicroTime(time.Now())
+		next.Spec.RenewTime = &now
+		got, err := l.client.Update(cctx, next, metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return l.createLocked(ctx, e)
+		case apierrors.IsConflict(err) && try == 0:
+			if cur, err = l.client.Get(cctx, e.name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+			continue
+		case err != nil:
 			return err
 		}
-	case err != nil:
-		return err
+		l.wrote(e, got, ahead)
+		return nil
 	}
-	e.mu.Lock()
-	e.cur = got
-	e.mu.Unlock()
-	return nil
+}
+
+// declare writes the entry at once when the candidate's place near the
+// head is news to it, so that its successor judges it by the fast rule
+// (and the one after learns its own place) without waiting for the next
+// beat: a candidate frozen a moment after it became head, or right behind
+// it, is passed over after TTL + allowance.
+func (l *Locker) declare(ctx context.Context, e *entry) {
+	ahead := e.ahead.Load()
+	if ahead > 1 || e.said.Load() == ahead {
+		return
+	}
+	if err := l.renewEntry(ctx, e); err != nil && ctx.Err() == nil {
+		l.log.Debug("writing the queue entry's place failed; writing it with the next renewal", "entry", e.name, "error", oneLine(err.Error()))
+	}
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
 }
 
 // dequeue deletes e on a fresh short timeout, so the next candidate moves
@@ -273,7 +445,6 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 	// the first has stayed silent as long.
 	watches := map[string]*observe.Watch{}
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
-	ancient := 3 * (l.ttl + observe.Allowance(l.ttl))
 	var failing retry.Run // of failed queue calls
 	for {
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -291,6 +462,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 				continue
 			}
 			l.log.Debug("cannot read the candidates' queue (the account needs list on leases); campaigning without it", "lease", l.name, "error", oneLine(err.Error()))
+			e.lower(0)
 			return nil
 		}
 		var me *coordinationv1.Lease
@@ -304,7 +476,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			case it.Name == e.name:
 				me = it
 			case skipped[it.Name] == it.ResourceVersion,
-				it.Spec.RenewTime == nil || time.Since(it.Spec.RenewTime.Time) > ancient:
+				it.Spec.RenewTime == nil || time.Since(it.Spec.RenewTime.Time) > l.ancient(it):
 				dead = append(dead, it)
 			default:
 				live = append(live, it)
@@ -324,6 +496,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 					continue
 				}
 				l.log.Debug("cannot write the queue entry again; campaigning without it", "entry", e.name, "error", oneLine(err.Error()))
+				e.lower(0)
 				return nil
 			}
 			continue
@@ -331,18 +504,23 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 		failing.Reset() // read the queue and found ourselves in it
 		var before *coordinationv1.Lease
 		listed := map[string]*observe.Watch{}
+		var n int64 // live entries ahead of ours
 		for _, it := range live {
 			w := watches[it.Name]
 			if w == nil {
 				w = &observe.Watch{}
 			}
-			w.Observe(it.ResourceVersion, l.ttl)
+			w.Observe(it.ResourceVersion, l.silence(it))
 			listed[it.Name] = w
-			if ahead(it, me) && (before == nil || ahead(before, it)) {
-				before = it
+			if ahead(it, me) {
+				n++
+				if before == nil || ahead(before, it) {
+					before = it
+				}
 			}
 		}
 		watches = listed
+		e.lower(n)
 		// Tidy up the dead entries between our predecessor and us: we are
 		// the one candidate that moves past them. A dead entry that never
 		// got its place stands behind everyone, where nobody moves past
@@ -353,11 +531,12 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 				l.deleteEntry(ctx, it)
 			}
 		}
+		l.declare(ctx, e)
 		if before == nil {
 			return nil
 		}
-		l.log.Debug("queued behind another candidate", "lease", l.name, "ahead", before.Name)
-		silent, err := l.follow(ctx, before, watches[before.Name])
+		l.log.Debug("queued behind another candidate", "lease", l.name, "ahead", before.Name, "known_ahead", n)
+		silent, err := l.follow(ctx, e, before, watches[before.Name])
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -380,18 +559,24 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 }
 
 // follow watches the one entry ahead of ours until it is deleted (it
-// returns "", nil) or has not changed for TTL + observe.Allowance(TTL) on
-// our clock (it returns the resourceVersion it stayed at); seen has
-// observed it since it was first read.
-func (l *Locker) follow(ctx context.Context, it *coordinationv1.Lease, seen *observe.Watch) (silent string, err error) {
+// returns "", nil) or has not changed for its silence bound on our clock
+// (it returns the resourceVersion it stayed at): TTL + allowance for an
+// entry that declares it renews every TTL/2, deepSilence for a deeper
+// one. seen has observed it since it was first read. An entry that says
+// it is the head puts ours at most one behind, which e declares at once.
+func (l *Locker) follow(ctx context.Context, e *entry, it *coordinationv1.Lease, seen *observe.Watch) (silent string, err error) {
 	rv := it.ResourceVersion
-	seen.Observe(rv, l.ttl)
+	seen.Observe(rv, l.silence(it))
 	w, err := l.watchName(ctx, it.Name, rv)
 	if err != nil {
 		return "", err
 	}
 	defer w.Stop()
 	for {
+		if _, head := entryMode(it); head {
+			e.lower(1)
+			l.declare(ctx, e)
+		}
 		_, left, _ := seen.Due()
 		if left <= 0 {
 			return rv, nil
@@ -412,8 +597,8 @@ func (l *Locker) follow(ctx context.Context, it *coordinationv1.Lease, seen *obs
 				return "", nil
 			}
 			if ls, isLease := ev.Object.(*coordinationv1.Lease); isLease && ls.Name == it.Name {
-				rv = ls.ResourceVersion
-				seen.Observe(rv, l.ttl)
+				it, rv = ls, ls.ResourceVersion
+				seen.Observe(rv, l.silence(ls))
 			}
 		}
 	}
