@@ -278,7 +278,7 @@ func (l *Locker) join(ctx context.Context) (*entry, string, error) {
 	for {
 		term := newTerm()
 		e, err := l.enqueue(ctx, term)
-		if err == nil || ctx.Err() != nil || !l.queueRetry(err, failing.Failed()) {
+		if err == nil || ctx.Err() != nil || !l.queueRetry(ctx, err, failing.Failed()) {
 			return e, term, err
 		}
 		l.log.Debug("cannot join the candidates' queue yet; retrying", "lease", l.name, "error", oneLine(err.Error()))
@@ -289,8 +289,14 @@ func (l *Locker) join(ctx context.Context) (*entry, string, error) {
 }
 
 // queueRetry reports whether a queue call that failed with err, in a run
-// of failures that has lasted lasted, is worth another try.
-func (l *Locker) queueRetry(err error, lasted time.Duration) bool {
+// of failures that has lasted lasted, is worth another try. The run never
+// outlasts what ctx has left (an --acquire-timeout): the candidate gives
+// up on the queue at the latest half way to its deadline, and campaigns
+// in the other half, where a free key would otherwise go untaken.
+func (l *Locker) queueRetry(ctx context.Context, err error, lasted time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && lasted >= time.Until(dl) {
+		return false
+	}
 	return queueRetryable(err) && lasted < l.queueRetryFor()
 }
 
@@ -494,7 +500,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if l.queueRetry(err, failing.Failed()) {
+			if l.queueRetry(ctx, err, failing.Failed()) {
 				l.log.Debug("reading the candidates' queue failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
 				if !retry.Sleep(ctx, backoff.Next()) {
 					return ctx.Err()
@@ -528,7 +534,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if l.queueRetry(err, failing.Failed()) {
+				if l.queueRetry(ctx, err, failing.Failed()) {
 					l.log.Debug("writing the queue entry again failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
 					if !retry.Sleep(ctx, backoff.Next()) {
 						return ctx.Err()
