@@ -66,6 +66,15 @@ func TestQueueSkewedWriterNotPassedOver(t *testing.T) {
 	if deleted.Load() {
 		t.Fatal("the entry of a candidate renewing on time, whose clock is behind, was skipped and deleted as ancient")
 	}
+	// The server's time of the entry's last write moves with each renewal
+	// (the server and this test share one clock here).
+	ls, err := leader.client.Get(ctx, skewed.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := time.Since(written(ls)); age > ttl/2+2*time.Second {
+		t.Fatalf("the server's time of the last write of an entry renewed every %v is %v old", ttl/2, age)
+	}
 	if n := queued(t, leader); n != 3 {
 		t.Fatalf("%d entries, want 3", n)
 	}
