@@ -201,7 +201,7 @@ func (l *Locker) join(ctx context.Context, id string) error {
 	var failing retry.Run
 	for {
 		err := l.enqueue(ctx, id, 0, noSpot)
-		if err == nil || ctx.Err() != nil || !l.queueRetry(err, failing.Failed()) || time.Since(began) >= l.opts.TTL/2 {
+		if err == nil || ctx.Err() != nil || !l.queueRetry(ctx, err, failing.Failed()) || time.Since(began) >= l.opts.TTL/2 {
 			return err
 		}
 		l.log.Debug("cannot join the candidates' queue yet; retrying", "key", l.path, "error", err)
@@ -214,8 +214,13 @@ func (l *Locker) join(ctx context.Context, id string) error {
 // queueRetry reports whether a queue call that failed with err, in a run
 // of failures that has lasted lasted, is worth another try: not a refusal
 // (ACL, TLS), not a lock Consul would not grant (the session is gone),
-// within queueRetryFor.
-func (l *Locker) queueRetry(err error, lasted time.Duration) bool {
+// within queueRetryFor, and shorter than what ctx has left (an
+// --acquire-timeout): the candidate gives up on the queue at the latest
+// half way to its deadline, and campaigns in the other half.
+func (l *Locker) queueRetry(ctx context.Context, err error, lasted time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && lasted >= time.Until(dl) {
+		return false
+	}
 	return !errors.Is(err, locker.ErrRefused) && !errors.Is(err, errEntryRefused) && lasted < l.queueRetryFor()
 }
 
@@ -267,7 +272,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if l.queueRetry(err, failing.Failed()) {
+			if l.queueRetry(ctx, err, failing.Failed()) {
 				l.log.Debug("reading the candidates' queue failed; retrying", "key", l.path, "error", l.scrub(err))
 				if !retry.Sleep(ctx, backoff.Next()) {
 					return ctx.Err()
@@ -293,7 +298,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if l.queueRetry(err, failing.Failed()) {
+				if l.queueRetry(ctx, err, failing.Failed()) {
 					l.log.Debug("writing the queue entry again failed; retrying", "key", l.path, "error", l.scrub(err))
 					if !retry.Sleep(ctx, backoff.Next()) {
 						return ctx.Err()

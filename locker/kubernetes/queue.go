@@ -54,9 +54,10 @@ import (
 // entry without it (an older leaderrun) renews every TTL/2. A candidate
 // killed or frozen in the queue holds it up for TTL + allowance when it
 // was near the head, for deepSilence at most when it was deeper. An entry
-// whose renewTime is three times older than its bound by our wall clock
-// is skipped at once: the queue decides only who tries first, so a
-// wall-clock hint may serve here as it never may for a takeover. A
+// that the server last wrote three times its bound before the queue's
+// newest write, by the server's clock (isAncient), is skipped at once:
+// the queue decides only who tries first, so a hint may serve here as it
+// never may for a takeover. A
 // candidate that finds its own entry gone creates a new one, at the tail,
 // and counts its place afresh.
 //
@@ -177,11 +178,50 @@ func (l *Locker) deepSilence() time.Duration {
 	return 3*l.ttl + observe.Allowance(3*l.ttl)
 }
 
-// ancient is how old an entry's renewTime must be by our wall clock for
-// the entry to be skipped at once: three times its silence bound.
+// ancient is how long an entry must have gone unwritten for it to be
+// skipped at once (isAncient): three times its silence bound.
 func (l *Locker) ancient(ls *coordinationv1.Lease) time.Duration {
 	d := l.silence(ls)
 	return 3 * (d + observe.Allowance(d))
+}
+
+// written is when the server last wrote ls, by the server's own clock
+// (the times of its managedFields, whole seconds), or zero when it keeps
+// none.
+func written(ls *coordinationv1.Lease) time.Time {
+	var t time.Time
+	for _, f := range ls.ManagedFields {
+		if f.Time != nil && f.Time.After(t) {
+			t = f.Time.Time
+		}
+	}
+	return t
+}
+
+// lastWrite is the latest written among items: the server's clock at the
+// newest write of the queue (ours among them), no later than now.
+func lastWrite(items []coordinationv1.Lease) time.Time {
+	var t time.Time
+	for i := range items {
+		if w := written(&items[i]); w.After(t) {
+			t = w
+		}
+	}
+	return t
+}
+
+// isAncient reports whether ls has gone unwritten for longer than
+// l.ancient(ls), judged on the server's clock alone, against last (the
+// newest write of the queue): never by the renewTime its candidate wrote,
+// whose host's wall clock may be behind ours by any amount, which would
+// get a live candidate on time passed over at every move of the queue.
+// The server's times are whole seconds, hence the second more. A server
+// that keeps no managedFields leaves the renewTime by our wall clock.
+func (l *Locker) isAncient(ls *coordinationv1.Lease, last time.Time) bool {
+	if w := written(ls); !w.IsZero() && !last.IsZero() {
+		return last.Sub(w) > l.ancient(ls)+time.Second
+	}
+	return ls.Spec.RenewTime == nil || time.Since(ls.Spec.RenewTime.Time) > l.ancient(ls)
 }
 
 // queueLabel is the value of labelQueue for the key's Lease.
@@ -238,7 +278,7 @@ func (l *Locker) join(ctx context.Context) (*entry, string, error) {
 	for {
 		term := newTerm()
 		e, err := l.enqueue(ctx, term)
-		if err == nil || ctx.Err() != nil || !l.queueRetry(err, failing.Failed()) {
+		if err == nil || ctx.Err() != nil || !l.queueRetry(ctx, err, failing.Failed()) {
 			return e, term, err
 		}
 		l.log.Debug("cannot join the candidates' queue yet; retrying", "lease", l.name, "error", oneLine(err.Error()))
@@ -249,8 +289,14 @@ func (l *Locker) join(ctx context.Context) (*entry, string, error) {
 }
 
 // queueRetry reports whether a queue call that failed with err, in a run
-// of failures that has lasted lasted, is worth another try.
-func (l *Locker) queueRetry(err error, lasted time.Duration) bool {
+// of failures that has lasted lasted, is worth another try. The run never
+// outlasts what ctx has left (an --acquire-timeout): the candidate gives
+// up on the queue at the latest half way to its deadline, and campaigns
+// in the other half, where a free key would otherwise go untaken.
+func (l *Locker) queueRetry(ctx context.Context, err error, lasted time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && lasted >= time.Until(dl) {
+		return false
+	}
 	return queueRetryable(err) && lasted < l.queueRetryFor()
 }
 
@@ -454,7 +500,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if l.queueRetry(err, failing.Failed()) {
+			if l.queueRetry(ctx, err, failing.Failed()) {
 				l.log.Debug("reading the candidates' queue failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
 				if !retry.Sleep(ctx, backoff.Next()) {
 					return ctx.Err()
@@ -467,6 +513,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 		}
 		var me *coordinationv1.Lease
 		var live, dead []*coordinationv1.Lease
+		last := lastWrite(list.Items)
 		for i := range list.Items {
 			it := &list.Items[i]
 			if !strings.HasPrefix(it.Name, l.name+entryInfix) {
@@ -475,8 +522,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			switch {
 			case it.Name == e.name:
 				me = it
-			case skipped[it.Name] == it.ResourceVersion,
-				it.Spec.RenewTime == nil || time.Since(it.Spec.RenewTime.Time) > l.ancient(it):
+			case skipped[it.Name] == it.ResourceVersion, l.isAncient(it, last):
 				dead = append(dead, it)
 			default:
 				live = append(live, it)
@@ -488,7 +534,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if l.queueRetry(err, failing.Failed()) {
+				if l.queueRetry(ctx, err, failing.Failed()) {
 					l.log.Debug("writing the queue entry again failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
 					if !retry.Sleep(ctx, backoff.Next()) {
 						return ctx.Err()

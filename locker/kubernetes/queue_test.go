@@ -136,6 +136,9 @@ func TestQueueOrphanDeleted(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Dead for longer than its ancient bound by the server's clock (its
+	// writes' times are whole seconds, and a second is added to the bound).
+	time.Sleep(leader.ancient(&coordinationv1.Lease{}) + 2500*time.Millisecond)
 	lockertest.AcquireAsync(t, ctx, srv.newLocker(t, key))
 	testsupport.WaitFor(t, 10*time.Second, "the orphaned entry deleted", func() bool {
 		_, err := leader.client.Get(ctx, name, metav1.GetOptions{})
