@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/locker/queueplace"
 )
 
 // The candidates' queue (DESIGN §1.12, "Who wakes at a failover").
@@ -78,37 +78,23 @@ const queueDir = "/~queue/"
 // entryKey is the queue entry of the candidate with session id.
 func (l *Locker) entryKey(id string) string { return l.path + queueDir + id }
 
-// spot is what a queued candidate knows of its place: the number of live
-// entries ahead of its own, unknown (noSpot) until a read of the queue
-// shows it one or none; and the place its entry last said, and the beat
-// of its writes. waitTurn lowers it; keepCandidate reads it.
+// spot is what a queued candidate knows of its place (queueplace: the
+// live entries ahead of its own, unknown until a read of the queue shows
+// it one or none, and what its entry last said), and the beat of its
+// writes. waitTurn lowers it; keepCandidate reads it. Near the head, a
+// candidate rewrites its entry with each renewal.
 type spot struct {
-	ahead, said atomic.Int64
-	beat        atomic.Uint64
+	queueplace.Place
+	beat atomic.Uint64
 }
 
-const noSpot = math.MaxInt64
+const noSpot = queueplace.Unknown
 
 func newSpot() *spot {
 	s := &spot{}
-	s.ahead.Store(noSpot)
-	s.said.Store(noSpot)
+	s.Reset()
 	return s
 }
-
-// lower records that at most n live entries are ahead of ours.
-func (s *spot) lower(n int64) {
-	for {
-		cur := s.ahead.Load()
-		if cur <= n || s.ahead.CompareAndSwap(cur, n) {
-			return
-		}
-	}
-}
-
-// rewrites reports whether the candidate is near enough the head to prove
-// that it is alive with each renewal.
-func (s *spot) rewrites() bool { return s.ahead.Load() <= 1 }
 
 // entryValue is what a candidate writes into its entry: its ID, a beat that
 // changes with every write, and how many live entries it knows ahead of it.
@@ -144,8 +130,8 @@ func entryMode(value []byte) (rewrites, head bool) {
 // candidate frozen a moment after it became head is passed over after TTL
 // + allowance, not when Consul ends its session.
 func (l *Locker) declare(ctx context.Context, id string, place *spot) {
-	ahead := place.ahead.Load()
-	if ahead > 1 || place.said.Load() == ahead {
+	ahead, news := place.News()
+	if !news {
 		return
 	}
 	if err := l.enqueue(ctx, id, place.beat.Add(1), ahead); err != nil {
@@ -154,7 +140,7 @@ func (l *Locker) declare(ctx context.Context, id string, place *spot) {
 		}
 		return
 	}
-	place.said.Store(ahead)
+	place.Said(ahead)
 }
 
 // enqueue writes the candidate's entry, locked by its session: creating it
@@ -280,7 +266,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 				continue
 			}
 			l.log.Debug("cannot read the candidates' queue; campaigning without it", "key", l.path, "error", l.scrub(err))
-			place.lower(0)
+			place.Lower(0)
 			return nil
 		}
 		var me, ahead *api.KVPair
@@ -292,8 +278,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 		if me == nil || me.Session != id {
 			// Skipped and deleted while we were frozen: back to the tail,
 			// where our place is unknown again.
-			place.ahead.Store(noSpot)
-			place.said.Store(noSpot)
+			place.Reset()
 			if err := l.enqueue(ctx, id, place.beat.Add(1), noSpot); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -306,7 +291,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 					continue
 				}
 				l.log.Debug("cannot write the queue entry again; campaigning without it", "key", mine, "error", err)
-				place.lower(0)
+				place.Lower(0)
 				return nil
 			}
 			continue
@@ -333,7 +318,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 			}
 		}
 		watches = listed
-		place.lower(int64(len(listed)))
+		place.Lower(int64(len(listed)))
 		// Tidy up the dead entries between our predecessor and us: we are
 		// the one candidate that moves past them.
 		for _, p := range dead {
@@ -342,7 +327,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 			}
 		}
 		if ahead == nil {
-			place.lower(0)
+			place.Lower(0)
 			l.declare(ctx, id, place)
 			return nil
 		}
@@ -379,7 +364,7 @@ func (l *Locker) follow(ctx context.Context, id string, ahead *api.KVPair, w *ob
 	for {
 		rewrites, head := entryMode(value)
 		if head {
-			place.lower(1)
+			place.Lower(1)
 			l.declare(ctx, id, place)
 		}
 		wait := blockWait

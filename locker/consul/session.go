@@ -205,10 +205,10 @@ func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.Canc
 		}
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		_, err := l.renewSession(cctx, id)
-		if err == nil && place != nil && place.rewrites() {
-			ahead := place.ahead.Load()
+		if err == nil && place != nil && place.Near() {
+			ahead := place.Ahead()
 			if qerr := l.enqueue(cctx, id, place.beat.Add(1), ahead); qerr == nil {
-				place.said.Store(ahead)
+				place.Said(ahead)
 			} else if ctx.Err() == nil {
 				l.log.Debug("queue entry write failed; retrying with the next renewal", "key", l.entryKey(id), "error", qerr)
 			}

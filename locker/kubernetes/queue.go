@@ -6,12 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -23,6 +21,7 @@ import (
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/locker/queueplace"
 )
 
 // The candidates' queue (DESIGN §1.12, "Who wakes at a failover").
@@ -87,10 +86,9 @@ type entry struct {
 	name string
 	term string
 
-	// ahead is the number of live entries known ahead of ours, noSpot
-	// until a read of the queue shows one or none; said is what our last
-	// write declared. waitTurn lowers ahead; every write reads it.
-	ahead, said atomic.Int64
+	// place is what the candidate knows of its place (queueplace): waitTurn
+	// lowers it; every write declares it.
+	place *queueplace.Place
 	// kick tells keepEntry that the beat may have changed.
 	kick chan struct{}
 
@@ -100,28 +98,11 @@ type entry struct {
 	wrote time.Time             // when our last write returned
 }
 
-const noSpot = math.MaxInt64
+const noSpot = queueplace.Unknown
 
 func newEntry(name, term string) *entry {
-	e := &entry{name: name, term: term, kick: make(chan struct{}, 1)}
-	e.ahead.Store(noSpot)
-	e.said.Store(noSpot)
-	return e
+	return &entry{name: name, term: term, place: queueplace.New(), kick: make(chan struct{}, 1)}
 }
-
-// lower records that at most n live entries are ahead of ours.
-func (e *entry) lower(n int64) {
-	for {
-		cur := e.ahead.Load()
-		if cur <= n || e.ahead.CompareAndSwap(cur, n) {
-			return
-		}
-	}
-}
-
-// near reports whether the candidate knows it is the head or right behind
-// it, and so renews every TTL/2.
-func (e *entry) near() bool { return e.ahead.Load() <= 1 }
 
 // aheadValue is what annAhead says for n entries known ahead.
 func aheadValue(n int64) string {
@@ -147,7 +128,7 @@ func entryMode(ls *coordinationv1.Lease) (fast, head bool) {
 
 // beat is how often the candidate renews its entry.
 func (l *Locker) beat(e *entry) time.Duration {
-	if e.near() {
+	if e.place.Near() {
 		return l.ttl / 2
 	}
 	return 2 * l.ttl
@@ -332,8 +313,7 @@ func (l *Locker) create(ctx context.Context, e *entry) error {
 func (l *Locker) createLocked(ctx context.Context, e *entry) error {
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	e.ahead.Store(noSpot)
-	e.said.Store(noSpot)
+	e.place.Reset()
 	id, secs, now := l.opts.ID, leaseSeconds(l.ttl), metav1.NewMicroTime(time.Now())
 	got, err := l.client.Create(cctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
@@ -360,7 +340,7 @@ func (l *Locker) createLocked(ctx context.Context, e *entry) error {
 
 // wrote records a successful write of e, which declared ahead.
 func (l *Locker) wrote(e *entry, got *coordinationv1.Lease, ahead int64) {
-	e.said.Store(ahead)
+	e.place.Said(ahead)
 	e.mu.Lock()
 	e.cur, e.wrote = got, time.Now()
 	e.mu.Unlock()
@@ -408,7 +388,7 @@ func (l *Locker) renewEntry(ctx context.Context, e *entry) error {
 	cur := e.cur
 	e.mu.Unlock()
 	for try := 0; ; try++ {
-		ahead := e.ahead.Load()
+		ahead := e.place.Ahead()
 		next := cur.DeepCopy()
 		if next.Annotations == nil {
 			next.Annotations = map[string]string{}
@@ -439,8 +419,7 @@ func (l *Locker) renewEntry(ctx context.Context, e *entry) error {
 // beat: a candidate frozen a moment after it became head, or right behind
 // it, is passed over after TTL + allowance.
 func (l *Locker) declare(ctx context.Context, e *entry) {
-	ahead := e.ahead.Load()
-	if ahead > 1 || e.said.Load() == ahead {
+	if _, news := e.place.News(); !news {
 		return
 	}
 	if err := l.renewEntry(ctx, e); err != nil && ctx.Err() == nil {
@@ -508,7 +487,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 				continue
 			}
 			l.log.Debug("cannot read the candidates' queue (the account needs list on leases); campaigning without it", "lease", l.name, "error", oneLine(err.Error()))
-			e.lower(0)
+			e.place.Lower(0)
 			return nil
 		}
 		var me *coordinationv1.Lease
@@ -542,7 +521,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 					continue
 				}
 				l.log.Debug("cannot write the queue entry again; campaigning without it", "entry", e.name, "error", oneLine(err.Error()))
-				e.lower(0)
+				e.place.Lower(0)
 				return nil
 			}
 			continue
@@ -566,7 +545,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			}
 		}
 		watches = listed
-		e.lower(n)
+		e.place.Lower(n)
 		// Tidy up the dead entries between our predecessor and us: we are
 		// the one candidate that moves past them. A dead entry that never
 		// got its place stands behind everyone, where nobody moves past
@@ -620,7 +599,7 @@ func (l *Locker) follow(ctx context.Context, e *entry, it *coordinationv1.Lease,
 	defer w.Stop()
 	for {
 		if _, head := entryMode(it); head {
-			e.lower(1)
+			e.place.Lower(1)
 			l.declare(ctx, e)
 		}
 		_, left, _ := seen.Due()
