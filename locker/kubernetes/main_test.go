@@ -60,3 +60,14 @@ func mustAcquire(t testing.TB, l *Locker) locker.Lease {
 	}
 	return lease
 }
+
+// leading starts a server and a leader on a fresh key, renewing as its
+// supervisor would until the test ends.
+func leading(t *testing.T) (srv *server, key string, leader *Locker) {
+	t.Helper()
+	srv = startServer(t)
+	key = lockertest.Key(t)
+	leader = srv.newLocker(t, key)
+	renewing(t, mustAcquire(t, leader))
+	return srv, key, leader
+}

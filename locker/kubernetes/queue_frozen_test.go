@@ -24,11 +24,7 @@ import (
 // within deepSilence of the cut, no later, and then declares at once that
 // it is right behind the head.
 func TestQueueDeepFrozenAsTheQueueMoves(t *testing.T) {
-	srv := startServer(t)
-	key := lockertest.Key(t)
-	leader := srv.newLocker(t, key)
-	held := mustAcquire(t, leader)
-	renewing(t, held)
+	srv, key, leader := leading(t)
 	p := testsupport.NewTCPProxy(t, strings.TrimPrefix(srv.kube.URL(), "https://"))
 	cfg := srv.kube.KubeconfigAt(t, p.Addr, srv.kube.Token(testcluster.KubeAdmin), "")
 	headCtx, headLeaves := context.WithCancel(lockertest.Ctx(t, 3*time.Minute))

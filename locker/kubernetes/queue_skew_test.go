@@ -19,11 +19,7 @@ import (
 // it must not skip and delete it as ancient (it would go back to the tail,
 // and be passed over again at every move of the queue).
 func TestQueueSkewedWriterNotPassedOver(t *testing.T) {
-	srv := startServer(t)
-	key := lockertest.Key(t)
-	leader := srv.newLocker(t, key)
-	held := mustAcquire(t, leader)
-	renewing(t, held)
+	srv, key, leader := leading(t)
 	ttl := leader.ttl
 
 	ctx := lockertest.Ctx(t, time.Minute)

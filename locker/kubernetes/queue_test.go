@@ -121,11 +121,7 @@ func TestQueueJoinRetried(t *testing.T) {
 // failed) stands behind everyone; once it is dead, the next candidate to
 // read the queue deletes it, where nobody ever moves past it.
 func TestQueueOrphanDeleted(t *testing.T) {
-	srv := startServer(t)
-	key := lockertest.Key(t)
-	leader := srv.newLocker(t, key)
-	held := mustAcquire(t, leader)
-	renewing(t, held)
+	srv, key, leader := leading(t)
 
 	ctx := lockertest.Ctx(t, time.Minute)
 	id, secs, then := "gone", leaseSeconds(leader.ttl), metav1.NewMicroTime(time.Now().Add(-time.Hour))
@@ -155,11 +151,7 @@ func TestQueueOrphanDeleted(t *testing.T) {
 // deepSilence.
 func TestQueueOnlyTheNearRenewOften(t *testing.T) {
 	const n = 6
-	srv := startServer(t)
-	key := lockertest.Key(t)
-	leader := srv.newLocker(t, key)
-	held := mustAcquire(t, leader)
-	renewing(t, held)
+	srv, key, leader := leading(t)
 	ttl := leader.ttl
 	cut := map[int]*testsupport.TCPProxy{}
 	for _, i := range []int{1, 3} {
