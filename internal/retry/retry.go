@@ -46,14 +46,19 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 // is no run.
 type Run struct{ began time.Time }
 
-// Failed records a failure and returns how long the run has lasted: zero
-// at its first failure.
-func (r *Run) Failed() time.Duration {
+// Again records a failure and reports whether another try fits: the run,
+// counted from its first failure, has lasted less than limit and less
+// than what ctx has left, so that a caller with a deadline gives up at the
+// latest half way to it and keeps the other half for what it does next.
+func (r *Run) Again(ctx context.Context, limit time.Duration) bool {
 	if r.began.IsZero() {
 		r.began = time.Now()
-		return 0
 	}
-	return time.Since(r.began)
+	lasted := time.Since(r.began)
+	if dl, ok := ctx.Deadline(); ok && lasted >= time.Until(dl) {
+		return false
+	}
+	return lasted < limit
 }
 
 // Reset ends the run: a call succeeded.

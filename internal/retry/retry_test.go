@@ -33,15 +33,27 @@ func TestSleepEndsWithContext(t *testing.T) {
 
 func TestRunLastsFromItsFirstFailure(t *testing.T) {
 	var r Run
-	if d := r.Failed(); d != 0 {
-		t.Fatalf("first failure: the run lasted %v, want 0", d)
+	ctx := context.Background()
+	if !r.Again(ctx, 50*time.Millisecond) {
+		t.Fatal("first failure: no other try within 50ms")
 	}
-	time.Sleep(20 * time.Millisecond)
-	if d := r.Failed(); d < 20*time.Millisecond {
-		t.Fatalf("second failure 20ms later: the run lasted %v", d)
+	time.Sleep(60 * time.Millisecond)
+	if r.Again(ctx, 50*time.Millisecond) {
+		t.Fatal("a run of 60ms still fits a limit of 50ms")
 	}
 	r.Reset()
-	if d := r.Failed(); d != 0 {
-		t.Fatalf("after Reset: the run lasted %v, want 0", d)
+	if !r.Again(ctx, 50*time.Millisecond) {
+		t.Fatal("after Reset: no other try")
+	}
+}
+
+func TestRunLeavesHalfTheDeadline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var r Run
+	r.Again(ctx, time.Hour)
+	time.Sleep(120 * time.Millisecond) // past half way to the deadline
+	if r.Again(ctx, time.Hour) {
+		t.Fatal("a run of 120ms fits where the deadline leaves 80ms")
 	}
 }

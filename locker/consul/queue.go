@@ -187,7 +187,7 @@ func (l *Locker) join(ctx context.Context, id string) error {
 	var failing retry.Run
 	for {
 		err := l.enqueue(ctx, id, 0, noSpot)
-		if err == nil || ctx.Err() != nil || !l.queueRetry(ctx, err, failing.Failed()) || time.Since(began) >= l.opts.TTL/2 {
+		if err == nil || ctx.Err() != nil || !l.queueRetry(ctx, err, &failing) || time.Since(began) >= l.opts.TTL/2 {
 			return err
 		}
 		l.log.Debug("cannot join the candidates' queue yet; retrying", "key", l.path, "error", err)
@@ -197,17 +197,12 @@ func (l *Locker) join(ctx context.Context, id string) error {
 	}
 }
 
-// queueRetry reports whether a queue call that failed with err, in a run
-// of failures that has lasted lasted, is worth another try: not a refusal
-// (ACL, TLS), not a lock Consul would not grant (the session is gone),
-// within queueRetryFor, and shorter than what ctx has left (an
-// --acquire-timeout): the candidate gives up on the queue at the latest
-// half way to its deadline, and campaigns in the other half.
-func (l *Locker) queueRetry(ctx context.Context, err error, lasted time.Duration) bool {
-	if dl, ok := ctx.Deadline(); ok && lasted >= time.Until(dl) {
-		return false
-	}
-	return !errors.Is(err, locker.ErrRefused) && !errors.Is(err, errEntryRefused) && lasted < l.queueRetryFor()
+// queueRetry records a failed queue call in run and reports whether it is
+// worth another try: not a refusal (ACL, TLS), not a lock Consul would not
+// grant (the session is gone), and the run within queueRetryFor and half
+// of what ctx has left (an --acquire-timeout; retry.Run.Again).
+func (l *Locker) queueRetry(ctx context.Context, err error, run *retry.Run) bool {
+	return !errors.Is(err, locker.ErrRefused) && !errors.Is(err, errEntryRefused) && run.Again(ctx, l.queueRetryFor())
 }
 
 // queueRetryFor bounds a run of failing queue calls: three times what a
@@ -258,7 +253,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if l.queueRetry(ctx, err, failing.Failed()) {
+			if l.queueRetry(ctx, err, &failing) {
 				l.log.Debug("reading the candidates' queue failed; retrying", "key", l.path, "error", l.scrub(err))
 				if !retry.Sleep(ctx, backoff.Next()) {
 					return ctx.Err()
@@ -283,7 +278,7 @@ func (l *Locker) waitTurn(ctx context.Context, id string, place *spot) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if l.queueRetry(ctx, err, failing.Failed()) {
+				if l.queueRetry(ctx, err, &failing) {
 					l.log.Debug("writing the queue entry again failed; retrying", "key", l.path, "error", l.scrub(err))
 					if !retry.Sleep(ctx, backoff.Next()) {
 						return ctx.Err()

@@ -259,7 +259,7 @@ func (l *Locker) join(ctx context.Context) (*entry, string, error) {
 	for {
 		term := newTerm()
 		e, err := l.enqueue(ctx, term)
-		if err == nil || ctx.Err() != nil || !l.queueRetry(ctx, err, failing.Failed()) {
+		if err == nil || ctx.Err() != nil || !l.queueRetry(ctx, err, &failing) {
 			return e, term, err
 		}
 		l.log.Debug("cannot join the candidates' queue yet; retrying", "lease", l.name, "error", oneLine(err.Error()))
@@ -269,16 +269,12 @@ func (l *Locker) join(ctx context.Context) (*entry, string, error) {
 	}
 }
 
-// queueRetry reports whether a queue call that failed with err, in a run
-// of failures that has lasted lasted, is worth another try. The run never
-// outlasts what ctx has left (an --acquire-timeout): the candidate gives
-// up on the queue at the latest half way to its deadline, and campaigns
-// in the other half, where a free key would otherwise go untaken.
-func (l *Locker) queueRetry(ctx context.Context, err error, lasted time.Duration) bool {
-	if dl, ok := ctx.Deadline(); ok && lasted >= time.Until(dl) {
-		return false
-	}
-	return queueRetryable(err) && lasted < l.queueRetryFor()
+// queueRetry records a failed queue call in run and reports whether it is
+// worth another try: queueRetryable, and the run within queueRetryFor and
+// half of what ctx has left (an --acquire-timeout, so that a free key is
+// still taken in the other half; retry.Run.Again).
+func (l *Locker) queueRetry(ctx context.Context, err error, run *retry.Run) bool {
+	return queueRetryable(err) && run.Again(ctx, l.queueRetryFor())
 }
 
 // queueRetryFor bounds a run of failing queue calls: three times what a
@@ -479,7 +475,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if l.queueRetry(ctx, err, failing.Failed()) {
+			if l.queueRetry(ctx, err, &failing) {
 				l.log.Debug("reading the candidates' queue failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
 				if !retry.Sleep(ctx, backoff.Next()) {
 					return ctx.Err()
@@ -513,7 +509,7 @@ func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if l.queueRetry(ctx, err, failing.Failed()) {
+				if l.queueRetry(ctx, err, &failing) {
 					l.log.Debug("writing the queue entry again failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
 					if !retry.Sleep(ctx, backoff.Next()) {
 						return ctx.Err()
