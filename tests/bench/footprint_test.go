@@ -6,9 +6,11 @@ import (
 	"flag"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/tests/chaos"
 )
 
-var flagFootprintOnly = flag.String("bench.footprint-only", "", "measure only the footprint of leaderrun on this backend (etcd, consul, zookeeper, kubernetes), over -bench.footprint")
+var flagFootprintOnly = flag.String("bench.footprint-only", "", "measure only the footprint of leaderrun on this backend (etcd, consul, zookeeper, kubernetes, postgres, dynamodb), over -bench.footprint")
 
 // TestBenchFootprintOnly measures one leaderrun leader and standby while
 // nothing happens, without the trials: the quick way to see what a change
@@ -29,6 +31,14 @@ func TestBenchFootprintOnly(t *testing.T) {
 		e = newEnv(t, 0, 0, 3, false)
 	case "kubernetes":
 		e = newEnv(t, 0, 0, 0, true)
+	case "postgres":
+		e = newEnv(t, 0, 0, 0, false)
+		pg := chaos.StartPostgres(t)
+		e.Postgres = &pg
+	case "dynamodb":
+		e = newEnv(t, 0, 0, 0, false)
+		d := chaos.StartDynamoDB(t)
+		e.DynamoDB = &d
 	default:
 		t.Fatalf("-bench.footprint-only=%s: not a backend with a benchmark", backend)
 	}
@@ -40,8 +50,8 @@ func TestBenchFootprintOnly(t *testing.T) {
 	perMin := func(n int64) int64 { return n * int64(time.Minute) / int64(fp.Window) }
 	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
 	share := func(d time.Duration) float64 { return 100 * float64(d) / float64(fp.Window) }
-	t.Logf("%s over %v: RSS leader %.1f MiB, guard %.1f MiB, standby %.1f MiB; CPU leader %.2f%%, guard %.2f%%, standby %.2f%%; wake-ups/min leader %d, guard %d, standby %d; requests/min leader %d, standby %d",
-		lr.Name(), fp.Window, mib(fp.LeaderRSS), mib(fp.GuardRSS), mib(fp.StandbyRSS),
+	t.Logf("%s over %v: RSS (anon) leader %.1f (%.1f) MiB, guard %.1f (%.1f) MiB, standby %.1f (%.1f) MiB; CPU leader %.2f%%, guard %.2f%%, standby %.2f%%; wake-ups/min leader %d, guard %d, standby %d; requests/min leader %d, standby %d",
+		lr.Name(), fp.Window, mib(fp.LeaderRSS), mib(fp.LeaderAnon), mib(fp.GuardRSS), mib(fp.GuardAnon), mib(fp.StandbyRSS), mib(fp.StandbyAnon),
 		share(fp.LeaderCPU), share(fp.GuardCPU), share(fp.StandbyCPU),
 		perMin(fp.LeaderWakes), perMin(fp.GuardWakes), perMin(fp.StandbyWakes), perMin(fp.LeaderReqs), perMin(fp.StandbyReqs))
 }

@@ -182,9 +182,18 @@ func cpuShare(d, window time.Duration) string {
 	return fmt.Sprintf("%.2f%%", 100*float64(d)/float64(window))
 }
 
+// withAnon is a peak resident set with, in brackets, the peak of its
+// anonymous part: "18.0 MiB (7.3)".
+func withAnon(rss, anon int64) string {
+	if rss == 0 {
+		return mib(rss)
+	}
+	return fmt.Sprintf("%s (%.1f)", mib(rss), float64(anon)/(1<<20))
+}
+
 // FootprintTable is the idle-cost table.
 func (r *Results) FootprintTable() string {
-	header := []string{"tool", "leader RSS", "guard RSS", "standby RSS", "leader CPU", "guard CPU", "standby CPU",
+	header := []string{"tool", "leader RSS (anon)", "guard RSS (anon)", "standby RSS (anon)", "leader CPU", "guard CPU", "standby CPU",
 		"leader requests/min", "standby requests/min", "leader wake-ups/min", "guard wake-ups/min", "standby wake-ups/min"}
 	var rows [][]string
 	for _, c := range r.Contenders {
@@ -200,7 +209,7 @@ func (r *Results) FootprintTable() string {
 		if fp.GuardRSS > 0 {
 			guardCPU, guardWakes = cpuShare(fp.GuardCPU, fp.Window), perMinute(fp.GuardWakes, fp.Window)
 		}
-		rows = append(rows, []string{c.Name(), mib(fp.LeaderRSS), mib(fp.GuardRSS), mib(fp.StandbyRSS),
+		rows = append(rows, []string{c.Name(), withAnon(fp.LeaderRSS, fp.LeaderAnon), withAnon(fp.GuardRSS, fp.GuardAnon), withAnon(fp.StandbyRSS, fp.StandbyAnon),
 			cpuShare(fp.LeaderCPU, fp.Window), guardCPU, cpuShare(fp.StandbyCPU, fp.Window),
 			perMinute(fp.LeaderReqs, fp.Window), perMinute(fp.StandbyReqs, fp.Window),
 			perMinute(fp.LeaderWakes, fp.Window), guardWakes, perMinute(fp.StandbyWakes, fp.Window)})

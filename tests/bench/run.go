@@ -129,6 +129,10 @@ type Footprint struct {
 	// RSS are the largest resident sets seen; CPU the user+system time
 	// used during the window. The guard is leaderrun's alone.
 	LeaderRSS, GuardRSS, StandbyRSS int64
+	// Anon are the largest anonymous parts of the resident sets seen
+	// (RssAnon): the memory each process holds alone, where the RSS also
+	// counts the binary's pages that the page cache shares.
+	LeaderAnon, GuardAnon, StandbyAnon int64
 	LeaderCPU, GuardCPU, StandbyCPU time.Duration
 	// Requests sent to the backend during the window.
 	LeaderReqs, StandbyReqs int64
@@ -193,15 +197,15 @@ func (e *Env) Footprint(c *Contender, window time.Duration) Footprint {
 	}
 	cpu0, w0 := cpu(), wakes()
 	lr0, sr0 := leader.Link.Requests(), standby.Link.Requests()
-	var rss [3]int64
+	var rss, anon [3]int64
 	end := time.Now().Add(window)
 	for time.Now().Before(end) {
 		for i, pid := range pids {
 			if pid == 0 {
 				continue
 			}
-			if r, err := chaos.RSS(pid); err == nil {
-				rss[i] = max(rss[i], r)
+			if m, err := chaos.Resident(pid); err == nil {
+				rss[i], anon[i] = max(rss[i], m.RSS), max(anon[i], m.Anon)
 			}
 		}
 		time.Sleep(time.Second) // sampling pace
@@ -209,6 +213,7 @@ func (e *Env) Footprint(c *Contender, window time.Duration) Footprint {
 	cpu1, w1 := cpu(), wakes()
 	fp.LeaderWakes, fp.GuardWakes, fp.StandbyWakes = w1[0]-w0[0], w1[1]-w0[1], w1[2]-w0[2]
 	fp.LeaderRSS, fp.GuardRSS, fp.StandbyRSS = rss[0], rss[1], rss[2]
+	fp.LeaderAnon, fp.GuardAnon, fp.StandbyAnon = anon[0], anon[1], anon[2]
 	fp.LeaderCPU, fp.GuardCPU, fp.StandbyCPU = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2]
 	fp.LeaderReqs, fp.StandbyReqs = leader.Link.Requests()-lr0, standby.Link.Requests()-sr0
 	if leader.Proc.Exited() || standby.Proc.Exited() || !chaos.Alive(ln.mustNewest().Pid) {

@@ -64,21 +64,57 @@ func Alive(pid int) bool {
 
 // RSS is the resident set size of pid (VmRSS in /proc/<pid>/status).
 func RSS(pid int) (int64, error) {
+	m, err := Resident(pid)
+	return m.RSS, err
+}
+
+// Memory is a process's resident memory, in bytes.
+type Memory struct {
+	// RSS is all of it (VmRSS): its private pages and the pages of files
+	// it maps, the binary's among them, which the page cache shares with
+	// every process that maps the same file.
+	RSS int64
+	// Anon is its anonymous part (RssAnon): heap, stacks and runtime
+	// data, which no other process shares.
+	Anon int64
+}
+
+// Resident reads pid's resident memory from /proc/PID/status.
+func Resident(pid int) (Memory, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0, err
+		return Memory{}, err
 	}
+	var m Memory
+	var seen int
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(v)
-			if len(f) < 1 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb * 1024, err
+		name, v, ok := strings.Cut(line, ":")
+		var into *int64
+		switch {
+		case !ok:
+			continue
+		case name == "VmRSS":
+			into = &m.RSS
+		case name == "RssAnon":
+			into = &m.Anon
+		default:
+			continue
 		}
+		f := strings.Fields(v)
+		if len(f) < 1 {
+			return Memory{}, fmt.Errorf("pid %d: an empty %s", pid, name)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return Memory{}, fmt.Errorf("pid %d: %s: %w", pid, name, err)
+		}
+		*into = kb * 1024
+		seen++
 	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+	if seen < 2 {
+		return Memory{}, fmt.Errorf("no VmRSS and RssAnon for pid %d", pid)
+	}
+	return m, nil
 }
 
 // Process is one live process found by Scan.
