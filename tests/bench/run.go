@@ -133,7 +133,7 @@ type Footprint struct {
 	// (RssAnon): the memory each process holds alone, where the RSS also
 	// counts the binary's pages that the page cache shares.
 	LeaderAnon, GuardAnon, StandbyAnon int64
-	LeaderCPU, GuardCPU, StandbyCPU time.Duration
+	LeaderCPU, GuardCPU, StandbyCPU    time.Duration
 	// Requests sent to the backend during the window.
 	LeaderReqs, StandbyReqs int64
 	// Wakes are voluntary context switches over all threads during the
