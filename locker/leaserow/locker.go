@@ -155,6 +155,8 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		// Taken before the read: a release after it ends the wait below.
+		freed := l.rowChanges()
 		cur, exists, err := l.read(ctx)
 		if err != nil {
 			if errors.Is(err, locker.ErrRefused) || l.opts.NoWait || ctx.Err() != nil {
@@ -204,10 +206,32 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			}
 			continue
 		}
-		if !retry.Sleep(ctx, wait) {
+		if !sleepUnless(ctx, wait, freed) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// rowChanges is the store's RowNotifier channel; nil when it has none.
+func (l *Locker) rowChanges() <-chan struct{} {
+	if n, ok := l.store.(RowNotifier); ok {
+		return n.RowChanges()
+	}
+	return nil
+}
+
+// sleepUnless sleeps for d or until woken closes; false when ctx ends
+// first.
+func sleepUnless(ctx context.Context, d time.Duration, woken <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-woken:
+	}
+	return true
 }
 
 // take writes our claim: a Create when the key has no row, else a Take

@@ -33,7 +33,8 @@
 //   - release: Store.Clear conditioned on our own last version: the row
 //     stays, free, with its epoch.
 //
-// A standby reads the row every Config.Poll. A free row is taken at once.
+// A standby reads the row every Config.Poll, and at once when a
+// RowNotifier store hears of a release. A free row is taken at once.
 // A row held by a holder that declares observe.Contract is taken once its
 // version has stayed unchanged for its TTL plus observe.Allowance on the
 // standby's own monotonic clock (observe.Watch), with a Take conditioned on
@@ -167,6 +168,16 @@ type Store interface {
 
 	// Close frees the store's client.
 	Close() error
+}
+
+// RowNotifier is a Store that may hear, while a candidate waits, that the
+// key's row was freed (PostgreSQL: a NOTIFY in the release's statement).
+// A notice only brings the waiting candidate's next read forward: the
+// poll stays, for notices that are lost.
+type RowNotifier interface {
+	// RowChanges returns a channel closed at the next notice of a release
+	// of the key's row heard after the call; nil when none can come.
+	RowChanges() <-chan struct{}
 }
 
 // Placer is a Store that names where a key's row lives, for Leader's

@@ -214,6 +214,7 @@ func (li *listen) Wait(ctx context.Context) error {
 		switch {
 		case err == nil:
 			if n != nil && n.Payload != li.payload {
+				rowWake(li.s.channel, n.Payload) // a release (wake.go), or another key's
 				continue
 			}
 			return nil

@@ -34,7 +34,9 @@
 // A control write NOTIFYs the control table's channel in its own
 // statement; WaitControl LISTENs on one pooled connection held for the
 // wait, reads the record after the LISTEN, again at each notice of its
-// key, and every DefaultControlBackstop without one (control.go).
+// key, and every DefaultControlBackstop without one (control.go). A
+// release notifies the same channel, and that listen wakes the candidates
+// of the process that wait for the freed row (wake.go).
 package postgres
 
 import (
@@ -145,7 +147,10 @@ type store struct {
 	close    context.CancelFunc
 }
 
-var _ leaserow.Store = (*store)(nil)
+var (
+	_ leaserow.Store       = (*store)(nil)
+	_ leaserow.RowNotifier = (*store)(nil)
+)
 
 func newStore(cfg Config) (*store, error) {
 	if cfg.Schema == "" {
@@ -538,11 +543,13 @@ WHERE key = $1 AND version = $2`, append([]any{s.key, prev}, s.args(r)...)...)
 	return s.affected("renew the lease row", tag, err)
 }
 
-// Clear frees the row at version prev.
+// Clear frees the row at version prev, and notifies the table's channel
+// in the same statement when it did (wake.go).
 func (s *store) Clear(ctx context.Context, prev, next string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE `+s.table+`
-SET term = '', holder = '', version = $3, renewed_at = now()
-WHERE key = $1 AND version = $2`, s.key, prev, next)
+	tag, err := s.pool.Exec(ctx, `WITH w AS (
+	UPDATE `+s.table+` SET term = '', holder = '', version = $3, renewed_at = now()
+	WHERE key = $1 AND version = $2 RETURNING 1
+) SELECT pg_notify($4, $5) FROM w`, s.key, prev, next, s.channel, rowPayload(s.key))
 	return s.affected("release the lease row", tag, err)
 }
 
