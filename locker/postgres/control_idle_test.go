@@ -13,10 +13,13 @@ import (
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
-// countingStore counts the control reads the core makes through a store.
+// countingStore counts the reads the core makes through a store, and
+// says when each of its control listens has begun.
 type countingStore struct {
 	*store
-	reads atomic.Int64
+	reads     atomic.Int64 // of the control record
+	rowReads  atomic.Int64 // of the lease row
+	listening chan struct{}
 }
 
 func (c *countingStore) ReadControl(ctx context.Context) ([]byte, uint64, error) {
@@ -24,13 +27,35 @@ func (c *countingStore) ReadControl(ctx context.Context) ([]byte, uint64, error)
 	return c.store.ReadControl(ctx)
 }
 
-// countingLocker is newLocker's Locker on a countingStore; mods change
-// the store before the Locker is built.
+func (c *countingStore) Read(ctx context.Context) (leaserow.Row, error) {
+	c.rowReads.Add(1)
+	return c.store.Read(ctx)
+}
+
+func (c *countingStore) ListenControl(ctx context.Context) (leaserow.ControlListen, error) {
+	lis, err := c.store.ListenControl(ctx)
+	if err == nil {
+		select {
+		case c.listening <- struct{}{}:
+		default:
+		}
+	}
+	return lis, err
+}
+
+// countingLocker is newLocker's Locker on a countingStore, with the
+// core's default poll; mods change the store before the Locker is built.
 func countingLocker(t *testing.T, dsn, key string, mods ...func(*store)) (*leaserow.Locker, *countingStore) {
+	t.Helper()
+	return countingLockerWith(t, dsn, key, 2*time.Second, 0, mods...)
+}
+
+// countingLockerWith is countingLocker with a TTL and a poll of its own.
+func countingLockerWith(t *testing.T, dsn, key string, ttl, poll time.Duration, mods ...func(*store)) (*leaserow.Locker, *countingStore) {
 	t.Helper()
 	cfg := Config{
 		Options: locker.Options{Key: key, Prefix: "lrtest", ID: fmt.Sprintf("%s-%d", key, candidates.Add(1)),
-			TTL: 2 * time.Second, Version: "test"},
+			TTL: ttl, Version: "test"},
 		DSN: dsn, ConnectTimeout: 2 * time.Second, Logger: lockertest.DebugLogger(key),
 	}
 	st, err := newStore(cfg)
@@ -40,8 +65,8 @@ func countingLocker(t *testing.T, dsn, key string, mods ...func(*store)) (*lease
 	for _, m := range mods {
 		m(st)
 	}
-	cs := &countingStore{store: st}
-	l, err := leaserow.New(leaserow.Config{Options: cfg.Options, Store: cs, Name: "postgres", Timeout: st.timeout, Logger: cfg.Logger})
+	cs := &countingStore{store: st, listening: make(chan struct{}, 1)}
+	l, err := leaserow.New(leaserow.Config{Options: cfg.Options, Store: cs, Name: "postgres", Poll: poll, Timeout: st.timeout, Logger: cfg.Logger})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)

@@ -47,6 +47,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -137,6 +138,8 @@ type store struct {
 	ctlRefused bool
 	// listenRefused: the server refused LISTEN; WaitControl polls.
 	listenRefused error
+	// noNotify: the server refused a release's notice for good (Clear).
+	noNotify atomic.Bool
 
 	// channel is the control table's NOTIFY channel; backstop bounds a
 	// listen's wait for a notice (DefaultControlBackstop). closing ends
@@ -544,12 +547,30 @@ WHERE key = $1 AND version = $2`, append([]any{s.key, prev}, s.args(r)...)...)
 }
 
 // Clear frees the row at version prev, and notifies the table's channel
-// in the same statement when it did (wake.go).
+// in the same statement when it did (wake.go). A server that rejects
+// that statement (no EXECUTE on pg_notify, a full notice queue, a server
+// without NOTIFY) did none of it: the row is then freed without a notice,
+// which only leaves it to the standby's next read.
 func (s *store) Clear(ctx context.Context, prev, next string) error {
-	tag, err := s.pool.Exec(ctx, `WITH w AS (
-	UPDATE `+s.table+` SET term = '', holder = '', version = $3, renewed_at = now()
-	WHERE key = $1 AND version = $2 RETURNING 1
-) SELECT pg_notify($4, $5) FROM w`, s.key, prev, next, s.channel, rowPayload(s.key))
+	update := `UPDATE ` + s.table + ` SET term = '', holder = '', version = $3, renewed_at = now()
+WHERE key = $1 AND version = $2`
+	lasting := false
+	if !s.noNotify.Load() {
+		tag, err := s.pool.Exec(ctx, `WITH w AS (`+update+` RETURNING 1)
+SELECT pg_notify($4, $5) FROM w`, s.key, prev, next, s.channel, rowPayload(s.key))
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || ctx.Err() != nil {
+			return s.affected("release the lease row", tag, err)
+		}
+		// No privilege, no such function, not supported: if the plain
+		// UPDATE passes, the notice is what the server refuses, for good.
+		lasting = pgErr.Code == "42501" || pgErr.Code == "42883" || pgErr.Code == "0A000"
+		s.log.Debug("the server rejected the release with its notice; releasing without it", "error", err)
+	}
+	tag, err := s.pool.Exec(ctx, update, s.key, prev, next)
+	if err == nil && lasting {
+		s.noNotify.Store(true)
+	}
 	return s.affected("release the lease row", tag, err)
 }
 

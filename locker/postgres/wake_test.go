@@ -2,40 +2,13 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leaderrun/leaderrun/locker"
-	"github.com/leaderrun/leaderrun/locker/leaserow"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
-
-// listeningStore says when each of its control listens has begun and
-// counts its reads of the lease row.
-type listeningStore struct {
-	*store
-	listening chan struct{}
-	reads     atomic.Int64
-}
-
-func (s *listeningStore) ListenControl(ctx context.Context) (leaserow.ControlListen, error) {
-	lis, err := s.store.ListenControl(ctx)
-	if err == nil {
-		select {
-		case s.listening <- struct{}{}:
-		default:
-		}
-	}
-	return lis, err
-}
-
-func (s *listeningStore) Read(ctx context.Context) (leaserow.Row, error) {
-	s.reads.Add(1)
-	return s.store.Read(ctx)
-}
 
 // TestReleaseWakesStandby: a standby that would read the row again only
 // in an hour (and the holder's TTL is a minute) takes the row as soon as
@@ -51,23 +24,7 @@ func TestReleaseWakesStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := Config{
-		Options: locker.Options{Key: key, Prefix: "lrtest", ID: fmt.Sprintf("%s-%d", key, candidates.Add(1)),
-			TTL: ttl, Version: "test"},
-		DSN: pg.DSN(), ConnectTimeout: 2 * time.Second, Logger: lockertest.DebugLogger(key + "-standby"),
-	}
-	st, err := newStore(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := &listeningStore{store: st, listening: make(chan struct{}, 1)}
-	standby, err := leaserow.New(leaserow.Config{Options: cfg.Options, Store: ls, Name: "postgres",
-		Poll: time.Hour, Timeout: st.timeout, Logger: cfg.Logger})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { standby.Close() })
+	standby, ls := countingLockerWith(t, pg.DSN(), key, ttl, time.Hour)
 
 	cur, err := standby.Control(ctx(t))
 	if err != nil {
@@ -93,7 +50,7 @@ func TestReleaseWakesStandby(t *testing.T) {
 		l, err := standby.Acquire(actx)
 		acquired <- result{l, err}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ls.reads.Load() == 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ls.rowReads.Load() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the standby did not read the row within 10s")
 		}
@@ -108,7 +65,7 @@ func TestReleaseWakesStandby(t *testing.T) {
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
-		t.Logf("the standby took the released row %s after the release, in %d reads", time.Since(released), ls.reads.Load())
+		t.Logf("the standby took the released row %s after the release, in %d reads", time.Since(released), ls.rowReads.Load())
 		if r.lease.Epoch() <= held.Epoch() {
 			t.Errorf("the standby's epoch %d is not greater than the holder's %d", r.lease.Epoch(), held.Epoch())
 		}
