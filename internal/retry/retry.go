@@ -31,15 +31,20 @@ func (b *Backoff) Reset() { b.cur = 0 }
 
 // Sleep pauses for d and reports true, or reports false as soon as ctx
 // ends.
-func Sleep(ctx context.Context, d time.Duration) bool {
+func Sleep(ctx context.Context, d time.Duration) bool { return SleepUnless(ctx, d, nil) }
+
+// SleepUnless is Sleep cut short, reporting true, when woken closes (a nil
+// woken never does).
+func SleepUnless(ctx context.Context, d time.Duration, woken <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
-		return true
+	case <-woken:
 	}
+	return true
 }
 
 // Run measures a run of failures that come back to back. The zero value

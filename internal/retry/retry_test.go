@@ -31,6 +31,22 @@ func TestSleepEndsWithContext(t *testing.T) {
 	}
 }
 
+func TestSleepUnlessWoken(t *testing.T) {
+	woken := make(chan struct{})
+	close(woken)
+	if !SleepUnless(context.Background(), time.Hour, woken) {
+		t.Fatal("SleepUnless reported a cancelled context when it was woken")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if SleepUnless(ctx, time.Hour, make(chan struct{})) {
+		t.Fatal("SleepUnless reported the full pause on a cancelled context")
+	}
+	if !SleepUnless(context.Background(), time.Millisecond, nil) {
+		t.Fatal("SleepUnless did not report a full pause with nothing to wake it")
+	}
+}
+
 func TestRunLastsFromItsFirstFailure(t *testing.T) {
 	var r Run
 	ctx := context.Background()

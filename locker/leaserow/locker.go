@@ -206,7 +206,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			}
 			continue
 		}
-		if !sleepUnless(ctx, wait, freed) {
+		if !retry.SleepUnless(ctx, wait, freed) {
 			return nil, ctx.Err()
 		}
 	}
@@ -218,20 +218,6 @@ func (l *Locker) rowChanges() <-chan struct{} {
 		return n.RowChanges()
 	}
 	return nil
-}
-
-// sleepUnless sleeps for d or until woken closes; false when ctx ends
-// first.
-func sleepUnless(ctx context.Context, d time.Duration, woken <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-	case <-woken:
-	}
-	return true
 }
 
 // take writes our claim: a Create when the key has no row, else a Take
