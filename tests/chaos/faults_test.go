@@ -71,6 +71,7 @@ var faults = []fault{
 	{name: "escape", doc: "the leader's writer is a daemon (setsid and a double fork, its parent gone) outside the job's process group; then `kill -9` of the leader's leaderrun or a partition (at random; local: kill)", job: jobEscape, inject: escape},
 	{name: "guard-fires-first", doc: "hosts with a kill grace below the renew interval and `--restart on-failure`; SIGSTOP of the leader's leaderrun alone (not its guard, not its job) until its guard has killed the job at the kill point, then SIGCONT at once, before the supervisor's own deadline where it can: it must end the term, exit 123, and start nothing", guardFirst: true, inject: guardFiresFirst},
 	{name: "both-killed", doc: "the leader's writer is a daemon, as for escape; `kill -9` of the leader's leaderrun and its guard at once, then the same host's leaderrun started again", job: jobEscape, inject: bothKilled},
+	{name: "hand-edit", doc: "an operator's hand edit of the leader's record on the backend, one of those it has (delete it, empty it, lower its TTL, set its epoch down), while the leader's job ignores SIGTERM and takes its whole kill grace to stop; held until another host leads or 2 x TTL + 5s passed", job: jobLinger, inject: handEdit},
 	{name: "fork-storm", doc: "the job keeps forking: chains of relays that each live a few ms, start their successor in a session of their own and exit; then `kill -9` of the leader's leaderrun, `kill -9` of its writer, a frozen leaderrun or a partition (at random; local: no partition)", job: jobStorm, inject: forkStorm},
 }
 

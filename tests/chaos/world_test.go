@@ -40,7 +40,8 @@ type world struct {
 type profile struct {
 	// contain is the hosts' --contain mode: cgroup, group or auto.
 	contain string
-	// job is the hosts' command: "" the plain writer; jobEscape a writer
+	// job is the hosts' command: "" the plain writer; jobLinger one that
+	// takes its whole kill grace to stop; jobEscape a writer
 	// that escapes its process group (FENCE_ESCAPE=1: the process
 	// leaderrun starts stays as the job's main process, the writer is a
 	// daemon beside it); jobStorm a writer beside chains of relays that
@@ -57,6 +58,9 @@ type profile struct {
 const (
 	jobEscape = "escape"
 	jobStorm  = "storm"
+	// jobLinger is a writer that ignores SIGTERM and writes on until the
+	// kill grace ends in SIGKILL (FENCE_LINGER=1).
+	jobLinger = "linger"
 )
 
 // stormChains is how many relay chains a fork-storm job keeps going.
@@ -228,6 +232,8 @@ func (w *world) start(h *host) {
 		env = append(env, "FENCE_ESCAPE=1")
 	case jobStorm:
 		env = append(env, "FENCE_STORM="+strconv.Itoa(stormChains))
+	case jobLinger:
+		env = append(env, "FENCE_LINGER=1")
 	}
 	p, err := Start(ProcSpec{
 		Name: h.id, Path: w.bins.Leaderrun, Args: args, Env: env,

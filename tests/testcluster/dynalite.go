@@ -219,6 +219,10 @@ func (d *Dynalite) call(op, body string) ([]byte, error) {
 	return out, nil
 }
 
+// Call makes one DynamoDB API call (op as "DeleteItem", body its JSON
+// request) and returns the answer's body.
+func (d *Dynalite) Call(op, body string) ([]byte, error) { return d.call(op, body) }
+
 // Endpoint is the server's URL, for --dynamodb-endpoint.
 func (d *Dynalite) Endpoint() string { return fmt.Sprintf("http://127.0.0.1:%d", d.port) }
 

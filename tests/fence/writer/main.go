@@ -19,6 +19,8 @@
 //	               session (setsid and a double fork; see escape.go)
 //	FENCE_STORM    N: keep N chains of short-lived relay processes forking
 //	               beside the writer (see storm.go)
+//	FENCE_LINGER   1: ignore SIGTERM and keep writing until SIGKILL, as a
+//	               job that takes its whole kill grace to stop
 package main
 
 import (
@@ -26,8 +28,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/leaderrun/leaderrun/tests/fence"
@@ -41,6 +45,9 @@ const dialTimeout = 5 * time.Second
 
 func main() {
 	started := fence.Now() // first: this is "the child started"
+	if os.Getenv("FENCE_LINGER") == "1" {
+		signal.Ignore(syscall.SIGTERM)
+	}
 	ok, err := stormStage()
 	if !ok {
 		ok, err = escapeStage(started)
