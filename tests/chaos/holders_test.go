@@ -41,6 +41,7 @@ var holderFaults = []holderFault{
 	{name: "freeze-leaderrun", doc: "SIGSTOP of a random holder's leaderrun until another host holds its slot (at least the TTL), then SIGCONT", inject: hFreeze},
 	{name: "partition", doc: "a random holder's proxies cut (refuse or blackhole) until another host holds its slot (at least the TTL), then healed", remote: true, inject: hPartition},
 	{name: "kill-server", doc: "`kill -9` of one backend server, restarted after TTL + 1s", remote: true, inject: hKillServer},
+	{name: "mixed-n", doc: "two candidates with --holders N-1 and N+1 start beside the N-slot hosts as a random holder's leaderrun is killed (`kill -9`): both must be refused (125) while any slot is held, and never more than N children run", inject: hMixedN},
 }
 
 // holderStats are the results of one fault type in the holders mode.
@@ -243,8 +244,14 @@ func (w *hworld) takeoverTimeout() time.Duration { return 4*w.tm.TTL + 20*time.S
 // start runs a new leaderrun on h, with --holders N.
 func (w *hworld) start(h *host) {
 	w.t.Helper()
+	h.proc, h.started = w.startN(h, w.n), time.Now()
+}
+
+// startN runs a leaderrun on h's link with --holders n.
+func (w *hworld) startN(h *host, n int) *Proc {
+	w.t.Helper()
 	args := append(w.cl.LeaderrunArgs(h.link.Addrs()), w.tm.Args()...)
-	args = append(args, "--contain", "auto", "--holders", strconv.Itoa(w.n),
+	args = append(args, "--contain", "auto", "--holders", strconv.Itoa(n),
 		"--key", key, "--id", h.id, "--log-level", "debug", "--", w.bins.Writer)
 	env := append(w.fences[0].Env(h.id), HostEnv(w.cl)...)
 	for s, f := range w.fences {
@@ -255,7 +262,7 @@ func (w *hworld) start(h *host) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	h.proc, h.started = p, time.Now()
+	return p
 }
 
 // ensureHosts restarts every host whose leaderrun exited 123 or 137.
@@ -402,6 +409,36 @@ func hKillServer(w *hworld, _ *host, _ int, _ fence.Instance) fence.Mono {
 	time.Sleep(w.tm.TTL + time.Second)
 	w.cl.Restart(i)
 	w.cl.WaitHealthy(w.t)
+	return at
+}
+
+// hMixedN starts two candidates that disagree with the hosts on N, one
+// with a slot fewer and one with a slot more, as a holder dies and frees
+// its slot. N is the key's (DESIGN §1.15): both are refused while the
+// hosts hold their slots, whichever slots they read first, and the /proc
+// watch sees no more than N children.
+func hMixedN(w *hworld, h *host, _ int, _ fence.Instance) fence.Mono {
+	var odd []*Proc
+	for i, n := range []int{w.n - 1, w.n + 1} {
+		if n < 1 {
+			continue
+		}
+		c := &host{id: fmt.Sprintf("%s-n%d-%d", w.cl.Name(), n, i), link: h.link}
+		odd = append(odd, w.startN(c, n))
+	}
+	at := fence.Now()
+	_ = h.proc.Signal(syscall.SIGKILL)
+	for _, p := range odd {
+		code, ok := p.Wait(w.tm.TTL + 10*time.Second)
+		if !ok {
+			w.t.Errorf("mixed-n: a candidate of another N still runs %v after it started beside the holders\n%s", w.tm.TTL+10*time.Second, p.Output(4<<10))
+			p.Kill()
+			continue
+		}
+		if code != 125 {
+			w.t.Errorf("mixed-n: a candidate of another N exited %d, want 125 (refused)\n%s", code, p.Output(4<<10))
+		}
+	}
 	return at
 }
 
