@@ -54,7 +54,9 @@ type StepDown struct {
 	By string    `json:"by"`
 	At time.Time `json:"at"`
 	// Until ends the request: after it, every candidate may campaign for
-	// Key again, the one that stepped down included.
+	// Key again, the one that stepped down included. At most
+	// MaxReservation after At; one further from a reader's now than
+	// MaxReservation and ReservationSkew is Void.
 	Until time.Time `json:"until"`
 	// Taken is the epoch of the term that took Key after the step-down,
 	// written by that term's holder; from then on the request holds
@@ -141,6 +143,40 @@ func (e *BadControlError) Error() string {
 	return fmt.Sprintf("not a control record: %q", e.Value)
 }
 
+// MaxReservation bounds a step-down: no leaderrun writes one whose Until
+// lies more than this after its At (`step-down --timeout` refuses more,
+// a preemption's window is cut to it). A step-down is a handover, over
+// within a few TTLs; a key kept from every candidate for longer is what
+// pause is for, and status shows a pause.
+const MaxReservation = time.Hour
+
+// ReservationSkew is how far ahead of a candidate's clock the clock of the
+// host that wrote a step-down may run before the candidate takes the
+// step-down's Until for one no leaderrun wrote (DESIGN §1.16).
+const ReservationSkew = 5 * time.Minute
+
+// Void reports whether the step-down ends further from now than any
+// leaderrun writes one: its Until is more than MaxReservation plus
+// ReservationSkew ahead of now (on the reader's clock). Such a request was
+// written by hand, by something else, or by a clock far ahead; it asks
+// nobody to step down and holds nobody back, so that a record saying
+// "until 9999" cannot keep a key from every candidate.
+func (sd *StepDown) Void(now time.Time) bool {
+	return sd.Until.After(now.Add(MaxReservation + ReservationSkew))
+}
+
+// Pending reports whether the step-down is under way at now: no later
+// term took the key, its Until has not passed, and it is not Void.
+func (sd *StepDown) Pending(now time.Time) bool {
+	return sd != nil && sd.Taken == 0 && now.Before(sd.Until) && !sd.Void(now)
+}
+
+// Reserves reports whether the step-down still stands on the record at
+// now, void or not: what `resume` clears and status shows.
+func (sd *StepDown) Reserves(now time.Time) bool {
+	return sd != nil && sd.Taken == 0 && now.Before(sd.Until)
+}
+
 // Paused reports whether the record pauses the key.
 func (c Control) Paused() bool { return c.Pause != nil }
 
@@ -149,13 +185,13 @@ func (c Control) Paused() bool { return c.Pause != nil }
 // that no later term has taken yet, before its Until, reserves it for
 // another candidate (To) or keeps out the holder that stepped down
 // (steppedDown: the epoch id held name with when it stepped down; 0 for
-// none).
+// none). A Void step-down holds nobody back.
 func (c Control) Holds(name, id string, steppedDown uint64, now time.Time) bool {
 	if c.Pause != nil {
 		return true
 	}
 	sd := c.StepDown
-	if sd == nil || sd.Key != name || sd.Taken != 0 || !now.Before(sd.Until) {
+	if sd == nil || sd.Key != name || !sd.Pending(now) {
 		return false
 	}
 	if sd.To != "" {
@@ -166,12 +202,12 @@ func (c Control) Holds(name, id string, steppedDown uint64, now time.Time) bool 
 
 // AsksToStepDown reports whether the record asks the term epoch of name
 // to stop at now: a pause, or a step-down of exactly that term whose Until
-// has not passed.
+// has not passed and that is not Void.
 func (c Control) AsksToStepDown(name string, epoch uint64, now time.Time) (why string, ok bool) {
 	if c.Pause != nil {
 		return fmt.Sprintf("paused by %s: %s", c.Pause.By, c.Pause.Reason), true
 	}
-	if sd := c.StepDown; sd != nil && sd.Key == name && sd.Epoch == epoch && sd.Taken == 0 && now.Before(sd.Until) {
+	if sd := c.StepDown; sd != nil && sd.Key == name && sd.Epoch == epoch && sd.Pending(now) {
 		if sd.To != "" {
 			return fmt.Sprintf("step-down to %s asked by %s", sd.To, sd.By), true
 		}

@@ -32,6 +32,10 @@ func TestControlHolds(t *testing.T) {
 		{"to: over once taken", sd("k", 5, "b", 6, until), "k", "c", 0, false},
 		{"to: another slot is free", sd("k~1", 5, "b", 0, until), "k~2", "c", 0, false},
 		{"to: the key is not its slot", sd("k~1", 5, "b", 0, until), "k", "c", 0, false},
+		{"to: up to the bound and its skew", sd("k", 5, "b", 0, now.Add(MaxReservation+ReservationSkew)), "k", "c", 0, true},
+		{"to: beyond the bound is void", sd("k", 5, "b", 0, now.Add(MaxReservation+ReservationSkew+time.Second)), "k", "c", 0, false},
+		{"to: until 9999 is void", sd("k", 5, "b", 0, time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)), "k", "c", 0, false},
+		{"void holds not the one who stepped down", sd("k", 5, "", 0, now.Add(10*365*24*time.Hour)), "k", "a", 5, false},
 	}
 	for _, tc := range cases {
 		if got := tc.c.Holds(tc.key, tc.id, tc.steppedDown, now); got != tc.want {
@@ -61,11 +65,27 @@ func TestControlAsksToStepDown(t *testing.T) {
 		{"another slot", Control{StepDown: req}, "k~1", 5, false},
 		{"past until", Control{StepDown: &StepDown{Key: "k", Epoch: 5, Until: now}}, "k", 5, false},
 		{"taken", Control{StepDown: &StepDown{Key: "k", Epoch: 5, Until: until, Taken: 6}}, "k", 5, false},
+		{"within the bound", Control{StepDown: &StepDown{Key: "k", Epoch: 5, Until: now.Add(MaxReservation)}}, "k", 5, true},
+		{"void: until 9999", Control{StepDown: &StepDown{Key: "k", Epoch: 5, Until: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)}}, "k", 5, false},
 	}
 	for _, tc := range cases {
 		if why, got := tc.c.AsksToStepDown(tc.key, tc.epoch, now); got != tc.want || got != (why != "") {
 			t.Errorf("%s: AsksToStepDown = %v %q, want %v", tc.name, got, why, tc.want)
 		}
+	}
+}
+
+// TestStepDownReserves: a void step-down is not pending, but still
+// stands on the record (status shows it, resume clears it) until its until.
+func TestStepDownReserves(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	far := &StepDown{Key: "k", Epoch: 5, Until: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if !far.Void(now) || far.Pending(now) || !far.Reserves(now) {
+		t.Errorf("until 9999: void %v, pending %v, reserves %v; want true, false, true", far.Void(now), far.Pending(now), far.Reserves(now))
+	}
+	var none *StepDown
+	if none.Pending(now) || none.Reserves(now) {
+		t.Error("no step-down is pending or reserves")
 	}
 }
 

@@ -323,9 +323,12 @@ func (s *Supervisor) askedToGo(l *leadership) string {
 }
 
 // handoverWindow is how long a preemption reserves the key for the
-// candidate that asked.
+// candidate that asked: long enough for a holder that cannot release to
+// lose its lease, within the bound of every reservation (a holder with a
+// TTL of more than half an hour that neither acts nor renews lets any
+// candidate take the key after it, not only the preferred one).
 func (s *Supervisor) handoverWindow() time.Duration {
-	return max(10*time.Second, 2*s.cfg.TTL+s.cfg.KillGrace)
+	return min(max(10*time.Second, 2*s.cfg.TTL+s.cfg.KillGrace), locker.MaxReservation)
 }
 
 // preempt runs while a candidate of a priority campaigns: once a holder of
@@ -370,7 +373,7 @@ func (s *Supervisor) askHandover(ctx context.Context, h locker.Holder) bool {
 		return false
 	}
 	now := time.Now().UTC()
-	if sd := c.StepDown; sd != nil && sd.Taken == 0 && now.Before(sd.Until) {
+	if c.StepDown.Pending(now) {
 		return false
 	}
 	cc := s.cfg.Control

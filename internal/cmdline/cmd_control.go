@@ -46,10 +46,10 @@ func stepDownCommand() *cli.Command {
 		UsageText: synopsisStepDown,
 		Description: "Asks the current term of KEY to hand over: its leaderrun stops the job as on SIGTERM, " +
 			"releases, and goes back to waiting. With --to ID only candidate ID may take the key until " +
-			"--timeout passes. Exits 0 once another term has begun, printing its holder and epoch; 1 when " +
+			"--timeout passes (at most 1h: a longer hold is a pause; resume ends it sooner). Exits 0 once another term has begun, printing its holder and epoch; 1 when " +
 			"no other candidate took the key within --timeout (an older leaderrun ignores the request); " +
 			"125 on bad input, an unknown key or a key nobody leads.",
-		Flags: controlFlags("how long to wait for another candidate to lead",
+		Flags: controlFlags("how long to wait for another candidate to lead, and to keep the key for it (at most 1h)",
 			&cli.StringFlag{Name: "to", Category: catQuery, Usage: "only the candidate whose --id is `ID` may take the key next"},
 			slotFlag()),
 		Before:       divertDoubleDash,
@@ -78,10 +78,12 @@ func pauseCommand() *cli.Command {
 
 func resumeCommand() *cli.Command {
 	return &cli.Command{
-		Name:         "resume",
-		Usage:        "end a pause: candidates campaign for the key again",
-		UsageText:    synopsisResume,
-		Description:  "Clears the pause of KEY. Exits 0 (also when the key was not paused), 125 on bad input.",
+		Name:      "resume",
+		Usage:     "end a pause or a step-down's reservation: candidates campaign for the key again",
+		UsageText: synopsisResume,
+		Description: "Clears the pause of KEY and a step-down still under way (one that keeps the key for " +
+			"step-down --to's candidate, or keeps out the holder that stepped down), saying what it " +
+			"cleared. Exits 0 (also when there was nothing to clear), 125 on bad input.",
 		Flags:        controlFlags("give up writing to the backend after this long"),
 		Before:       divertDoubleDash,
 		OnUsageError: divertUsageError,
@@ -155,6 +157,10 @@ func operator() string {
 const controlPoll = 100 * time.Millisecond
 
 func stepDownAction(c *cli.Context) error {
+	if d := c.Duration("timeout"); d > locker.MaxReservation {
+		return usage(fmt.Errorf("--timeout of step-down must be at most %s (it is how long the key is kept for the next holder; to keep it from every candidate longer, pause it), got %s",
+			roundDuration(locker.MaxReservation), roundDuration(d)))
+	}
 	t, err := openControl(c)
 	if err != nil {
 		return usage(err)
@@ -191,7 +197,7 @@ func stepDownAction(c *cli.Context) error {
 	if err != nil {
 		return usage(fmt.Errorf("step-down: %w", err))
 	}
-	fmt.Fprintf(errorOutput(), "leaderrun: asked %s (epoch %d) to step down from %q\n", h.ID, h.Epoch, t.opts.Key)
+	fmt.Fprintf(errorOutput(), "leaderrun: asked %s (epoch %d) to step down from %q\n", printable(h.ID), h.Epoch, t.opts.Key)
 	for {
 		next, err := t.lk.Leader(ctx)
 		// With --to, another holder's term is one that won meanwhile and
@@ -199,10 +205,10 @@ func stepDownAction(c *cli.Context) error {
 		if err == nil && next.Epoch > h.Epoch && (to == "" || next.ID == to) {
 			if next.ID == h.ID && to == "" {
 				fmt.Fprintf(errorOutput(), "leaderrun: no other candidate took key %q within %s; %s leads it again (epoch %d)\n",
-					t.opts.Key, roundDuration(timeout), next.ID, next.Epoch)
+					t.opts.Key, roundDuration(timeout), printable(next.ID), next.Epoch)
 				return exitCode(exitcode.ControlNotDone)
 			}
-			fmt.Printf("%s leads %s with epoch %d\n", next.ID, t.opts.Key, next.Epoch)
+			fmt.Printf("%s leads %s with epoch %d\n", printable(next.ID), printable(t.opts.Key), next.Epoch)
 			return nil
 		}
 		select {
@@ -227,7 +233,7 @@ func stepDownTimedOut(t *controlTarget, h locker.Holder, to string, timeout time
 	default:
 		why = "no other candidate took it"
 	}
-	fmt.Fprintf(errorOutput(), "leaderrun: step-down of %q not done within %s: %s\n", t.opts.Key, roundDuration(timeout), why)
+	fmt.Fprintf(errorOutput(), "leaderrun: step-down of %q not done within %s: %s\n", t.opts.Key, roundDuration(timeout), printable(why))
 	return exitCode(exitcode.ControlNotDone)
 }
 
@@ -262,7 +268,7 @@ func pauseAction(c *cli.Context) error {
 	if err != nil {
 		return usage(fmt.Errorf("pause: %w", err))
 	}
-	fmt.Fprintf(errorOutput(), "leaderrun: paused %q: %s\n", t.key, reason)
+	fmt.Fprintf(errorOutput(), "leaderrun: paused %q: %s\n", t.key, printable(reason))
 	var slots []locker.Locker
 	defer func() {
 		for _, lk := range slots {
@@ -313,7 +319,7 @@ func pauseAction(c *cli.Context) error {
 			if !strings.HasPrefix(held, "who leads") {
 				held += " (is it an older leaderrun?)"
 			}
-			fmt.Fprintf(errorOutput(), "leaderrun: key %q is paused, but within %s %s\n", t.key, roundDuration(timeout), held)
+			fmt.Fprintf(errorOutput(), "leaderrun: key %q is paused, but within %s %s\n", t.key, roundDuration(timeout), printable(held))
 			return exitCode(exitcode.ControlNotDone)
 		case <-time.After(controlPoll):
 		}
@@ -328,22 +334,42 @@ func resumeAction(c *cli.Context) error {
 	defer t.lk.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
 	defer cancel()
-	was := false
+	// What was cleared, as the record said it when the write succeeded.
+	var pause *locker.Pause
+	var sd *locker.StepDown
+	var void bool
 	err = updateControl(ctx, t.ctl, func(rec *locker.Control) error {
-		was = rec.Pause != nil
-		if !was {
+		now := time.Now()
+		pause, sd, void = rec.Pause, nil, false
+		if rec.StepDown.Reserves(now) {
+			sd, void = rec.StepDown, rec.StepDown.Void(now)
+		}
+		if pause == nil && sd == nil {
 			return errUnchanged
 		}
 		rec.Pause = nil
+		if sd != nil {
+			rec.StepDown = nil
+		}
 		return nil
 	})
 	if err != nil {
 		return usage(fmt.Errorf("resume: %w", err))
 	}
-	if !was {
-		fmt.Fprintf(errorOutput(), "leaderrun: key %q was not paused\n", t.key)
+	if pause == nil && sd == nil {
+		fmt.Fprintf(errorOutput(), "leaderrun: key %q was not paused and no step-down keeps it\n", t.key)
 		return nil
 	}
-	fmt.Fprintf(errorOutput(), "leaderrun: resumed %q\n", t.key)
+	if pause != nil {
+		fmt.Fprintf(errorOutput(), "leaderrun: resumed %q, paused by %s since %s: %s\n",
+			t.key, printable(pause.By), pause.Since.Format(time.RFC3339), printable(pause.Reason))
+	}
+	if sd != nil {
+		what := "step-down of epoch " + stepDownText(sd)
+		if void {
+			what += " (void: further ahead than any leaderrun writes one)"
+		}
+		fmt.Fprintf(errorOutput(), "leaderrun: cleared the %s\n", printable(what))
+	}
 	return nil
 }

@@ -4,7 +4,6 @@ package cmdline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -137,9 +136,7 @@ func historyAction(c *cli.Context) error {
 		return writeHistoryMetrics(os.Stdout, opts.Key, terms, report.Terms)
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(report)
+		return writeJSON(os.Stdout, report)
 	}
 	return report.writeText(os.Stdout)
 }
@@ -217,7 +214,8 @@ func missedSlots(terms []locker.Term, now time.Time) []historyRow {
 	return out
 }
 
-// writeText prints the rows as a table for people.
+// writeText prints the rows as a table for people. Holders wrote every
+// text in it: each goes through printable.
 func (r historyReport) writeText(w io.Writer) error {
 	if len(r.Terms) == 0 {
 		_, err := fmt.Fprintf(w, "no terms recorded for key %q on %s\n", r.Key, r.Backend)
@@ -229,7 +227,7 @@ func (r historyReport) writeText(w io.Writer) error {
 		if s == "" {
 			return "-"
 		}
-		return s
+		return printable(s)
 	}
 	stamp := func(t *time.Time) string {
 		if t == nil {
@@ -240,7 +238,7 @@ func (r historyReport) writeText(w io.Writer) error {
 	for _, t := range r.Terms {
 		slot := "-"
 		if t.Slot != "" {
-			slot = t.Slot + " " + dash(t.SlotOutcome)
+			slot = printable(t.Slot) + " " + dash(t.SlotOutcome)
 		}
 		if t.Missed {
 			fmt.Fprintf(tw, "-\t-\t-\t-\t-\tmissed\t-\t%s\n", slot)
@@ -259,7 +257,7 @@ func (r historyReport) writeText(w io.Writer) error {
 		if t.ExitCode != nil {
 			exit = strconv.Itoa(*t.ExitCode)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Epoch, dash(t.ID), dash(t.Hostname), stamp(t.Start), stamp(t.End), ended, exit, slot)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Epoch, dash(t.ID), dash(t.Hostname), stamp(t.Start), stamp(t.End), printable(ended), exit, slot)
 	}
 	return tw.Flush()
 }

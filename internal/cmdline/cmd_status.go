@@ -3,7 +3,6 @@
 package cmdline
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -52,15 +51,13 @@ func statusAction(c *cli.Context) error {
 	report.LastRun = read.LastRun
 	report.withControl(read.Control, time.Now())
 	if c.Bool("json") {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(report)
+		err = writeJSON(os.Stdout, report)
 	} else {
 		err = report.writeText(os.Stdout, time.Now())
 	}
 	if err != nil || !report.NeverUsed {
 		return err
 	}
-	fmt.Fprintf(errorOutput(), "leaderrun: %s\n", report.neverUsedLine())
+	fmt.Fprintf(errorOutput(), "leaderrun: %s\n", printable(report.neverUsedLine()))
 	return exitCode(exitcode.StatusNeverUsed)
 }

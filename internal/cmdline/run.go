@@ -21,6 +21,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/internal/logline"
 	"github.com/leaderrun/leaderrun/internal/ops"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
@@ -400,6 +401,8 @@ func usage(err error) error {
 	return exitCode(exitcode.Internal)
 }
 
+// oneLine is err's message on one line, with what a terminal must not be
+// sent escaped: a message may quote a record from the backend.
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
+	return logline.Printable(strings.Join(strings.Fields(err.Error()), " "))
 }

@@ -4,7 +4,6 @@ package cmdline
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -102,16 +101,14 @@ func statusSlots(c *cli.Context) error {
 		report.Slots = append(report.Slots, sr)
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(report)
+		return writeJSON(os.Stdout, report)
 	}
 	return report.writeText(os.Stdout, time.Now())
 }
 
 // writeText prints one row per slot for people.
 func (r slotsReport) writeText(w io.Writer, now time.Time) error {
-	fmt.Fprintf(w, "key %s, backend %s, %d holders\n", r.Key, r.Backend, r.Holders)
+	fmt.Fprintf(w, "key %s, backend %s, %d holders\n", printable(r.Key), r.Backend, r.Holders)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SLOT\tHOLDER\tHOST\tPID\tEPOCH\tLEASE LEFT")
 	for _, s := range r.Slots {
@@ -131,7 +128,7 @@ func (r slotsReport) writeText(w io.Writer, now time.Time) error {
 		if s.HolderHolders != 0 {
 			id += fmt.Sprintf(" (--holders %d)", s.HolderHolders)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", s.Slot, id, orUnknown(l.Hostname), l.PID, l.Epoch, left)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", s.Slot, printable(id), printable(orUnknown(l.Hostname)), l.PID, l.Epoch, left)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -3,6 +3,8 @@
 package cmdline
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/leaderrun/leaderrun/internal/logline"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -44,6 +47,10 @@ type statusReport struct {
 	// asked to go, to (the candidate it is reserved for, if any), by, at
 	// and until; absent once another term took the key or until passed.
 	StepDown *locker.StepDown `json:"step_down,omitempty"`
+	// StepDownVoid is true when StepDown's until lies further ahead than
+	// any leaderrun writes one (locker.MaxReservation): candidates ignore
+	// it, and resume clears it.
+	StepDownVoid bool `json:"step_down_void,omitempty"`
 }
 
 // leaderReport describes the holder, from the record it stored on the
@@ -105,7 +112,8 @@ func newStatusReport(key, backend string, h locker.Holder, err error) (statusRep
 // writeText prints the report as a two-column table for people.
 func (r statusReport) writeText(w io.Writer, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	// Every value may come from a record on the backend.
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(v)) }
 	row("key", r.Key)
 	row("backend", r.Backend)
 	l := r.Leader
@@ -185,20 +193,47 @@ func (r statusReport) lastRunRow(row func(k, v string)) {
 		row("paused", fmt.Sprintf("by %s since %s: %s", p.By, p.Since.Format(time.RFC3339), p.Reason))
 	}
 	if sd := r.StepDown; sd != nil {
-		to := "any other candidate"
-		if sd.To != "" {
-			to = sd.To
+		v := "epoch " + stepDownText(sd)
+		if r.StepDownVoid {
+			v += fmt.Sprintf(" (void: more than %s ahead, candidates ignore it; resume clears it)", roundDuration(locker.MaxReservation))
 		}
-		row("step-down", fmt.Sprintf("epoch %d of %s to %s, asked by %s, until %s", sd.Epoch, sd.Key, to, sd.By, sd.Until.Format(time.RFC3339)))
+		row("step-down", v)
 	}
 }
 
-// withControl adds what the key's control record says now.
+// stepDownText says what a step-down asks: "N of KEY to ID, asked by
+// WHO, until T".
+func stepDownText(sd *locker.StepDown) string {
+	to := "any other candidate"
+	if sd.To != "" {
+		to = sd.To
+	}
+	return fmt.Sprintf("%d of %s to %s, asked by %s, until %s", sd.Epoch, sd.Key, to, sd.By, sd.Until.Format(time.RFC3339))
+}
+
+// withControl adds what the key's control record says now: the pause, and
+// a step-down that still reserves the key, void or not.
 func (r *statusReport) withControl(c locker.Control, now time.Time) {
 	r.Paused = c.Pause
-	if sd := c.StepDown; sd != nil && sd.Taken == 0 && now.Before(sd.Until) {
-		r.StepDown = sd
+	if sd := c.StepDown; sd.Reserves(now) {
+		r.StepDown, r.StepDownVoid = sd, sd.Void(now)
 	}
+}
+
+// printable is text from a record as a terminal may be shown it.
+func printable(s string) string { return logline.Printable(s) }
+
+// writeJSON prints v as the indented JSON document of --json, with every
+// rune a terminal would act on escaped (logline.PrintableJSON).
+func writeJSON(w io.Writer, v any) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(logline.PrintableJSON(b.Bytes()))
+	return err
 }
 
 // leaseText says how long the lease lasts, in each backend's own terms.

@@ -120,6 +120,9 @@ func controlSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 				to = id
 			}
 		}
+		// A child writes its start line just after it starts: count from
+		// the current leader's.
+		waitFor(t, 10*time.Second, "the leader's start line", func() bool { s := started(); return len(s) > 0 && s[len(s)-1] == cur })
 		before := len(started())
 		code, out, errOut, took = runOnce(t, nil, append([]string{"step-down", "--to", to}, q...)...)
 		if code != 0 {
@@ -130,6 +133,7 @@ func controlSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 			time.Sleep(20 * time.Millisecond)
 			got, ge = leaderChild(mark)
 		}
+		waitFor(t, 10*time.Second, "the new leader's start line", func() bool { return len(started()) > before })
 		t.Logf("step-down --to %s: %s -> %s (epoch %d -> %d) in %v", to, cur, got, e, ge, took.Round(time.Millisecond))
 		if got != to || ge <= e {
 			t.Errorf("step-down --to %s: %s leads with epoch %d (was %d)", to, got, ge, e)
