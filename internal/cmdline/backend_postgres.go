@@ -75,9 +75,14 @@ func (s *postgresSettings) New(opts locker.Options, readOnly bool, log hclog.Log
 }
 
 // ChildEnv passes the DSN without its secrets; the PG* variables reach
-// the child anyway, with the environment.
+// the child anyway, with the environment. A DSN with nothing left passes
+// as empty, so that a LEADERRUN_PG_DSN leaderrun inherited does not reach
+// the child whole.
 func (s *postgresSettings) ChildEnv() []envVar {
-	v := set(nil, "LEADERRUN_PG_DSN", dsnWithoutSecrets(s.DSN))
+	var v []envVar
+	if s.DSN != "" {
+		v = append(v, envVar{"LEADERRUN_PG_DSN", dsnWithoutSecrets(s.DSN)})
+	}
 	v = set(v, "LEADERRUN_PG_SCHEMA", s.Schema)
 	return set(v, "LEADERRUN_PG_TABLE", s.Table)
 }
@@ -106,11 +111,9 @@ func dsnWithoutSecrets(dsn string) string {
 		if u.User != nil {
 			u.User = url.User(u.User.Username())
 		}
+		// A pair it cannot read is left out, as pgx leaves it out.
 		q, err := url.ParseQuery(u.RawQuery)
-		if err != nil {
-			return ""
-		}
-		found := false
+		found := err != nil
 		for name := range q {
 			if isDSNSecret(name) {
 				q.Del(name)

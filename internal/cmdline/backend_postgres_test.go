@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,12 +77,27 @@ func TestDSNWithoutSecrets(t *testing.T) {
 		"host = db1 password = s3\\ cret  application_name='two  words'": "host = db1 application_name='two  words'",
 		"sslpassword='it''s' host=db1":                                   "",
 		"PASSWORD=s3cret host=db1":                                       "host=db1",
+		// A query pair that cannot be read goes, whatever it was.
+		"postgres://db1/app?password=%zzs3cret&sslmode=require": "postgres://db1/app?sslmode=require",
 		// Text libpq would refuse: nothing rather than a secret.
 		"host=db1 password='s3cret": "",
 		"host=db1 s3cret":           "",
 	} {
 		if got := dsnWithoutSecrets(in); got != want {
 			t.Errorf("dsnWithoutSecrets(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A DSN of secrets alone, inherited as LEADERRUN_PG_DSN, is taken out of
+// the child's environment rather than passed on whole.
+func TestChildEnvDropsADSNOfSecretsAlone(t *testing.T) {
+	t.Setenv("LEADERRUN_PG_DSN", "password=s3cret")
+	cfg := &runConfig{backend: postgresBackend, settings: &postgresSettings{DSN: "password=s3cret"},
+		opts: locker.Options{Key: "k", Prefix: "leaderrun", ID: "a"}}
+	for _, kv := range childEnv(cfg) {
+		if strings.Contains(kv, "s3cret") {
+			t.Errorf("the child's environment has %s", kv)
 		}
 	}
 }
