@@ -131,6 +131,12 @@ func TestZooKeeperAuthFile(t *testing.T) {
 	}
 	wantNoSecret(t, "wrong-secret", p)
 
+	// kill -9: the guard, which is no longer told the credentials, closes
+	// the session of the znodes alice owns, and the standby leads at once.
+	a, b := failoverAfterKill9Guarded(t, zkArgs(servers, newKey("authkill9"), "--zk-auth-file", right), time.Second, true)
+	stopHost(t, b)
+	wantNoSecret(t, "Zk5ecretPW", a.p, b.p)
+
 	bad := testsupport.WriteFile(t, filepath.Join(dir, "bad"), "no-colon\n", 0o600)
 	for name, file := range map[string]string{"missing": filepath.Join(dir, "none"), "not USER:PASSWORD": bad} {
 		p := start(t, name, nil, append(zkArgs(servers, newKey("authbad"), "--zk-auth-file", file), "--", "true")...)
