@@ -66,7 +66,7 @@ func Run(in io.Reader, reply io.Writer, release Releaser, log Logger) int {
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		sc.Buffer(make([]byte, 64*1024), MaxMessage)
 		for sc.Scan() {
 			select {
 			case lines <- sc.Text():
@@ -174,7 +174,9 @@ func (g *state) apply(line string, kill *alarm) bool {
 	case verbDone:
 		return true
 	default:
-		g.log.Error("unknown message", "line", line)
+		// Not the line: a line the guard cannot read may be a piece of a
+		// hello, and a hello holds secrets.
+		g.log.Error("unknown message", "verb", clip(verb, 16), "bytes", len(line))
 	}
 	return false
 }
@@ -339,4 +341,12 @@ func (g *state) closeHold() {
 		_ = unix.Close(g.hold)
 		g.hold = -1
 	}
+}
+
+// clip is s cut to at most n bytes.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }

@@ -61,7 +61,7 @@ func ReleaseRequest(hello []byte, handle string) string { return Hello(hello) + 
 // ReadReleaseRequest reads a ReleaseRequest.
 func ReadReleaseRequest(r io.Reader) (hello []byte, handle string, err error) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	sc.Buffer(make([]byte, 64*1024), MaxMessage)
 	for sc.Scan() {
 		verb, rest, _ := strings.Cut(sc.Text(), " ")
 		switch verb {

@@ -5,6 +5,7 @@ package guard
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"syscall"
@@ -15,6 +16,15 @@ import (
 
 // exitTimeout bounds the wait for the guard to exit after "done".
 const exitTimeout = 2 * time.Second
+
+// deliverTimeout bounds the delivery of a guard's first messages (hello,
+// lease, hold), which Start writes whole, waiting for the guard to read
+// what its pipe cannot hold.
+const deliverTimeout = 5 * time.Second
+
+// pipeBuf is Linux's PIPE_BUF: a write of at most this many bytes to a
+// pipe is atomic, all of it or none.
+const pipeBuf = 4096
 
 // Spec says how to start the guard process.
 type Spec struct {
@@ -106,12 +116,73 @@ func Start(spec *Spec, handle string, hold *os.File, start Starter, log Logger) 
 	}
 	p.pid = pid
 	go p.readReplies(os.NewFile(uintptr(out[0]), "guard replies"))
-	p.send(Hello(spec.Hello))
-	p.send(Lease(handle))
+	first := Hello(spec.Hello) + Lease(handle)
 	if hold != nil {
-		p.send(Hold(HoldFD))
+		first += Hold(HoldFD)
+	}
+	if err := p.deliver([]byte(first), time.Now().Add(deliverTimeout)); err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("hand the guard its hello (%d bytes): %w", len(first), err)
 	}
 	return p, nil
+}
+
+// deliver writes a guard's first messages whole, whatever their size (a
+// hello carries a kubeconfig's CA bundle, say): what the pipe cannot hold
+// waits, until deadline, for the guard to read. Messages larger than the
+// pipe's atomic size then wait until the guard has read them all, so that
+// the term's messages, each written at once without blocking (send), find
+// the pipe empty.
+func (p *Process) deliver(msg []byte, deadline time.Time) error {
+	if len(msg) > MaxMessage {
+		return fmt.Errorf("more than the %d bytes a message may have", MaxMessage)
+	}
+	large := len(msg) > pipeBuf
+	for len(msg) > 0 {
+		n, err := unix.Write(p.fd, msg)
+		if n > 0 {
+			msg = msg[n:]
+		}
+		switch {
+		case err == nil, errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EAGAIN):
+			if err := p.waitPipe(deadline, func() bool {
+				fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLOUT}}
+				n, _ := unix.Poll(fds, 10)
+				return n > 0
+			}); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+	if !large {
+		return nil
+	}
+	return p.waitPipe(deadline, func() bool {
+		// FIONREAD (TIOCINQ's number): the bytes the guard has not read.
+		unread, err := unix.IoctlGetInt(p.fd, unix.TIOCINQ)
+		if err != nil || unread == 0 {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+		return false
+	})
+}
+
+// waitPipe calls ready until it says true, and fails once deadline passed
+// or the guard exited.
+func (p *Process) waitPipe(deadline time.Time, ready func() bool) error {
+	for !ready() {
+		if isClosed(p.exited) {
+			return errors.New("the guard exited")
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the guard did not read it within %v", deliverTimeout)
+		}
+	}
+	return nil
 }
 
 // readReplies turns the guard's answers into channel closes as they come.
@@ -258,7 +329,12 @@ func (p *Process) send(msg string) {
 	if p.broken {
 		return
 	}
-	_, err := unix.Write(p.fd, []byte(msg))
+	n, err := unix.Write(p.fd, []byte(msg))
+	if err == nil && n < len(msg) {
+		// Part of a message is no message: the guard would read it run
+		// into the next one.
+		err = unix.EAGAIN
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, unix.EAGAIN):

@@ -43,6 +43,13 @@ import (
 // process on the host and immune to wall-clock steps. End of input without
 // "done" means the supervisor died.
 
+// MaxMessage bounds one message, a line with its newline: the hello,
+// which carries what the guard needs to release the lease (a Kubernetes
+// CA bundle or client key among it), is the one that can be large. The
+// guard's reader grows to it as needed; leaderrun refuses to start a
+// guard with a larger one rather than send it a line it cannot read.
+const MaxMessage = 16 << 20
+
 // Message verbs.
 const (
 	verbHello    = "hello"

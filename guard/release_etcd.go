@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leaderrun/leaderrun/internal/secretfile"
 	"github.com/leaderrun/leaderrun/locker/etcd/etcdwire"
 )
 
@@ -32,6 +33,9 @@ func releaseEtcd(ctx context.Context, hello BackendHello, handle string) error {
 	}
 	if len(h.Endpoints) == 0 {
 		return errors.New("etcd: no endpoints")
+	}
+	if err := etcdPassword(&h); err != nil {
+		return err
 	}
 	var errs []error
 	for _, ep := range h.Endpoints {
@@ -66,4 +70,26 @@ func revokeAt(ctx context.Context, cli *dialer, base string, h etcdwire.Hello, i
 		return nil
 	}
 	return err
+}
+
+// etcdPassword fills in the password of a hello that names the file
+// holding it (read now, as leaderrun read it at its start), and splits a
+// user given as USER:PASSWORD without one, so that no message carries a
+// password as a user name.
+func etcdPassword(h *etcdwire.Hello) error {
+	if h.Password != "" || h.User == "" {
+		return nil
+	}
+	if h.PasswordFile != "" {
+		pw, err := secretfile.Read(h.PasswordFile)
+		if err != nil {
+			return fmt.Errorf("etcd: password file %s: %w", h.PasswordFile, err)
+		}
+		h.Password = pw
+		return nil
+	}
+	if u, p, ok := strings.Cut(h.User, ":"); ok {
+		h.User, h.Password = u, p
+	}
+	return nil
 }

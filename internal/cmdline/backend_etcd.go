@@ -4,12 +4,14 @@ package cmdline
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/leaderrun/leaderrun/internal/secretfile"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/etcd"
 	"github.com/leaderrun/leaderrun/locker/etcd/etcdwire"
@@ -28,7 +30,9 @@ var etcdBackend = &backend{
 			&cli.StringFlag{Name: "etcd-user", Category: catEtcd, EnvVars: []string{"ETCDCTL_USER"},
 				Usage: "`USER` or USER:PASSWORD"},
 			&cli.StringFlag{Name: "etcd-password", Category: catEtcd, EnvVars: []string{"ETCDCTL_PASSWORD"},
-				Usage: "`PASSWORD` for --etcd-user"},
+				Usage: "`PASSWORD` for --etcd-user (prefer the file)"},
+			&cli.StringFlag{Name: "etcd-password-file", Category: catEtcd, EnvVars: []string{"LEADERRUN_ETCD_PASSWORD_FILE"},
+				Usage: "`FILE` holding the password for --etcd-user (less one trailing newline); wins over --etcd-password"},
 			&cli.StringFlag{Name: "etcd-cacert", Category: catEtcd, EnvVars: []string{"ETCDCTL_CACERT"},
 				Usage: "CA certificate `FILE`"},
 			&cli.StringFlag{Name: "etcd-cert", Category: catEtcd, EnvVars: []string{"ETCDCTL_CERT"},
@@ -40,19 +44,18 @@ var etcdBackend = &backend{
 		}
 	},
 	Fields: map[string]string{
-		"Endpoints": "--etcd-endpoints", "Username": "--etcd-user", "Password": "--etcd-password",
+		"Endpoints": "--etcd-endpoints", "Username": "--etcd-user", "Password": "--etcd-password", "PasswordFile": "--etcd-password-file",
 		"CACert": "--etcd-cacert", "Cert": "--etcd-cert", "Key": "--etcd-key", "DialTimeout": "--etcd-dial-timeout",
 	},
 	Read: func(c *cli.Context, _ locker.Options) (backendSettings, error) {
-		return &etcdSettings{etcdwire.Hello{
+		s := &etcdSettings{Hello: etcdwire.Hello{
 			Endpoints:   splitList(c.String("etcd-endpoints")),
-			User:        c.String("etcd-user"),
-			Password:    c.String("etcd-password"),
 			CACert:      c.String("etcd-cacert"),
 			Cert:        c.String("etcd-cert"),
 			Key:         c.String("etcd-key"),
 			DialTimeout: c.Duration("etcd-dial-timeout"),
-		}}, nil
+		}}
+		return s, s.readCredentials(c.String("etcd-user"), c.String("etcd-password"), c.String("etcd-password-file"))
 	},
 	FromHello: func(raw json.RawMessage) (backendSettings, error) {
 		s := &etcdSettings{}
@@ -60,10 +63,51 @@ var etcdBackend = &backend{
 	},
 }
 
-// etcdSettings are the etcd options; the guard needs them all.
-type etcdSettings struct{ etcdwire.Hello }
+// etcdSettings are the etcd options; the guard needs them all. Password
+// holds the password however it was given; exposed says why the password
+// file is readable by others than its owner ("" when it is not).
+type etcdSettings struct {
+	etcdwire.Hello
+	exposed string
+}
 
-func (s *etcdSettings) New(opts locker.Options, _ bool, log hclog.Logger) (locker.Locker, error) {
+// readCredentials reads --etcd-user, --etcd-password and
+// --etcd-password-file, once, before anything logs them or passes them
+// on. USER:PASSWORD, etcdctl's form, is split here when no password is
+// given otherwise (then, as with etcdctl, the user name is taken whole).
+// The file wins over --etcd-password, as Consul's token file over its
+// token.
+func (s *etcdSettings) readCredentials(user, password, file string) error {
+	if file != "" {
+		pw, err := secretfile.Read(file)
+		if err != nil {
+			return fmt.Errorf("--etcd-password-file must name a readable file holding the password: %s: %w", file, err)
+		}
+		password = pw
+		s.PasswordFile = file
+		s.exposed = secretfile.Exposed(file)
+	}
+	if password == "" {
+		if u, p, ok := strings.Cut(user, ":"); ok {
+			user, password = u, p
+		}
+	}
+	s.User, s.Password = user, password
+	return nil
+}
+
+func (s *etcdSettings) New(opts locker.Options, readOnly bool, log hclog.Logger) (locker.Locker, error) {
+	if s.Password == "" && s.PasswordFile != "" {
+		// Settings from a guard's hello: the file's name, not the password.
+		pw, err := secretfile.Read(s.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-password-file %s: %w", s.PasswordFile, err)
+		}
+		s.Password = pw
+	}
+	if s.exposed != "" && !readOnly {
+		log.Warn("the etcd password file is readable by others than its owner; chmod 600 it", "file", s.PasswordFile, "why", s.exposed)
+	}
 	return etcd.New(etcd.Config{
 		Options:     opts,
 		Endpoints:   s.Endpoints,
@@ -89,6 +133,14 @@ func (s *etcdSettings) Target(locker.Locker) (string, time.Duration) {
 	return strings.Join(s.Endpoints, ","), s.DialTimeout
 }
 
-func (s *etcdSettings) Guard(locker.Locker) (any, string) { return s.Hello, "" }
+// Guard: a password read from a file goes to the guard as the file's
+// name; the guard reads the file when it releases.
+func (s *etcdSettings) Guard(locker.Locker) (any, string) {
+	h := s.Hello
+	if h.PasswordFile != "" {
+		h.Password = ""
+	}
+	return h, ""
+}
 
 func (s *etcdSettings) Scope() string { return "" }

@@ -5,7 +5,7 @@ package cmdline
 import (
 	"encoding/json"
 	"net/url"
-	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,20 +74,35 @@ func (s *postgresSettings) New(opts locker.Options, readOnly bool, log hclog.Log
 	return l, nil
 }
 
-// ChildEnv passes the DSN without its password; the PG* variables reach
-// the child anyway, with the environment.
+// ChildEnv passes the DSN without its secrets; the PG* variables reach
+// the child anyway, with the environment. A DSN with nothing left passes
+// as empty, so that a LEADERRUN_PG_DSN leaderrun inherited does not reach
+// the child whole.
 func (s *postgresSettings) ChildEnv() []envVar {
-	v := set(nil, "LEADERRUN_PG_DSN", dsnWithoutPassword(s.DSN))
+	var v []envVar
+	if s.DSN != "" {
+		v = append(v, envVar{"LEADERRUN_PG_DSN", dsnWithoutSecrets(s.DSN)})
+	}
 	v = set(v, "LEADERRUN_PG_SCHEMA", s.Schema)
 	return set(v, "LEADERRUN_PG_TABLE", s.Table)
 }
 
-var dsnPassword = regexp.MustCompile(`(^|\s)password\s*=\s*('([^'\\]|\\.)*'|\S*)`)
+// dsnSecrets are the connection parameters of libpq (and of pgx, which
+// reads the same) whose value is a secret: the password, the passphrase
+// of the client key, and an OAuth client's secret. Those naming files
+// (passfile, sslkey) or saying how to authenticate (require_auth) are not
+// secrets and stay.
+var dsnSecrets = []string{"password", "sslpassword", "oauth_client_secret"}
 
-// dsnWithoutPassword is dsn with any password taken out (URL or
-// keyword=value form; the spaces between keywords are normalised, which
-// quoted values with runs of spaces do not survive).
-func dsnWithoutPassword(dsn string) string {
+func isDSNSecret(name string) bool {
+	return slices.ContainsFunc(dsnSecrets, func(s string) bool { return strings.EqualFold(s, name) })
+}
+
+// dsnWithoutSecrets is dsn with every secret taken out (dsnSecrets, and
+// the password of a URL's user), in URL or keyword=value form. A DSN that
+// cannot be read gives "": better no DSN in the child's environment than
+// a secret.
+func dsnWithoutSecrets(dsn string) string {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -96,14 +111,87 @@ func dsnWithoutPassword(dsn string) string {
 		if u.User != nil {
 			u.User = url.User(u.User.Username())
 		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Del("password")
+		// A pair it cannot read is left out, as pgx leaves it out.
+		q, err := url.ParseQuery(u.RawQuery)
+		found := err != nil
+		for name := range q {
+			if isDSNSecret(name) {
+				q.Del(name)
+				found = true
+			}
+		}
+		if found {
 			u.RawQuery = q.Encode()
 		}
 		return u.String()
 	}
-	return strings.Join(strings.Fields(dsnPassword.ReplaceAllString(dsn, "$1")), " ")
+	params, ok := splitKeywordDSN(dsn)
+	if !ok {
+		return ""
+	}
+	var kept []string
+	for _, p := range params {
+		if !isDSNSecret(p.name) {
+			kept = append(kept, p.text)
+		}
+	}
+	return strings.Join(kept, " ")
+}
+
+// dsnParam is one keyword=value of a DSN: its keyword, and its text as
+// written (the value quoted and escaped as it was).
+type dsnParam struct{ name, text string }
+
+// splitKeywordDSN splits a keyword=value DSN as libpq reads it: white
+// space around '=' and between parameters, a value either in single
+// quotes or up to the next white space, a backslash escaping the next
+// character in either. ok is false for text libpq would refuse.
+func splitKeywordDSN(dsn string) (params []dsnParam, ok bool) {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+	i, n := 0, len(dsn)
+	for {
+		for i < n && isSpace(dsn[i]) {
+			i++
+		}
+		if i == n {
+			return params, true
+		}
+		start := i
+		for i < n && !isSpace(dsn[i]) && dsn[i] != '=' {
+			i++
+		}
+		name := dsn[start:i]
+		for i < n && isSpace(dsn[i]) {
+			i++
+		}
+		if name == "" || i == n || dsn[i] != '=' {
+			return nil, false
+		}
+		i++
+		for i < n && isSpace(dsn[i]) {
+			i++
+		}
+		if i < n && dsn[i] == '\'' {
+			i++
+			for ; i < n && dsn[i] != '\''; i++ {
+				if dsn[i] == '\\' {
+					i++
+				}
+			}
+			if i >= n {
+				return nil, false // no closing quote
+			}
+			i++
+		} else {
+			for ; i < n && !isSpace(dsn[i]); i++ {
+				if dsn[i] == '\\' {
+					i++
+				}
+			}
+			i = min(i, n)
+		}
+		params = append(params, dsnParam{name: name, text: dsn[start:i]})
+	}
 }
 
 func (s *postgresSettings) Target(lk locker.Locker) (string, time.Duration) {

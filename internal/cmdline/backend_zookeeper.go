@@ -4,12 +4,14 @@ package cmdline
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/leaderrun/leaderrun/internal/secretfile"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/zookeeper"
 	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
@@ -28,12 +30,14 @@ var zookeeperBackend = &backend{
 			&cli.StringFlag{Name: "zk-chroot", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_CHROOT"},
 				Usage: "znode `PATH` under which leaderrun works"},
 			&cli.StringFlag{Name: "zk-auth", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_AUTH"},
-				Usage: "digest credentials `USER:PASSWORD`; znodes become creator-only"},
+				Usage: "digest credentials `USER:PASSWORD`; znodes become creator-only (prefer the file)"},
+			&cli.StringFlag{Name: "zk-auth-file", Category: catZooKeeper, EnvVars: []string{"LEADERRUN_ZK_AUTH_FILE"},
+				Usage: "`FILE` holding the digest credentials USER:PASSWORD (less one trailing newline); wins over --zk-auth"},
 		}
 	},
 	Fields: map[string]string{"Servers": "--zk-servers", "Chroot": "--zk-chroot", "Auth": "--zk-auth"},
 	Read: func(c *cli.Context, opts locker.Options) (backendSettings, error) {
-		return &zookeeperSettings{
+		s := &zookeeperSettings{
 			Hello: zkwire.Hello{
 				Servers:        splitList(c.String("zk-servers")),
 				Chroot:         c.String("zk-chroot"),
@@ -42,7 +46,19 @@ var zookeeperBackend = &backend{
 			},
 			// Commands without the flag (status, check) read 0: no check.
 			SafetyMargin: c.Duration("safety-margin"),
-		}, nil
+		}
+		if file := c.String("zk-auth-file"); file != "" {
+			// Read once, here; the file wins over --zk-auth.
+			auth, err := secretfile.Read(file)
+			if err != nil {
+				return nil, fmt.Errorf("--zk-auth-file must name a readable file holding USER:PASSWORD: %s: %w", file, err)
+			}
+			if u, p, ok := strings.Cut(auth, ":"); !ok || u == "" || p == "" {
+				return nil, fmt.Errorf("--zk-auth-file %s must hold USER:PASSWORD (ZooKeeper digest scheme)", file)
+			}
+			s.Auth, s.authFile, s.exposed = auth, file, secretfile.Exposed(file)
+		}
+		return s, nil
 	},
 	FromHello: func(raw json.RawMessage) (backendSettings, error) {
 		s := &zookeeperSettings{}
@@ -52,13 +68,19 @@ var zookeeperBackend = &backend{
 
 // zookeeperSettings are the ZooKeeper options. SafetyMargin is
 // --safety-margin, which the backend checks against the ensemble's
-// tickTime when it first campaigns (the guard never campaigns).
+// tickTime when it first campaigns (the guard never campaigns). authFile
+// is --zk-auth-file, and exposed why others than its owner may read it
+// ("" when they cannot).
 type zookeeperSettings struct {
 	zkwire.Hello
-	SafetyMargin time.Duration
+	SafetyMargin      time.Duration
+	authFile, exposed string
 }
 
-func (s *zookeeperSettings) New(opts locker.Options, _ bool, log hclog.Logger) (locker.Locker, error) {
+func (s *zookeeperSettings) New(opts locker.Options, readOnly bool, log hclog.Logger) (locker.Locker, error) {
+	if s.exposed != "" && !readOnly {
+		log.Warn("the ZooKeeper auth file is readable by others than its owner; chmod 600 it", "file", s.authFile, "why", s.exposed)
+	}
 	l, err := zookeeper.New(zookeeper.Config{
 		Options:      opts,
 		Servers:      s.Servers,
@@ -82,6 +104,12 @@ func (s *zookeeperSettings) Target(lk locker.Locker) (string, time.Duration) {
 	return targetOf(lk)
 }
 
-func (s *zookeeperSettings) Guard(locker.Locker) (any, string) { return s.Hello, "" }
+// Guard: closing the session needs its id and password only, not the
+// digest credentials, so they stay out of the guard's hello.
+func (s *zookeeperSettings) Guard(locker.Locker) (any, string) {
+	h := s.Hello
+	h.Auth = ""
+	return h, ""
+}
 
 func (s *zookeeperSettings) Scope() string { return "" }

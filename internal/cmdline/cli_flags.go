@@ -3,9 +3,12 @@
 package cmdline
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -44,6 +47,29 @@ var flagArg = map[string]string{
 	"log-level": "LEVEL", "log-format": "FORMAT",
 }
 
+// maxIDLen bounds --id: a Kubernetes Lease's holderIdentity takes no
+// more, and every backend gets the same bound, so a name that works on
+// one works on all. The name goes in the guard's hello, the backend's
+// record, logs and status lines.
+const maxIDLen = 253
+
+// checkID is --id's rule: at most maxIDLen bytes of UTF-8, no control
+// characters (a newline would split a log line or status record).
+func checkID(id string) error {
+	if len(id) > maxIDLen {
+		return fmt.Errorf("--id must be at most %d bytes, got %d", maxIDLen, len(id))
+	}
+	if !utf8.ValidString(id) {
+		return errors.New("--id must be UTF-8 text")
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("--id must not contain control characters, got %q", r)
+		}
+	}
+	return nil
+}
+
 // maxTTL bounds --ttl: a lease of more than a day is a typo (Consul's own
 // limit is 24h), and a leader that dies would hold the key that long.
 const maxTTL = 24 * time.Hour
@@ -52,7 +78,7 @@ const maxTTL = 24 * time.Hour
 func runFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "id", Category: catLeadership, EnvVars: []string{"LEADERRUN_ID"}, DefaultText: "hostname:pid",
-			Usage: "this candidate's `NAME` in logs and status"},
+			Usage: "this candidate's `NAME` in logs and status: at most 253 bytes, no control characters"},
 		&cli.DurationFlag{Name: "acquire-timeout", Category: catLeadership, EnvVars: []string{"LEADERRUN_ACQUIRE_TIMEOUT"},
 			Usage: "give up (exit 124) when not leader after this long; 0 waits forever"},
 		&cli.BoolFlag{Name: "no-wait", Category: catLeadership, EnvVars: []string{"LEADERRUN_NO_WAIT"},

@@ -282,7 +282,7 @@ _leaderrun() {
 		return 0
 		;;
 	--consul-token-file | --consul-ca-file | --consul-client-cert | --consul-client-key | \
-		--etcd-cacert | --etcd-cert | --etcd-key | --env-file)
+		--etcd-cacert | --etcd-cert | --etcd-key | --etcd-password-file | --zk-auth-file | --env-file)
 		mapfile -t COMPREPLY < <(compgen -f -- "$cur")
 		return 0
 		;;
@@ -344,7 +344,7 @@ _leaderrun() {
 
 	case ${words[CURRENT-1]} in
 	--lock-dir) _directories; return ;;
-	--consul-token-file|--consul-ca-file|--consul-client-cert|--consul-client-key|--etcd-cacert|--etcd-cert|--etcd-key|--env-file)
+	--consul-token-file|--consul-ca-file|--consul-client-cert|--consul-client-key|--etcd-cacert|--etcd-cert|--etcd-key|--etcd-password-file|--zk-auth-file|--env-file)
 		_files; return ;;
 	--backend) compadd ` + strings.Join(backendNames(), " ") + `; return ;;
 	--restart) compadd never on-failure always; return ;;

@@ -233,6 +233,9 @@ func lockerOptions(c *cli.Context, key string) (locker.Options, error) {
 		return locker.Options{}, fmt.Errorf("--prefix %w", err)
 	}
 	id := c.String("id")
+	if err := checkID(id); err != nil {
+		return locker.Options{}, err
+	}
 	if id == "" {
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s:%d", host, os.Getpid())

@@ -370,9 +370,11 @@ func childEnv(cfg *runConfig) []string {
 	// would undo what the command line set.
 	replaced := map[string]bool{"NOTIFY_SOCKET": true, "LEADER_EPOCH": true, "LEADER_RUN_ID": true, deadlineEnv: true, "LEADERRUN_ENV_FILE": true}
 	for _, v := range vars {
+		// An empty value takes the inherited variable out: a DSN that
+		// held nothing but secrets leaves none for the child.
+		replaced[v.Name] = true
 		if v.Value != "" {
 			added = append(added, v.Name+"="+v.Value)
-			replaced[v.Name] = true
 		}
 	}
 	var env []string

@@ -115,9 +115,9 @@ func failoverAfterKill9(t *testing.T, args []string, bound time.Duration) {
 
 // failoverAfterKill9Guarded is failoverAfterKill9; with small it also
 // asserts that the leader's guard is the leaderrun-guard binary, which
-// then released the lease itself.
-func failoverAfterKill9Guarded(t *testing.T, args []string, bound time.Duration, small bool) {
-	a, b := pair(t, args)
+// then released the lease itself. It returns the two hosts, b leading.
+func failoverAfterKill9Guarded(t *testing.T, args []string, bound time.Duration, small bool) (a, b *host) {
+	a, b = pair(t, args)
 	if small {
 		wantSmallGuard(t, a.p)
 	}
@@ -140,6 +140,7 @@ func failoverAfterKill9Guarded(t *testing.T, args []string, bound time.Duration,
 	if ea, eb := a.epoch(t), b.epoch(t); eb <= ea {
 		t.Errorf("epoch after failover %d, want > %d", eb, ea)
 	}
+	return a, b
 }
 
 // gracefulHandoff: SIGTERM to the leader; the standby's child starts within

@@ -12,16 +12,20 @@ import (
 	"time"
 )
 
-// Hello is how to reach the cluster, as leaderrun's flags gave it. It
-// holds a password: it travels only over the guard's private pipe.
+// Hello is how to reach the cluster, as leaderrun's flags gave it. User
+// is a user name alone (leaderrun splits --etcd-user USER:PASSWORD when it
+// reads it). A password given by value travels in Password, over the
+// guard's private pipe only; one given in a file travels as the file's
+// name, PasswordFile, which the guard reads when it releases.
 type Hello struct {
-	Endpoints   []string      `json:"endpoints,omitempty"`
-	User        string        `json:"user,omitempty"`
-	Password    string        `json:"password,omitempty"`
-	CACert      string        `json:"cacert,omitempty"`
-	Cert        string        `json:"cert,omitempty"`
-	Key         string        `json:"key,omitempty"`
-	DialTimeout time.Duration `json:"dial_timeout,omitempty"`
+	Endpoints    []string      `json:"endpoints,omitempty"`
+	User         string        `json:"user,omitempty"`
+	Password     string        `json:"password,omitempty"`
+	PasswordFile string        `json:"password_file,omitempty"`
+	CACert       string        `json:"cacert,omitempty"`
+	Cert         string        `json:"cert,omitempty"`
+	Key          string        `json:"key,omitempty"`
+	DialTimeout  time.Duration `json:"dial_timeout,omitempty"`
 }
 
 // Handle names a lease and the election key it keeps alive:
