@@ -92,6 +92,52 @@ func flocked(f *os.File, holderPID int, exactPID bool) (bool, error) {
 	return false, nil
 }
 
+// flockPIDs lists the processes the kernel's lock table names as holding
+// an exclusive flock on the open file f (holderPID as for flocked). A pid
+// of 0 is a holder the kernel cannot name in our pid namespace, or one
+// that died while a duplicate of its descriptor (the dead-man guard's)
+// keeps the lock.
+func flockPIDs(f *os.File, holderPID int) ([]int, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat lock file: %w", err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	b, err := os.ReadFile(procLocks)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", procLocks, err)
+	}
+	var pids []int
+	for _, line := range strings.Split(string(b), "\n") {
+		if ln, ok := parseLockLine(strings.Fields(line)); ok && ln.names(st, holderPID) {
+			pids = append(pids, ln.pid)
+		}
+	}
+	return pids, nil
+}
+
+// innermostPID is the pid process pid (as our pid namespace names it) has
+// in its own, innermost pid namespace (the last NSpid of its status), 0
+// when that cannot be read. A leaderrun in a container writes that one
+// into its record.
+func innermostPID(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0
+			}
+			n, _ := strconv.Atoi(f[len(f)-1])
+			return n
+		}
+	}
+	return 0
+}
+
 // ownsFlock reports whether the open file description behind fd holds an
 // exclusive flock, from /proc/self/fdinfo/FD: the kernel lists there only
 // the locks that this very open file owns (Linux 4.1 and later), not one
