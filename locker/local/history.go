@@ -4,8 +4,8 @@ package local
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"os"
 
 	"github.com/leaderrun/leaderrun/locker"
