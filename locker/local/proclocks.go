@@ -32,7 +32,16 @@ type lockLine struct {
 // parseLockLine reads an exclusive flock from the fields of one line, or
 // reports false for anything else.
 func parseLockLine(fields []string) (lockLine, bool) {
-	if len(fields) < 6 || fields[1] != "FLOCK" || fields[3] != "WRITE" {
+	if len(fields) < 4 || fields[3] != "WRITE" {
+		return lockLine{}, false
+	}
+	return parseFlockLine(fields)
+}
+
+// parseFlockLine reads a granted flock, shared (READ) or exclusive, from
+// the fields of one line, or reports false for anything else.
+func parseFlockLine(fields []string) (lockLine, bool) {
+	if len(fields) < 6 || fields[1] != "FLOCK" || fields[3] != "WRITE" && fields[3] != "READ" {
 		return lockLine{}, false
 	}
 	parts := strings.Split(fields[5], ":")
@@ -93,7 +102,8 @@ func flocked(f *os.File, holderPID int, exactPID bool) (bool, error) {
 }
 
 // flockPIDs lists the processes the kernel's lock table names as holding
-// an exclusive flock on the open file f (holderPID as for flocked). A pid
+// an flock on the open file f (holderPID as for flocked): an exclusive
+// one, or a shared one, which keeps every candidate out as well. A pid
 // of 0 is a holder the kernel cannot name in our pid namespace, or one
 // that died while a duplicate of its descriptor (the dead-man guard's)
 // keeps the lock.
@@ -109,7 +119,7 @@ func flockPIDs(f *os.File, holderPID int) ([]int, error) {
 	}
 	var pids []int
 	for _, line := range strings.Split(string(b), "\n") {
-		if ln, ok := parseLockLine(strings.Fields(line)); ok && ln.names(st, holderPID) {
+		if ln, ok := parseFlockLine(strings.Fields(line)); ok && ln.names(st, holderPID) {
 			pids = append(pids, ln.pid)
 		}
 	}

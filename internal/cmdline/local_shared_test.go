@@ -1,0 +1,78 @@
+//go:build linux
+
+package cmdline
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// A run refused at start-up for a bad --http-addr (which is found only
+// once the backend was built) leaves no lock or state directory behind.
+func TestBadHTTPAddrLeavesNoLockDir(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	locks, state := filepath.Join(base, "new", "locks"), filepath.Join(base, "new", "state")
+	code, _, errOut := leaderrun(t, nil, "--backend", "local", "--lock-dir", locks, "--state-dir", state, "--key", "k",
+		"--http-addr", "not-an-address", "--", "true")
+	if code != exitcode.Internal || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "--http-addr") {
+		t.Fatalf("exit %d, want 125 and one line naming --http-addr:\n%s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(base, "new")); !os.IsNotExist(err) {
+		t.Fatalf("the refused run left %s behind (%v)", filepath.Join(base, "new"), err)
+	}
+}
+
+// A lock held by something that is not a leaderrun of the key (flock(1),
+// shared or exclusive) is named by status and on the exit line, and the
+// candidate exits 124 (a holder was seen, restarted by the packaged unit),
+// not 125 "no holder was seen".
+func TestLockHeldByAnotherProgram(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Skip("needs flock (util-linux)")
+	}
+	for _, mode := range []string{"-s", "-x"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			local := []string{"--backend", "local", "--lock-dir", dir}
+			run := append(append([]string{}, local...), "--key", "k", "--", "true")
+			if code, _, errOut := leaderrun(t, nil, run...); code != 0 {
+				t.Fatalf("first run: exit %d\n%s", code, errOut)
+			}
+			cmd := exec.Command("flock", mode, filepath.Join(dir, "leaderrun", "k.lock"), "sleep", "600")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			pid := strconv.Itoa(cmd.Process.Pid)
+			testsupport.WaitFor(t, 10*time.Second, "flock to take the lock", func() bool {
+				b, _ := os.ReadFile("/proc/locks")
+				return strings.Contains(string(b), " "+pid+" ")
+			})
+			want := "pid " + pid + " (flock), not a leaderrun"
+			code, out, errOut := leaderrun(t, nil, append([]string{"status", "k"}, local...)...)
+			if !strings.Contains(out+errOut, want) {
+				t.Errorf("status: exit %d, want it to name %q:\n%s%s", code, want, out, errOut)
+			}
+			timed := append(append([]string{}, local...), "--key", "k", "--acquire-timeout", "1s", "--", "true")
+			code, _, errOut = leaderrun(t, nil, timed...)
+			if code != exitcode.NotHeld || !strings.Contains(errOut, want) {
+				t.Errorf("--acquire-timeout: exit %d, want 124 naming %q:\n%s", code, want, errOut)
+			}
+			once := append(append([]string{}, local...), "--key", "k", "--no-wait", "--", "true")
+			code, _, errOut = leaderrun(t, nil, once...)
+			if code != exitcode.NotHeld || !strings.Contains(errOut, want) {
+				t.Errorf("--no-wait: exit %d, want 124 naming %q:\n%s", code, want, errOut)
+			}
+		})
+	}
+}
