@@ -14,9 +14,10 @@
 //   - lock directory: /run/leaderrun for root, /tmp/leaderrun-UID for
 //     others (created 0700, refused unless owned by that user and writable
 //     by nobody else), or an absolute --lock-dir;
-//   - host directory, where the epoch of a lock in a volatile directory
-//     lasts: /var/lib/leaderrun for root, /var/tmp/leaderrun-UID for others
-//     (checked like the per-user lock directory);
+//   - host directory, where a copy of every lock's epoch lasts (through
+//     a reboot, and a lock directory deleted by hand): /var/lib/leaderrun
+//     for root, /var/tmp/leaderrun-UID for others (checked like the
+//     per-user lock directory);
 //   - state directory (a copy of the counter, run records): --state-dir,
 //     else the lock directory itself when it was given and is not tmpfs,
 //     else the host directory.
@@ -24,6 +25,9 @@
 // The epoch is one more than the largest counter found in any of these
 // places (and in $XDG_STATE_HOME/leaderrun or ~/.local/state/leaderrun,
 // where earlier versions kept it), and is written to each.
+//
+// Nothing in these directories is opened through a symlink or left open to
+// other users (safefs.go).
 package local
 
 import (
@@ -710,9 +714,6 @@ func raiseEpoch(ctx context.Context, d *dir, name string, n uint64) error {
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return fmt.Errorf("lock %s: %w", lf.Name(), err)
 		}
-		if raiseWaitHook != nil {
-			raiseWaitHook(lf.Name())
-		}
 		t := time.NewTimer(pollInterval)
 		select {
 		case <-ctx.Done():
@@ -730,10 +731,6 @@ func raiseEpoch(ctx context.Context, d *dir, name string, n uint64) error {
 	}
 	return d.replace(name, []byte(strconv.FormatUint(n, 10)+"\n"))
 }
-
-// raiseWaitHook, when set (tests), is called each time a counter's writer
-// finds its flock taken.
-var raiseWaitHook func(lockFile string)
 
 // readEpoch reads the counter name in d; a missing one counts as 0.
 func readEpoch(d *dir, name string) (uint64, error) {
