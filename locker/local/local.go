@@ -43,6 +43,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -446,11 +447,13 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	if l.readOnly {
 		return nil, fmt.Errorf("local: %w: opened read-only", locker.ErrRefused)
 	}
+	// The lock directory is made before the watch starts, so a first
+	// run's waiting candidates watch it too.
 	d, err := l.openRoot(l.dir, l.lockRel, "Dir", true)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { d.close() }()
+	d.close()
 	var w *lockWatch
 	if !l.opts.NoWait {
 		// Watching starts before the first try, so a release between the
@@ -462,7 +465,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	var f *os.File
 	for {
 		if f == nil {
-			if f, err = l.openLock(&d); err != nil {
+			if f, err = l.openLock(); err != nil {
 				return nil, err
 			}
 		}
@@ -520,25 +523,17 @@ func (l *Locker) sleep(ctx context.Context, w *lockWatch) error {
 var errReplaced = errors.New("lock file replaced")
 
 // openLock opens (creating, mode 0600, never through a symlink) the lock
-// file in the lock directory *d. A lock directory removed while we waited
-// (wiped by hand, or a tmpfs unmounted) is made again, and *d replaced:
-// the lock's holder has lost, and the candidates go on campaigning.
-func (l *Locker) openLock(d **dir) (*os.File, error) {
-	f, err := (*d).open(l.lockName, unix.O_RDWR|unix.O_CREAT)
-	if errors.Is(err, os.ErrNotExist) {
-		nd, err := l.openRoot(l.dir, l.lockRel, "Dir", true)
-		if err != nil {
-			return nil, err
-		}
-		(*d).close()
-		*d = nd
-		f, err = nd.open(l.lockName, unix.O_RDWR|unix.O_CREAT)
-		if err != nil {
-			return nil, err
-		}
-		return f, nil
+// file, from the lock directory resolved afresh: one removed or moved away
+// while we waited (wiped by hand, or a tmpfs unmounted) is made again at
+// its path, as the first run made it (the lock's holder has lost, and the
+// candidates go on campaigning), never followed to where it went.
+func (l *Locker) openLock() (*os.File, error) {
+	d, err := l.openRoot(l.dir, l.lockRel, "Dir", true)
+	if err != nil {
+		return nil, err
 	}
-	return f, err
+	defer d.close()
+	return d.open(l.lockName, unix.O_RDWR|unix.O_CREAT)
 }
 
 // tryLock takes a non-blocking exclusive flock on f. A file replaced at
@@ -678,12 +673,20 @@ func (l *Locker) nextEpoch(ctx context.Context, floor uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: the epoch counter of %s is at its largest value and cannot grow", locker.ErrRefused, l.lockPath)
 	}
 	next := cur + 1
+	// The places are written at once: their fsyncs overlap, and the new
+	// holder's first child waits for the slowest alone.
+	errs := make([]error, len(l.counters))
+	var wg sync.WaitGroup
 	for i, c := range l.counters {
 		if dirs[i] == nil {
 			continue
 		}
-		if err := raiseEpoch(ctx, dirs[i], c.name, next); err != nil && !c.spare {
-			return 0, fmt.Errorf("write epoch: %w", err)
+		wg.Go(func() { errs[i] = raiseEpoch(ctx, dirs[i], c.name, next) })
+	}
+	wg.Wait()
+	for i, c := range l.counters {
+		if errs[i] != nil && !c.spare {
+			return 0, fmt.Errorf("write epoch: %w", errs[i])
 		}
 	}
 	return next, nil
