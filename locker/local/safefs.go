@@ -402,13 +402,20 @@ func (d *dir) readFile(name string) ([]byte, error) {
 
 // replace durably replaces the file name in d with data: a temporary
 // file made afresh (never one that is there already, nor through a
-// symlink), fsync, rename, fsync of the directory. The caller keeps
-// other writers of name out (an flock), so the temporary name is its own.
+// symlink), fsync, rename, fsync of the directory. The callers of the
+// counters and the control record keep other writers of name out (an
+// flock); a term record's writers write the same content.
 func (d *dir) replace(name string, data []byte) error {
 	tmp := name + ".tmp"
 	path := filepath.Join(d.path, name)
-	_ = unix.Unlinkat(d.fd, tmp, 0)
-	f, err := d.open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL)
+	var f *os.File
+	var err error
+	for range 3 { // another writer's temporary file may appear meanwhile
+		_ = unix.Unlinkat(d.fd, tmp, 0)
+		if f, err = d.open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL); !errors.Is(err, unix.EEXIST) {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
