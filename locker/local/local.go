@@ -308,7 +308,11 @@ func (l *Locker) checkRoot(root, rel, field string, own bool, files ...string) e
 		}
 		next, err := d.sub(name, false)
 		if errors.Is(err, os.ErrNotExist) {
-			if err := writableAt(d.fd, d.path); err != nil {
+			err = writableAt(d.fd, d.path)
+			if d != base {
+				d.close()
+			}
+			if err != nil {
 				return &locker.ConfigError{Field: field, Rule: "cannot create " + filepath.Join(d.path, name) + ": cannot write to " + d.path, Err: err}
 			}
 			return nil
