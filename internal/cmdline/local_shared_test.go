@@ -76,3 +76,52 @@ func TestLockHeldByAnotherProgram(t *testing.T) {
 		})
 	}
 }
+
+// Root's run with a --lock-dir that another user can write in, where that
+// user planted symlinks to root's files as the lock file and the counter's
+// temporary file, is refused with one line naming --lock-dir and 125, and
+// overwrites nothing.
+func TestLockDirOfAnotherUserIsRefused(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to act as another user")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	base := t.TempDir()
+	for _, d := range []string{base, filepath.Dir(base)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret := testsupport.WriteFile(t, filepath.Join(base, "secret"), "root's\n", 0o600)
+	other := testsupport.WriteFile(t, filepath.Join(base, "other"), "other\n", 0o644)
+	shared := filepath.Join(base, "shared")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(shared, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	plant := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c",
+		"mkdir "+shared+"/leaderrun && ln -s "+secret+" "+shared+"/leaderrun/job.lock && ln -s "+other+" "+shared+"/leaderrun/job.epoch.tmp")
+	if out, err := plant.CombinedOutput(); err != nil {
+		t.Fatalf("planting: %v\n%s", err, out)
+	}
+	for _, dirFlag := range []string{"--lock-dir", "--state-dir"} {
+		args := []string{"--backend", "local", "--lock-dir", shared, "--key", "job", "--no-wait", "--", "true"}
+		if dirFlag == "--state-dir" {
+			args = []string{"--backend", "local", "--lock-dir", filepath.Join(t.TempDir(), "locks"), "--state-dir", shared, "--key", "job", "--no-wait", "--", "true"}
+		}
+		code, _, errOut := leaderrun(t, nil, args...)
+		if code != exitcode.Internal || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, dirFlag) {
+			t.Errorf("%s of another user: exit %d, want 125 and one line naming %s:\n%s", dirFlag, code, dirFlag, errOut)
+		}
+	}
+	for path, want := range map[string]string{secret: "root's\n", other: "other\n"} {
+		if b, _ := os.ReadFile(path); string(b) != want {
+			t.Errorf("%s was overwritten through a symlink: %q", path, b)
+		}
+	}
+}
