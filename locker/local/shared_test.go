@@ -508,3 +508,38 @@ func TestNewMakesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The lock file is one more place the count is kept: with every counter
+// file deleted, the record the last holder left there (or the pending
+// record of a holder that died before its own) still keeps the next
+// epoch above it.
+func TestLockFileRecordsKeepTheCount(t *testing.T) {
+	host := privateHost(t)
+	locks := t.TempDir()
+	step := epochSteps(t, locks)
+	step("")
+	step("")
+	wipe := func() {
+		t.Helper()
+		for _, p := range []string{filepath.Join(locks, "leaderrun", "job.epoch"), filepath.Join(host, "by-path")} {
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wipe()
+	step("") // 3, from the record
+	// A holder that died between its pending record and its own: the
+	// pending record carries the epoch it replaced.
+	testsupport.WriteFile(t, filepath.Join(locks, "leaderrun", "job.lock"), `{"id":"gone","pid":1,"epoch":0,"after":41}`, 0o600)
+	wipe()
+	l := newLocker(t, locks, true)
+	lease, err := l.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	if lease.Epoch() != 42 {
+		t.Fatalf("epoch %d after a pending record over epoch 41, want 42", lease.Epoch())
+	}
+}
