@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -45,7 +43,19 @@ type controlFile struct {
 
 // controlPath is the key's control file.
 func (l *Locker) controlPath() string {
-	return filepath.Join(l.dir, l.opts.Prefix, locker.ControlKey(l.opts.Key)) + "~control"
+	return filepath.Join(l.dir, l.controlRel())
+}
+
+// controlRel is the control file below the lock directory.
+func (l *Locker) controlRel() string {
+	return filepath.Join(l.opts.Prefix, locker.ControlKey(l.opts.Key)) + "~control"
+}
+
+// controlDir opens the directory of the control file, making it unless
+// read-only; a missing one without create is an error that
+// errors.Is(os.ErrNotExist).
+func (l *Locker) controlDir(create bool) (*dir, error) {
+	return l.openRoot(l.dir, filepath.Dir(l.controlRel()), "Dir", create)
 }
 
 // Control reads the key's control file; none is the zero Control.
@@ -57,7 +67,15 @@ func (l *Locker) Control(ctx context.Context) (locker.Control, error) {
 // readControl reads the control file and its version (0: none).
 func (l *Locker) readControl() (locker.Control, uint64, error) {
 	path := l.controlPath()
-	b, err := os.ReadFile(path)
+	d, err := l.controlDir(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return locker.Control{}, 0, nil
+	}
+	if err != nil {
+		return locker.Control{}, 0, fmt.Errorf("local: read the control record: %w", err)
+	}
+	defer d.close()
+	b, err := d.readFile(filepath.Base(path))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return locker.Control{}, 0, nil
@@ -81,7 +99,7 @@ func (l *Locker) readControl() (locker.Control, uint64, error) {
 // exist).
 func (l *Locker) SetControl(ctx context.Context, c locker.Control) (string, error) {
 	path := l.controlPath()
-	unlock, err := l.lockControl(ctx, path+".lock")
+	d, unlock, err := l.lockControl(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -100,7 +118,7 @@ func (l *Locker) SetControl(ctx context.Context, c locker.Control) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("local: encode the control record: %w", err)
 	}
-	if err := replaceFile(path, append(data, '\n')); err != nil {
+	if err := d.replace(filepath.Base(path), append(data, '\n')); err != nil {
 		return "", fmt.Errorf("local: %w: write the control record: %w", locker.ErrRefused, err)
 	}
 	return versionString(cur + 1), nil
@@ -114,42 +132,38 @@ func versionString(v uint64) string {
 	return strconv.FormatUint(v, 10)
 }
 
-// lockControl takes the flock of the control lock file at path, waiting
-// as long as ctx lets it; unlock closes the file, which drops it.
-func (l *Locker) lockControl(ctx context.Context, path string) (unlock func(), err error) {
-	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if l.readOnly {
-			return nil, fmt.Errorf("local: %w: write the control record: %s does not exist (opened read-only)", locker.ErrRefused, dir)
-		}
-		if l.defaultDir {
-			if err := ownDir(l.dir, "Dir", nil); err != nil {
-				return nil, err
-			}
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("local: %w: write the control record: %w", locker.ErrRefused, err)
-		}
+// lockControl takes the flock of the control lock file, waiting as long
+// as ctx lets it, in the control file's directory d, which it makes unless
+// read-only; unlock closes both, which drops the flock.
+func (l *Locker) lockControl(ctx context.Context) (d *dir, unlock func(), err error) {
+	d, err = l.controlDir(!l.readOnly)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("local: %w: write the control record: %s does not exist (opened read-only)", locker.ErrRefused, filepath.Dir(l.controlPath()))
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("local: %w: open the control lock: %w", locker.ErrRefused, err)
+		return nil, nil, err
 	}
+	f, err := d.open(filepath.Base(l.controlPath())+".lock", unix.O_RDWR|unix.O_CREAT)
+	if err != nil {
+		d.close()
+		return nil, nil, fmt.Errorf("local: open the control lock: %w", err)
+	}
+	unlock = func() { _ = f.Close(); d.close() }
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return func() { _ = f.Close() }, nil
+			return d, unlock, nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, fmt.Errorf("local: flock %s: %w", path, err)
+			unlock()
+			return nil, nil, fmt.Errorf("local: flock %s: %w", f.Name(), err)
 		}
 		t := time.NewTimer(pollInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			_ = f.Close()
-			return nil, ctx.Err()
+			unlock()
+			return nil, nil, ctx.Err()
 		case <-t.C:
 		}
 	}

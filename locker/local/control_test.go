@@ -28,7 +28,7 @@ func TestControlContract(t *testing.T) {
 }
 
 // TestControlApart: the control file sits beside the key's lock file, at
-// a name no key's files have, 0644 like the lock file, and changes nothing
+// a name no key's files have, 0600 like the lock file, and changes nothing
 // Leader, the history and the run records answer; a holder's priority
 // survives the lock file's record.
 func TestControlApart(t *testing.T) {
@@ -43,8 +43,8 @@ func TestControlApart(t *testing.T) {
 	base := filepath.Join(dir, "leaderrun", lockertest.Key(t))
 	for _, p := range []string{base + "~control", base + "~control.lock"} {
 		fi, err := os.Stat(p)
-		if err != nil || fi.Mode().Perm() != 0o644 {
-			t.Fatalf("%s: %v, %v; want a file of mode 0644", p, fi, err)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v, %v; want a file of mode 0600", p, fi, err)
 		}
 	}
 	if _, err := os.Stat(base + "~1~control"); !errors.Is(err, os.ErrNotExist) {

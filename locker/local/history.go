@@ -4,9 +4,9 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/leaderrun/leaderrun/locker"
 )
@@ -23,37 +23,43 @@ func (l *Locker) RecordTerm(ctx context.Context, term locker.Term, keep int) err
 	if term.Epoch == 0 {
 		return fmt.Errorf("record term: no epoch")
 	}
-	if err := os.MkdirAll(l.histDir, 0o755); err != nil {
+	d, err := l.openRoot(l.stateDir, l.histRel, "StateDir", true)
+	if err != nil {
 		return fmt.Errorf("record term: %w", err)
 	}
-	if err := replaceFile(filepath.Join(l.histDir, locker.TermName(term.Epoch)), term.Record()); err != nil {
+	defer d.close()
+	if err := d.replace(locker.TermName(term.Epoch), term.Record()); err != nil {
 		return fmt.Errorf("record term %d: %w", term.Epoch, err)
 	}
-	for _, e := range locker.Pruned(termsIn(l.histDir), keep) {
-		_ = os.Remove(filepath.Join(l.histDir, locker.TermName(e)))
+	for _, e := range locker.Pruned(termsIn(d), keep) {
+		_ = d.remove(locker.TermName(e))
 	}
 	return nil
 }
 
 // Terms reads the key's term records, newest first; creates nothing.
 func (l *Locker) Terms(ctx context.Context, limit int) ([]locker.Term, error) {
-	if _, err := os.Stat(l.histDir); err != nil && !os.IsNotExist(err) {
+	d, err := l.openRoot(l.stateDir, l.histRel, "StateDir", false)
+	if errors.Is(err, os.ErrNotExist) {
+		return []locker.Term{}, nil
+	}
+	if err != nil {
 		return nil, fmt.Errorf("read history: %w", err)
 	}
-	return locker.NewestTerms(termsIn(l.histDir), limit), nil
+	defer d.close()
+	return locker.NewestTerms(termsIn(d), limit), nil
 }
 
-// termsIn reads the record files in dir; a file that is not a record (a
+// termsIn reads the record files in d; a file that is not a record (a
 // temporary file, a torn name) is skipped.
-func termsIn(dir string) []locker.Term {
-	entries, _ := os.ReadDir(dir)
+func termsIn(d *dir) []locker.Term {
 	out := []locker.Term{}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+	for _, name := range d.names() {
+		b, err := d.readFile(name)
 		if err != nil {
 			continue
 		}
-		if t, err := locker.ParseTerm(b); err == nil && locker.TermName(t.Epoch) == e.Name() {
+		if t, err := locker.ParseTerm(b); err == nil && locker.TermName(t.Epoch) == name {
 			out = append(out, t)
 		}
 	}

@@ -14,9 +14,10 @@
 //   - lock directory: /run/leaderrun for root, /tmp/leaderrun-UID for
 //     others (created 0700, refused unless owned by that user and writable
 //     by nobody else), or an absolute --lock-dir;
-//   - host directory, where the epoch of a lock in a volatile directory
-//     lasts: /var/lib/leaderrun for root, /var/tmp/leaderrun-UID for others
-//     (checked like the per-user lock directory);
+//   - host directory, where a copy of every lock's epoch lasts (through
+//     a reboot, and a lock directory deleted by hand): /var/lib/leaderrun
+//     for root, /var/tmp/leaderrun-UID for others (checked like the
+//     per-user lock directory);
 //   - state directory (a copy of the counter, run records): --state-dir,
 //     else the lock directory itself when it was given and is not tmpfs,
 //     else the host directory.
@@ -24,10 +25,14 @@
 // The epoch is one more than the largest counter found in any of these
 // places (and in $XDG_STATE_HOME/leaderrun or ~/.local/state/leaderrun,
 // where earlier versions kept it), and is written to each.
+//
+// Nothing in these directories is opened through a symlink or left open to
+// other users (safefs.go).
 package local
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +43,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -109,40 +115,57 @@ func homeStateDir() string {
 	return filepath.Join(home, ".local", "state", "leaderrun")
 }
 
-// counter is one place the epoch counter is kept.
+// counter is one place the epoch counter is kept: the file name in the
+// directory rel below the configured directory root.
 type counter struct {
-	path string
+	root, rel, name string
+	field           string // the setting that chooses root
 	// spare: a copy at a place that depends on the environment (an
 	// earlier version's state directory) or that an explicit --state-dir
 	// stands in for; failing to read or write it fails nothing.
 	spare bool
 }
 
+func (c counter) path() string { return filepath.Join(c.root, c.rel, c.name) }
+
 // Locker campaigns for a key with flock.
 type Locker struct {
 	opts     locker.Options
 	lockPath string // <dir>/<prefix>/<key>.lock
 	lockDir  string // its directory
+	lockRel  string // its directory below dir: <prefix>[/<key's dirs>]
+	lockName string // its name: <key's last part>.lock
 	// counters are every place the epoch counter is kept: beside the lock
-	// file; in the host directory unless the lock directory persists (then
-	// the copy beside the lock file is the lasting one); in the state
-	// directory; in an earlier version's per-user state directory. The
-	// next epoch exceeds the largest of them and is written to each.
+	// file; in the host directory; in the state directory; in an earlier
+	// version's per-user state directory. The next epoch exceeds the
+	// largest of them and is written to each.
 	counters []counter
-	runDir   string // <state>/<prefix>/<key>~run: once-per records
-	histDir  string // <state>/<prefix>/<key>~history: term records
+	runRel   string // <prefix>/<key>~run below stateDir: once-per records
+	histRel  string // <prefix>/<key>~history below stateDir: term records
+	runDir   string // their paths
+	histDir  string
 	// oldRunDir is where an earlier version kept them by default for an
-	// ordinary user (its per-user state directory), read as well.
-	oldRunDir string
-	dir       string // the lock directory as configured
-	stateDir  string // the state directory: run records, a counter copy
-	// defaultDir: dir is DefaultDir, checked (ownDir) whenever it is made.
+	// ordinary user (its per-user state directory), read as well:
+	// oldRunRel below oldRunRoot.
+	oldRunDir, oldRunRoot, oldRunRel string
+	dir                              string // the lock directory as configured
+	stateDir                         string // the state directory: run records, a counter copy
+	// defaultDir: dir is DefaultDir, checked (checkOwnDir) whenever it is
+	// used.
 	defaultDir bool
-	readOnly   bool
+	// ownHost: the host directory is a per-user one, checked like
+	// DefaultDir.
+	ownHost  string
+	readOnly bool
 }
 
-// New checks the configuration and, unless ReadOnly, creates the lock and
-// state directories. A refused setting is a *locker.ConfigError.
+// New checks the configuration: the lock, state and host directories and
+// every directory above them must be ones no other user can replace
+// entries in, and what leaderrun keeps in them must be ours. It creates
+// nothing: the directories are made when first written to (Acquire,
+// SetControl, RecordRun, RecordTerm), so a run refused later in its
+// start-up leaves nothing behind (DESIGN §1.10). A refused setting is a
+// *locker.ConfigError.
 func New(cfg Config) (*Locker, error) {
 	if err := locker.ValidateKey(cfg.Key); err != nil {
 		return nil, &locker.ConfigError{Field: "Key", Rule: err.Error()}
@@ -160,21 +183,30 @@ func New(cfg Config) (*Locker, error) {
 	if cfg.StateDir != "" && !filepath.IsAbs(cfg.StateDir) {
 		return nil, &locker.ConfigError{Field: "StateDir", Rule: fmt.Sprintf("must be an absolute path, got %q", cfg.StateDir)}
 	}
+	cfg.Dir = filepath.Clean(cfg.Dir)
 	rel := filepath.Join(cfg.Prefix, cfg.Key)
 	l := &Locker{opts: cfg.Options, lockPath: filepath.Join(cfg.Dir, rel) + ".lock", dir: cfg.Dir, defaultDir: !explicit, readOnly: cfg.ReadOnly}
 	l.lockDir = filepath.Dir(l.lockPath)
+	l.lockRel = filepath.Dir(rel)
+	l.lockName = filepath.Base(rel) + ".lock"
 
 	if cfg.ReadOnly {
-		if _, err := os.Stat(cfg.Dir); err != nil {
-			return nil, &locker.ConfigError{Field: "Dir", Rule: "lock directory " + cfg.Dir + " cannot be read", Err: err}
+		d, err := openDir(cfg.Dir, "Dir", false)
+		if err != nil {
+			return nil, readError(cfg.Dir, err)
 		}
+		d.close()
 	}
 
 	// A lock directory that was given and is on disk keeps the counter
 	// beside the lock file through a reboot; any other (the default ones,
-	// a tmpfs) is emptied by one, and the host directory keeps it.
+	// a tmpfs) is emptied by one. The host directory keeps a copy either
+	// way, so an epoch outlives the lock directory wiped by hand too.
 	lasting := explicit && !volatile(cfg.Dir)
 	host := hostDir(os.Geteuid())
+	if os.Geteuid() != 0 {
+		l.ownHost = host
+	}
 	state := cfg.StateDir
 	if state == "" {
 		state = cfg.Dir
@@ -182,195 +214,139 @@ func New(cfg Config) (*Locker, error) {
 			state = host
 		}
 	}
-	base := filepath.Join(state, rel)
+	state = filepath.Clean(state)
 	l.stateDir = state
-	l.runDir = base + "~run"
-	l.histDir = base + "~history"
-	l.addCounter(strings.TrimSuffix(l.lockPath, ".lock")+".epoch", false)
+	l.runRel, l.histRel = rel+"~run", rel+"~history"
+	l.runDir, l.histDir = filepath.Join(state, l.runRel), filepath.Join(state, l.histRel)
+	epochName := filepath.Base(rel) + ".epoch"
+	l.addCounter(counter{root: cfg.Dir, rel: l.lockRel, name: epochName, field: "Dir"})
 
-	// The directories New makes, each checked before any is made: a
-	// setting refused leaves nothing behind (DESIGN §1.10).
-	lockDir := dirNeed{path: l.lockDir, mode: 0o755, field: "Dir"}
-	if !explicit {
-		lockDir.own = cfg.Dir
+	// The host directory's copy of a volatile lock directory's counter is
+	// shared by all of them (<host>/<prefix>/<key>.epoch, as before); that
+	// of an on-disk lock directory is named after the lock file's path
+	// (<host>/by-path/<lock dir>/<prefix>/<key>.epoch), which depends on
+	// nothing but the configuration, as the lock itself.
+	hostCopy := counter{root: host, rel: l.lockRel, name: epochName, field: "StateDir"}
+	if lasting {
+		hostCopy.rel = filepath.Join("by-path", strings.TrimPrefix(cfg.Dir, "/"), l.lockRel)
 	}
-	hostSub := dirNeed{path: filepath.Dir(filepath.Join(host, rel)), mode: stateMode(), field: "StateDir"}
-	if os.Geteuid() != 0 {
-		hostSub.own = host
-	}
-	needs := []dirNeed{lockDir}
-	if !lasting {
-		// With --state-dir given, a host directory that cannot be made
-		// (no /var/tmp, a read-only /var) leaves the counter to it.
-		spare := false
-		if !cfg.ReadOnly && state != host {
-			if err := hostSub.check(); err != nil {
-				if cfg.StateDir == "" {
-					return nil, err
-				}
-				spare = true
-			} else {
-				needs = append(needs, hostSub)
+	if !cfg.ReadOnly && state != host {
+		// A host directory that cannot be made (no /var/tmp, a read-only
+		// /var) leaves the counter to the state directory when one was
+		// given, or to the on-disk lock directory.
+		if err := l.checkRoot(host, hostCopy.rel, "StateDir", l.ownHost != "", hostCopy.name); err != nil {
+			if cfg.StateDir == "" && !lasting {
+				return nil, err
 			}
+			hostCopy.spare = true
 		}
-		l.addCounter(filepath.Join(host, rel)+".epoch", spare)
 	}
-	l.addCounter(base+".epoch", false)
+	l.addCounter(hostCopy)
+	l.addCounter(counter{root: state, rel: l.lockRel, name: epochName, field: "StateDir"})
 	if os.Geteuid() != 0 {
 		if home := homeStateDir(); home != "" {
-			l.addCounter(filepath.Join(home, rel)+".epoch", true)
+			l.addCounter(counter{root: home, rel: l.lockRel, name: epochName, field: "StateDir", spare: true})
 			if cfg.StateDir == "" && !lasting {
-				l.oldRunDir = filepath.Join(home, rel) + "~run"
+				l.oldRunRoot, l.oldRunRel = home, l.runRel
+				l.oldRunDir = filepath.Join(home, l.runRel)
 			}
 		}
 	}
 	if cfg.ReadOnly {
 		return l, nil
 	}
-	if state == host {
-		needs = append(needs, hostSub)
-	} else {
-		needs = append(needs, dirNeed{path: filepath.Dir(base), mode: stateMode(), field: "StateDir"})
-	}
-	for _, n := range needs {
-		if err := n.check(); err != nil {
-			return nil, err
-		}
-	}
-	if err := l.checkFiles(); err != nil {
+	// Every check before anything is made; and nothing is made here.
+	if err := l.checkRoot(cfg.Dir, l.lockRel, "Dir", l.defaultDir, l.lockName, epochName); err != nil {
 		return nil, err
 	}
-	var made []string
-	for _, n := range needs {
-		if err := n.make(&made); err != nil {
-			unmake(made)
+	if state == host {
+		if err := l.checkRoot(host, l.lockRel, "StateDir", l.ownHost != "", epochName); err != nil {
 			return nil, err
 		}
+	} else if err := l.checkRoot(state, l.lockRel, "StateDir", false, epochName); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
 
-// dirNeed is a directory New makes (with any missing parents) and then
-// writes in.
-type dirNeed struct {
-	path  string
-	mode  os.FileMode
-	own   string // path or a parent of it that ownDir checks, "" for none
-	field string // the setting that chooses another directory
-}
-
-// check reports, before anything is made, what would stop New making the
-// directory or writing in it: a per-user directory someone else controls,
-// a file in the way, or no write permission (for root too on a read-only
-// mount) in the directory itself or, if it is missing, in its nearest
-// existing parent, where New would make it.
-func (n dirNeed) check() error {
-	if n.own != "" {
-		if err := checkOwnDir(n.own, n.field); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	p := n.path
-	for {
-		fi, err := os.Stat(p)
-		if err == nil {
-			if !fi.IsDir() {
-				if p == n.path {
-					return &locker.ConfigError{Field: n.field, Rule: p + " is not a directory"}
-				}
-				return &locker.ConfigError{Field: n.field, Rule: "cannot create " + n.path + ": " + p + " is not a directory"}
-			}
-			break
-		}
-		parent := filepath.Dir(p)
-		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) || parent == p {
-			return &locker.ConfigError{Field: n.field, Rule: "cannot read " + p, Err: unwrapPath(err)}
-		}
-		p = parent
-	}
-	if err := writable(p); err != nil {
-		if p == n.path {
-			return &locker.ConfigError{Field: n.field, Rule: "cannot write to " + p, Err: err}
-		}
-		return &locker.ConfigError{Field: n.field, Rule: "cannot create " + n.path + ": cannot write to " + p, Err: err}
-	}
-	return nil
-}
-
-// make creates the directory and any missing parents, adding each it
-// made to made.
-func (n dirNeed) make(made *[]string) error {
-	if n.own != "" {
-		if err := ownDir(n.own, n.field, made); err != nil {
-			return err
-		}
-	}
-	var missing []string
-	for p := n.path; ; p = filepath.Dir(p) {
-		if _, err := os.Lstat(p); err == nil || filepath.Dir(p) == p {
-			break
-		}
-		missing = append(missing, p)
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		err := os.Mkdir(missing[i], n.mode)
-		if err == nil {
-			*made = append(*made, missing[i])
-			continue
-		}
-		if errors.Is(err, os.ErrExist) {
-			continue // made meanwhile by another leaderrun
-		}
-		rule := "cannot create the state directory"
-		if n.field == "Dir" {
-			rule = "cannot create the lock directory"
-		}
-		return &locker.ConfigError{Field: n.field, Rule: rule, Err: err}
-	}
-	return nil
-}
-
-// unmake removes the directories New made, newest first; one another
-// process has put something in meanwhile stays.
-func unmake(made []string) {
-	for i := len(made) - 1; i >= 0; i-- {
-		_ = os.Remove(made[i])
-	}
-}
-
-// writable reports why we cannot create entries in dir, or nil. access(2)
-// answers for the effective user, ACLs and security modules included, and
-// says EROFS for a read-only file system or mount even to root (whom file
-// modes do not stop); statfs is asked too, in case access is emulated.
-func writable(dir string) error {
-	if err := unix.Faccessat(unix.AT_FDCWD, dir, unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
+// readError is the refusal of a lock directory that status or check
+// cannot read.
+func readError(path string, err error) error {
+	var ce *locker.ConfigError
+	if errors.As(err, &ce) && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
-		return unix.EROFS
-	}
-	return nil
+	return &locker.ConfigError{Field: "Dir", Rule: "lock directory " + path + " cannot be read", Err: unwrapPath(err)}
 }
 
-// checkFiles checks the files Acquire opens in place rather than
-// replaces: the lock file, opened for reading and writing, and each
-// counter that must be read. Missing ones are made later, in directories
-// checked already.
-func (l *Locker) checkFiles() error {
-	if err := unix.Faccessat(unix.AT_FDCWD, l.lockPath, unix.R_OK|unix.W_OK, unix.AT_EACCESS); err != nil && !errors.Is(err, unix.ENOENT) {
-		return &locker.ConfigError{Field: "Dir", Rule: "cannot open the lock file " + l.lockPath + " for writing", Err: err}
+// checkRoot reports, before anything is made, what would stop leaderrun
+// using the directory rel below the configured directory root (field
+// names its setting) and the files in it: root or a directory above it
+// that another user could replace entries in, a per-user default
+// directory someone else controls (own), an entry of another user's or a
+// symlink on the way, a file in the way, or no permission to write where
+// a directory or file would be made (for root too on a read-only mount).
+func (l *Locker) checkRoot(root, rel, field string, own bool, files ...string) error {
+	if own {
+		if err := checkOwnDir(root, field); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
-	for i, c := range l.counters {
-		if c.spare {
+	exists, err := checkDir(root, field)
+	if err != nil || !exists {
+		return err
+	}
+	base, err := openDir(root, field, false)
+	if err != nil {
+		return err
+	}
+	defer base.close()
+	d := base
+	for _, name := range splitPath(rel) {
+		if name == "" || name == "." {
 			continue
 		}
-		if err := unix.Faccessat(unix.AT_FDCWD, c.path, unix.R_OK, unix.AT_EACCESS); err != nil && !errors.Is(err, unix.ENOENT) {
-			field := "StateDir"
-			if i == 0 {
-				field = "Dir" // the counter beside the lock file
+		next, err := d.sub(name, false)
+		if errors.Is(err, os.ErrNotExist) {
+			err = writableAt(d.fd, d.path)
+			if d != base {
+				d.close()
 			}
-			return &locker.ConfigError{Field: field, Rule: "cannot read the epoch counter " + c.path, Err: err}
+			if err != nil {
+				return &locker.ConfigError{Field: field, Rule: "cannot create " + filepath.Join(d.path, name) + ": cannot write to " + d.path, Err: err}
+			}
+			return nil
+		}
+		if d != base {
+			d.close()
+		}
+		if err != nil {
+			return err
+		}
+		d = next
+	}
+	if d != base {
+		defer d.close()
+	}
+	if err := writableAt(d.fd, d.path); err != nil {
+		return &locker.ConfigError{Field: field, Rule: "cannot write to " + d.path, Err: err}
+	}
+	for _, name := range files {
+		var st unix.Stat_t
+		path := filepath.Join(d.path, name)
+		err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			continue
+		case err != nil:
+			return &locker.ConfigError{Field: field, Rule: "cannot read " + path, Err: err}
+		case st.Mode&unix.S_IFMT != unix.S_IFREG:
+			return &locker.ConfigError{Field: field, Rule: path + " is not a regular file (a symlink is refused)"}
+		case int(st.Uid) != os.Geteuid():
+			return &locker.ConfigError{Field: field, Rule: fmt.Sprintf("%s is owned by uid %d, not by uid %d; refusing a file another user made", path, st.Uid, os.Geteuid())}
+		}
+		if err := unix.Faccessat(d.fd, name, unix.R_OK|unix.W_OK, unix.AT_EACCESS); err != nil {
+			return &locker.ConfigError{Field: field, Rule: "cannot open " + path + " for writing", Err: err}
 		}
 	}
 	return nil
@@ -386,42 +362,44 @@ func unwrapPath(err error) error {
 }
 
 // addCounter adds a place for the epoch counter, once.
-func (l *Locker) addCounter(path string, spare bool) {
-	for i, c := range l.counters {
-		if c.path == path {
-			l.counters[i].spare = c.spare && spare
+func (l *Locker) addCounter(c counter) {
+	for i, o := range l.counters {
+		if o.path() == c.path() {
+			l.counters[i].spare = o.spare && c.spare
 			return
 		}
 	}
-	l.counters = append(l.counters, counter{path: path, spare: spare})
+	l.counters = append(l.counters, c)
 }
 
-// stateMode is the mode of a state directory leaderrun creates: readable
-// by others for root (status by a monitoring user reads run records),
-// private for anyone else.
-func stateMode() os.FileMode {
-	if os.Geteuid() == 0 {
-		return 0o755
+// openRoot opens the configured directory root (field names its setting)
+// and the directory rel below it, making what is missing when create. A
+// per-user default directory is checked as such (checkOwnDir) once it is
+// there, and narrowed to mode 0700 if an earlier version made it wider.
+func (l *Locker) openRoot(root, rel, field string, create bool) (*dir, error) {
+	own := root == l.dir && l.defaultDir || root == l.ownHost && l.ownHost != ""
+	if own && create {
+		if err := ownDir(root, field); err != nil {
+			return nil, err
+		}
 	}
-	return 0o700
+	return openTree(root, rel, field, create)
 }
 
-// ownDir creates a default lock directory (or a user's host directory) or
-// checks the existing one (checkOwnDir), adding it to made (if not nil)
-// when it made it.
-func ownDir(dir, field string, made *[]string) error {
-	mode := os.FileMode(0o700)
-	if os.Geteuid() == 0 {
-		mode = 0o755 // a monitoring user may read a root-held lock
-	}
-	err := os.Mkdir(dir, mode)
+// ownDir creates a default lock directory (or a user's host directory),
+// or checks the existing one (checkOwnDir) and narrows its mode to 0700.
+func ownDir(dir, field string) error {
+	err := os.Mkdir(dir, dirMode)
 	if err != nil && !errors.Is(err, os.ErrExist) {
 		return &locker.ConfigError{Field: field, Rule: "cannot create " + dir, Err: err}
 	}
-	if err == nil && made != nil {
-		*made = append(*made, dir)
+	if err := checkOwnDir(dir, field); err != nil {
+		return err
 	}
-	return checkOwnDir(dir, field)
+	if fi, err := os.Lstat(dir); err == nil && fi.Mode().Perm()&^dirMode != 0 {
+		_ = os.Chmod(dir, dirMode)
+	}
+	return nil
 }
 
 // checkOwnDir checks a default lock directory (or a user's host
@@ -447,12 +425,20 @@ func checkOwnDir(dir, field string) error {
 	return nil
 }
 
-// volatile reports whether dir is on a file system that a reboot empties
-// (tmpfs, ramfs), where an epoch counter would start over.
+// volatile reports whether dir (or, while it is missing, the nearest
+// directory above it, where it would be made) is on a file system that a
+// reboot empties (tmpfs, ramfs), where an epoch counter would start over.
 func volatile(dir string) bool {
 	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return true // cannot tell: keep the epoch where it surely persists
+	for {
+		err := unix.Statfs(dir, &st)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.ENOENT) || filepath.Dir(dir) == dir {
+			return true // cannot tell: keep the epoch where it surely persists
+		}
+		dir = filepath.Dir(dir)
 	}
 	return st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC
 }
@@ -465,6 +451,13 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	if l.readOnly {
 		return nil, fmt.Errorf("local: %w: opened read-only", locker.ErrRefused)
 	}
+	// The lock directory is made before the watch starts, so a first
+	// run's waiting candidates watch it too.
+	d, err := l.openRoot(l.dir, l.lockRel, "Dir", true)
+	if err != nil {
+		return nil, err
+	}
+	d.close()
 	var w *lockWatch
 	if !l.opts.NoWait {
 		// Watching starts before the first try, so a release between the
@@ -476,7 +469,6 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	var f *os.File
 	for {
 		if f == nil {
-			var err error
 			if f, err = l.openLock(); err != nil {
 				return nil, err
 			}
@@ -503,7 +495,10 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			return nil, err
 		}
 		if l.opts.NoWait {
-			_ = f.Close()
+			defer f.Close()
+			if h, ok := l.holderOf(ctx, f); ok && h.ID != "" {
+				return nil, fmt.Errorf("%s: %w by %s", l.lockPath, locker.ErrHeld, h.ID)
+			}
 			return nil, fmt.Errorf("%s: %w", l.lockPath, locker.ErrHeld)
 		}
 		if err := l.sleep(ctx, w); err != nil {
@@ -531,26 +526,18 @@ func (l *Locker) sleep(ctx context.Context, w *lockWatch) error {
 // errReplaced: the file we locked is no longer the one at the path.
 var errReplaced = errors.New("lock file replaced")
 
-// openLock opens (creating) the lock file. A lock directory removed while
-// we waited (wiped by hand, or a tmpfs unmounted) is made again, as New
-// made it: the lock's holder has lost, and the candidates go on campaigning.
+// openLock opens (creating, mode 0600, never through a symlink) the lock
+// file, from the lock directory resolved afresh: one removed or moved away
+// while we waited (wiped by hand, or a tmpfs unmounted) is made again at
+// its path, as the first run made it (the lock's holder has lost, and the
+// candidates go on campaigning), never followed to where it went.
 func (l *Locker) openLock() (*os.File, error) {
-	f, err := os.OpenFile(l.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
-	if errors.Is(err, os.ErrNotExist) {
-		if l.defaultDir {
-			if err := ownDir(l.dir, "Dir", nil); err != nil {
-				return nil, err
-			}
-		}
-		if err := os.MkdirAll(l.lockDir, 0o755); err != nil {
-			return nil, fmt.Errorf("open lock file: %w: %w", locker.ErrRefused, err)
-		}
-		f, err = os.OpenFile(l.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
-	}
+	d, err := l.openRoot(l.dir, l.lockRel, "Dir", true)
 	if err != nil {
-		return nil, fmt.Errorf("open lock file: %w: %w", locker.ErrRefused, err)
+		return nil, err
 	}
-	return f, nil
+	defer d.close()
+	return d.open(l.lockName, unix.O_RDWR|unix.O_CREAT)
 }
 
 // tryLock takes a non-blocking exclusive flock on f. A file replaced at
@@ -572,11 +559,28 @@ func (l *Locker) tryLock(f *os.File) error {
 	return nil
 }
 
+// pendingRecord is what a new holder writes into the lock file the moment
+// it has the flock, before its epoch is durable: a holder record of epoch
+// 0 (no term yet), with After the epoch of the record it replaced, so
+// that the count the lock file keeps (lastRecordEpoch) is not lost should
+// it die before its own record. A reader never takes the record of the
+// previous holder for the lock's (Leader): the pid in it is not the
+// lock's.
+type pendingRecord struct {
+	locker.Holder
+	After uint64 `json:"after,omitempty"`
+}
+
 // lead bumps the epoch under the lock and records us as the holder. It
 // also finds out how Renew can prove the lock is still ours: the kernel
 // must show the lock it just granted, per descriptor or at least in its
 // lock table.
 func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
+	floor := lastRecordEpoch(f)
+	h := locker.NewHolder(l.opts)
+	if err := writeRecord(f, pendingRecord{Holder: h, After: floor}); err != nil {
+		return nil, err
+	}
 	if err := waitReplacedHolders(ctx, f, l.lockPath); err != nil {
 		return nil, err
 	}
@@ -591,31 +595,47 @@ func (l *Locker) lead(ctx context.Context, f *os.File) (*Lease, error) {
 	if err := lease.held(); err != nil {
 		return nil, fmt.Errorf("%w: the kernel does not show the lock just taken on %s, so it could not be checked later: %w", locker.ErrRefused, l.lockPath, err)
 	}
-	epoch, err := l.nextEpoch(ctx, lastRecordEpoch(f))
+	epoch, err := l.nextEpoch(ctx, floor)
 	if err != nil {
 		return nil, err
 	}
-	h := locker.NewHolder(l.opts)
 	h.Epoch = epoch
 	// No dead-man guard shares this open file yet: nothing but us can
 	// unlock it, so the proof above still holds.
-	if err := f.Truncate(0); err != nil {
-		return nil, fmt.Errorf("write holder record: %w", err)
-	}
-	if _, err := f.WriteAt(h.Record(), 0); err != nil {
-		return nil, fmt.Errorf("write holder record: %w", err)
+	if err := writeRecord(f, h); err != nil {
+		return nil, err
 	}
 	lease.epoch = epoch
 	return lease, nil
 }
 
+// writeRecord replaces the content of the lock file with v's JSON.
+func writeRecord(f *os.File, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("write holder record: %w", err)
+	}
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("write holder record: %w", err)
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		return fmt.Errorf("write holder record: %w", err)
+	}
+	return nil
+}
+
 // lastRecordEpoch is the epoch in the holder record the last holder left
-// in the lock file (a release leaves it there), 0 for none. It is one more
-// place the count is kept: a counter file edited lower or deleted by hand
-// beside a lock file that is still there cannot make an epoch repeat.
+// in the lock file (a release leaves it there), or the one a pending
+// record carries, 0 for none. It is one more place the count is kept: a
+// counter file edited lower or deleted by hand beside a lock file that is
+// still there cannot make an epoch repeat.
 func lastRecordEpoch(f *os.File) uint64 {
 	b, _ := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
-	return locker.ParseHolder(b).Epoch
+	var p pendingRecord
+	if json.Unmarshal(b, &p) != nil {
+		return 0
+	}
+	return max(p.Epoch, p.After)
 }
 
 // nextEpoch reads the counter at every place it is kept and durably writes
@@ -625,10 +645,28 @@ func lastRecordEpoch(f *os.File) uint64 {
 // host or a state directory) is only ever raised (raiseEpoch).
 func (l *Locker) nextEpoch(ctx context.Context, floor uint64) (uint64, error) {
 	cur := floor
-	for _, c := range l.counters {
-		n, err := readEpoch(c.path)
+	dirs := make([]*dir, len(l.counters))
+	defer func() {
+		for _, d := range dirs {
+			if d != nil {
+				d.close()
+			}
+		}
+	}()
+	for i, c := range l.counters {
+		d, err := l.openRoot(c.root, c.rel, c.field, true)
 		if err != nil {
 			if c.spare {
+				continue
+			}
+			return 0, err
+		}
+		dirs[i] = d
+		n, err := readEpoch(d, c.name)
+		if err != nil {
+			if c.spare {
+				dirs[i] = nil
+				d.close()
 				continue
 			}
 			return 0, err
@@ -639,35 +677,49 @@ func (l *Locker) nextEpoch(ctx context.Context, floor uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: the epoch counter of %s is at its largest value and cannot grow", locker.ErrRefused, l.lockPath)
 	}
 	next := cur + 1
-	for _, c := range l.counters {
-		if c.spare {
-			_ = os.MkdirAll(filepath.Dir(c.path), 0o700)
+	// The places are written at once: their fsyncs overlap, and the new
+	// holder's first child waits for the slowest alone.
+	errs := make([]error, len(l.counters))
+	var wg sync.WaitGroup
+	for i, c := range l.counters {
+		if dirs[i] == nil {
+			continue
 		}
-		if err := raiseEpoch(ctx, c.path, next); err != nil && !c.spare {
-			return 0, fmt.Errorf("write epoch: %w", err)
+		wg.Go(func() { errs[i] = raiseEpoch(ctx, dirs[i], c.name, next) })
+	}
+	wg.Wait()
+	for i, c := range l.counters {
+		if errs[i] != nil && !c.spare {
+			return 0, fmt.Errorf("write epoch: %w", errs[i])
 		}
 	}
 	return next, nil
 }
 
-// raiseEpoch durably makes the counter at path at least n: under an flock
-// of its directory, it reads the counter and, if smaller, replaces it
-// (temporary file, fsync, rename, fsync of the directory). Two holders of
-// different locks that share the file then cannot lower each other's
+// epochLock is the file in a counter's directory whose flock a writer of a
+// counter there holds ('~' is never part of a key, so it is no key's
+// file). A file, not the directory: no other user can open it (0600 in a
+// 0700 directory), so none can hold it and wedge the writers.
+const epochLock = "~epoch.lock"
+
+// raiseEpoch durably makes the counter name in d at least n: under the
+// flock of d's epochLock, it reads the counter and, if smaller, replaces
+// it (temporary file, fsync, rename, fsync of the directory). Two holders
+// of different locks that share the file then cannot lower each other's
 // value, nor write the same temporary file at once.
-func raiseEpoch(ctx context.Context, path string, n uint64) error {
-	d, err := os.Open(filepath.Dir(path))
+func raiseEpoch(ctx context.Context, d *dir, name string, n uint64) error {
+	lf, err := d.open(epochLock, unix.O_RDWR|unix.O_CREAT)
 	if err != nil {
 		return err
 	}
-	defer d.Close() // drops the flock
+	defer lf.Close() // drops the flock
 	for {
-		err := unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("lock %s: %w", d.Name(), err)
+			return fmt.Errorf("lock %s: %w", lf.Name(), err)
 		}
 		t := time.NewTimer(pollInterval)
 		select {
@@ -677,19 +729,19 @@ func raiseEpoch(ctx context.Context, path string, n uint64) error {
 		case <-t.C:
 		}
 	}
-	cur, err := readEpoch(path)
+	cur, err := readEpoch(d, name)
 	if err != nil {
 		return err
 	}
 	if cur >= n {
 		return nil
 	}
-	return replaceFile(path, []byte(strconv.FormatUint(n, 10)+"\n"))
+	return d.replace(name, []byte(strconv.FormatUint(n, 10)+"\n"))
 }
 
-// readEpoch reads a counter file; a missing one counts as 0.
-func readEpoch(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
+// readEpoch reads the counter name in d; a missing one counts as 0.
+func readEpoch(d *dir, name string) (uint64, error) {
+	b, err := d.readFile(name)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
@@ -698,71 +750,56 @@ func readEpoch(path string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("epoch file %s is corrupt: %w", path, err)
+		return 0, fmt.Errorf("epoch file %s is corrupt: %w", filepath.Join(d.path, name), err)
 	}
 	return n, nil
 }
 
-// replaceFile durably replaces path with data: temporary file, fsync,
-// rename, fsync of the directory.
-func replaceFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := writeSynced(tmp, data); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
+// openLockRead opens the lock file for reading, creating nothing. A
+// missing lock directory is a *locker.ConfigError; a missing lock file
+// (or prefix directory) is nil, nil.
+func (l *Locker) openLockRead() (*os.File, error) {
+	root, err := openDir(l.dir, "Dir", false)
 	if err != nil {
-		return err
+		return nil, readError(l.dir, err)
 	}
-	err = d.Sync()
-	_ = d.Close()
-	return err
-}
-
-func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	defer root.close()
+	d, err := root.sub(l.lockRel, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return err
+	defer d.close()
+	f, err := d.open(l.lockName, unix.O_RDONLY)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return f, err
 }
 
 // Leader reads the holder record of a key whose flock is held. It opens the
-// lock file read-only and takes no lock: whether the file is locked comes
-// from /proc/locks, so it needs only read access, creates nothing, and never
-// makes a candidate's attempt fail for the moment of the read.
+// lock file read-only and takes no lock: whether the file is locked, and by
+// which process, comes from /proc/locks, so it needs only read access,
+// creates nothing, and never makes a candidate's attempt fail for the
+// moment of the read. The record counts only when the process that holds
+// the lock wrote it (holderOf): a record left by a gone holder is not
+// live, nor is the last term's while a new holder has the lock and has not
+// yet written its own.
 func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
-	f, err := os.Open(l.lockPath)
-	if errors.Is(err, os.ErrNotExist) {
-		if _, derr := os.Stat(l.dir); derr != nil {
-			return locker.Holder{}, &locker.ConfigError{Field: "Dir", Rule: "lock directory " + l.dir + " cannot be read", Err: derr}
-		}
+	f, err := l.openLockRead()
+	if err != nil {
+		return locker.Holder{}, err
+	}
+	if f == nil {
 		if !l.traced() {
 			return locker.Holder{}, l.neverUsed()
 		}
 		return locker.Holder{}, fmt.Errorf("%s: %w", l.lockPath, locker.ErrNoLeader)
 	}
-	if err != nil {
-		return locker.Holder{}, fmt.Errorf("open lock file: %w: %w", locker.ErrRefused, err)
-	}
 	defer f.Close()
-	b, err := os.ReadFile(l.lockPath)
-	if err != nil {
-		return locker.Holder{}, fmt.Errorf("read holder record: %w", err)
-	}
-	h := locker.ParseHolder(b)
-	held, err := flocked(f, h.PID, false)
+	h, held, err := l.readHolder(ctx, f)
 	if err != nil {
 		return locker.Holder{}, err
 	}
@@ -770,6 +807,57 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, fmt.Errorf("%s: %w", l.lockPath, locker.ErrNoLeader)
 	}
 	return h, nil
+}
+
+// foreignWait is how long a reader waits for the process that holds the
+// lock to write its record before it names that process as a holder that
+// is no leaderrun of this key: a new holder writes a pending record the
+// moment it has the lock.
+const foreignWait = 500 * time.Millisecond
+
+// holderOf is readHolder for Acquire's message: who holds f, if anyone
+// can tell.
+func (l *Locker) holderOf(ctx context.Context, f *os.File) (locker.Holder, bool) {
+	h, held, err := l.readHolder(ctx, f)
+	return h, err == nil && held
+}
+
+// readHolder reads the holder of the lock file f: held is false when no
+// process holds an flock on it. The record in the file is the holder when
+// the lock's process wrote it (its pid, in any pid namespace, or a pid the
+// kernel cannot name in ours: a holder that died, whose guard holds its
+// lock). Otherwise, once foreignWait passed, the holder is the lock's
+// process, named "pid N (flock), not a leaderrun".
+func (l *Locker) readHolder(ctx context.Context, f *os.File) (locker.Holder, bool, error) {
+	deadline := time.Now().Add(foreignWait)
+	for {
+		b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
+		if err != nil {
+			return locker.Holder{}, false, fmt.Errorf("read holder record: %w", err)
+		}
+		h := locker.ParseHolder(b)
+		pids, err := flockPIDs(f, h.PID)
+		if err != nil {
+			return locker.Holder{}, false, err
+		}
+		if len(pids) == 0 {
+			return locker.Holder{}, false, nil
+		}
+		for _, pid := range pids {
+			if pid <= 0 || h.PID > 0 && (pid == h.PID || innermostPID(pid) == h.PID) {
+				return h, true, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return locker.Holder{ID: fmt.Sprintf("pid %d (flock), not a leaderrun", pids[0]), PID: pids[0]}, true, nil
+		}
+		t := time.NewTimer(pollInterval)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // traced reports whether anything but the lock file shows that the key was
@@ -782,7 +870,7 @@ func (l *Locker) traced() bool {
 	paths := []string{l.runDir}
 	for _, c := range l.counters {
 		if !c.spare {
-			paths = append(paths, c.path)
+			paths = append(paths, c.path())
 		}
 	}
 	for _, p := range paths {

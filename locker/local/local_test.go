@@ -119,12 +119,12 @@ func TestOwnDirRefusesOthersDirectories(t *testing.T) {
 	}
 	for name, dir := range cases {
 		var ce *locker.ConfigError
-		if err := ownDir(dir, "Dir", nil); !errors.As(err, &ce) || ce.Field != "Dir" || !errors.Is(err, locker.ErrRefused) {
+		if err := ownDir(dir, "Dir"); !errors.As(err, &ce) || ce.Field != "Dir" || !errors.Is(err, locker.ErrRefused) {
 			t.Errorf("%s: ownDir = %v, want a ConfigError for Dir", name, err)
 		}
 	}
 	mine := filepath.Join(base, "mine")
-	if err := ownDir(mine, "Dir", nil); err != nil {
+	if err := ownDir(mine, "Dir"); err != nil {
 		t.Fatalf("a fresh directory: %v", err)
 	}
 }

@@ -70,7 +70,7 @@ func TestNewRefusesUnwritableDirsAndMakesNothing(t *testing.T) {
 		{"lock dir read-only", ro, "", false, "Dir", "cannot create " + ro + "/leaderrun: cannot write to " + ro, "read-only file system"},
 		{"prefix dir read-only", roPrefix, "", false, "Dir", "cannot write to " + roPrefix + "/leaderrun", "read-only file system"},
 		{"state dir read-only", filepath.Join(base, "new", "locks"), ro, false, "StateDir", "cannot write to " + ro, "read-only file system"},
-		{"state dir under a file", filepath.Join(base, "new", "locks"), filepath.Join(file, "state"), false, "StateDir", "cannot create " + file + "/state/leaderrun: " + file + " is not a directory", ""},
+		{"state dir under a file", filepath.Join(base, "new", "locks"), filepath.Join(file, "state"), false, "StateDir", file + " is not a directory", ""},
 		{"lock dir under a file", filepath.Join(file, "locks"), "", false, "Dir", file + " is not a directory", ""},
 		{"host dir read-only, no state dir", filepath.Join(shm, "locks"), "", true, "StateDir", "cannot write to " + ro, "read-only file system"},
 	} {
@@ -110,9 +110,9 @@ func TestNewRefusesUnwritableDirsAndMakesNothing(t *testing.T) {
 }
 
 // A directory that passed the checks and still cannot be made (here: a
-// state directory on a file system out of inodes) takes back the ones New
-// made before it.
-func TestNewTakesBackWhatItMadeWhenMakingFails(t *testing.T) {
+// state directory on a file system out of inodes) fails the first write
+// to it, as a refusal naming the setting; New made nothing before.
+func TestMakingThatFailsIsARefusal(t *testing.T) {
 	base := t.TempDir()
 	state := filepath.Join(base, "state")
 	if err := os.Mkdir(state, 0o755); err != nil {
@@ -131,13 +131,17 @@ func TestNewTakesBackWhatItMadeWhenMakingFails(t *testing.T) {
 		}
 	}
 	locks := filepath.Join(base, "new", "locks")
-	_, err := New(Config{Options: locker.Options{Key: "job", Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}, Dir: locks, StateDir: state})
-	var ce *locker.ConfigError
-	if !errors.As(err, &ce) || ce.Field != "StateDir" || !errors.Is(err, unix.ENOSPC) {
-		t.Fatalf("New = %v, want a ConfigError for StateDir saying ENOSPC", err)
+	l, err := New(Config{Options: locker.Options{Key: "job", Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}, Dir: locks, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(base, "new")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the lock directory New made is still there: %v", err)
+		t.Fatalf("New made the lock directory: %v", err)
+	}
+	_, err = l.Acquire(context.Background())
+	var ce *locker.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "StateDir" || !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("Acquire = %v, want a ConfigError for StateDir saying ENOSPC", err)
 	}
 }
 

@@ -32,7 +32,16 @@ type lockLine struct {
 // parseLockLine reads an exclusive flock from the fields of one line, or
 // reports false for anything else.
 func parseLockLine(fields []string) (lockLine, bool) {
-	if len(fields) < 6 || fields[1] != "FLOCK" || fields[3] != "WRITE" {
+	if len(fields) < 4 || fields[3] != "WRITE" {
+		return lockLine{}, false
+	}
+	return parseFlockLine(fields)
+}
+
+// parseFlockLine reads a granted flock, shared (READ) or exclusive, from
+// the fields of one line, or reports false for anything else.
+func parseFlockLine(fields []string) (lockLine, bool) {
+	if len(fields) < 6 || fields[1] != "FLOCK" || fields[3] != "WRITE" && fields[3] != "READ" {
 		return lockLine{}, false
 	}
 	parts := strings.Split(fields[5], ":")
@@ -90,6 +99,53 @@ func flocked(f *os.File, holderPID int, exactPID bool) (bool, error) {
 		return false, fmt.Errorf("read %s: %w", procLocks, err)
 	}
 	return false, nil
+}
+
+// flockPIDs lists the processes the kernel's lock table names as holding
+// an flock on the open file f (holderPID as for flocked): an exclusive
+// one, or a shared one, which keeps every candidate out as well. A pid
+// of 0 is a holder the kernel cannot name in our pid namespace, or one
+// that died while a duplicate of its descriptor (the dead-man guard's)
+// keeps the lock.
+func flockPIDs(f *os.File, holderPID int) ([]int, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat lock file: %w", err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	b, err := os.ReadFile(procLocks)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", procLocks, err)
+	}
+	var pids []int
+	for _, line := range strings.Split(string(b), "\n") {
+		if ln, ok := parseFlockLine(strings.Fields(line)); ok && ln.names(st, holderPID) {
+			pids = append(pids, ln.pid)
+		}
+	}
+	return pids, nil
+}
+
+// innermostPID is the pid process pid (as our pid namespace names it) has
+// in its own, innermost pid namespace (the last NSpid of its status), 0
+// when that cannot be read. A leaderrun in a container writes that one
+// into its record.
+func innermostPID(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0
+			}
+			n, _ := strconv.Atoi(f[len(f)-1])
+			return n
+		}
+	}
+	return 0
 }
 
 // ownsFlock reports whether the open file description behind fd holds an

@@ -38,21 +38,23 @@ func (l *Locker) RecordRun(ctx context.Context, lease locker.Lease, run locker.R
 		}
 		return fmt.Errorf("record run of slot %s: %w", run.Slot, err)
 	}
-	if err := os.MkdirAll(l.runDir, 0o755); err != nil {
+	d, err := l.openRoot(l.stateDir, l.runRel, "StateDir", true)
+	if err != nil {
 		return fmt.Errorf("record run: %w", err)
 	}
-	if err := replaceFile(filepath.Join(l.runDir, run.Slot), run.Record()); err != nil {
+	defer d.close()
+	if err := d.replace(run.Slot, run.Record()); err != nil {
 		return fmt.Errorf("record run of slot %s: %w", run.Slot, err)
 	}
-	l.prune(time.Now())
+	prune(d, time.Now())
 	return nil
 }
 
 // prune removes expired records; a failure only leaves a file behind.
-func (l *Locker) prune(now time.Time) {
-	for _, r := range runsIn(l.runDir) {
+func prune(d *dir, now time.Time) {
+	for _, r := range runsIn(d) {
 		if !r.Live(now) {
-			_ = os.Remove(filepath.Join(l.runDir, r.Slot))
+			_ = d.remove(r.Slot)
 		}
 	}
 }
@@ -60,26 +62,32 @@ func (l *Locker) prune(now time.Time) {
 // runs reads every record file of the key, and those an earlier version
 // left in its per-user state directory (read only).
 func (l *Locker) runs() []locker.Run {
-	out := runsIn(l.runDir)
+	var out []locker.Run
+	if d, err := l.openRoot(l.stateDir, l.runRel, "StateDir", false); err == nil {
+		out = runsIn(d)
+		d.close()
+	}
 	if l.oldRunDir != "" {
-		out = append(out, runsIn(l.oldRunDir)...)
+		if d, err := openTree(l.oldRunRoot, l.oldRunRel, "StateDir", false); err == nil {
+			out = append(out, runsIn(d)...)
+			d.close()
+		}
 	}
 	return out
 }
 
-// runsIn reads the record files in dir.
-func runsIn(dir string) []locker.Run {
-	entries, _ := os.ReadDir(dir)
+// runsIn reads the record files in d.
+func runsIn(d *dir) []locker.Run {
 	var out []locker.Run
-	for _, e := range entries {
-		if filepath.Ext(e.Name()) == ".tmp" || locker.ValidateSlot(e.Name()) != nil {
+	for _, name := range d.names() {
+		if filepath.Ext(name) == ".tmp" || locker.ValidateSlot(name) != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		b, err := d.readFile(name)
 		if err != nil {
 			continue
 		}
-		if r, err := locker.ParseRun(b); err == nil && r.Slot == e.Name() {
+		if r, err := locker.ParseRun(b); err == nil && r.Slot == name {
 			out = append(out, r)
 		}
 	}
@@ -92,17 +100,25 @@ func (l *Locker) LookupRun(ctx context.Context, slot string) (locker.Run, error)
 	if err := locker.ValidateSlot(slot); err != nil {
 		return locker.Run{}, fmt.Errorf("look up run: slot %w", err)
 	}
-	r, err := lookupIn(l.runDir, slot)
+	r, err := lookupIn(l.stateDir, l.runRel, slot)
 	if errors.Is(err, locker.ErrNoRun) && l.oldRunDir != "" {
-		if old, oerr := lookupIn(l.oldRunDir, slot); oerr == nil {
+		if old, oerr := lookupIn(l.oldRunRoot, l.oldRunRel, slot); oerr == nil {
 			return old, nil
 		}
 	}
 	return r, err
 }
 
-func lookupIn(dir, slot string) (locker.Run, error) {
-	b, err := os.ReadFile(filepath.Join(dir, slot))
+func lookupIn(root, rel, slot string) (locker.Run, error) {
+	d, err := openTree(root, rel, "StateDir", false)
+	if errors.Is(err, os.ErrNotExist) {
+		return locker.Run{}, fmt.Errorf("slot %s: %w", slot, locker.ErrNoRun)
+	}
+	if err != nil {
+		return locker.Run{}, fmt.Errorf("look up run of slot %s: %w", slot, err)
+	}
+	defer d.close()
+	b, err := d.readFile(slot)
 	if errors.Is(err, os.ErrNotExist) {
 		return locker.Run{}, fmt.Errorf("slot %s: %w", slot, locker.ErrNoRun)
 	}

@@ -12,9 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// An on-disk lock directory keeps its epoch counter beside the lock file,
-// and that is its only lasting copy (no host directory, and for root no
-// home copy). A counter file edited lower by hand, or deleted, must not make
+// An on-disk lock directory keeps its epoch counter beside the lock file
+// (and a copy in the host directory, which locker/local's
+// TestLockFileRecordsKeepTheCount deletes too). A counter file edited
+// lower by hand, or deleted, must not make
 // a new term repeat an epoch that was already handed out: the lock file
 // still carries the last holder's record, and its epoch counts as one more
 // place the counter is kept.
