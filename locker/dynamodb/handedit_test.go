@@ -110,3 +110,32 @@ func TestStoreReleaseAndEdits(t *testing.T) {
 		t.Fatalf("Traced on a deleted item = %v, %v", traced, err)
 	}
 }
+
+// TestReleaseByHand: the release BACKENDS.md gives operators for a holder
+// known to be gone frees the item as the holder's own release does (a
+// single attempt takes it), and only at the epoch it names.
+func TestReleaseByHand(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	key := lockertest.Key(t)
+	held := lockertest.MustAcquire(t, newLocker(t, d.Endpoint(), key))
+	c := raw(t, d.Endpoint())
+	byHand := func(epoch uint64) error {
+		_, err := c.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf("lrtest/" + key),
+			UpdateExpression:    aws.String("SET contract = :r, version = :v REMOVE term, holder"),
+			ConditionExpression: aws.String("epoch = :e"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":r": str("released"), ":v": str("by-hand-1"),
+				":e": num(int64(epoch))}})
+		return err
+	}
+	var failed *types.ConditionalCheckFailedException
+	if err := byHand(held.Epoch() + 1); !errors.As(err, &failed) {
+		t.Fatalf("the release by hand at another epoch: %v, want a failed condition", err)
+	}
+	if err := byHand(held.Epoch()); err != nil {
+		t.Fatal(err)
+	}
+	next := lockertest.MustAcquire(t, newLocker(t, d.Endpoint(), key, func(c *Config) { c.NoWait = true }))
+	if next.Epoch() <= held.Epoch() {
+		t.Fatalf("epoch %d after %d", next.Epoch(), held.Epoch())
+	}
+}

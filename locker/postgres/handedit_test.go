@@ -101,3 +101,27 @@ func TestStoreReleaseAndEdits(t *testing.T) {
 		t.Fatalf("Traced on a deleted row with a history = %v, %v", traced, err)
 	}
 }
+
+// TestReleaseByHand: the release BACKENDS.md gives operators for a holder
+// known to be gone frees the row as the holder's own release does (a
+// single attempt takes it), and only at the epoch it names.
+func TestReleaseByHand(t *testing.T) {
+	pg := testcluster.SharedPostgres(t)
+	key := lockertest.Key(t)
+	held := lockertest.MustAcquire(t, newLocker(t, pg.DSN(), key))
+	const byHand = `UPDATE leaderrun_leases
+   SET term = '', holder = '', contract = 'released',
+       version = md5(random()::text), renewed_at = now()
+ WHERE key = $1 AND epoch = $2`
+	c := sqlConn(t, pg.DSN())
+	if tag, err := c.Exec(ctx(t), byHand, "lrtest/"+key, int64(held.Epoch())+1); err != nil || tag.RowsAffected() != 0 {
+		t.Fatalf("the release by hand at another epoch: %v, %v rows", err, tag.RowsAffected())
+	}
+	if tag, err := c.Exec(ctx(t), byHand, "lrtest/"+key, int64(held.Epoch())); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("the release by hand: %v, %v rows", err, tag.RowsAffected())
+	}
+	next := lockertest.MustAcquire(t, newLocker(t, pg.DSN(), key, func(c *Config) { c.NoWait = true }))
+	if next.Epoch() <= held.Epoch() {
+		t.Fatalf("epoch %d after %d", next.Epoch(), held.Epoch())
+	}
+}
