@@ -23,7 +23,9 @@ import (
 // frees the key. A term written over the row without a new epoch is a
 // hand edit, not a takeover: the holder seen before still counts. A row deleted, or emptied without
 // the Released marker, after a live holder is that holder gone silent:
-// the same count with the same TTL. Only a release (Released) or a fresh
+// the same count with the same TTL (or the standby's own, when larger: a
+// term may have come and gone between two reads). Only a release
+// (Released) or a fresh
 // key (no row, no trace of a holder: Tracer) is free at once.
 type standby struct {
 	now func() time.Time
@@ -111,7 +113,9 @@ func (s *standby) see(cur Row, exists bool, traced func() (bool, error)) (verdic
 		// tool): its own release, as it always was.
 		return verdict{free: true}, nil
 	case s.term != "":
-		return wait(max(s.ttl, cur.TTL), true, how), nil
+		// Our own TTL too: a term that came and went between two of our
+		// reads (a takeover, then the edit) declared a TTL we never saw.
+		return wait(max(s.ttl, cur.TTL, s.own), true, how), nil
 	case !exists && !s.traced:
 		return verdict{free: true}, nil // a fresh key
 	case exists && cur.Contract != observe.Contract:
