@@ -114,8 +114,13 @@ func TestLateCandidateOnAnEditedKey(t *testing.T) {
 	for _, name := range []string{"delete", "empty term and holder"} {
 		t.Run(name, func(t *testing.T) {
 			db := newMemDB()
-			a := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
+			al := newTestLocker(t, db, "k", "a")
+			a := lockertest.MustAcquire(t, al)
 			handEdits[name](db, "k")
+			var nu *locker.NeverUsedError
+			if _, err := al.Leader(ctx(t)); !errors.Is(err, locker.ErrNoLeader) || errors.As(err, &nu) {
+				t.Fatalf("Leader after the edit: %v, want ErrNoLeader, not a key never used", err)
+			}
 			once := newTestLocker(t, db, "k", "c", func(c *Config) { c.NoWait = true })
 			if _, err := once.Acquire(ctx(t)); !errors.Is(err, locker.ErrHeld) || !strings.Contains(err.Error(), "without a release") {
 				t.Fatalf("single attempt: %v, want ErrHeld naming the missing release", err)

@@ -314,7 +314,11 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, err
 	}
 	if !exists {
-		// A release leaves the row: no row, no trace of the key.
+		// A release leaves the row: no row is a key never used, unless
+		// the store shows a trace of a holder (a row deleted by hand).
+		if traced, err := l.traced(ctx); err != nil || traced {
+			return locker.Holder{}, fmt.Errorf("%s: %w for key %q: its lease row was deleted (by hand?)", l.name, locker.ErrNoLeader, l.opts.Key)
+		}
 		return locker.Holder{}, l.neverUsed()
 	}
 	if cur.Term == "" {
