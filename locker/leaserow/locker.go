@@ -187,7 +187,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			}
 			continue
 		case l.opts.NoWait && v.silent:
-			return nil, fmt.Errorf("%s: %w: the lease row was %s without a release (by hand?), after a holder this candidate cannot see is gone; a waiting candidate takes it once a TTL has passed (see BACKENDS, hand edits)",
+			return nil, fmt.Errorf("%s: %w: the lease row was %s without a release (by hand?): its holder may still be stopping its job; a waiting candidate takes the key once a TTL has passed (BACKENDS.md, \"Hand edits\")",
 				l.name, locker.ErrHeld, v.how)
 		case l.opts.NoWait:
 			return nil, fmt.Errorf("%s: %w: held by %q", l.name, locker.ErrHeld, cur.Holder.ID)
