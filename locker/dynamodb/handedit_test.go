@@ -138,4 +138,17 @@ func TestReleaseByHand(t *testing.T) {
 	if next.Epoch() <= held.Epoch() {
 		t.Fatalf("epoch %d after %d", next.Epoch(), held.Epoch())
 	}
+	// An item deleted already: the released item put back by hand.
+	editItem(t, c, "lrtest/"+key, rowtest.Delete)
+	if _, err := newLocker(t, d.Endpoint(), key, func(c *Config) { c.NoWait = true }).Acquire(ctx(t)); !errors.Is(err, locker.ErrHeld) {
+		t.Fatalf("a single attempt on a deleted item: %v, want ErrHeld", err)
+	}
+	if _, err := c.PutItem(ctx(t), &dynamodb.PutItemInput{TableName: aws.String(DefaultTable), Item: map[string]types.AttributeValue{
+		"key": str("lrtest/" + key), "contract": str("released"), "version": str("by-hand-2"), "epoch": num(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	last := lockertest.MustAcquire(t, newLocker(t, d.Endpoint(), key, func(c *Config) { c.NoWait = true }))
+	if last.Epoch() <= next.Epoch() {
+		t.Fatalf("epoch %d after %d", last.Epoch(), next.Epoch())
+	}
 }

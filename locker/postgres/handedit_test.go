@@ -124,4 +124,32 @@ func TestReleaseByHand(t *testing.T) {
 	if next.Epoch() <= held.Epoch() {
 		t.Fatalf("epoch %d after %d", next.Epoch(), held.Epoch())
 	}
+	// A row deleted already: the released row put back by hand.
+	if _, err := c.Exec(ctx(t), `DELETE FROM leaderrun_leases WHERE key = $1`, "lrtest/"+key); err != nil {
+		t.Fatal(err)
+	}
+	if err := st(t, pg.DSN(), key).PutTerm(ctx(t), locker.Term{Epoch: next.Epoch(), ID: "a", Start: time.Now()}, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newLocker(t, pg.DSN(), key, func(c *Config) { c.NoWait = true }).Acquire(ctx(t)); !errors.Is(err, locker.ErrHeld) {
+		t.Fatalf("a single attempt on a deleted row with a history: %v, want ErrHeld", err)
+	}
+	if _, err := c.Exec(ctx(t), `INSERT INTO leaderrun_leases (key, term, holder, contract, ttl_ms, epoch, version, renewed_at)
+VALUES ($1, '', '', 'released', 0, 0, md5(random()::text), now())`, "lrtest/"+key); err != nil {
+		t.Fatal(err)
+	}
+	last := lockertest.MustAcquire(t, newLocker(t, pg.DSN(), key, func(c *Config) { c.NoWait = true }))
+	if last.Epoch() <= next.Epoch() {
+		t.Fatalf("epoch %d after %d", last.Epoch(), next.Epoch())
+	}
+}
+
+// st is a bare Store for key, closed when the test ends.
+func st(t *testing.T, dsn, key string) *store {
+	s, err := newStore(Config{Options: locker.Options{Key: key, Prefix: "lrtest", TTL: time.Second}, DSN: dsn, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
