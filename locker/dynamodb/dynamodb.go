@@ -33,7 +33,9 @@
 // item is one UpdateItem with a ConditionExpression on the item's version
 // (attribute_not_exists for a create; the term for a run record, which is
 // why run records live in the lease item: a condition sees one item
-// only). An acquire first advances the counter (UpdateItem ADD, which
+// only; a holder's renewal and release on every attribute it owns, so
+// that a hand edit that leaves the version as it was still ends its
+// term). An acquire first advances the counter (UpdateItem ADD, which
 // returns the new value), then writes the lease item conditioned on the
 // version it read before: an epoch taken after that read is greater than
 // every epoch the counter gave before, in particular the one the item
@@ -167,7 +169,10 @@ type store struct {
 	ready bool // the table is known to exist
 }
 
-var _ leaserow.Store = (*store)(nil)
+var (
+	_ leaserow.Store  = (*store)(nil)
+	_ leaserow.Tracer = (*store)(nil)
+)
 
 func newStore(cfg Config) (*store, error) {
 	if cfg.Table == "" {
@@ -460,6 +465,7 @@ func decodeRow(it map[string]types.AttributeValue) (leaserow.Row, error) {
 	r.Term = getS(it, attrTerm)
 	if h := getS(it, attrHolder); h != "" && r.Term != "" {
 		r.Holder = locker.ParseHolder([]byte(h))
+		r.HolderRecord = h
 	}
 	r.Contract = getS(it, attrContract)
 	ttl, _ := strconv.ParseInt(getN(it, attrTTL), 10, 64)
@@ -563,17 +569,56 @@ func (s *store) write(ctx context.Context, what, cond string, prev types.Attribu
 	return epoch, nil
 }
 
-// Renew replaces the lease item at version prev, epoch unchanged.
-func (s *store) Renew(ctx context.Context, prev string, r leaserow.Row) error {
-	vals := values(r)
-	vals[":prev"] = str(prev)
-	return s.update(ctx, "renew the lease item", setRow, "#v = :prev", vals)
+// owned is the condition that the item still holds every attribute of a
+// row a holder owns, on the values ownedValues adds.
+const owned = "#v = :prev AND #term = :pterm AND #holder = :pholder AND #contract = :pcontract AND #ttl = :pttl AND #epoch = :pepoch"
+
+// ownedValues adds prev's values for owned to vals: the holder as read,
+// or as values encodes it for a row the core wrote.
+func ownedValues(vals map[string]types.AttributeValue, prev leaserow.Row) map[string]types.AttributeValue {
+	p := values(prev)
+	if prev.HolderRecord != "" {
+		p[":holder"] = str(prev.HolderRecord)
+	}
+	vals[":prev"], vals[":pterm"], vals[":pholder"], vals[":pcontract"], vals[":pttl"] = p[":v"], p[":term"], p[":holder"], p[":contract"], p[":ttl"]
+	vals[":pepoch"] = num(int64(prev.Epoch))
+	return vals
 }
 
-// Clear frees the lease item at version prev: term and holder removed.
-func (s *store) Clear(ctx context.Context, prev, next string) error {
-	return s.update(ctx, "release the lease item", "SET #v = :v, #at = :at REMOVE #term, #holder", "#v = :prev",
-		map[string]types.AttributeValue{":prev": str(prev), ":v": str(next), ":at": str(time.Now().UTC().Format(time.RFC3339Nano))})
+// Renew replaces the lease item if it is still prev, epoch unchanged.
+func (s *store) Renew(ctx context.Context, prev leaserow.Row, r leaserow.Row) error {
+	return s.update(ctx, "renew the lease item", setRow, owned, ownedValues(values(r), prev))
+}
+
+// Clear frees the lease item if it is still prev: term and holder
+// removed, the contract set to leaserow.Released.
+func (s *store) Clear(ctx context.Context, prev leaserow.Row, next string) error {
+	return s.update(ctx, "release the lease item", "SET #v = :v, #at = :at, #contract = :released REMOVE #term, #holder", owned,
+		ownedValues(map[string]types.AttributeValue{":v": str(next), ":at": str(time.Now().UTC().Format(time.RFC3339Nano)),
+			":released": str(leaserow.Released)}, prev))
+}
+
+// Traced reports whether the key, which has no lease item, shows a trace
+// of a holder: its epoch counter, which every acquire advances and no
+// release removes (leaserow.Tracer).
+func (s *store) Traced(ctx context.Context) (bool, error) {
+	if err := s.prepare(ctx); err != nil {
+		if errors.Is(err, errNoTable) {
+			return false, nil
+		}
+		return false, s.refusal(err)
+	}
+	var out *dynamodb.GetItemOutput
+	err := s.call(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.counter),
+			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("#epoch"), ExpressionAttributeNames: only("#epoch")})
+		return err
+	})
+	if err != nil {
+		return false, s.classify("read the epoch counter", err)
+	}
+	return len(out.Item) > 0, nil
 }
 
 // PutRun writes the record of run.Slot into the lease item's runs if term

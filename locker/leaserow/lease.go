@@ -18,8 +18,8 @@ type lease struct {
 	term string
 
 	mu       sync.Mutex
-	row      Row      // as our last successful write left it
-	tried    []string // versions of our writes since then whose answer never came
+	row      Row   // as our last successful write left it
+	tried    []Row // our writes since then whose answer never came
 	released bool
 
 	locker.LostSignal
@@ -33,7 +33,7 @@ func (s *lease) Epoch() uint64 { return s.row.Epoch }
 // Handle names the key and our term; see Locker.ReleaseHandle.
 func (s *lease) Handle() string { return handle(s.l.opts.Key, s.term) }
 
-// Renew makes one write of our row conditioned on the version of our own
+// Renew makes one write of our row conditioned on every field of our own
 // last successful write, and returns our TTL. It succeeds only when that
 // write did. A conflict is read back: see the package comment.
 func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
@@ -47,9 +47,9 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 		s.mu.Unlock()
 		return 0, fmt.Errorf("%s: renew: %w: the lease was released", s.l.name, locker.ErrLost)
 	}
-	prev, next := s.row.Version, s.row
+	prev, next := s.row, s.row
 	s.mu.Unlock()
-	next.Version, next.RenewedAt = token(), time.Now().UTC()
+	next.Version, next.RenewedAt, next.HolderRecord = token(), time.Now().UTC(), ""
 
 	err := s.l.store.Renew(ctx, prev, next)
 	switch {
@@ -59,10 +59,10 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 		s.mu.Unlock()
 		return s.l.opts.TTL, nil
 	case !errors.Is(err, ErrConflict):
-		// The write may still have happened: remember its version, so
-		// that the conflict our next write meets is recognised as ours.
+		// The write may still have happened: remember it, so that the
+		// conflict our next write meets is recognised as ours.
 		s.mu.Lock()
-		s.tried = append(s.tried, next.Version)
+		s.tried = append(s.tried, next)
 		s.mu.Unlock()
 		return 0, err
 	}
@@ -83,8 +83,8 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 }
 
 // check says why the row as read (exists false: there is none) shows our
-// leadership over; empty when it is ours at a version one of our own
-// writes chose.
+// leadership over; empty when it is exactly as one of our own writes
+// left it.
 func (s *lease) check(cur Row, exists bool) string {
 	switch {
 	case !exists:
@@ -96,15 +96,25 @@ func (s *lease) check(cur Row, exists bool) string {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur.Version == s.row.Version {
-		return "" // not expected after a conflict; harmless
-	}
-	for _, v := range s.tried {
-		if v == cur.Version {
+	for _, ours := range append([]Row{s.row}, s.tried...) {
+		if sameOwned(cur, ours) {
 			return ""
 		}
 	}
 	return "the lease row was written by someone else (edited by hand?): standbys now count from that write"
+}
+
+// sameOwned reports whether two rows agree on every field a holder owns:
+// what its renewals are conditioned on.
+func sameOwned(a, b Row) bool {
+	return a.Term == b.Term && a.Contract == b.Contract && a.TTL == b.TTL && a.Epoch == b.Epoch &&
+		a.Version == b.Version && string(holderRecord(a.Holder)) == string(holderRecord(b.Holder))
+}
+
+// holderRecord is h's record without the epoch, which the row keeps apart.
+func holderRecord(h locker.Holder) []byte {
+	h.Epoch = 0
+	return h.Record()
 }
 
 func (s *lease) markLost(reason string) {
@@ -114,15 +124,13 @@ func (s *lease) markLost(reason string) {
 }
 
 // Release frees the row with a clear conditioned on our last write (read
-// back when that fails, and cleared only while it still carries our term).
+// back when that fails, and cleared only while it still carries our term,
+// as read).
 // No write of ours follows it.
 func (s *lease) Release(ctx context.Context) error {
 	s.mu.Lock()
-	version := s.row.Version
-	if len(s.tried) > 0 {
-		version = "" // our last write is not known: read it back
-	}
+	last, known := s.row, len(s.tried) == 0 // else our last write is not known: read it back
 	s.released = true
 	s.mu.Unlock()
-	return s.l.clear(ctx, s.term, version)
+	return s.l.clear(ctx, s.term, last, known)
 }

@@ -104,12 +104,6 @@ func token() string {
 	return hex.EncodeToString(b[:])
 }
 
-// declares reports the TTL a row's holder declares, if it follows the
-// observer-clock contract.
-func declares(r Row) (time.Duration, bool) {
-	return r.TTL, r.Contract == observe.Contract && r.TTL > 0
-}
-
 // read reads the row within the Locker's timeout. ok is false when there
 // is none.
 func (l *Locker) read(ctx context.Context) (Row, bool, error) {
@@ -140,15 +134,20 @@ func (l *Locker) claim(term string) Row {
 var errTaken = errors.New("another candidate wrote first")
 
 // Acquire waits until this candidate holds the key's row and returns the
-// leadership: it creates the row when there is none, takes a free row at
-// once, and takes a row whose holder follows the observer-clock contract
-// once its version has stayed unchanged for the TTL it declares plus
-// observe.Allowance, on our own clock (DESIGN §1.12). Every take is
-// conditioned on the version read. With Options.NoWait a row that is held
-// is ErrHeld at once: a single attempt does not wait a TTL out.
+// leadership: it creates the row on a fresh key, takes a row its holder
+// released at once, and takes a row whose holder follows the
+// observer-clock contract, or a row such a holder left deleted or emptied
+// without a release, once it has stayed unchanged for the TTL that holder
+// declared plus observe.Allowance, on our own clock (DESIGN §1.12; see
+// standby). Every take is conditioned on the version read. With
+// Options.NoWait a row that is held, or left by a holder gone silent, is
+// ErrHeld at once: a single attempt does not wait a TTL out.
 func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	term := token()
-	seen := observe.Watch{Now: l.now}
+	sb := &standby{now: l.now, own: l.opts.TTL}
+	if sb.now == nil {
+		sb.now = time.Now
+	}
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	warned, failing := false, false
 	for {
@@ -158,6 +157,10 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		// Taken before the read: a release after it ends the wait below.
 		freed := l.rowChanges()
 		cur, exists, err := l.read(ctx)
+		var v verdict
+		if err == nil {
+			v, err = sb.see(cur, exists, func() (bool, error) { return l.traced(ctx) })
+		}
 		if err != nil {
 			if errors.Is(err, locker.ErrRefused) || l.opts.NoWait || ctx.Err() != nil {
 				return nil, err
@@ -176,31 +179,37 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		backoff.Reset()
 		failing = false
 		wait := l.poll
-		switch ttl, contract := declares(cur); {
-		case !exists || cur.Term == "":
-			seen.Reset()
+		switch {
+		case v.free:
 			ls, err := l.take(ctx, cur, exists, term)
 			if !errors.Is(err, errTaken) {
 				return ls, err
 			}
 			continue
+		case l.opts.NoWait && v.silent:
+			return nil, fmt.Errorf("%s: %w: the lease row was %s without a release (by hand?): its holder may still be stopping its job; a waiting candidate takes the key once a TTL has passed (BACKENDS.md, \"Hand edits\")",
+				l.name, locker.ErrHeld, v.how)
 		case l.opts.NoWait:
 			return nil, fmt.Errorf("%s: %w: held by %q", l.name, locker.ErrHeld, cur.Holder.ID)
-		case !contract:
-			seen.Reset()
+		case v.forever:
 			if !warned {
 				l.log.Warn("the lease row is held by a holder that does not follow leaderrun's observer-clock contract; waiting until it is released",
 					"key", l.opts.Key, "holder", cur.Holder.ID)
 				warned = true
 			}
-		default:
-			seen.Observe(cur.Version, ttl)
-			if _, left, _ := seen.Due(); left > 0 {
-				wait = min(wait, left)
-				break
+		case v.left > 0:
+			wait = min(wait, v.left)
+			if v.silent && !v.told {
+				l.log.Warn("the lease row was "+v.how+" without a release (by hand?): waiting one TTL of the holder before taking the key",
+					"key", l.opts.Key, "ttl", v.ttl)
 			}
-			l.log.Info("holder stopped renewing; taking over", "holder", cur.Holder.ID, "ttl", ttl)
-			ls, err := l.take(ctx, cur, true, term)
+		default:
+			if v.silent {
+				l.log.Info("the lease row was "+v.how+" without a release and has stayed so for a TTL; taking over", "key", l.opts.Key, "ttl", v.ttl)
+			} else {
+				l.log.Info("holder stopped renewing; taking over", "holder", cur.Holder.ID, "ttl", v.ttl)
+			}
+			ls, err := l.take(ctx, cur, exists, term)
 			if !errors.Is(err, errTaken) {
 				return ls, err
 			}
@@ -210,6 +219,18 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// traced asks a Tracer store whether the key was held before; false for
+// other stores.
+func (l *Locker) traced(ctx context.Context) (bool, error) {
+	t, ok := l.store.(Tracer)
+	if !ok {
+		return false, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	return t.Traced(cctx)
 }
 
 // rowChanges is the store's RowNotifier channel; nil when it has none.
@@ -258,7 +279,7 @@ func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (l
 		// Give the row back at once: we cannot lead with a safe epoch.
 		rctx, rcancel := context.WithTimeout(context.Background(), l.timeout)
 		defer rcancel()
-		_ = l.store.Clear(rctx, row.Version, token())
+		_ = l.store.Clear(rctx, row, token())
 		return nil, fmt.Errorf("%s: %w: the new epoch %d is not greater than the previous holder's %d: the store's epoch counter went back",
 			l.name, locker.ErrRefused, epoch, cur.Epoch)
 	}
@@ -278,7 +299,7 @@ func (l *Locker) withdraw(term, version string) {
 	if err != nil || !ok || cur.Term != term || cur.Version != version {
 		return
 	}
-	if err := l.store.Clear(ctx, version, token()); err != nil {
+	if err := l.store.Clear(ctx, cur, token()); err != nil {
 		l.log.Debug("withdrawing a claim cut short failed; it expires on its own", "error", err)
 		return
 	}
@@ -293,7 +314,11 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		return locker.Holder{}, err
 	}
 	if !exists {
-		// A release leaves the row: no row, no trace of the key.
+		// A release leaves the row: no row is a key never used, unless
+		// the store shows a trace of a holder (a row deleted by hand).
+		if traced, err := l.traced(ctx); err != nil || traced {
+			return locker.Holder{}, fmt.Errorf("%s: %w for key %q: its lease row was deleted (by hand?)", l.name, locker.ErrNoLeader, l.opts.Key)
+		}
 		return locker.Holder{}, l.neverUsed()
 	}
 	if cur.Term == "" {
@@ -326,14 +351,14 @@ func (l *Locker) ReleaseHandle(ctx context.Context, h string) error {
 	if !ok || key != l.opts.Key || term == "" {
 		return fmt.Errorf("%s: %w: %q is not a handle for key %q", l.name, locker.ErrRefused, h, l.opts.Key)
 	}
-	return l.clear(ctx, term, "")
+	return l.clear(ctx, term, Row{}, false)
 }
 
-// clear frees the row if term holds it, conditioned on version (or, when
-// that fails or is empty, on the version read back), at most three writes.
-func (l *Locker) clear(ctx context.Context, term, version string) error {
+// clear frees the row if term holds it, conditioned on last (when known)
+// or on the row read back while it carries term, at most three writes.
+func (l *Locker) clear(ctx context.Context, term string, last Row, known bool) error {
 	for range 3 {
-		if version == "" {
+		if !known {
 			cur, exists, err := l.read(ctx)
 			if err != nil {
 				return err
@@ -341,10 +366,10 @@ func (l *Locker) clear(ctx context.Context, term, version string) error {
 			if !exists || cur.Term != term {
 				return nil // not ours any more: nothing to give back
 			}
-			version = cur.Version
+			last = cur
 		}
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
-		err := l.store.Clear(cctx, version, token())
+		err := l.store.Clear(cctx, last, token())
 		cancel()
 		switch {
 		case err == nil:
@@ -352,7 +377,7 @@ func (l *Locker) clear(ctx context.Context, term, version string) error {
 		case !errors.Is(err, ErrConflict):
 			return err
 		}
-		version = ""
+		known = false
 	}
 	return fmt.Errorf("%s: release of key %q: conflicting writes kept coming", l.name, l.opts.Key)
 }

@@ -31,11 +31,13 @@ type memDB struct {
 	// epoch instead of the counter's next one.
 	epochBack uint64
 	writes    int
+	// held are the keys ever acquired (the trace Tracer reports).
+	held map[string]bool
 }
 
 func newMemDB() *memDB {
 	return &memDB{rows: map[string]*Row{}, runs: map[string]map[string]locker.Run{},
-		terms: map[string]map[uint64]locker.Term{}, controls: map[string]memControl{}}
+		terms: map[string]map[uint64]locker.Term{}, controls: map[string]memControl{}, held: map[string]bool{}}
 }
 
 // memStore is one candidate's view of key in db.
@@ -51,7 +53,20 @@ func (s memStore) Read(context.Context) (Row, error) {
 	if !ok {
 		return Row{}, ErrNoRow
 	}
-	return *r, nil
+	row := *r
+	row.HolderRecord = string(holderRecord(r.Holder))
+	return row, nil
+}
+
+func (s memStore) Traced(context.Context) (bool, error) {
+	s.db.mu.Lock()
+	defer s.db.mu.Unlock()
+	return s.db.held[s.key], nil
+}
+
+// owns reports whether r still holds every field of prev a holder owns.
+func owns(r *Row, prev Row) bool {
+	return sameOwned(*r, prev)
 }
 
 func (s memStore) nextEpoch() uint64 {
@@ -72,6 +87,7 @@ func (s memStore) Create(_ context.Context, row Row) (uint64, error) {
 	}
 	row.Epoch = s.nextEpoch()
 	s.db.rows[s.key] = &row
+	s.db.held[s.key] = true
 	return s.answer(row.Epoch)
 }
 
@@ -85,6 +101,7 @@ func (s memStore) Take(_ context.Context, prev string, row Row) (uint64, error) 
 	}
 	row.Epoch = s.nextEpoch()
 	*r = row
+	s.db.held[s.key] = true
 	return s.answer(row.Epoch)
 }
 
@@ -97,12 +114,12 @@ func (s memStore) answer(epoch uint64) (uint64, error) {
 	return epoch, nil
 }
 
-func (s memStore) Renew(_ context.Context, prev string, row Row) error {
+func (s memStore) Renew(_ context.Context, prev Row, row Row) error {
 	s.db.mu.Lock()
 	defer s.db.mu.Unlock()
 	s.db.writes++
 	r, ok := s.db.rows[s.key]
-	if !ok || r.Version != prev {
+	if !ok || !owns(r, prev) {
 		return ErrConflict
 	}
 	row.Epoch = r.Epoch
@@ -114,15 +131,15 @@ func (s memStore) Renew(_ context.Context, prev string, row Row) error {
 	return nil
 }
 
-func (s memStore) Clear(_ context.Context, prev, next string) error {
+func (s memStore) Clear(_ context.Context, prev Row, next string) error {
 	s.db.mu.Lock()
 	defer s.db.mu.Unlock()
 	s.db.writes++
 	r, ok := s.db.rows[s.key]
-	if !ok || r.Version != prev {
+	if !ok || !owns(r, prev) {
 		return ErrConflict
 	}
-	r.Term, r.Holder, r.Version = "", locker.Holder{}, next
+	r.Term, r.Holder, r.Contract, r.Version = "", locker.Holder{}, Released, next
 	return nil
 }
 
@@ -223,4 +240,18 @@ func (db *memDB) edit(key string, change func(*Row)) {
 	r := db.rows[key]
 	change(r)
 	r.Version = "edited-" + token()
+}
+
+// editKeep changes key's row by hand as plain SQL does: the version stays.
+func (db *memDB) editKeep(key string, change func(*Row)) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	change(db.rows[key])
+}
+
+// remove deletes key's row by hand.
+func (db *memDB) remove(key string) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	delete(db.rows, key)
 }

@@ -22,24 +22,38 @@
 //     one the row carried (else the row is given back and Acquire fails
 //     with locker.ErrRefused, as a store whose counter went back cannot
 //     fence).
-//   - renew: Store.Renew conditioned on the version of our own last
-//     write. Renew reports success only when that write succeeded; the
-//     supervisor took the send time before it (DESIGN §1.2). A conflict is
-//     read back: the row no longer ours is a loss; the row still ours at a
-//     version one of our own unanswered writes chose is adopted (the
-//     attempt still fails); the row still ours at any other version was
-//     edited by hand, and that is a loss too: a standby counts from the
-//     edit, with whatever TTL it now declares.
-//   - release: Store.Clear conditioned on our own last version: the row
-//     stays, free, with its epoch.
+//   - renew: Store.Renew conditioned on every field of our own last
+//     write (term, holder, contract, TTL, epoch, version), so that any
+//     write by someone else, a hand edit that keeps the version included,
+//     makes it fail. Renew reports success only when that write
+//     succeeded; the supervisor took the send time before it (DESIGN
+//     §1.2). A conflict is read back: the row no longer ours is a loss;
+//     the row still ours as one of our own unanswered writes left it is
+//     adopted (the attempt still fails); any other row was edited by
+//     hand, and that is a loss too.
+//   - release: Store.Clear conditioned on every field of our own last
+//     write: the row stays, with its epoch, its term and holder emptied
+//     and its contract set to Released. That marker is what tells a
+//     release from a hand edit.
+//
+// # Taking over (DESIGN §1.12, "hand edits")
 //
 // A standby reads the row every Config.Poll, and at once when a
-// RowNotifier store hears of a release. A free row is taken at once.
-// A row held by a holder that declares observe.Contract is taken once its
-// version has stayed unchanged for its TTL plus observe.Allowance on the
-// standby's own monotonic clock (observe.Watch), with a Take conditioned on
-// that version. A holder that does not declare the contract is never taken
-// over, only waited for.
+// RowNotifier store hears of a release. A row its holder released
+// (Released) is taken at once, as is a fresh key (no row and no trace
+// that it was ever held). A row held by a holder that declares
+// observe.Contract is taken once the row has stayed unchanged, every
+// field of it, for the TTL that holder declared when the standby first
+// saw its term (a TTL edited lower later does not count) plus
+// observe.Allowance, on the standby's own monotonic clock. A row that
+// disappears, or is emptied without the marker, after such a holder is a
+// holder gone silent, not a free key: it is taken after the same wait,
+// counted from the moment the standby first saw it so. A candidate that
+// never saw the holder waits the same way on a row emptied without the
+// marker, and on a missing row when the store shows the key was held
+// before (Tracer), with the larger of the row's TTL and its own: it
+// cannot know what the holder declared. A holder that does not declare
+// the contract is never taken over, only waited for.
 package leaserow
 
 import (
@@ -76,7 +90,8 @@ type Row struct {
 	// stored: Row.Epoch is.
 	Holder locker.Holder
 	// Contract is observe.Contract when the holder follows the
-	// observer-clock contract; a standby takes over no other holder.
+	// observer-clock contract; a standby takes over no other holder. A
+	// row its holder's release freed says Released.
 	Contract string
 	// TTL is the holder's TTL: a standby waits TTL + observe.Allowance(TTL)
 	// of an unchanged version before it takes over.
@@ -87,10 +102,24 @@ type Row struct {
 	// Version changes with every write: the core sets a fresh random token
 	// in each row it writes, and conditions its writes on the one it read.
 	Version string
-	// RenewedAt is the writer's wall clock at the write. Only a hint: it
-	// decides nothing but whether a --no-wait attempt gives up at once.
+	// RenewedAt is the writer's wall clock at the write. Only a hint:
+	// it decides nothing.
 	RenewedAt time.Time
+	// HolderRecord is the holder as the store holds it, set by Read. A
+	// write conditioned on a row read compares it with what the store
+	// holds; on a row the core built it is empty, and the store compares
+	// its own encoding of Holder, the one it wrote.
+	HolderRecord string
 }
+
+// Released is the Contract of a row its holder's release freed (Clear):
+// a standby takes it at once. A row freed any other way (emptied or
+// deleted by hand, or released by a leaderrun older than the marker) is
+// waited out for a TTL.
+const Released = "released"
+
+// released reports whether r is a row its holder's release freed.
+func released(r Row) bool { return r.Term == "" && r.Contract == Released }
 
 // Store is one key's lease row in a store, plus the key's once-per run
 // records, its history and its control record. Each method is one round trip bounded by ctx, and each write is
@@ -115,13 +144,16 @@ type Store interface {
 	// advancing the epoch as Create does, and returns the new epoch.
 	Take(ctx context.Context, prev string, row Row) (epoch uint64, err error)
 
-	// Renew replaces the key's row with row if the row's version is prev.
-	// The epoch stays what it was.
-	Renew(ctx context.Context, prev string, row Row) error
+	// Renew replaces the key's row with row if the row still holds
+	// every field of prev the holder owns: Term, the holder record,
+	// Contract, TTL, Epoch and Version (a hand edit that keeps the
+	// version fails it too). The epoch stays what it was.
+	Renew(ctx context.Context, prev Row, row Row) error
 
-	// Clear frees the key's row if its version is prev: Term and Holder
-	// emptied, Version set to next, Epoch kept.
-	Clear(ctx context.Context, prev, next string) error
+	// Clear frees the key's row if it still holds every field of prev
+	// the holder owns (as Renew): Term and Holder emptied, Contract set
+	// to Released, Version set to next, Epoch and TTL kept.
+	Clear(ctx context.Context, prev Row, next string) error
 
 	// PutRun writes run as the record of run.Slot for the key, replacing
 	// any older record of the slot, if the key's lease row is held by term
@@ -178,6 +210,14 @@ type RowNotifier interface {
 	// RowChanges returns a channel closed at the next notice of a release
 	// of the key's row heard after the call; nil when none can come.
 	RowChanges() <-chan struct{}
+}
+
+// Tracer is a Store that can tell whether a key without a row was held
+// before (a hand delete): the epoch counter of the key, its history or
+// its run records. Without it, a key without a row is a fresh key.
+type Tracer interface {
+	// Traced reports whether the key shows any trace of a holder.
+	Traced(ctx context.Context) (bool, error)
 }
 
 // Placer is a Store that names where a key's row lives, for Leader's

@@ -5,8 +5,10 @@
 // # What PostgreSQL must give
 //
 // Every write is one statement conditioned on the row's version (UPDATE
-// ... WHERE key = $1 AND version = $2), and reads go to the server that
-// took the writes. That keeps the promise on one primary, and on
+// ... WHERE key = $1 AND version = $2; a holder's renewal and release on
+// every column it owns, so that a hand edit that leaves the version as it
+// was still ends its term), and reads go to the server that took the
+// writes. That keeps the promise on one primary, and on
 // synchronous replication whose failover loses no committed transaction.
 // An asynchronous standby promoted after a failover can lack a committed
 // acquire or renewal: two holders, and an epoch handed out twice (the
@@ -153,6 +155,7 @@ type store struct {
 var (
 	_ leaserow.Store       = (*store)(nil)
 	_ leaserow.RowNotifier = (*store)(nil)
+	_ leaserow.Tracer      = (*store)(nil)
 )
 
 func newStore(cfg Config) (*store, error) {
@@ -489,6 +492,7 @@ func (s *store) Read(ctx context.Context) (leaserow.Row, error) {
 	if holder != "" {
 		r.Holder = locker.ParseHolder([]byte(holder))
 	}
+	r.HolderRecord = holder
 	r.TTL = time.Duration(ttlMS) * time.Millisecond
 	r.Epoch = uint64(epoch)
 	return r, nil
@@ -538,26 +542,43 @@ WHERE key = $1 AND version = $2 RETURNING epoch`, append([]any{s.key, prev}, s.a
 	return uint64(epoch), nil
 }
 
-// Renew replaces the row at version prev, epoch unchanged.
-func (s *store) Renew(ctx context.Context, prev string, r leaserow.Row) error {
+// owned is the condition that the row still holds every column of prev
+// a holder owns, on $2..$7 (ownedArgs).
+const owned = `version = $2 AND term = $3 AND holder = $4 AND contract = $5 AND ttl_ms = $6 AND epoch = $7`
+
+// ownedArgs are prev's values for owned: the holder column as read, or
+// as args encodes it for a row the core wrote.
+func (s *store) ownedArgs(prev leaserow.Row) []any {
+	a := s.args(prev)
+	holder := a[1]
+	if prev.HolderRecord != "" {
+		holder = prev.HolderRecord
+	}
+	return []any{prev.Version, prev.Term, holder, prev.Contract, prev.TTL.Milliseconds(), int64(prev.Epoch)}
+}
+
+// Renew replaces the row if it is still prev, epoch unchanged.
+func (s *store) Renew(ctx context.Context, prev leaserow.Row, r leaserow.Row) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE `+s.table+`
-SET term = $3, holder = $4, contract = $5, ttl_ms = $6, version = $7, renewed_at = $8
-WHERE key = $1 AND version = $2`, append([]any{s.key, prev}, s.args(r)...)...)
+SET term = $8, holder = $9, contract = $10, ttl_ms = $11, version = $12, renewed_at = $13
+WHERE key = $1 AND `+owned, append(append([]any{s.key}, s.ownedArgs(prev)...), s.args(r)...)...)
 	return s.affected("renew the lease row", tag, err)
 }
 
-// Clear frees the row at version prev, and notifies the table's channel
-// in the same statement when it did (wake.go). A server that rejects
+// Clear frees the row if it is still prev, marking it leaserow.Released,
+// and notifies the table's channel in the same statement when it did
+// (wake.go). A server that rejects
 // that statement (no EXECUTE on pg_notify, a full notice queue, a server
 // without NOTIFY) did none of it: the row is then freed without a notice,
 // which only leaves it to the standby's next read.
-func (s *store) Clear(ctx context.Context, prev, next string) error {
-	update := `UPDATE ` + s.table + ` SET term = '', holder = '', version = $3, renewed_at = now()
-WHERE key = $1 AND version = $2`
+func (s *store) Clear(ctx context.Context, prev leaserow.Row, next string) error {
+	update := `UPDATE ` + s.table + ` SET term = '', holder = '', contract = '` + leaserow.Released + `', version = $8, renewed_at = now()
+WHERE key = $1 AND ` + owned
+	args := append(append([]any{s.key}, s.ownedArgs(prev)...), next)
 	lasting := false
 	if !s.noNotify.Load() {
 		tag, err := s.pool.Exec(ctx, `WITH w AS (`+update+` RETURNING 1)
-SELECT pg_notify($4, $5) FROM w`, s.key, prev, next, s.channel, rowPayload(s.key))
+SELECT pg_notify($9, $10) FROM w`, append(args, s.channel, rowPayload(s.key))...)
 		var pgErr *pgconn.PgError
 		if err == nil || !errors.As(err, &pgErr) || ctx.Err() != nil {
 			return s.affected("release the lease row", tag, err)
@@ -567,7 +588,7 @@ SELECT pg_notify($4, $5) FROM w`, s.key, prev, next, s.channel, rowPayload(s.key
 		lasting = pgErr.Code == "42501" || pgErr.Code == "42883" || pgErr.Code == "0A000"
 		s.log.Debug("the server rejected the release with its notice; releasing without it", "error", err)
 	}
-	tag, err := s.pool.Exec(ctx, update, s.key, prev, next)
+	tag, err := s.pool.Exec(ctx, update, args...)
 	if err == nil && lasting {
 		s.noNotify.Store(true)
 	}
@@ -583,6 +604,34 @@ func (s *store) affected(what string, tag pgconn.CommandTag, err error) error {
 		return leaserow.ErrConflict
 	}
 	return nil
+}
+
+// Traced reports whether the key, which has no row, shows a trace of a
+// holder: a history or run record (leaserow.Tracer). The epoch sequence
+// is the table's, shared by every key, so it tells nothing of one key.
+// A key whose holder recorded neither (--history-keep 0, no once-per run)
+// shows no trace: a deleted row is then a fresh key.
+func (s *store) Traced(ctx context.Context) (bool, error) {
+	if err := s.prepare(ctx); err != nil {
+		return false, err
+	}
+	var terms *string
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, s.terms).Scan(&terms); err != nil {
+		return false, s.classify("read the catalog", err)
+	}
+	q := `SELECT EXISTS (SELECT 1 FROM ` + s.runs + ` WHERE key = $1)`
+	if terms != nil {
+		q += ` OR EXISTS (SELECT 1 FROM ` + s.terms + ` WHERE key = $1)`
+	}
+	var found bool
+	err := s.pool.QueryRow(ctx, q, s.key).Scan(&found)
+	if s.readOnly && code(err) == "42P01" {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.classify("look for a trace of the key", err)
+	}
+	return found, nil
 }
 
 // PutRun writes the record of run.Slot if term holds the row. The lease

@@ -1,0 +1,154 @@
+package dynamodb
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/leaserow"
+	"github.com/leaderrun/leaderrun/locker/leaserow/rowtest"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+)
+
+// editItem makes a rowtest edit of the lease item at key (the full item
+// key) with a raw client, the version left as it was.
+func editItem(t *testing.T, c *dynamodb.Client, key, kind string) {
+	t.Helper()
+	var err error
+	switch kind {
+	case rowtest.Delete:
+		_, err = c.DeleteItem(ctx(t), &dynamodb.DeleteItemInput{TableName: aws.String(DefaultTable), Key: keyOf(key)})
+	case rowtest.Empty:
+		_, err = c.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf(key),
+			UpdateExpression: aws.String("SET #t = :e, #h = :e"), ExpressionAttributeNames: map[string]string{"#t": attrTerm, "#h": attrHolder},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":e": str("")}})
+	case rowtest.LowerTTL:
+		_, err = c.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf(key),
+			UpdateExpression:          aws.String("SET ttl_ms = :t"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":t": num(100)}})
+	default:
+		t.Fatalf("no edit %q", kind)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHandEdits: no hand edit of a held item lets a standby in before the
+// holder's TTL (rowtest.HandEdits).
+func TestHandEdits(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	c := raw(t, d.Endpoint())
+	rowtest.HandEdits(t, 2*time.Second, func(t *testing.T, key string, noWait bool) locker.Locker {
+		return newLocker(t, d.Endpoint(), key, func(c *Config) { c.NoWait = noWait })
+	}, func(t *testing.T, key, kind string) { editItem(t, c, "lrtest/"+key, kind) })
+}
+
+// TestStoreReleaseAndEdits: on the server, a renewal or release
+// conditioned on the item as the holder wrote it fails once any attribute
+// it owns was edited with the version left as it was; a release marks the
+// item released; the epoch counter is the trace a deleted item leaves.
+func TestStoreReleaseAndEdits(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	key := lockertest.Key(t)
+	st := storeOf(t, d.Endpoint(), key)
+	c := raw(t, d.Endpoint())
+	row := leaserow.Row{Term: "t1", Holder: locker.Holder{ID: "a"}, Contract: observe.Contract, TTL: time.Second, Version: "v1", RenewedAt: time.Now()}
+	if traced, err := st.Traced(ctx(t)); err != nil || traced {
+		t.Fatalf("Traced on a fresh key = %v, %v", traced, err)
+	}
+	var err error
+	if row.Epoch, err = st.Create(ctx(t), row); err != nil {
+		t.Fatal(err)
+	}
+	next := row
+	next.Version = "v2"
+	for attr, v := range map[string]types.AttributeValue{
+		attrTTL: num(100), attrTerm: str(""), attrHolder: str(""), attrContract: str(""), attrEpoch: num(int64(row.Epoch) + 1),
+	} {
+		if _, err := c.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf(key),
+			UpdateExpression: aws.String("SET #a = :v"), ExpressionAttributeNames: map[string]string{"#a": attr},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":v": v}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Renew(ctx(t), row, next); !errors.Is(err, leaserow.ErrConflict) {
+			t.Fatalf("Renew after %s was edited: %v, want ErrConflict", attr, err)
+		}
+		if err := st.Clear(ctx(t), row, "v3"); !errors.Is(err, leaserow.ErrConflict) {
+			t.Fatalf("Clear after %s was edited: %v, want ErrConflict", attr, err)
+		}
+		// Put the item back as the holder wrote it.
+		editItem(t, c, key, rowtest.Delete)
+		if row.Epoch, err = st.Create(ctx(t), row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Renew(ctx(t), row, next); err != nil {
+		t.Fatalf("Renew of the item as written: %v", err)
+	}
+	got, err := st.Read(ctx(t))
+	if err != nil || got.Version != "v2" {
+		t.Fatalf("Read = %+v, %v", got, err)
+	}
+	// An item read back conditions as well as one written.
+	if err := st.Clear(ctx(t), got, "v3"); err != nil {
+		t.Fatal(err)
+	}
+	got, err = st.Read(ctx(t))
+	if err != nil || got.Term != "" || got.Contract != leaserow.Released || got.Version != "v3" || got.Epoch != row.Epoch {
+		t.Fatalf("after Clear: %+v, %v; want a released item with the epoch %d", got, err, row.Epoch)
+	}
+	editItem(t, c, key, rowtest.Delete)
+	if traced, err := st.Traced(ctx(t)); err != nil || !traced {
+		t.Fatalf("Traced on a deleted item = %v, %v", traced, err)
+	}
+}
+
+// TestReleaseByHand: the release BACKENDS.md gives operators for a holder
+// known to be gone frees the item as the holder's own release does (a
+// single attempt takes it), and only at the epoch it names.
+func TestReleaseByHand(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	key := lockertest.Key(t)
+	held := lockertest.MustAcquire(t, newLocker(t, d.Endpoint(), key))
+	c := raw(t, d.Endpoint())
+	byHand := func(epoch uint64) error {
+		_, err := c.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf("lrtest/" + key),
+			UpdateExpression:    aws.String("SET contract = :r, version = :v REMOVE term, holder"),
+			ConditionExpression: aws.String("epoch = :e"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":r": str("released"), ":v": str("by-hand-1"),
+				":e": num(int64(epoch))}})
+		return err
+	}
+	var failed *types.ConditionalCheckFailedException
+	if err := byHand(held.Epoch() + 1); !errors.As(err, &failed) {
+		t.Fatalf("the release by hand at another epoch: %v, want a failed condition", err)
+	}
+	if err := byHand(held.Epoch()); err != nil {
+		t.Fatal(err)
+	}
+	next := lockertest.MustAcquire(t, newLocker(t, d.Endpoint(), key, func(c *Config) { c.NoWait = true }))
+	if next.Epoch() <= held.Epoch() {
+		t.Fatalf("epoch %d after %d", next.Epoch(), held.Epoch())
+	}
+	// An item deleted already: the released item put back by hand.
+	editItem(t, c, "lrtest/"+key, rowtest.Delete)
+	if _, err := newLocker(t, d.Endpoint(), key, func(c *Config) { c.NoWait = true }).Acquire(ctx(t)); !errors.Is(err, locker.ErrHeld) {
+		t.Fatalf("a single attempt on a deleted item: %v, want ErrHeld", err)
+	}
+	if _, err := c.PutItem(ctx(t), &dynamodb.PutItemInput{TableName: aws.String(DefaultTable), Item: map[string]types.AttributeValue{
+		"key": str("lrtest/" + key), "contract": str("released"), "version": str("by-hand-2"), "epoch": num(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	last := lockertest.MustAcquire(t, newLocker(t, d.Endpoint(), key, func(c *Config) { c.NoWait = true }))
+	if last.Epoch() <= next.Epoch() {
+		t.Fatalf("epoch %d after %d", last.Epoch(), next.Epoch())
+	}
+}
