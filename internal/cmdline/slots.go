@@ -124,29 +124,202 @@ func releaseNow(lease locker.Lease, log hclog.Logger) {
 // --holders than ours.
 var errHoldersDiffer = errors.New("candidates disagree on --holders")
 
-// checkHolders reads the holders of the slots and refuses, naming both
-// numbers, when a live one was started with another --holders than n. It
-// reads slots 0..n (slot n is held only by a candidate with more slots),
-// skipping own (-1: none). An unreadable slot, or one whose record is not
-// written yet, is not a disagreement: the
-// check is done again once a slot is won, and a holder is found by every
-// later candidate's check.
-func checkHolders(ctx context.Context, key string, n, own int, read func(ctx context.Context, slot int) (locker.Holder, error)) error {
-	for s := 0; s <= n && s < locker.MaxHolders; s++ {
+// Agreement on N (DESIGN §1.15). N is a property of the key: a candidate
+// is refused while a live holder of any slot of the key was started with
+// another N. Slot keys cannot be listed on every backend, so the key's
+// control record carries a bound, Control.Holders: every candidate that
+// won a slot raises it to its own N (a write only when it is lower)
+// before it reads the other slots, and a candidate reads the slots below
+// the bound and below its own N, and slot N. The argument, for two
+// candidates X and Y with N(X) < N(Y) that both won: Y read X's slot
+// after Y made the bound at least N(Y); if X held it then, Y was refused.
+// Else X won after that, and X reads the bound after its own win: it is
+// still at least N(Y) unless someone lowered it in between, and X then
+// reads Y's slot and is refused. A lowering is a write conditioned on the
+// version of the bound its writer read before its own slot reads and read
+// again, unchanged, after them: a writer Z can only lower it below N(Y)
+// if its reads found no holder at or above N(Z). Z held its own slot from
+// before its first read of the bound until after its lowering, and Y's
+// reads ran between two reads of the bound that found it unchanged, so
+// either Z's lowering came before Y's second read (Y sees a new version
+// and checks again) or Z's version is the one Y saw, and Z held its slot
+// through Y's reads: Y saw Z and was refused.
+
+// agreement is the --holders check of one candidate of key.
+type agreement struct {
+	key string
+	n   int
+	// ctl is the key's control record; nil when the backend keeps none
+	// (only slots 0..n are read then).
+	ctl locker.Controls
+	// read reads the holder of one slot with the backend's Leader.
+	read func(ctx context.Context, slot int) (locker.Holder, error)
+	log  hclog.Logger
+	// pause is the wait between the reads that confirm a holder of
+	// another N (confirmReads of them).
+	pause time.Duration
+}
+
+// confirmReads is how often a slot whose holder says another N is read
+// again, pause apart, before that holder counts. A record can outlive its
+// holder for the moment a new holder needs to write its own (the local
+// backend's lock file keeps the last record, and the next holder's flock
+// comes before its record); a live holder's record stays the same.
+const confirmReads = 6
+
+// confirmPause is agreement.pause of a run.
+const confirmPause = 250 * time.Millisecond
+
+// bound is how many slots to read with the control record saying mark:
+// every slot below mark and below n, and slot n (held only by a
+// candidate with more slots; one that does not raise the mark, from
+// before it, is still found there).
+func (a *agreement) bound(mark int) int {
+	if a.n == 1 {
+		// One holder: slot 0 only, its own. The bound alone says whether
+		// others are to be read (one read of the record).
+		return min(mark, locker.MaxHolders)
+	}
+	return min(max(mark, a.n+1), locker.MaxHolders)
+}
+
+// mark reads the control record's bound (1 when unset). A record that
+// cannot be read, or none kept, gives ok false.
+func (a *agreement) mark(ctx context.Context) (c locker.Control, mark int, ok bool) {
+	if a.ctl == nil {
+		return locker.Control{}, 1, false
+	}
+	c, err := a.ctl.Control(ctx)
+	if err != nil {
+		a.log.Debug("cannot read the control record; checking --holders on the slots up to mine", "error", err)
+		return locker.Control{}, 1, false
+	}
+	return c, max(c.Holders, 1), true
+}
+
+// before is the check before campaigning: it refuses early when a live
+// holder of another N is found. It writes nothing.
+func (a *agreement) before(ctx context.Context) error {
+	_, mark, _ := a.mark(ctx)
+	_, err := checkHolders(ctx, a.key, a.n, -1, a.bound(mark), a.read, a.pause)
+	return err
+}
+
+// won is the check after winning slot own, before any child starts: it
+// raises the bound to n, reads the other slots below it, and lowers it
+// to n once its reads found no slot at or above n held and the bound did
+// not change meanwhile. A nil error lets the run go on; so does a
+// backend that cannot be read (the others' checks still find this
+// holder).
+func (a *agreement) won(ctx context.Context, own int) error {
+	for ctx.Err() == nil {
+		c, mark, ok := a.mark(ctx)
+		if !ok {
+			_, err := checkHolders(ctx, a.key, a.n, own, a.bound(1), a.read, a.pause)
+			return err
+		}
+		if mark < a.n {
+			raised := c
+			raised.Holders = a.n
+			v, err := a.ctl.SetControl(ctx, raised)
+			if errors.Is(err, locker.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				a.log.Warn("cannot record --holders in the control record; candidates with fewer slots may not see this one", "error", err)
+				_, err := checkHolders(ctx, a.key, a.n, own, a.bound(mark), a.read, a.pause)
+				return err
+			}
+			c, mark = raised, a.n
+			c.Version = v
+			a.log.Debug("raised the key's --holders bound", "holders", a.n)
+		}
+		unread, err := checkHolders(ctx, a.key, a.n, own, a.bound(mark), a.read, a.pause)
+		if err != nil || a.n == 1 && mark == 1 {
+			// A candidate of one slot read nothing and lowers nothing:
+			// no candidate of fewer slots relies on its bound.
+			return err
+		}
+		again, _, ok := a.mark(ctx)
+		if !ok {
+			return nil
+		}
+		if again.Version != c.Version {
+			a.log.Debug("the key's --holders bound changed while the slots were read; reading them again")
+			continue
+		}
+		if mark > a.n && unread == 0 {
+			// No slot at or above n is held: nobody of more slots holds.
+			lowered := c
+			lowered.Holders = a.n
+			if a.n <= 1 {
+				lowered.Holders = 0
+			}
+			if _, err := a.ctl.SetControl(ctx, lowered); err != nil {
+				a.log.Debug("cannot lower the key's --holders bound", "error", err)
+			} else {
+				a.log.Debug("lowered the key's --holders bound", "from", mark, "to", a.n)
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// checkHolders reads the holders of slots 0..bound-1 but own (-1: none)
+// and refuses, naming both numbers, when a live one was started with
+// another --holders than n and stays so while it is read again
+// confirmReads times (see there). unread counts the slots not read, or
+// whose record is not written yet: neither is a disagreement (the check
+// is done again once a slot is won, and a holder is found by every later
+// candidate's check), but a candidate lowers no bound on them.
+func checkHolders(ctx context.Context, key string, n, own, bound int, read func(ctx context.Context, slot int) (locker.Holder, error), pause time.Duration) (unread int, err error) {
+	for s := 0; s < bound && s < locker.MaxHolders; s++ {
 		if s == own {
 			continue
 		}
 		h, err := read(ctx, s)
-		if err != nil || h.ID == "" {
-			// Unreadable, free, or its record not written yet.
+		switch {
+		case errors.Is(err, locker.ErrNoLeader):
+			continue
+		case err != nil || h.ID == "":
+			// Unreadable, or its record not written yet.
+			unread++
+			continue
+		case max(h.Holders, 1) == n:
 			continue
 		}
-		theirs := max(h.Holders, 1)
-		if theirs != n {
-			return fmt.Errorf("%w: --holders %d, but slot %d of key %q is held by %s with --holders %d", errHoldersDiffer, n, s, key, h.ID, theirs)
+		if h, live := confirmHolder(ctx, s, n, h, read, pause); live {
+			return unread, fmt.Errorf("%w: --holders %d, but slot %d of key %q is held by %s with --holders %d", errHoldersDiffer, n, s, key, h.ID, max(h.Holders, 1))
 		}
 	}
-	return nil
+	return unread, nil
+}
+
+// confirmHolder reads slot s again, confirmReads times pause apart, after
+// it was seen held by h, which runs with another N than n. It reports
+// true with the holder when that holder was still there at every read
+// (or ctx ended first: nothing said it was gone), and false when the slot
+// turned out free or held by one of n.
+func confirmHolder(ctx context.Context, s, n int, h locker.Holder, read func(ctx context.Context, slot int) (locker.Holder, error), pause time.Duration) (locker.Holder, bool) {
+	for i := 0; i < confirmReads; i++ {
+		if !retry.Sleep(ctx, pause) {
+			return h, true
+		}
+		again, err := read(ctx, s)
+		switch {
+		case errors.Is(err, locker.ErrNoLeader):
+			return locker.Holder{}, false
+		case err != nil || again.ID == "":
+			continue // the last holder read stands
+		case max(again.Holders, 1) == n:
+			return again, false
+		case again.ID != h.ID || again.Epoch != h.Epoch:
+			// Another holder of another N: confirm that one.
+			h, i = again, -1
+		}
+	}
+	return h, true
 }
 
 // preWon is the winning slot's Locker whose first Acquire returns the
@@ -181,3 +354,36 @@ func (p *preWon) Acquire(ctx context.Context) (locker.Lease, error) {
 
 // Unwrap lets locker.As find the slot Locker's capabilities.
 func (p *preWon) Unwrap() locker.Locker { return p.Locker }
+
+// agreeing is the Locker of a run of one holder (--holders 1): after each
+// win, before any child starts, it checks the key's --holders (one read
+// of the control record; the slots above 0 too when that names more) and
+// gives the won lease back when a live holder of another slot runs with
+// more slots. A refusal is an Acquire error wrapping locker.ErrRefused,
+// kept in refused for the run's exit.
+type agreeing struct {
+	locker.Locker
+	agree   *agreement
+	log     hclog.Logger
+	refused error
+}
+
+func (a *agreeing) Acquire(ctx context.Context) (locker.Lease, error) {
+	lease, err := a.Locker.Acquire(ctx)
+	if err != nil {
+		return lease, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, slotCheckTimeout)
+	err = a.agree.won(cctx, 0)
+	cancel()
+	if err != nil {
+		a.log.Info("giving the key back before any child starts", "epoch", lease.Epoch(), "reason", err)
+		releaseNow(lease, a.log)
+		a.refused = err
+		return nil, fmt.Errorf("%w: %w", locker.ErrRefused, err)
+	}
+	return lease, nil
+}
+
+// Unwrap lets locker.As find the backend's capabilities.
+func (a *agreeing) Unwrap() locker.Locker { return a.Locker }
