@@ -12,6 +12,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
 // --holders N (DESIGN §1.15): slot s of key K is the leadership of its own
@@ -152,12 +153,46 @@ type agreement struct {
 	// ctl is the key's control record; nil when the backend keeps none
 	// (only slots 0..n are read then).
 	ctl locker.Controls
-	// read reads the holder of one slot with the backend's Leader.
-	read func(ctx context.Context, slot int) (locker.Holder, error)
+	// read reads the holder of one slot (slotReaderOf).
+	read slotReader
 	log  hclog.Logger
 	// pause is the wait between the reads that confirm a holder of
-	// another N (confirmReads of them).
-	pause time.Duration
+	// another N (confirmReads of them); poll, between the reads that
+	// watch a record that only its holder's renewals change.
+	pause, poll time.Duration
+	// dead are the slots whose record, at this version, was seen
+	// unchanged for its holder's TTL and allowance: a holder gone without
+	// releasing, on a backend that expires nothing.
+	dead map[int]string
+}
+
+// slotRecord is a slot's holder as read, with the version of its record
+// and the TTL its holder declared where the backend says them
+// (locker.HolderVersions): there a holder that died without releasing
+// is read as holder until someone takes its slot over.
+type slotRecord struct {
+	locker.Holder
+	version string
+	ttl     time.Duration
+}
+
+// slotReader reads the holder of one slot of the key.
+type slotReader func(ctx context.Context, slot int) (slotRecord, error)
+
+// slotReaderOf reads a slot's holder with lk: with its record's version
+// where lk says it, else with Leader.
+func slotReaderOf(ctx context.Context, lk locker.Locker) (slotRecord, error) {
+	if hv, ok := locker.As[locker.HolderVersions](lk); ok {
+		h, v, ttl, err := hv.HolderVersion(ctx)
+		return slotRecord{Holder: h, version: v, ttl: ttl}, err
+	}
+	h, err := lk.Leader(ctx)
+	return slotRecord{Holder: h}, err
+}
+
+// newAgreement is the check of a candidate of n slots of key.
+func newAgreement(key string, n int, ctl locker.Controls, read slotReader, log hclog.Logger) *agreement {
+	return &agreement{key: key, n: n, ctl: ctl, read: read, log: log, pause: confirmPause, poll: time.Second, dead: map[int]string{}}
 }
 
 // confirmReads is how often a slot whose holder says another N is read
@@ -189,7 +224,9 @@ func (a *agreement) mark(ctx context.Context) (c locker.Control, mark int, ok bo
 	if a.ctl == nil {
 		return locker.Control{}, 1, false
 	}
-	c, err := a.ctl.Control(ctx)
+	rctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
+	defer cancel()
+	c, err := a.ctl.Control(rctx)
 	if err != nil {
 		a.log.Debug("cannot read the control record; checking --holders on the slots up to mine", "error", err)
 		return locker.Control{}, 1, false
@@ -197,11 +234,18 @@ func (a *agreement) mark(ctx context.Context) (c locker.Control, mark int, ok bo
 	return c, max(c.Holders, 1), true
 }
 
+// setMark writes the control record c, conditioned on its version.
+func (a *agreement) setMark(ctx context.Context, c locker.Control) (string, error) {
+	wctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
+	defer cancel()
+	return a.ctl.SetControl(wctx, c)
+}
+
 // before is the check before campaigning: it refuses early when a live
 // holder of another N is found. It writes nothing.
 func (a *agreement) before(ctx context.Context) error {
 	_, mark, _ := a.mark(ctx)
-	_, err := checkHolders(ctx, a.key, a.n, -1, a.bound(mark), a.read, a.pause)
+	_, err := a.checkHolders(ctx, -1, a.bound(mark))
 	return err
 }
 
@@ -215,26 +259,26 @@ func (a *agreement) won(ctx context.Context, own int) error {
 	for ctx.Err() == nil {
 		c, mark, ok := a.mark(ctx)
 		if !ok {
-			_, err := checkHolders(ctx, a.key, a.n, own, a.bound(1), a.read, a.pause)
+			_, err := a.checkHolders(ctx, own, a.bound(1))
 			return err
 		}
 		if mark < a.n {
 			raised := c
 			raised.Holders = a.n
-			v, err := a.ctl.SetControl(ctx, raised)
+			v, err := a.setMark(ctx, raised)
 			if errors.Is(err, locker.ErrConflict) {
 				continue
 			}
 			if err != nil {
 				a.log.Warn("cannot record --holders in the control record; candidates with fewer slots may not see this one", "error", err)
-				_, err := checkHolders(ctx, a.key, a.n, own, a.bound(mark), a.read, a.pause)
+				_, err := a.checkHolders(ctx, own, a.bound(mark))
 				return err
 			}
 			c, mark = raised, a.n
 			c.Version = v
 			a.log.Debug("raised the key's --holders bound", "holders", a.n)
 		}
-		unread, err := checkHolders(ctx, a.key, a.n, own, a.bound(mark), a.read, a.pause)
+		unread, err := a.checkHolders(ctx, own, a.bound(mark))
 		if err != nil || a.n == 1 && mark == 1 {
 			// A candidate of one slot read nothing and lowers nothing:
 			// no candidate of fewer slots relies on its bound.
@@ -255,7 +299,7 @@ func (a *agreement) won(ctx context.Context, own int) error {
 			if a.n <= 1 {
 				lowered.Holders = 0
 			}
-			if _, err := a.ctl.SetControl(ctx, lowered); err != nil {
+			if _, err := a.setMark(ctx, lowered); err != nil {
 				a.log.Debug("cannot lower the key's --holders bound", "error", err)
 			} else {
 				a.log.Debug("lowered the key's --holders bound", "from", mark, "to", a.n)
@@ -266,60 +310,94 @@ func (a *agreement) won(ctx context.Context, own int) error {
 	return nil
 }
 
+// readSlot reads slot s within slotReadTimeout.
+func (a *agreement) readSlot(ctx context.Context, s int) (slotRecord, error) {
+	rctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
+	defer cancel()
+	return a.read(rctx, s)
+}
+
 // checkHolders reads the holders of slots 0..bound-1 but own (-1: none)
 // and refuses, naming both numbers, when a live one was started with
-// another --holders than n and stays so while it is read again
-// confirmReads times (see there). unread counts the slots not read, or
-// whose record is not written yet: neither is a disagreement (the check
-// is done again once a slot is won, and a holder is found by every later
+// another --holders than n and is confirmed live (confirm). unread counts
+// the slots not read, whose record is not written yet, or whose holder
+// turned out gone: none of them is a disagreement (the check is done
+// again once a slot is won, and a holder is found by every later
 // candidate's check), but a candidate lowers no bound on them.
-func checkHolders(ctx context.Context, key string, n, own, bound int, read func(ctx context.Context, slot int) (locker.Holder, error), pause time.Duration) (unread int, err error) {
+func (a *agreement) checkHolders(ctx context.Context, own, bound int) (unread int, err error) {
 	for s := 0; s < bound && s < locker.MaxHolders; s++ {
 		if s == own {
 			continue
 		}
-		h, err := read(ctx, s)
+		r, err := a.readSlot(ctx, s)
 		switch {
 		case errors.Is(err, locker.ErrNoLeader):
 			continue
-		case err != nil || h.ID == "":
+		case err != nil || r.ID == "":
 			// Unreadable, or its record not written yet.
 			unread++
 			continue
-		case max(h.Holders, 1) == n:
+		case max(r.Holders, 1) == a.n:
+			continue
+		case r.version != "" && a.dead[s] == r.version:
+			unread++ // seen gone before: still its record
 			continue
 		}
-		if h, live := confirmHolder(ctx, s, n, h, read, pause); live {
-			return unread, fmt.Errorf("%w: --holders %d, but slot %d of key %q is held by %s with --holders %d", errHoldersDiffer, n, s, key, h.ID, max(h.Holders, 1))
+		h, live := a.confirm(ctx, s, r)
+		if live {
+			return unread, fmt.Errorf("%w: --holders %d, but slot %d of key %q is held by %s with --holders %d", errHoldersDiffer, a.n, s, a.key, h.ID, max(h.Holders, 1))
+		}
+		if h.ID != "" {
+			unread++ // gone without releasing: its slot is not free
 		}
 	}
 	return unread, nil
 }
 
-// confirmHolder reads slot s again, confirmReads times pause apart, after
-// it was seen held by h, which runs with another N than n. It reports
-// true with the holder when that holder was still there at every read
-// (or ctx ended first: nothing said it was gone), and false when the slot
-// turned out free or held by one of n.
-func confirmHolder(ctx context.Context, s, n int, h locker.Holder, read func(ctx context.Context, slot int) (locker.Holder, error), pause time.Duration) (locker.Holder, bool) {
-	for i := 0; i < confirmReads; i++ {
-		if !retry.Sleep(ctx, pause) {
-			return h, true
+// confirm reads slot s again after it was seen held by r, of another N.
+// It reports true with the holder when that holder is live: where the
+// backend gives the record's version and its holder declared a TTL, once
+// the same holder's record changed (a renewal), and false with it when
+// the record stayed the same for that TTL and its allowance on our clock
+// (DESIGN §1.12: gone without releasing); elsewhere when the same holder
+// is read confirmReads times pause apart. It reports false with a zero
+// Holder when the slot turned out free or held by one of n. ctx ending
+// first is true: nothing said that holder was gone.
+func (a *agreement) confirm(ctx context.Context, s int, r slotRecord) (locker.Holder, bool) {
+	since, reads := time.Now(), 0
+	for {
+		observed := r.version != "" && r.ttl > 0
+		wait := a.pause
+		if observed {
+			left := r.ttl + observe.Allowance(r.ttl) - time.Since(since)
+			if left <= 0 {
+				a.log.Info("a slot's holder of another --holders is gone: its record has not changed for its TTL", "slot", s, "holder", r.ID, "holders", max(r.Holders, 1), "ttl", r.ttl)
+				a.dead[s] = r.version
+				return r.Holder, false
+			}
+			wait = min(left, a.poll)
+		} else if reads == confirmReads {
+			return r.Holder, true
 		}
-		again, err := read(ctx, s)
+		if !retry.Sleep(ctx, wait) {
+			return r.Holder, true
+		}
+		reads++
+		again, err := a.readSlot(ctx, s)
 		switch {
 		case errors.Is(err, locker.ErrNoLeader):
 			return locker.Holder{}, false
 		case err != nil || again.ID == "":
-			continue // the last holder read stands
-		case max(again.Holders, 1) == n:
-			return again, false
-		case again.ID != h.ID || again.Epoch != h.Epoch:
+			continue // the last record read stands
+		case max(again.Holders, 1) == a.n:
+			return locker.Holder{}, false
+		case again.ID != r.ID || again.Epoch != r.Epoch:
 			// Another holder of another N: confirm that one.
-			h, i = again, -1
+			r, since, reads = again, time.Now(), 0
+		case observed && again.version != r.version:
+			return again.Holder, true // renewed
 		}
 	}
-	return h, true
 }
 
 // preWon is the winning slot's Locker whose first Acquire returns the
@@ -373,10 +451,7 @@ func (a *agreeing) Acquire(ctx context.Context) (locker.Lease, error) {
 	if err != nil {
 		return lease, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, slotCheckTimeout)
-	err = a.agree.won(cctx, 0)
-	cancel()
-	if err != nil {
+	if err := a.agree.won(ctx, 0); err != nil {
 		a.log.Info("giving the key back before any child starts", "epoch", lease.Epoch(), "reason", err)
 		releaseNow(lease, a.log)
 		a.refused = err

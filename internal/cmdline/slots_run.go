@@ -38,22 +38,17 @@ func readHolders(c *cli.Context) (int, error) {
 // holder.
 const slotReadTimeout = 5 * time.Second
 
-// slotCheckTimeout bounds one --holders agreement check, all slots and
-// the confirming reads together; a slot not read in time is not a
-// disagreement.
-const slotCheckTimeout = 15 * time.Second
-
 // readSlot reads the holder of slot s of key with a Locker of its own,
 // built to read only.
-func readSlot(ctx context.Context, cfg *runConfig, key string, s int) (locker.Holder, error) {
+func readSlot(ctx context.Context, cfg *runConfig, key string, s int) (slotRecord, error) {
 	o := cfg.opts
 	o.Key = locker.SlotKey(key, s)
 	lk, err := cfg.settings.New(o, true, newQuietLogger())
 	if err != nil {
-		return locker.Holder{}, err
+		return slotRecord{}, err
 	}
 	defer lk.Close()
-	return lk.Leader(ctx)
+	return slotReaderOf(ctx, lk)
 }
 
 // winSlot is the slot campaign of a run with --holders N > 1: it builds
@@ -85,21 +80,19 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger, held slotHol
 		}
 		lks[s] = lk
 	}
-	read := func(rctx context.Context, s int) (locker.Holder, error) {
+	read := func(rctx context.Context, s int) (slotRecord, error) {
 		if s < n {
-			return lks[s].Leader(rctx)
+			return slotReaderOf(rctx, lks[s])
 		}
 		return readSlot(rctx, cfg, key, s)
 	}
 	ctl, _ := locker.ControlsOf(lks[0])
-	agree := &agreement{key: key, n: n, ctl: ctl, read: read, log: log, pause: confirmPause}
+	agree := newAgreement(key, n, ctl, read, log)
 	check := func(own int) error {
-		cctx, cancel := context.WithTimeout(ctx, slotCheckTimeout)
-		defer cancel()
 		if own < 0 {
-			return agree.before(cctx)
+			return agree.before(ctx)
 		}
-		return agree.won(cctx, own)
+		return agree.won(ctx, own)
 	}
 	if err := check(-1); err != nil {
 		closeAll(-1)
@@ -341,8 +334,8 @@ func slotCampaignExit(ctx context.Context, cfg *runConfig, err error, seen func(
 func withAgreement(cfg *runConfig, lk locker.Locker, log hclog.Logger) *agreeing {
 	ctl, _ := locker.ControlsOf(lk)
 	key := cfg.opts.Key
-	read := func(ctx context.Context, s int) (locker.Holder, error) { return readSlot(ctx, cfg, key, s) }
-	return &agreeing{Locker: lk, log: log, agree: &agreement{key: key, n: 1, ctl: ctl, read: read, log: log, pause: confirmPause}}
+	read := func(ctx context.Context, s int) (slotRecord, error) { return readSlot(ctx, cfg, key, s) }
+	return &agreeing{Locker: lk, log: log, agree: newAgreement(key, 1, ctl, read, log)}
 }
 
 // slotEnv are the child's LEADER_SLOT and LEADER_HOLDERS.

@@ -153,14 +153,16 @@ func TestRaceSlotsCancelledHoldsNothing(t *testing.T) {
 
 func TestCheckHolders(t *testing.T) {
 	holders := map[int]locker.Holder{0: {ID: "a", Holders: 3}, 2: {ID: "c", Holders: 3}}
-	read := func(_ context.Context, s int) (locker.Holder, error) {
+	read := func(_ context.Context, s int) (slotRecord, error) {
 		if h, ok := holders[s]; ok {
-			return h, nil
+			return slotRecord{Holder: h}, nil
 		}
-		return locker.Holder{}, locker.ErrNoLeader
+		return slotRecord{}, locker.ErrNoLeader
 	}
 	check := func(n, own, bound int) error {
-		_, err := checkHolders(context.Background(), "k", n, own, bound, read, time.Millisecond)
+		a := newAgreement("k", n, nil, read, hclog.NewNullLogger())
+		a.pause = time.Millisecond
+		_, err := a.checkHolders(context.Background(), own, bound)
 		return err
 	}
 	if err := check(3, -1, 4); err != nil {
@@ -191,27 +193,33 @@ func TestCheckHolders(t *testing.T) {
 // already, writes its own.
 func TestCheckHoldersStaleRecord(t *testing.T) {
 	reads := 0
-	read := func(_ context.Context, s int) (locker.Holder, error) {
+	read := func(_ context.Context, s int) (slotRecord, error) {
 		if s != 1 {
-			return locker.Holder{}, locker.ErrNoLeader
+			return slotRecord{}, locker.ErrNoLeader
 		}
 		reads++
 		if reads < 3 {
-			return locker.Holder{ID: "gone", Holders: 4, Epoch: 7}, nil
+			return slotRecord{Holder: locker.Holder{ID: "gone", Holders: 4, Epoch: 7}}, nil
 		}
-		return locker.Holder{ID: "new", Holders: 2, Epoch: 8}, nil
+		return slotRecord{Holder: locker.Holder{ID: "new", Holders: 2, Epoch: 8}}, nil
 	}
-	if _, err := checkHolders(context.Background(), "k", 2, 0, 3, read, time.Millisecond); err != nil {
+	check := func() error {
+		a := newAgreement("k", 2, nil, read, hclog.NewNullLogger())
+		a.pause = time.Millisecond
+		_, err := a.checkHolders(context.Background(), 0, 3)
+		return err
+	}
+	if err := check(); err != nil {
 		t.Fatalf("a record replaced while confirmed refused: %v", err)
 	}
 	// One that stays is a live holder.
-	read = func(_ context.Context, s int) (locker.Holder, error) {
+	read = func(_ context.Context, s int) (slotRecord, error) {
 		if s != 1 {
-			return locker.Holder{}, locker.ErrNoLeader
+			return slotRecord{}, locker.ErrNoLeader
 		}
-		return locker.Holder{ID: "n4", Holders: 4, Epoch: 7}, nil
+		return slotRecord{Holder: locker.Holder{ID: "n4", Holders: 4, Epoch: 7}}, nil
 	}
-	if _, err := checkHolders(context.Background(), "k", 2, 0, 3, read, time.Millisecond); !errors.Is(err, errHoldersDiffer) || !strings.Contains(err.Error(), "n4") {
+	if err := check(); !errors.Is(err, errHoldersDiffer) || !strings.Contains(err.Error(), "n4") {
 		t.Fatalf("a live holder of --holders 4: %v", err)
 	}
 }
@@ -266,7 +274,7 @@ type slotTable struct {
 	hook  func(slot int)
 }
 
-func (st *slotTable) read(_ context.Context, s int) (locker.Holder, error) {
+func (st *slotTable) read(_ context.Context, s int) (slotRecord, error) {
 	if st.hook != nil {
 		st.hook(s)
 	}
@@ -274,13 +282,15 @@ func (st *slotTable) read(_ context.Context, s int) (locker.Holder, error) {
 	defer st.mu.Unlock()
 	st.reads = append(st.reads, s)
 	if h, ok := st.held[s]; ok {
-		return h, nil
+		return slotRecord{Holder: h}, nil
 	}
-	return locker.Holder{}, locker.ErrNoLeader
+	return slotRecord{}, locker.ErrNoLeader
 }
 
-func newAgreement(key string, n int, ctl locker.Controls, st *slotTable) *agreement {
-	return &agreement{key: key, n: n, ctl: ctl, read: st.read, log: hclog.NewNullLogger(), pause: time.Millisecond}
+func testAgreement(key string, n int, ctl locker.Controls, st *slotTable) *agreement {
+	a := newAgreement(key, n, ctl, st.read, hclog.NewNullLogger())
+	a.pause, a.poll = time.Millisecond, time.Millisecond
+	return a
 }
 
 // The holder of a slot above a candidate's N is found, whichever came
@@ -292,7 +302,7 @@ func TestAgreementSlotAboveN(t *testing.T) {
 	// Four candidates of 4 won slots 0..3; all but slot 3's stopped.
 	for s := range 4 {
 		st.held[s] = locker.Holder{ID: "n4_" + strconv.Itoa(s), Holders: 4, Epoch: uint64(s + 1)}
-		if err := newAgreement("k", 4, ctl, st).won(context.Background(), s); err != nil {
+		if err := testAgreement("k", 4, ctl, st).won(context.Background(), s); err != nil {
 			t.Fatalf("n4_%d: %v", s, err)
 		}
 	}
@@ -303,13 +313,13 @@ func TestAgreementSlotAboveN(t *testing.T) {
 	delete(st.held, 1)
 	delete(st.held, 2)
 	// A candidate of 2 is refused before campaigning ...
-	err := newAgreement("k", 2, ctl, st).before(context.Background())
+	err := testAgreement("k", 2, ctl, st).before(context.Background())
 	if !errors.Is(err, errHoldersDiffer) || !strings.Contains(err.Error(), "slot 3") || !strings.Contains(err.Error(), "n4_3") {
 		t.Fatalf("--holders 2 beside the holder of slot 3 of 4, before campaigning: %v", err)
 	}
 	// ... and after winning slot 0.
 	st.held[0] = locker.Holder{ID: "n2_0", Holders: 2, Epoch: 9}
-	if err := newAgreement("k", 2, ctl, st).won(context.Background(), 0); !errors.Is(err, errHoldersDiffer) {
+	if err := testAgreement("k", 2, ctl, st).won(context.Background(), 0); !errors.Is(err, errHoldersDiffer) {
 		t.Fatalf("--holders 2 beside the holder of slot 3 of 4, after winning: %v", err)
 	}
 	if ctl.holders() != 4 {
@@ -317,14 +327,14 @@ func TestAgreementSlotAboveN(t *testing.T) {
 	}
 	// Once slot 3 is free, --holders 2 runs and lowers the bound.
 	delete(st.held, 3)
-	if err := newAgreement("k", 2, ctl, st).won(context.Background(), 0); err != nil {
+	if err := testAgreement("k", 2, ctl, st).won(context.Background(), 0); err != nil {
 		t.Fatalf("--holders 2 with no slot above held: %v", err)
 	}
 	if ctl.holders() != 2 {
 		t.Errorf("bound %d once no slot above 2 is held, want 2", ctl.holders())
 	}
 	// A candidate of 4 now raises it again and is refused by n2_0.
-	if err := newAgreement("k", 4, ctl, st).won(context.Background(), 3); !errors.Is(err, errHoldersDiffer) {
+	if err := testAgreement("k", 4, ctl, st).won(context.Background(), 3); !errors.Is(err, errHoldersDiffer) {
 		t.Fatalf("--holders 4 beside a holder of 2: %v", err)
 	}
 	if ctl.holders() != 4 {
@@ -349,7 +359,7 @@ func TestAgreementBoundLoweredMeanwhile(t *testing.T) {
 			}
 		}
 	}
-	if err := newAgreement("k", 4, ctl, st).won(context.Background(), 3); err != nil {
+	if err := testAgreement("k", 4, ctl, st).won(context.Background(), 3); err != nil {
 		t.Fatal(err)
 	}
 	if ctl.holders() != 4 {
@@ -357,7 +367,7 @@ func TestAgreementBoundLoweredMeanwhile(t *testing.T) {
 	}
 	st.hook = nil
 	st.held[0] = locker.Holder{ID: "x", Holders: 2, Epoch: 6}
-	if err := newAgreement("k", 2, ctl, st).won(context.Background(), 0); !errors.Is(err, errHoldersDiffer) {
+	if err := testAgreement("k", 2, ctl, st).won(context.Background(), 0); !errors.Is(err, errHoldersDiffer) {
 		t.Fatalf("later candidate of 2 beside y: %v", err)
 	}
 }
@@ -368,7 +378,7 @@ func TestAgreementBoundLoweredMeanwhile(t *testing.T) {
 func TestAgreementOneHolder(t *testing.T) {
 	ctl := &memControls{}
 	st := &slotTable{held: map[int]locker.Holder{0: {ID: "one", Epoch: 1}}}
-	if err := newAgreement("k", 1, ctl, st).won(context.Background(), 0); err != nil {
+	if err := testAgreement("k", 1, ctl, st).won(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	if ctl.reads != 1 || ctl.writes != 0 || len(st.reads) != 0 {
@@ -376,12 +386,12 @@ func TestAgreementOneHolder(t *testing.T) {
 	}
 	ctl.c.Holders = 3
 	st.held[2] = locker.Holder{ID: "three", Holders: 3, Epoch: 2}
-	err := newAgreement("k", 1, ctl, st).won(context.Background(), 0)
+	err := testAgreement("k", 1, ctl, st).won(context.Background(), 0)
 	if !errors.Is(err, errHoldersDiffer) || !strings.Contains(err.Error(), "--holders 1") || !strings.Contains(err.Error(), "--holders 3") {
 		t.Fatalf("--holders 1 beside a holder of 3: %v", err)
 	}
 	delete(st.held, 2)
-	if err := newAgreement("k", 1, ctl, st).won(context.Background(), 0); err != nil {
+	if err := testAgreement("k", 1, ctl, st).won(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	if ctl.holders() != 0 {
@@ -408,5 +418,36 @@ func TestHoldersBadInput(t *testing.T) {
 		if code != 125 || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
 			t.Errorf("%q: exit %d, %q; want 125 and one line with %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// On a backend that expires nothing, a holder of another N whose record
+// stays the same for its TTL and allowance is gone, and is not asked
+// about again at that version; one whose record changes is live.
+func TestCheckHoldersObserved(t *testing.T) {
+	version := 1
+	renew := false
+	read := func(_ context.Context, s int) (slotRecord, error) {
+		if s != 3 {
+			return slotRecord{}, locker.ErrNoLeader
+		}
+		if renew {
+			version++
+		}
+		return slotRecord{Holder: locker.Holder{ID: "n4_3", Holders: 4, Epoch: 4}, version: strconv.Itoa(version), ttl: 20 * time.Millisecond}, nil
+	}
+	a := newAgreement("k", 2, nil, read, hclog.NewNullLogger())
+	a.pause, a.poll = time.Millisecond, 2*time.Millisecond
+	unread, err := a.checkHolders(context.Background(), 0, 4)
+	if err != nil || unread != 1 || a.dead[3] != "1" {
+		t.Fatalf("a record unchanged for its TTL: unread %d, %v, dead %v; want gone, not free", unread, err, a.dead)
+	}
+	a.poll = time.Hour // not watched again
+	if _, err := a.checkHolders(context.Background(), 0, 4); err != nil {
+		t.Fatalf("a record seen gone, read again: %v", err)
+	}
+	renew, a.poll = true, 2*time.Millisecond
+	if _, err := a.checkHolders(context.Background(), 0, 4); !errors.Is(err, errHoldersDiffer) {
+		t.Fatalf("a renewed holder of --holders 4: %v", err)
 	}
 }
