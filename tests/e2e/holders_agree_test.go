@@ -134,3 +134,64 @@ func TestHoldersStaleRecordLocal(t *testing.T) {
 		}
 	}
 }
+
+// holdersCrashedOtherN: on a backend that expires nothing, a holder that
+// died together with its guard keeps its row until someone takes its
+// slot over; candidates of another N never do. Four --holders 4
+// candidates fill slots 0..3; the holder of slot 3 and its guard are
+// killed at once (stopped, then SIGKILL), the others stop. Two --holders
+// 2 candidates started then must run (exit 0) once the dead row has not
+// changed for its TTL and allowance, not be refused for good.
+func holdersCrashedOtherN(t *testing.T, args func(key string) []string, ttl time.Duration) {
+	key, mark, env := markedKey("crashedn")
+	procs := map[string]*Proc{}
+	for i := range 4 {
+		id := "n4_" + strconv.Itoa(i)
+		procs[id] = start(t, id, env, withCommand(append(args(key), "--holders", "4", "--id", id), "exec sleep 600")...)
+	}
+	waitChildren(t, mark, 4)
+	var victim slotChild
+	for _, k := range slotChildren(mark) {
+		if k.slot == 3 {
+			victim = k
+		}
+	}
+	p := procs[victim.id]
+	g := guardOf(t, p)
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		_ = syscall.Kill(g, sig)
+		_ = syscall.Kill(p.Pid(), sig)
+	}
+	p.Wait(20 * time.Second)
+	for id, q := range procs {
+		if id != victim.id {
+			q.Signal(syscall.SIGTERM)
+		}
+	}
+	for id, q := range procs {
+		if id != victim.id {
+			q.Wait(30 * time.Second)
+		}
+	}
+	t0 := time.Now()
+	var two []*Proc
+	for _, id := range []string{"n2_a", "n2_b"} {
+		two = append(two, start(t, id, env, withCommand(append(args(key), "--holders", "2", "--id", id), "exit 0")...))
+	}
+	for _, q := range two {
+		if code := q.Wait(ttl + 60*time.Second); code != 0 {
+			t.Errorf("%s beside the row of a --holders 4 holder killed with its guard: exit %d, want 0\n%s", q.name, code, q.Output())
+		}
+	}
+	t.Logf("--holders 2 candidates ran %v after the holder of slot 3 of 4 died (TTL %v)", time.Since(t0).Round(time.Millisecond), ttl)
+	if kids := slotChildren(mark); len(kids) != 0 {
+		for _, k := range kids {
+			_ = syscall.Kill(k.pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func TestHoldersCrashedOtherNPostgres(t *testing.T) {
+	dsn := testcluster.StartPostgres(t).DSN()
+	holdersCrashedOtherN(t, func(key string) []string { return pgArgs(dsn, key, slowTTL...) }, 8*time.Second)
+}
