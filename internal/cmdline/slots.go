@@ -357,25 +357,21 @@ func (a *agreement) checkHolders(ctx context.Context, own, bound int) (unread in
 // confirm reads slot s again after it was seen held by r, of another N.
 // It reports true with the holder when that holder is live: where the
 // backend gives the record's version and its holder declared a TTL, once
-// the same holder's record changed (a renewal), and false with it when
-// the record stayed the same for that TTL and its allowance on our clock
-// (DESIGN §1.12: gone without releasing); elsewhere when the same holder
-// is read confirmReads times pause apart. It reports false with a zero
-// Holder when the slot turned out free or held by one of n. ctx ending
-// first is true: nothing said that holder was gone.
+// the same holder's record changed (a renewal), and false with it once a
+// read sent when that TTL and its allowance had passed on our clock since
+// we first saw the record still found it the same (DESIGN §1.12: gone
+// without releasing, its deadline passed before that read); elsewhere
+// when the same holder is read confirmReads times pause apart. It reports
+// false with a zero Holder when the slot turned out free or held by one
+// of n. ctx ending first is true: nothing said that holder was gone.
 func (a *agreement) confirm(ctx context.Context, s int, r slotRecord) (locker.Holder, bool) {
 	since, reads := time.Now(), 0
 	for {
 		observed := r.version != "" && r.ttl > 0
+		due := r.ttl + observe.Allowance(r.ttl)
 		wait := a.pause
 		if observed {
-			left := r.ttl + observe.Allowance(r.ttl) - time.Since(since)
-			if left <= 0 {
-				a.log.Info("a slot's holder of another --holders is gone: its record has not changed for its TTL", "slot", s, "holder", r.ID, "holders", max(r.Holders, 1), "ttl", r.ttl)
-				a.dead[s] = r.version
-				return r.Holder, false
-			}
-			wait = min(left, a.poll)
+			wait = min(a.poll, max(0, due-time.Since(since)))
 		} else if reads == confirmReads {
 			return r.Holder, true
 		}
@@ -383,6 +379,7 @@ func (a *agreement) confirm(ctx context.Context, s int, r slotRecord) (locker.Ho
 			return r.Holder, true
 		}
 		reads++
+		sent := time.Now()
 		again, err := a.readSlot(ctx, s)
 		switch {
 		case errors.Is(err, locker.ErrNoLeader):
@@ -396,6 +393,10 @@ func (a *agreement) confirm(ctx context.Context, s int, r slotRecord) (locker.Ho
 			r, since, reads = again, time.Now(), 0
 		case observed && again.version != r.version:
 			return again.Holder, true // renewed
+		case observed && sent.Sub(since) >= due:
+			a.log.Info("a slot's holder of another --holders is gone: its record has not changed for its TTL", "slot", s, "holder", r.ID, "holders", max(r.Holders, 1), "ttl", r.ttl)
+			a.dead[s] = r.version
+			return r.Holder, false
 		}
 	}
 }

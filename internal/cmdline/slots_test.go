@@ -451,3 +451,26 @@ func TestCheckHoldersObserved(t *testing.T) {
 		t.Fatalf("a renewed holder of --holders 4: %v", err)
 	}
 }
+
+// A record that cannot be read again is not one seen unchanged: a holder
+// is gone only by a read that still finds its record after its TTL.
+func TestCheckHoldersObservedUnreadable(t *testing.T) {
+	first := true
+	read := func(_ context.Context, s int) (slotRecord, error) {
+		if s != 3 {
+			return slotRecord{}, locker.ErrNoLeader
+		}
+		if !first {
+			return slotRecord{}, errors.New("backend down")
+		}
+		first = false
+		return slotRecord{Holder: locker.Holder{ID: "n4_3", Holders: 4, Epoch: 4}, version: "1", ttl: 20 * time.Millisecond}, nil
+	}
+	a := newAgreement("k", 2, nil, read, hclog.NewNullLogger())
+	a.pause, a.poll = time.Millisecond, 2*time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := a.checkHolders(ctx, 0, 4); !errors.Is(err, errHoldersDiffer) {
+		t.Fatalf("a holder of --holders 4 whose record could not be read again: %v, want refused", err)
+	}
+}
