@@ -195,3 +195,23 @@ func TestHoldersCrashedOtherNPostgres(t *testing.T) {
 	dsn := testcluster.StartPostgres(t).DSN()
 	holdersCrashedOtherN(t, func(key string) []string { return pgArgs(dsn, key, slowTTL...) }, 8*time.Second)
 }
+
+func TestHoldersMixedNZooKeeper(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1, MaxSessionTimeout: 40 * time.Second})
+	servers := z.Addrs()
+	holdersMixedN(t, func(key string) []string { return zkArgs(servers, key, ghostTTL...) })
+}
+
+func TestHoldersMixedNDynamoDB(t *testing.T) {
+	d := testcluster.StartDynalite(t)
+	d.SetEnv(t)
+	ep := d.Endpoint()
+	holdersMixedN(t, func(key string) []string { return dynArgs(ep, key, ghostTTL...) })
+}
+
+func TestHoldersCrashedOtherNDynamoDB(t *testing.T) {
+	d := testcluster.StartDynalite(t)
+	d.SetEnv(t)
+	ep := d.Endpoint()
+	holdersCrashedOtherN(t, func(key string) []string { return dynArgs(ep, key, slowTTL...) }, 8*time.Second)
+}
