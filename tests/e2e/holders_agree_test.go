@@ -215,3 +215,8 @@ func TestHoldersCrashedOtherNDynamoDB(t *testing.T) {
 	ep := d.Endpoint()
 	holdersCrashedOtherN(t, func(key string) []string { return dynArgs(ep, key, slowTTL...) }, 8*time.Second)
 }
+
+func TestHoldersMixedNConsul(t *testing.T) {
+	addr := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1}).HTTPAddr(0)
+	holdersMixedN(t, func(key string) []string { return consulArgs(addr, key, ghostTTL...) })
+}
