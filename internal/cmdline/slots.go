@@ -143,8 +143,9 @@ var errHoldersDiffer = errors.New("candidates disagree on --holders")
 // before its first read of the bound until after its lowering, and Y's
 // reads ran between two reads of the bound that found it unchanged, so
 // either Z's lowering came before Y's second read (Y sees a new version
-// and checks again) or Z's version is the one Y saw, and Z held its slot
-// through Y's reads: Y saw Z and was refused.
+// and checks again) or Z's version is the one Y saw. Then either Z won
+// before Y read Z's slot, and held it through Y's reads: Y saw Z and was
+// refused; or Z won later, and its own reads found Y: Z lowered nothing.
 
 // agreement is the --holders check of one candidate of key.
 type agreement struct {
