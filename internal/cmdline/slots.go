@@ -203,6 +203,9 @@ func newAgreement(key string, n int, ctl locker.Controls, read slotReader, log h
 // comes before its record); a live holder's record stays the same.
 const confirmReads = 6
 
+// slotCheckTimeout bounds the reads of the slots in one check.
+const slotCheckTimeout = 10 * time.Second
+
 // confirmPause is agreement.pause of a run.
 const confirmPause = 250 * time.Millisecond
 
@@ -326,11 +329,21 @@ func (a *agreement) readSlot(ctx context.Context, s int) (slotRecord, error) {
 // again once a slot is won, and a holder is found by every later
 // candidate's check), but a candidate lowers no bound on them.
 func (a *agreement) checkHolders(ctx context.Context, own, bound int) (unread int, err error) {
+	// The reads together take slotCheckTimeout at most (the watch of a
+	// silent holder's record aside): a backend that does not answer
+	// delays a candidate by that, not by a timeout per slot.
+	by := time.Now().Add(slotCheckTimeout)
 	for s := 0; s < bound && s < locker.MaxHolders; s++ {
 		if s == own {
 			continue
 		}
-		r, err := a.readSlot(ctx, s)
+		if time.Now().After(by) {
+			unread++
+			continue
+		}
+		rctx, cancel := context.WithDeadline(ctx, by)
+		r, err := a.readSlot(rctx, s)
+		cancel()
 		switch {
 		case errors.Is(err, locker.ErrNoLeader):
 			continue
@@ -344,7 +357,9 @@ func (a *agreement) checkHolders(ctx context.Context, own, bound int) (unread in
 			unread++ // seen gone before: still its record
 			continue
 		}
+		t0 := time.Now()
 		h, live := a.confirm(ctx, s, r)
+		by = by.Add(time.Since(t0))
 		if live {
 			return unread, fmt.Errorf("%w: --holders %d, but slot %d of key %q is held by %s with --holders %d", errHoldersDiffer, a.n, s, a.key, h.ID, max(h.Holders, 1))
 		}
