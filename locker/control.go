@@ -26,6 +26,13 @@ type Control struct {
 	// StepDown, when set, asks the term StepDown.Epoch of StepDown.Key to
 	// hand over.
 	StepDown *StepDown `json:"step_down,omitempty"`
+	// Holders is how many slots (--holders) a candidate of the key may
+	// hold at most, as far as candidates have said so: a candidate raises
+	// it to its own N after it won a slot, and one that found no slot at
+	// or above its N held lowers it again (DESIGN §1.15). It bounds the
+	// slots a candidate reads to find holders of another N; 0 means 1.
+	// It holds nobody back.
+	Holders int `json:"holders,omitempty"`
 	// Version is the backend's version of the record as it was read, an
 	// opaque token compared for equality only; empty when the key has no
 	// record. It is not part of the stored value.

@@ -174,9 +174,14 @@ func run(cfg *runConfig) error {
 	}
 	trimResidentLater()
 	if cfg.holders <= 1 {
-		code, _, err := runTerm(nil, cfg, lk, path, obs, log)
+		// Refused when holders of more slots hold the key (DESIGN §1.15).
+		agree := withAgreement(cfg, lk, log)
+		code, _, err := runTerm(nil, cfg, agree, path, obs, log)
 		if err != nil {
 			return err
+		}
+		if agree.refused != nil {
+			return usage(agree.refused)
 		}
 		return exitCode(code)
 	}

@@ -33,9 +33,23 @@ func readHolders(c *cli.Context) (int, error) {
 	return n, nil
 }
 
-// slotReadTimeout bounds the reads of one --holders agreement check, all
-// slots together; a slot not read in time is not a disagreement.
+// slotReadTimeout bounds one read of the control record, and the reads
+// of every slot that say whether a slot campaign that won nothing saw a
+// holder.
 const slotReadTimeout = 5 * time.Second
+
+// readSlot reads the holder of slot s of key with a Locker of its own,
+// built to read only.
+func readSlot(ctx context.Context, cfg *runConfig, key string, s int) (slotRecord, error) {
+	o := cfg.opts
+	o.Key = locker.SlotKey(key, s)
+	lk, err := cfg.settings.New(o, true, newQuietLogger())
+	if err != nil {
+		return slotRecord{}, err
+	}
+	defer lk.Close()
+	return slotReaderOf(ctx, lk)
+}
 
 // winSlot is the slot campaign of a run with --holders N > 1: it builds
 // one Locker per slot, refuses to campaign when a live holder of the key
@@ -66,26 +80,25 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger, held slotHol
 		}
 		lks[s] = lk
 	}
-	read := func(rctx context.Context, s int) (locker.Holder, error) {
+	read := func(rctx context.Context, s int) (slotRecord, error) {
 		if s < n {
-			return lks[s].Leader(rctx)
+			return slotReaderOf(rctx, lks[s])
 		}
-		o := cfg.opts
-		o.Key = locker.SlotKey(key, s)
-		lk, err := cfg.settings.New(o, true, newQuietLogger())
-		if err != nil {
-			return locker.Holder{}, err
-		}
-		defer lk.Close()
-		return lk.Leader(rctx)
+		return readSlot(rctx, cfg, key, s)
 	}
+	ctl, _ := locker.ControlsOf(lks[0])
+	agree := newAgreement(key, n, ctl, read, log)
 	check := func(own int) error {
-		cctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
-		defer cancel()
-		return checkHolders(cctx, key, n, own, read)
+		if own < 0 {
+			return agree.before(ctx)
+		}
+		return agree.won(ctx, own)
 	}
 	if err := check(-1); err != nil {
 		closeAll(-1)
+		if ctx.Err() != nil {
+			return nil, slotCampaignExit(ctx, cfg, ctx.Err(), func() bool { return false }, "", log)
+		}
 		return nil, usage(err)
 	}
 	race := make([]locker.Locker, n)
@@ -102,7 +115,6 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger, held slotHol
 	}
 	defer cancel()
 	log.Debug("campaigning for every slot", "holders", n)
-	ctl, _ := locker.ControlsOf(lks[0])
 	won, err := raceFree(actx, race, ctl, slotFilter{key: key, id: cfg.opts.ID, held: held}, cfg.opts.NoWait, log)
 	if err != nil {
 		seen := func() bool {
@@ -122,6 +134,9 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger, held slotHol
 	if err := check(won.Slot); err != nil {
 		releaseNow(won.Lease, log)
 		closeAll(-1)
+		if ctx.Err() != nil {
+			return nil, slotCampaignExit(ctx, cfg, ctx.Err(), func() bool { return false }, "", log)
+		}
 		return nil, usage(err)
 	}
 	closeAll(won.Slot)
@@ -311,6 +326,16 @@ func slotCampaignExit(ctx context.Context, cfg *runConfig, err error, seen func(
 		return exitCode(exitcode.Internal)
 	}
 	return usage(err)
+}
+
+// withAgreement wraps the Locker of a run of one holder in agreeing: the
+// key's other slots are read after a win when the control record says a
+// candidate of more slots has been there (DESIGN §1.15).
+func withAgreement(cfg *runConfig, lk locker.Locker, log hclog.Logger) *agreeing {
+	ctl, _ := locker.ControlsOf(lk)
+	key := cfg.opts.Key
+	read := func(ctx context.Context, s int) (slotRecord, error) { return readSlot(ctx, cfg, key, s) }
+	return &agreeing{Locker: lk, log: log, agree: newAgreement(key, 1, ctl, read, log)}
 }
 
 // slotEnv are the child's LEADER_SLOT and LEADER_HOLDERS.
