@@ -109,7 +109,7 @@ func TestHealthDaemonFailingStepsDown(t *testing.T) {
 		tag := daemonTag()
 		sick := filepath.Join(dir, "sick")
 		pidFile := filepath.Join(dir, "child.pid")
-		hc := "if [ -e " + sick + " ]; then setsid sleep " + tag + " & exit 1; fi; exit 0"
+		hc := "if [ -e " + sick + " ]; then setsid sleep " + tag + " & sleep 0.2; exit 1; fi; exit 0"
 		p := start(t, "a", nil, withCommand(localArgs(dir, newKey("hc-daemon-fail"), "--contain", string(mode),
 			"--health-cmd", hc, "--health-timeout", "2s", "--health-interval", "300ms", "--health-failures", "2"),
 			"echo $$ > "+pidFile+"; exec sleep 1000")...)
