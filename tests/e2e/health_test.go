@@ -148,3 +148,38 @@ func TestHealthDaemonNotTheJobs(t *testing.T) {
 		noneLeft(t, "after leaderrun exited", tag)
 	})
 }
+
+// TestHealthDaemonOfKilledLeaderrunSwept: a check's daemon outlives a
+// leaderrun killed together with its guard (SIGKILL, as an OOM kill of
+// the group does); it carries its check's marker, so the next leaderrun of
+// the key kills it before its child starts and says what it was.
+func TestHealthDaemonOfKilledLeaderrunSwept(t *testing.T) {
+	t.Parallel()
+	eachContainMode(t, func(t *testing.T, mode contain.Mode) {
+		dir := t.TempDir()
+		tag := daemonTag()
+		long := filepath.Join(dir, "long")
+		hc := "if [ -e " + long + " ]; then setsid sleep " + tag + " & sleep 30; fi; exit 0"
+		args := localArgs(dir, "k", "--contain", string(mode))
+		a := start(t, "A", nil, withCommand(append(args, "--health-cmd", hc, "--health-timeout", "60s", "--health-interval", "200ms"), "exec sleep 1000")...)
+		waitFor(t, 20*time.Second, "A leading", func() bool { return strings.Contains(a.Output(), "child started") })
+		if err := os.WriteFile(long, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var daemon []int
+		waitFor(t, 10*time.Second, "the check's daemon", func() bool { daemon = processesWithArg(tag); return len(daemon) > 0 })
+		killBoth(t, a)
+		time.Sleep(300 * time.Millisecond)
+		if len(processesWithArg(tag)) == 0 {
+			t.Fatalf("the check's daemon %v died with its leaderrun: nothing left to sweep", daemon)
+		}
+		b := start(t, "B", nil, withCommand(args, "exec sleep 1000")...)
+		waitFor(t, 20*time.Second, "B leading", func() bool { return strings.Contains(b.Output(), "child started") })
+		if !strings.Contains(b.Output(), "killed what a health check of this key left running") {
+			t.Errorf("B did not say it killed the check's leftover:\n%s", b.Output())
+		}
+		noneLeft(t, "once B started its child", tag)
+		b.Signal(syscall.SIGTERM)
+		b.Wait(15 * time.Second)
+	})
+}
