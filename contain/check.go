@@ -24,9 +24,11 @@ import (
 //     marker: the others are the job's, and a check's kill never reaches
 //     them;
 //   - a job adopts no orphan of leaderrun carrying the marker of one of
-//     that leaderrun's checks (a daemon a check started, re-parented to
-//     leaderrun once the check's shell exited): it is the check's, killed
-//     with it, and never counted as the job's, alive or leftover;
+//     that leaderrun's running checks, from NewCheck to Remove (in the
+//     guard's view, of any check of that leaderrun): a daemon a check
+//     started, re-parented to leaderrun once the check's shell exited, is
+//     the check's, killed with it, and never counted as the job's, alive
+//     or leftover;
 //   - what a check of a leaderrun killed together with its guard left
 //     running is found by the next leaderrun of the key by its marker, as
 //     a leftover job is (leftover.go), and killed as one.
