@@ -59,11 +59,13 @@ func TestHealthDaemonCheckPasses(t *testing.T) {
 	eachContainMode(t, func(t *testing.T, mode contain.Mode) {
 		tag := daemonTag()
 		hc := "setsid sleep " + tag + " & sleep 0.3; exit 0"
+		began := time.Now()
 		p := start(t, "a", nil, withCommand(localArgs(t.TempDir(), newKey("hc-daemon-pass"), "--contain", string(mode),
 			"--health-cmd", hc, "--health-timeout", "2s", "--health-interval", "500ms"), "exec sleep 1000")...)
 		waitFor(t, 20*time.Second, "the candidate leading after its first check", func() bool {
 			return strings.Contains(p.Output(), "child started")
 		})
+		t.Logf("leading %v after start", time.Since(began).Round(time.Millisecond))
 		most := 0
 		for range 15 {
 			most = max(most, len(processesWithArg(tag)))
@@ -91,10 +93,12 @@ func TestHealthDaemonTermDuringCheck(t *testing.T) {
 		p := start(t, "a", nil, withCommand(localArgs(t.TempDir(), newKey("hc-daemon-term"), "--contain", string(mode),
 			"--health-cmd", hc, "--health-timeout", "60s"), "exec sleep 1000")...)
 		waitFor(t, 20*time.Second, "the check's daemon", func() bool { return len(processesWithArg(tag)) > 0 })
+		began := time.Now()
 		p.Signal(syscall.SIGTERM)
 		if code := p.Wait(15 * time.Second); code != 143 {
 			t.Errorf("exit %d after SIGTERM, want 143", code)
 		}
+		t.Logf("exited %v after SIGTERM", time.Since(began).Round(time.Millisecond))
 		noneLeft(t, "after leaderrun exited", tag)
 	})
 }
@@ -117,9 +121,11 @@ func TestHealthDaemonFailingStepsDown(t *testing.T) {
 		if err := os.WriteFile(sick, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
+		began := time.Now()
 		waitFor(t, 20*time.Second, "the leader stepping down for its failing checks", func() bool {
 			return strings.Contains(p.Output(), "the health check failed 2 times in a row") && !alive(child)
 		})
+		t.Logf("stepped down %v after the checks began to fail", time.Since(began).Round(time.Millisecond))
 		p.Signal(syscall.SIGTERM)
 		if code := p.Wait(15 * time.Second); code != 143 {
 			t.Errorf("exit %d after SIGTERM, want 143", code)
