@@ -146,25 +146,43 @@ func (b *Box) Close() error {
 // creates the job's cgroup; the child must be started into it with
 // SysProcAttr.
 func (b *Box) NewJob() (*Job, error) {
+	return b.newJob(false)
+}
+
+// newJob makes a job, or with check a health check (check.go): its token,
+// and in cgroup mode its cgroup, job.TOKEN or check.TOKEN.
+func (b *Box) newJob(check bool) (*Job, error) {
 	n := b.seq.Add(1)
 	j := &Job{
 		box:       b,
-		token:     b.newToken(n),
 		cgfd:      -1,
 		leaderFD:  -1,
 		notBefore: bootTicks(),
+		check:     check,
+	}
+	kind, what := "job.", "the job's"
+	if check {
+		j.token = b.newCheckToken(n)
+		kind, what = "check.", "the health check's"
+	} else {
+		j.token = b.newToken(n)
 	}
 	if b.mode == Cgroup {
-		dir := b.parent + "/job." + j.token
+		dir := b.parent + "/" + kind + j.token
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("create the job's cgroup: %w", err)
+			return nil, fmt.Errorf("create %s cgroup: %w", what, err)
 		}
 		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			_ = syscall.Rmdir(dir)
-			return nil, fmt.Errorf("open the job's cgroup: %w", err)
+			return nil, fmt.Errorf("open %s cgroup: %w", what, err)
 		}
-		j.cgroup, j.cgfd, j.hasKill, j.leaf = dir, fd, b.hasKill, b.leafDir()
+		j.cgroup, j.cgfd, j.hasKill = dir, fd, b.hasKill
+		if !check {
+			// A check's processes are never in leaderrun's leaf on
+			// purpose: what is found there is the job's.
+			j.leaf = b.leafDir()
+		}
 	}
 	return j, nil
 }
@@ -192,6 +210,8 @@ type Job struct {
 	// adoptFrom, in the guard's view, is the supervisor: its orphans are
 	// the job's.
 	adoptFrom int
+	// check: a health check (check.go), which adopts no orphans.
+	check bool
 
 	// Group mode's memory of its scans (group.go).
 	mu    sync.Mutex
@@ -317,6 +337,9 @@ func (j *Job) Alive() bool {
 // Remove deletes the job's cgroup once it is empty, and lets go of the
 // first process's pidfd.
 func (j *Job) Remove() error {
+	if j.check {
+		liveChecks.Delete(j.token)
+	}
 	j.closeFD()
 	if j.leaderFD >= 0 {
 		_ = syscall.Close(j.leaderFD)

@@ -21,7 +21,9 @@ import (
 //
 //   - the first process itself: its pid AND its start time match;
 //   - a child of the root (leaderrun, a child subreaper; in the guard's view
-//     the supervising leaderrun) that the root did not start for itself;
+//     the supervising leaderrun) that the root did not start for itself
+//     and that carries no marker of one of the root's health checks
+//     (check.go): such an orphan is the check's, killed with it;
 //   - a process proven a member by an earlier scan of this Job (same pid,
 //     same start time): once in the job, always in the job;
 //   - a process carrying the job's marker in its environment;
@@ -39,6 +41,13 @@ import (
 // is a process of the job or leaderrun. Following parents up from any live
 // process of the job therefore reaches a live child of the root. The other
 // rules serve the guard once leaderrun is dead, when orphans go to init.
+// (A job process that puts the marker of a running health check in its
+// environment leaves the root rule until that check ends, and the check
+// kills it then.)
+//
+// A health check (check.go) is a Job of its own with no root: its first
+// process, the processes carrying its marker, their descendants and its
+// process group while anchored.
 //
 // # Gone
 //
@@ -137,7 +146,7 @@ func bootTicks() uint64 {
 func (j *Job) root() (root int, known func(int) bool) {
 	self := os.Getpid()
 	if j.box != nil {
-		if j.box.opts.AdoptOrphans {
+		if j.box.opts.AdoptOrphans && !j.check {
 			return self, j.box.opts.Known
 		}
 		return 0, j.box.opts.Known
@@ -179,6 +188,7 @@ func (j *Job) classify(procs []procInfo, marked map[int]bool) []procInfo {
 	root, known := j.root()
 	self := os.Getpid()
 	mine := func(pid int) bool { return known != nil && known(pid) }
+	checks := checkOf(root)
 	byPid := make(map[int]int, len(procs))
 	children := map[int][]int{}
 	for i, p := range procs {
@@ -215,7 +225,9 @@ func (j *Job) classify(procs []procInfo, marked map[int]bool) []procInfo {
 		switch {
 		case j.isLeader(p):
 			add(p.pid)
-		case root > 1 && p.ppid == root && !mine(p.pid):
+		case root > 1 && p.ppid == root && !mine(p.pid) && !(checks != nil && checks(p.pid)):
+			// Not an orphan of one of the root's health checks
+			// (check.go).
 			add(p.pid)
 		case seen && start == p.start:
 			add(p.pid)
@@ -326,6 +338,7 @@ func (j *Job) look(kill bool) (live []procInfo, killed map[int]bool) {
 func (j *Job) quick(marked map[int]bool, hit func(procInfo)) func(procInfo) {
 	root, known := j.root()
 	self := os.Getpid()
+	checks := checkOf(root)
 	in := map[int]bool{}
 	anchored := false
 	return func(p procInfo) {
@@ -333,10 +346,12 @@ func (j *Job) quick(marked map[int]bool, hit func(procInfo)) func(procInfo) {
 			return
 		}
 		mine := func() bool { return known != nil && known(p.pid) }
+		check := func() bool { return checks != nil && checks(p.pid) }
 		start, seen := j.seen[p.pid]
 		member := j.isLeader(p) ||
 			(seen && start == p.start) ||
-			((root > 1 && p.ppid == root || in[p.ppid]) && !mine()) ||
+			(in[p.ppid] && !mine()) ||
+			(root > 1 && p.ppid == root && !mine() && !check()) ||
 			(anchored && j.pgid > 1 && p.pgid == j.pgid) ||
 			marked[p.pid]
 		if !member {

@@ -117,6 +117,9 @@ type Leftover struct {
 	// Comm is each of them's command (/proc/PID/comm), read when it was
 	// found, before it was killed; "" where it could not be read.
 	Comm map[int]string
+	// Check: what a health check of the dead leaderrun left, found by
+	// the check's marker (check.go), not a job.
+	Check bool
 }
 
 // Processes are the leftover's processes with their commands, by pid.
@@ -238,7 +241,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 	note := func(tok string, o owner) *Leftover {
 		l := found[tok]
 		if l == nil {
-			l = &Leftover{Owner: o.pid, Token: tok, Comm: map[int]string{}}
+			l = &Leftover{Owner: o.pid, Token: tok, Comm: map[int]string{}, Check: IsCheckToken(tok)}
 			found[tok] = l
 			order = append(order, tok)
 		}
@@ -653,8 +656,14 @@ func (j *Job) Intruders() []int {
 	}
 	me := os.Getpid()
 	pids := treeProcs(j.leaf)
+	checks := checkOf(owner)
 	ours := func(pid int) bool {
 		if pid == me || pid == owner || (known != nil && known(pid)) {
+			return true
+		}
+		if checks != nil && checks(pid) {
+			// A health check's (check.go), run in the leaf where it
+			// has no cgroup of its own (group mode).
 			return true
 		}
 		// The guard's view: its own children; leaderrun's: its guard's.

@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leaderrun/leaderrun/contain"
 	"github.com/leaderrun/leaderrun/internal/logline"
 )
 
@@ -60,7 +63,7 @@ func (s *Supervisor) startHealth(ctx context.Context) *healthWatch {
 	go func() {
 		defer close(w.done)
 		for {
-			ok, out, err := runHealthCheck(ctx, w.cfg)
+			ok, out, err := runHealthCheck(ctx, w.cfg, s.box, s.log)
 			if ctx.Err() != nil {
 				return
 			}
@@ -96,7 +99,11 @@ func StartHealth(ctx context.Context, hc *HealthCheck, log hclog.Logger) *Health
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	s := &Supervisor{cfg: Config{Control: ControlConfig{Health: hc}}, log: logline.Wrap(log), clock: RealClock{}}
+	// The jobs' Box changes with each slot won (one per term): the checks,
+	// which go on across the terms, are contained in group mode (check.go).
+	// Group mode cannot fail to open.
+	box, _ := contain.Open(contain.Group, contain.Options{Known: Started, Reaped: Reaped, HoldReaps: HoldReaps})
+	s := &Supervisor{cfg: Config{Control: ControlConfig{Health: hc}}, log: logline.Wrap(log), clock: RealClock{}, box: box}
 	return &Health{w: s.startHealth(ctx)}
 }
 
@@ -119,7 +126,7 @@ func (h *Health) Ready(ctx context.Context) bool {
 }
 
 // Wait returns once the checks stopped after their context ended, the
-// last one's process group killed.
+// last one killed, all of it.
 func (h *Health) Wait() {
 	if h != nil {
 		h.w.wait()
@@ -127,7 +134,8 @@ func (h *Health) Wait() {
 }
 
 // wait returns once the checks stopped (their context ended) and the last
-// one's process group was killed: nothing of a check outlives leaderrun.
+// one was killed, all of it (runHealthCheck): nothing of a check outlives
+// leaderrun.
 func (w *healthWatch) wait() {
 	if w != nil {
 		<-w.done
@@ -158,25 +166,57 @@ func (w *healthWatch) state() healthState {
 	return st
 }
 
-// runHealthCheck runs the command once through /bin/sh -c in a process
-// group of its own, started through the one reaper (reaper.go). A check
-// still running at its timeout is killed, group and all, and fails.
-func runHealthCheck(ctx context.Context, hc HealthCheck) (ok bool, output string, err error) {
+// checkKillLimit bounds how long the end of a check waits for everything
+// of it to be gone after SIGKILL. What survives that (a process stuck in
+// the kernel) is logged and left to the running job's kill, or the next
+// leaderrun's sweep: a check never holds leaderrun back for longer.
+const checkKillLimit = 2 * time.Second
+
+// checkDrain bounds the reading of a check's output once everything of the
+// check is gone: its pipe then has no writer left, unless a process that
+// escaped the check holds it.
+const checkDrain = 100 * time.Millisecond
+
+// runHealthCheck runs the command once through /bin/sh -c, contained as a
+// job is (DESIGN §1.16): box.NewCheck gives it a cgroup of its own in
+// cgroup mode, and in group mode its own process group and marker, which
+// its descendants and its orphans re-parented to leaderrun carry. It is
+// started through the one reaper (reaper.go). The check's result is its
+// main process's exit status, or a failure once Timeout passed from its
+// start; either way everything of the check is then killed and seen gone
+// (a daemon it started, which may hold its output open, goes with it) and
+// its output is read no longer. ctx ending kills the check at once.
+func runHealthCheck(ctx context.Context, hc HealthCheck, box *contain.Box, log hclog.Logger) (ok bool, output string, err error) {
+	// PR_SET_PDEATHSIG fires when the forking thread exits: keep it for
+	// the check's life.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	job, err := box.NewCheck()
+	if err != nil {
+		return false, "", err
+	}
+	defer func() {
+		if err := job.Remove(); err != nil {
+			log.Warn("cannot remove the health check's cgroup", "error", err)
+		}
+	}()
 	r, wr, err := os.Pipe()
 	if err != nil {
 		return false, "", err
 	}
+	defer r.Close()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		r.Close()
 		wr.Close()
 		return false, "", err
 	}
 	done := make(chan syscall.WaitStatus, 1)
+	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	job.SysProcAttr(sys)
 	attr := &syscall.ProcAttr{
-		Env:   hc.Env,
+		Env:   append(slices.Clip(hc.Env), job.Env()),
 		Files: []uintptr{devnull.Fd(), wr.Fd(), wr.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+		Sys:   sys,
 	}
 	pid, err := children.startProcess(func() (int, error) {
 		return syscall.ForkExec("/bin/sh", []string{"sh", "-c", hc.Command}, attr)
@@ -184,9 +224,9 @@ func runHealthCheck(ctx context.Context, hc HealthCheck) (ok bool, output string
 	wr.Close()
 	devnull.Close()
 	if err != nil {
-		r.Close()
 		return false, "", err
 	}
+	job.Started(pid)
 	var out bytes.Buffer
 	read := make(chan struct{})
 	go func() {
@@ -205,37 +245,54 @@ func runHealthCheck(ctx context.Context, hc HealthCheck) (ok bool, output string
 	t := time.NewTimer(hc.Timeout)
 	defer t.Stop()
 	var ws syscall.WaitStatus
+	exited := false
 	select {
 	case ws = <-done:
-		// What the check left in its group in the background (a daemon
-		// that closed its output) goes with it: nothing of a check
-		// outlives it.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		exited = true
 	case <-t.C:
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-done
-		err = context.DeadlineExceeded
+		err = errTimedOut(hc.Timeout, context.DeadlineExceeded)
 	case <-ctx.Done():
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-done
 		err = ctx.Err()
 	}
-	select {
-	case <-read:
-	case <-time.After(100 * time.Millisecond):
-		// Something the check started still holds its output: it goes
-		// with the check's group.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-read
+	// Nothing of a check outlives it: what it left running (a daemon,
+	// which may hold its output open) is killed with it.
+	if !killCheck(job, done, exited) {
+		log.Warn("processes of a health check still alive after SIGKILL", "limit", checkKillLimit,
+			"processes", contain.ProcessList(job.Processes()))
 	}
-	r.Close()
+	_ = r.SetReadDeadline(time.Now().Add(checkDrain))
+	<-read
 	if err != nil {
-		return false, out.String(), errTimedOut(hc.Timeout, err)
+		return false, out.String(), err
 	}
 	if !ws.Exited() || ws.ExitStatus() != 0 {
 		return false, out.String(), exitError(ws)
 	}
 	return true, out.String(), nil
+}
+
+// killCheck kills everything of the check and waits, for at most
+// checkKillLimit, until it is gone and its first process reaped (done,
+// unless exited says it was). It reports whether it saw that.
+func killCheck(job *contain.Job, done <-chan syscall.WaitStatus, exited bool) bool {
+	end := time.Now().Add(checkKillLimit)
+	for {
+		_ = job.Kill()
+		if job.WaitGone(10 * time.Millisecond) {
+			break
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
+	if !exited {
+		select {
+		case <-done:
+		case <-time.After(time.Until(end)):
+			return false
+		}
+	}
+	return true
 }
 
 func errTimedOut(d time.Duration, err error) error {

@@ -35,6 +35,10 @@ func (s *Supervisor) logSweep(r sweepResult) {
 		if j.Cgroup != "" {
 			args = append(args, "cgroup", j.Cgroup)
 		}
+		if j.Check {
+			s.log.Warn("killed what a health check of this key left running: its leaderrun is dead", args...)
+			continue
+		}
 		s.log.Warn("killed a leftover job of this key: its leaderrun is dead", args...)
 	}
 }

@@ -1,0 +1,88 @@
+//go:build linux
+
+package supervise
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// withArg lists the live processes that have arg as one word of their
+// command line.
+func withArg(arg string) []int {
+	var out []int
+	for _, pid := range testsupport.Pids() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err == nil && contain.ProcessAlive(pid) && strings.Contains("\x00"+string(b), "\x00"+arg+"\x00") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// One check of each kind, each starting a real setsid daemon that holds
+// its output open, in each containment mode: the check ends with its shell
+// (or its timeout, or its context), its result is the shell's, and
+// nothing of it is left once it returned.
+func TestHealthCheckDaemonContained(t *testing.T) {
+	for _, mode := range []contain.Mode{contain.Cgroup, contain.Group} {
+		t.Run(string(mode), func(t *testing.T) {
+			box, err := contain.Open(mode, contain.Options{AdoptOrphans: true, Known: Started, Reaped: Reaped, HoldReaps: HoldReaps})
+			if err != nil {
+				t.Skipf("no %s containment here: %v", mode, err)
+			}
+			defer func() {
+				if err := box.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			for i, tc := range []struct {
+				name, script string
+				timeout      time.Duration
+				cancelAfter  time.Duration
+				ok           bool
+				err, out     string
+			}{
+				{name: "passes", script: "echo fine; sleep 0.2; exit 0", timeout: 5 * time.Second, ok: true, out: "fine"},
+				{name: "fails", script: "echo sick; sleep 0.2; exit 1", timeout: 5 * time.Second, err: "exited 1", out: "sick"},
+				{name: "times out", script: "sleep 30", timeout: time.Second, err: "timed out after 1s"},
+				{name: "stopped", script: "sleep 30", timeout: time.Minute, cancelAfter: 300 * time.Millisecond, err: "context canceled"},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					tag := "37." + strconv.Itoa(os.Getpid()%10000*100+i)
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					if tc.cancelAfter > 0 {
+						time.AfterFunc(tc.cancelAfter, cancel)
+					}
+					hc := HealthCheck{Command: "setsid sleep " + tag + " & " + tc.script, Timeout: tc.timeout}
+					began := time.Now()
+					ok, out, err := runHealthCheck(ctx, hc, box, hclog.NewNullLogger())
+					t.Logf("%v after %v: %v %q", ok, time.Since(began).Round(time.Millisecond), err, out)
+					if ok != tc.ok || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+						t.Errorf("got %v, %v; want %v, %q", ok, err, tc.ok, tc.err)
+					}
+					if !strings.Contains(out, tc.out) {
+						t.Errorf("output %q, want %q in it", out, tc.out)
+					}
+					if left := withArg(tag); len(left) > 0 {
+						t.Errorf("the check's daemon outlived it: %v", left)
+						for _, pid := range left {
+							_ = syscall.Kill(pid, syscall.SIGKILL)
+						}
+					}
+				})
+			}
+		})
+	}
+}
