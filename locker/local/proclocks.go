@@ -63,13 +63,18 @@ func parseFlockLine(fields []string) (lockLine, bool) {
 
 // names reports whether the lock is on the file st describes. The inode
 // must match, and the device or the pid: a stacked file system may report
-// another device than stat does.
+// another device than stat does. A lock matched by its pid alone must be a
+// process of ours or root's: another user's process may have that pid
+// (the record's holder gone, its pid recycled) and a file of the same
+// inode number in a file system of its own (DESIGN §1.13).
 func (ln lockLine) names(st *syscall.Stat_t, pid int) bool {
 	if ln.ino != st.Ino {
 		return false
 	}
-	sameDev := ln.major == unix.Major(uint64(st.Dev)) && ln.minor == unix.Minor(uint64(st.Dev))
-	return sameDev || (pid > 0 && ln.pid == pid)
+	if ln.major == unix.Major(uint64(st.Dev)) && ln.minor == unix.Minor(uint64(st.Dev)) {
+		return true
+	}
+	return pid > 0 && ln.pid == pid && trustedProcess(pid)
 }
 
 // flocked reports whether an exclusive flock is held on the open file f,
