@@ -164,3 +164,65 @@ echo $$ >"$3.tmp" && mv "$3.tmp" "$3" && exec flock -x "$1/f$i" sleep 600`
 		t.Fatalf("Leader with no holder but nobody's flock on a namesake inode: %+v, %v; want ErrNoLeader", h, err)
 	}
 }
+
+// Another user who fills the file system of the lock directory (a tmpfs
+// /run has no space kept for root) makes a candidate's attempt fail, but
+// not as a refusal: a refusal is exit 125, which the packaged unit does
+// not restart, so a moment's fill would end root's service for good. The
+// attempt after the space is freed leads.
+func TestOtherUsersFullFileSystemIsNoRefusal(t *testing.T) {
+	needRoot(t)
+	privateHost(t)
+	base := reachable(t)
+	locks := filepath.Join(base, "locks")
+	if err := os.Mkdir(locks, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", locks, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64k,nr_inodes=64,mode=0755"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(locks, unix.MNT_DETACH) })
+	pub := filepath.Join(locks, "pub")
+	opts := locker.Options{Key: "job", Prefix: "leaderrun", ID: "root", TTL: 15 * time.Second, NoWait: true}
+	l, err := New(Config{Options: opts, Dir: locks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Once with nothing of leaderrun's there yet, once with its lock file
+	// and counter there.
+	// (A failed attempt may have raised some copies of the counter: the
+	// next epoch is larger than the last, not necessarily by one.)
+	var last uint64
+	for range 2 {
+		if err := os.Mkdir(pub, 0o1777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(pub, 0o1777); err != nil {
+			t.Fatal(err)
+		}
+		// nobody takes every block, then every inode.
+		asNobody(t, "sh", "-c", `dd if=/dev/zero of="$1/fill" bs=4k 2>/dev/null; i=0; while : >"$1/i$i" 2>/dev/null; do i=$((i+1)); done`, "sh", pub)
+		lease, err := l.Acquire(ctx)
+		if err == nil {
+			_ = lease.Release(context.Background())
+			t.Fatal("Acquire on a full file system succeeded; the test filled nothing")
+		}
+		if errors.Is(err, locker.ErrRefused) {
+			t.Fatalf("Acquire on a file system another user filled: %v; want an error that is retried, not a refusal", err)
+		}
+		t.Logf("on a full file system: %v", err)
+		if err := os.RemoveAll(pub); err != nil {
+			t.Fatal(err)
+		}
+		if lease, err = l.Acquire(ctx); err != nil {
+			t.Fatalf("Acquire once the space is freed: %v", err)
+		}
+		if lease.Epoch() <= last {
+			t.Errorf("epoch %d after %d", lease.Epoch(), last)
+		}
+		last = lease.Epoch()
+		_ = lease.Release(context.Background())
+	}
+}
