@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,10 +50,12 @@ func TestLockHeldByAnotherProgram(t *testing.T) {
 				t.Fatalf("first run: exit %d\n%s", code, errOut)
 			}
 			cmd := exec.Command("flock", mode, filepath.Join(dir, "leaderrun", "k.lock"), "sleep", "600")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			// The whole group: flock's sleep holds the lock too.
+			defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }()
 			pid := strconv.Itoa(cmd.Process.Pid)
 			testsupport.WaitFor(t, 10*time.Second, "flock to take the lock", func() bool {
 				b, _ := os.ReadFile("/proc/locks")

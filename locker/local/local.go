@@ -391,7 +391,7 @@ func (l *Locker) openRoot(root, rel, field string, create bool) (*dir, error) {
 func ownDir(dir, field string) error {
 	err := os.Mkdir(dir, dirMode)
 	if err != nil && !errors.Is(err, os.ErrExist) {
-		return &locker.ConfigError{Field: field, Rule: "cannot create " + dir, Err: err}
+		return fsError(field, "cannot create "+dir, err)
 	}
 	if err := checkOwnDir(dir, field); err != nil {
 		return err

@@ -63,13 +63,18 @@ func parseFlockLine(fields []string) (lockLine, bool) {
 
 // names reports whether the lock is on the file st describes. The inode
 // must match, and the device or the pid: a stacked file system may report
-// another device than stat does.
+// another device than stat does. A lock matched by its pid alone must be a
+// process of ours or root's: another user's process may have that pid
+// (the record's holder gone, its pid recycled) and a file of the same
+// inode number in a file system of its own (DESIGN §1.13).
 func (ln lockLine) names(st *syscall.Stat_t, pid int) bool {
 	if ln.ino != st.Ino {
 		return false
 	}
-	sameDev := ln.major == unix.Major(uint64(st.Dev)) && ln.minor == unix.Minor(uint64(st.Dev))
-	return sameDev || (pid > 0 && ln.pid == pid)
+	if ln.major == unix.Major(uint64(st.Dev)) && ln.minor == unix.Minor(uint64(st.Dev)) {
+		return true
+	}
+	return pid > 0 && ln.pid == pid && trustedProcess(pid)
 }
 
 // flocked reports whether an exclusive flock is held on the open file f,
@@ -205,8 +210,13 @@ func waitReplacedHolders(ctx context.Context, f *os.File, path string) error {
 	}
 }
 
-// replacedHeld reports whether some process holds an exclusive flock on an
-// inode other than own through a descriptor named gone.
+// replacedHeld reports whether some process of ours or root's holds an
+// exclusive flock on an inode other than own through a descriptor named
+// gone. Only such a process can have had our lock file (0600 in a 0700
+// directory) open. Another user's cannot, but can name a file of its own
+// so, in a mount namespace of its own (unshare -Urm, then a tmpfs mounted
+// on the lock directory's path): counted, it would keep our new holder
+// waiting for as long as that user liked.
 func replacedHeld(own uint64, gone string) bool {
 	b, err := os.ReadFile(procLocks)
 	if err != nil {
@@ -219,6 +229,9 @@ func replacedHeld(own uint64, gone string) bool {
 			continue
 		}
 		seen[ln.pid] = true
+		if !trustedProcess(ln.pid) {
+			continue
+		}
 		fdDir := "/proc/" + strconv.Itoa(ln.pid) + "/fd"
 		fds, err := os.ReadDir(fdDir)
 		if err != nil {
@@ -245,6 +258,35 @@ func lockedIno(b []byte, ino uint64, pid int) bool {
 		if ln, ok := parseLockLine(strings.Fields(line)); ok && ln.ino == ino && ln.pid == pid {
 			return true
 		}
+	}
+	return false
+}
+
+// trustedProcess reports whether every user id of process pid (real,
+// effective, saved, file system; as our user namespace names them, from
+// its status) is ours or root's. The owner of /proc/PID is no proof: a
+// process that made itself undumpable shows root's there.
+func trustedProcess(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "Uid:")
+		if !ok {
+			continue
+		}
+		ids := strings.Fields(rest)
+		if len(ids) == 0 {
+			return false
+		}
+		for _, id := range ids {
+			n, err := strconv.ParseUint(id, 10, 32)
+			if err != nil || !trustedUID(uint32(n)) {
+				return false
+			}
+		}
+		return true
 	}
 	return false
 }

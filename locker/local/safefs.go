@@ -149,7 +149,7 @@ func (r *resolver) walk(path string) error {
 				return unsafeDirError(r.field, top.path, why)
 			}
 			if err := unix.Mkdirat(top.fd, name, dirMode); err != nil && !errors.Is(err, unix.EEXIST) {
-				return &locker.ConfigError{Field: r.field, Rule: "cannot create " + where, Err: err}
+				return fsError(r.field, "cannot create "+where, err)
 			}
 			err = unix.Fstatat(top.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 		}
@@ -218,9 +218,24 @@ type dir struct {
 	field string // the setting that chooses it
 }
 
-// refuse is a *locker.ConfigError naming d's setting.
+// refuse is a *locker.ConfigError naming d's setting, or, for a file
+// system out of space or inodes, an error retried as any failed attempt is.
 func (d *dir) refuse(rule string, err error) error {
-	return &locker.ConfigError{Field: d.field, Rule: rule, Err: err}
+	return fsError(d.field, rule, err)
+}
+
+// fsError is what a failure to make or change something in a directory of
+// setting field is: a *locker.ConfigError (exit 125, which the packaged
+// unit does not restart), unless the file system is out of space or
+// inodes or the user over quota. Another user who can fill the file system
+// (a tmpfs /run, a /var that /var/tmp shares) could otherwise end root's
+// service for good with a moment's fill; such a failure passes when the
+// space is freed, so it is retried, as a backend out of reach is.
+func fsError(field, rule string, err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return fmt.Errorf("%s: %s: %w", field, rule, err)
+	}
+	return &locker.ConfigError{Field: field, Rule: rule, Err: err}
 }
 
 // openDir opens the directory at path (absolute), checked as the

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -296,6 +297,7 @@ func TestOtherUsersFlockOfTheStateDirWedgesNothing(t *testing.T) {
 	var holders []*exec.Cmd
 	for _, d := range []string{locks, state, locks + "/leaderrun", state + "/leaderrun"} {
 		cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "flock", "-s", d, "sleep", "600")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +305,7 @@ func TestOtherUsersFlockOfTheStateDirWedgesNothing(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, c := range holders {
-			_ = c.Process.Kill()
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL) // flock's sleep too
 			_ = c.Wait()
 		}
 	})
@@ -435,10 +437,11 @@ func TestLockHeldByAnotherProgramIsNamed(t *testing.T) {
 	_ = lease.Release(context.Background())
 	path := filepath.Join(locks, "leaderrun", "job.lock")
 	cmd := exec.Command("flock", path, "sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }()
 	testsupport.WaitFor(t, 10*time.Second, "flock to take the lock", func() bool {
 		b, _ := os.ReadFile(procLocks)
 		return strings.Contains(string(b), " WRITE "+strconv.Itoa(cmd.Process.Pid)+" ")
