@@ -1,8 +1,11 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,8 +97,81 @@ func (c *candidate) waitTurn(ctx context.Context, expired <-chan error) error {
 		if err := c.waitDelete(ctx, pred, resp.Header.Revision+1, expired); err != nil {
 			return err
 		}
+		if err := c.awaitLeaseEnd(ctx, pred, c.predLease(pred, resp.Kvs[0].Lease), expired); err != nil {
+			return err
+		}
 		if c.l.onWake != nil {
 			c.l.onWake()
+		}
+	}
+}
+
+// leaseEndPace is how often a candidate whose predecessor's key vanished
+// while its lease lives asks whether that lease has ended.
+const leaseEndPace = 200 * time.Millisecond
+
+// predLease is the lease a predecessor's job depends on: the one named in
+// its key (every candidate names its key after its own lease), or, for a
+// key not named so, the lease it is attached to.
+func (c *candidate) predLease(key string, attached int64) clientv3.LeaseID {
+	if id, err := strconv.ParseInt(strings.TrimPrefix(key, c.l.dir), 16, 64); err == nil && id != 0 && strings.HasPrefix(key, c.l.dir) {
+		return clientv3.LeaseID(id)
+	}
+	return clientv3.LeaseID(attached)
+}
+
+// awaitLeaseEnd returns once the predecessor whose key was watched cannot
+// be running a job any more (DESIGN §1.14): its lease is gone (revoked by
+// its own release after its job was gone, by a withdrawing candidate, or
+// expired, which is after the holder's kill point), or its key is still
+// attached to it (the watch woke for another reason: look again). A key
+// that vanished while its lease lives was deleted by hand (or detached by
+// a put without the lease): its holder may still be running its job and
+// stops it only now, so the candidate waits, asking every leaseEndPace,
+// until the holder's release revokes the lease or the lease expires.
+// leaderrun's own release revokes the lease first (lease.Release), so a
+// clean handover costs this one TimeToLive round trip.
+func (c *candidate) awaitLeaseEnd(ctx context.Context, pred string, id clientv3.LeaseID, expired <-chan error) error {
+	if id == 0 {
+		return nil // a key without a lease was never a candidate's
+	}
+	warned := false
+	for {
+		tctx, cancel := context.WithTimeout(ctx, c.l.timeout)
+		resp, err := c.cli.TimeToLive(tctx, id, clientv3.WithAttachedKeys())
+		cancel()
+		switch {
+		case err != nil && leaseGone(err):
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && refusal(err):
+			return classify(fmt.Sprintf("etcd: read predecessor's lease %x", id), err)
+		case err != nil:
+			c.l.log.Debug("reading predecessor's lease failed; retrying", "lease", fmt.Sprintf("%x", id), "error", err)
+		case resp.TTL < 0:
+			return nil // etcd answers -1 for a lease it no longer has
+		default:
+			for _, k := range resp.Keys {
+				if bytes.Equal(k, []byte(pred)) {
+					return nil
+				}
+			}
+			if !warned {
+				warned = true
+				c.l.log.Warn("the holder's election key vanished while its lease lives (deleted or overwritten by hand?); waiting until its lease is revoked or expires, so that its job is gone",
+					"key", pred, "lease", fmt.Sprintf("%x", id), "lease_ttl", time.Duration(resp.TTL)*time.Second)
+			}
+		}
+		t := time.NewTimer(leaseEndPace)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case err := <-expired:
+			t.Stop()
+			return err
+		case <-t.C:
 		}
 	}
 }
