@@ -39,14 +39,16 @@ func stubbornScript(dir, name, other string) string {
 func handEditedHolder(t *testing.T, args []string, ttl time.Duration, edit func()) {
 	t.Helper()
 	dir := t.TempDir()
-	start := func(name, other string) *host {
-		a := append(append([]string{"--id", name}, args...), "--", "sh", "-c", stubbornScript(dir, name, other))
+	start := func(name, other string, extra ...string) *host {
+		a := append(append(append([]string{"--id", name}, args...), extra...), "--", "sh", "-c", stubbornScript(dir, name, other))
 		return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
 	}
 	a := start("a", "b")
 	aPid := a.waitStarted(t, 30*time.Second)
-	b := start("b", "a")
-	waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
+	// b's debug log says when its campaign watches a: from then on it
+	// has seen a live holder (before, it has not, and may lead at once).
+	b := start("b", "a", "--log-level", "debug")
+	waitFor(t, 10*time.Second, "b to watch a", func() bool { return strings.Contains(b.p.Output(), "waiting for predecessor") })
 	edit()
 	edited := time.Now()
 	b.waitStarted(t, 3*ttl+20*time.Second)
