@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -72,10 +71,13 @@ func (c *candidate) keepAlive(ctx context.Context, expired chan<- error) {
 }
 
 // waitTurn returns once no key under the election prefix has a lower
-// CreateRevision than ours. It watches only the immediate predecessor, so a
+// CreateRevision than ours, and the lease of the predecessor last watched
+// is gone (awaitLeaseEnd). It watches only the immediate predecessor, so a
 // release wakes one waiter, not all of them.
 func (c *candidate) waitTurn(ctx context.Context, expired <-chan error) error {
 	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1))
+	var check *leaseCheck // the lease of the predecessor whose key went
+	defer func() { check.stop() }()
 	for {
 		gctx, cancel := context.WithTimeout(ctx, c.l.timeout)
 		resp, err := c.cli.Get(gctx, c.l.dir, opts...)
@@ -87,8 +89,20 @@ func (c *candidate) waitTurn(ctx context.Context, expired <-chan error) error {
 			return classify("etcd: find predecessor", err)
 		}
 		if len(resp.Kvs) == 0 {
-			return nil
+			if check == nil {
+				return nil
+			}
+			polled, err := c.awaitLeaseEnd(ctx, check, expired)
+			check = nil
+			if err != nil || !polled {
+				return err
+			}
+			continue // it took a while: look again
 		}
+		// Another key is ahead: the one that went never led, since a
+		// key created before it still exists. Its lease does not matter.
+		check.stop()
+		check = nil
 		if c.l.opts.NoWait {
 			return c.held(ctx)
 		}
@@ -97,9 +111,7 @@ func (c *candidate) waitTurn(ctx context.Context, expired <-chan error) error {
 		if err := c.waitDelete(ctx, pred, resp.Header.Revision+1, expired); err != nil {
 			return err
 		}
-		if err := c.awaitLeaseEnd(ctx, pred, c.predLease(pred, resp.Kvs[0].Lease), expired); err != nil {
-			return err
-		}
+		check = c.checkLease(ctx, pred, c.predLease(pred, resp.Kvs[0].Lease))
 		if c.l.onWake != nil {
 			c.l.onWake()
 		}
@@ -120,57 +132,88 @@ func (c *candidate) predLease(key string, attached int64) clientv3.LeaseID {
 	return clientv3.LeaseID(attached)
 }
 
-// awaitLeaseEnd returns once the predecessor whose key was watched cannot
-// be running a job any more (DESIGN §1.14): its lease is gone (revoked by
-// its own release after its job was gone, by a withdrawing candidate, or
-// expired, which is after the holder's kill point), or its key is still
-// attached to it (the watch woke for another reason: look again). A key
-// that vanished while its lease lives was deleted by hand (or detached by
-// a put without the lease): its holder may still be running its job and
-// stops it only now, so the candidate waits, asking every leaseEndPace,
-// until the holder's release revokes the lease or the lease expires.
-// leaderrun's own release revokes the lease first (lease.Release), so a
-// clean handover costs this one TimeToLive round trip.
-func (c *candidate) awaitLeaseEnd(ctx context.Context, pred string, id clientv3.LeaseID, expired <-chan error) error {
+// leaseCheck is the first TimeToLive of a predecessor's lease, asked as
+// soon as its key went, alongside the read of who is ahead now: a clean
+// handover costs no extra round trip after the wake.
+type leaseCheck struct {
+	pred   string
+	id     clientv3.LeaseID
+	cancel context.CancelFunc
+	done   chan leaseAnswer
+}
+
+type leaseAnswer struct {
+	resp *clientv3.LeaseTimeToLiveResponse
+	err  error
+}
+
+// checkLease starts the first TimeToLive of id, the lease of pred.
+func (c *candidate) checkLease(ctx context.Context, pred string, id clientv3.LeaseID) *leaseCheck {
+	tctx, cancel := context.WithTimeout(ctx, c.l.timeout)
+	lc := &leaseCheck{pred: pred, id: id, cancel: cancel, done: make(chan leaseAnswer, 1)}
 	if id == 0 {
-		return nil // a key without a lease was never a candidate's
+		lc.done <- leaseAnswer{resp: &clientv3.LeaseTimeToLiveResponse{TTL: -1}}
+		return lc
 	}
-	warned := false
-	for {
-		tctx, cancel := context.WithTimeout(ctx, c.l.timeout)
-		resp, err := c.cli.TimeToLive(tctx, id, clientv3.WithAttachedKeys())
-		cancel()
+	go func() {
+		resp, err := c.cli.TimeToLive(tctx, id)
+		lc.done <- leaseAnswer{resp, err}
+	}()
+	return lc
+}
+
+// stop abandons the check and waits for its call to end; nil is fine.
+func (lc *leaseCheck) stop() {
+	if lc == nil {
+		return
+	}
+	lc.cancel()
+	lc.done <- <-lc.done // keep the answer for a second stop
+}
+
+// awaitLeaseEnd returns once the lease of the predecessor whose key went
+// is gone, so that the predecessor cannot be running a job any more
+// (DESIGN §1.14): revoked by its own release after its job was gone, by a
+// withdrawing candidate, or expired, which is after the holder's kill
+// point. A key that went while its lease lives was deleted by hand (or
+// written over without the lease): its holder may still be running its
+// job and stops it only now, so the candidate waits, asking every
+// leaseEndPace, until the holder's release revokes the lease or the lease
+// expires. leaderrun's own release revokes the lease first
+// (lease.Release), so a clean handover finds it gone at once. polled says
+// it had to ask again.
+func (c *candidate) awaitLeaseEnd(ctx context.Context, lc *leaseCheck, expired <-chan error) (polled bool, err error) {
+	defer lc.cancel()
+	a := <-lc.done
+	for first := true; ; first = false {
+		if !first {
+			tctx, cancel := context.WithTimeout(ctx, c.l.timeout)
+			a.resp, a.err = c.cli.TimeToLive(tctx, lc.id)
+			cancel()
+		}
 		switch {
-		case err != nil && leaseGone(err):
-			return nil
-		case err != nil && ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil && refusal(err):
-			return classify(fmt.Sprintf("etcd: read predecessor's lease %x", id), err)
-		case err != nil:
-			c.l.log.Debug("reading predecessor's lease failed; retrying", "lease", fmt.Sprintf("%x", id), "error", err)
-		case resp.TTL < 0:
-			return nil // etcd answers -1 for a lease it no longer has
-		default:
-			for _, k := range resp.Keys {
-				if bytes.Equal(k, []byte(pred)) {
-					return nil
-				}
-			}
-			if !warned {
-				warned = true
-				c.l.log.Warn("the holder's election key vanished while its lease lives (deleted or overwritten by hand?); waiting until its lease is revoked or expires, so that its job is gone",
-					"key", pred, "lease", fmt.Sprintf("%x", id), "lease_ttl", time.Duration(resp.TTL)*time.Second)
-			}
+		case a.err != nil && leaseGone(a.err):
+			return !first, nil
+		case a.err != nil && ctx.Err() != nil:
+			return !first, ctx.Err()
+		case a.err != nil && refusal(a.err):
+			return !first, classify(fmt.Sprintf("etcd: read predecessor's lease %x", lc.id), a.err)
+		case a.err != nil:
+			c.l.log.Debug("reading predecessor's lease failed; retrying", "lease", fmt.Sprintf("%x", lc.id), "error", a.err)
+		case a.resp.TTL < 0:
+			return !first, nil // etcd answers -1 for a lease it no longer has
+		case first:
+			c.l.log.Warn("the holder's election key went while its lease lives (deleted or written over by hand?); waiting until its lease is revoked or expires, so that its job is gone",
+				"key", lc.pred, "lease", fmt.Sprintf("%x", lc.id), "lease_ttl", time.Duration(a.resp.TTL)*time.Second)
 		}
 		t := time.NewTimer(leaseEndPace)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return true, ctx.Err()
 		case err := <-expired:
 			t.Stop()
-			return err
+			return true, err
 		case <-t.C:
 		}
 	}
