@@ -30,6 +30,10 @@ type candidate struct {
 	// declared is the TTL each predecessor's record declared when first
 	// read: what a hand edit of the record later says does not count.
 	declared map[string]time.Duration
+	// seen is, for each predecessor, when we last saw its znode as it
+	// was after its latest write: a leader's renewals write it (silent.go).
+	seen   map[string]time.Time
+	record []byte // our znode's data, which our renewals write again
 }
 
 // Acquire campaigns for the key and returns once this candidate leads; see
@@ -39,7 +43,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &candidate{l: l, s: s, sid: s.ID(), declared: map[string]time.Duration{}}
+	c := &candidate{l: l, s: s, sid: s.ID(), declared: map[string]time.Duration{}, seen: map[string]time.Time{}}
 	_, _, timeout, _ := s.state()
 	if timeout > l.opts.TTL {
 		// Harmless: the supervisor uses min(requested, granted) (§1.6).
@@ -99,6 +103,7 @@ func (c *candidate) enter(ctx context.Context) error {
 	}
 	prefix := fmt.Sprintf("@%016x-", c.sid)
 	record := c.l.record()
+	c.record = record
 	for attempt := 0; ; attempt++ {
 		created, err := bounded(c, ctx, func() (string, error) {
 			return c.s.conn.Create(c.l.dir+"/"+prefix, record, zk.FlagEphemeral|zk.FlagSequence, c.l.acl)
@@ -231,46 +236,67 @@ func (c *candidate) waitTurn(ctx context.Context) error {
 }
 
 // waitDelete returns when the znode of pred is gone (deleted true) or its
-// watch fired for another reason (the caller then looks again), or with an
+// watch ended for another reason (the caller then looks again), or with an
 // error when our session ended. It notes the TTL pred's record declares,
-// the first time it reads it.
+// the first time it reads it, and when it last saw pred's latest write:
+// each renewal of a leader writes its znode, which fires the data watch,
+// and the watch is set again with a read (silent.go).
 func (c *candidate) waitDelete(ctx context.Context, pred string) (deleted bool, err error) {
 	p := c.l.dir + "/" + pred
 	type watch struct {
 		data []byte
 		ch   <-chan zk.Event
 	}
-	w, err := bounded(c, ctx, func() (watch, error) {
-		data, _, ch, err := c.s.conn.GetW(p)
-		return watch{data, ch}, err
-	})
-	if errors.Is(err, zk.ErrNoNode) {
-		return true, nil
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
+	for {
+		w, err := bounded(c, ctx, func() (watch, error) {
+			data, _, ch, err := c.s.conn.GetW(p)
+			return watch{data, ch}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			return true, nil
 		}
-		if sessionGone(err) {
-			return false, fmt.Errorf("zookeeper: session %x ended: %w", c.sid, errCandidacyLost)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			if sessionGone(err) {
+				return false, fmt.Errorf("zookeeper: session %x ended: %w", c.sid, errCandidacyLost)
+			}
+			return false, classify("zookeeper: watch predecessor "+p, err)
 		}
-		return false, classify("zookeeper: watch predecessor "+p, err)
-	}
-	if _, ok := c.declared[pred]; !ok {
-		if ttl, ok := declaredTTL(w.data); ok {
-			c.declared[pred] = ttl
+		c.seen[pred] = time.Now()
+		if _, ok := c.declared[pred]; !ok {
+			if ttl, ok := declaredTTL(w.data); ok {
+				c.declared[pred] = ttl
+			}
+		}
+		ev, err := c.nextEvent(ctx, w.ch)
+		if err != nil {
+			return false, err
+		}
+		switch ev.Type {
+		case zk.EventNodeDeleted:
+			return true, nil
+		case zk.EventNodeDataChanged:
+			c.seen[pred] = time.Now() // a write, made before now
+		default:
+			return false, nil
 		}
 	}
+}
+
+// nextEvent waits for the watch on ch to fire, or for our session to end.
+func (c *candidate) nextEvent(ctx context.Context, ch <-chan zk.Event) (zk.Event, error) {
 	for {
 		expired, _, _, changed := c.s.state()
 		if expired {
-			return false, fmt.Errorf("zookeeper: session %x expired: %w", c.sid, errCandidacyLost)
+			return zk.Event{}, fmt.Errorf("zookeeper: session %x expired: %w", c.sid, errCandidacyLost)
 		}
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
-		case ev := <-w.ch:
-			return ev.Type == zk.EventNodeDeleted, nil
+			return zk.Event{}, ctx.Err()
+		case ev := <-ch:
+			return ev, nil
 		case <-changed:
 		}
 	}

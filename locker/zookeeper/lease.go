@@ -26,6 +26,7 @@ type lease struct {
 	czxid   int64
 	timeout time.Duration // per-call bound of the watch's own calls
 	acl     []zk.ACL      // for the release record, should it be missing
+	record  []byte        // our znode's data, written again by each renewal
 	log     hclog.Logger
 
 	locker.LostSignal
@@ -43,7 +44,7 @@ func newLease(c *candidate, czxid int64, acts ...activity) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	bound := c.bound()
 	s := &lease{
-		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, acl: c.l.acl, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
+		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, acl: c.l.acl, record: c.record, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
 		relay: newRelayPlan(bound),
 	}
 	s.relay.pings = c.s.pingActivities
@@ -71,8 +72,10 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 // Renew makes one round trip that only the ensemble's leader can answer,
 // and returns the session timeout the server negotiated.
 //
-// The request is a multi holding one check of our own znode. Why, read
-// from ZooKeeper 3.8's server code:
+// The request is a multi holding one setData of our own znode, writing
+// its record again: a standby watching the znode sees each renewal, and
+// counts a holder that vanishes without its release from the last one it
+// saw (silent.go). Why a write, read from ZooKeeper 3.8's server code:
 //   - A client usually talks to a follower. Pings and reads (exists, get,
 //     children) are answered by that follower from its own copy, also when
 //     it has been cut off from the quorum and the leader has expired our
@@ -80,8 +83,8 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 //   - A multi is a write: the follower forwards it to the leader
 //     (Learner.request), whose PrepRequestProcessor checks our session in
 //     the leader's own session tracker (SessionTrackerImpl.checkSession:
-//     unknown or closing means SESSIONEXPIRED) and the check op checks our
-//     znode (NONODE when deleted); the answer comes back only after a
+//     unknown or closing means SESSIONEXPIRED) and the setData op checks
+//     our znode (NONODE when deleted); the answer comes back only after a
 //     quorum committed the transaction. Success therefore proves that the
 //     leader held our session open, and our znode in place, at a moment
 //     after this request was sent.
@@ -120,7 +123,7 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 		relayed, found = s.touchNow(ctx, relayed, found)
 	}
 	_, err := call(ctx, func() ([]zk.MultiResponse, error) {
-		return s.s.conn.Multi(&zk.CheckVersionRequest{Path: s.node, Version: -1})
+		return s.s.conn.Multi(&zk.SetDataRequest{Path: s.node, Data: s.record, Version: -1})
 	})
 	s.relay.renewed(sent, time.Now(), err == nil)
 	switch {

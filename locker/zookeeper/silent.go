@@ -140,13 +140,19 @@ func (c *candidate) afterDelete(ctx context.Context, pred string) error {
 	if name == pred {
 		return nil
 	}
-	ttl, ok := c.declared[pred]
-	if !ok {
-		if ttl, err = c.l.longestSession(ctx); err != nil {
-			return err
+	// A record that declares its TTL is a leaderrun whose renewals write
+	// its znode: its last renewal was made before we last saw the znode
+	// as it wrote it. An older leaderrun's renewals write nothing: its
+	// last one was made before the znode went, which is before now.
+	from, ttl := seen, c.declared[pred]
+	if ttl > 0 {
+		if at, ok := c.seen[pred]; ok {
+			from = at
 		}
+	} else if ttl, err = c.l.longestSession(ctx); err != nil {
+		return err
 	}
-	h := silentHolder{name: pred, ttl: ttl, until: seen.Add(ttl + observe.Allowance(ttl))}
+	h := silentHolder{name: pred, ttl: ttl, until: from.Add(ttl + observe.Allowance(ttl))}
 	c.l.silent.add(h)
 	c.l.log.Warn("the holder's znode vanished without its release (deleted by hand, or its session ended); a standby leads only once it released after its job was gone, or its TTL has passed",
 		"znode", c.l.dir+"/"+pred, "ttl", ttl, "wait_until", h.until.Sub(seen).Round(time.Millisecond))

@@ -154,6 +154,30 @@ func TestHandEditZooKeeper(t *testing.T) {
 			}
 		})
 	})
+	t.Run("crashed holder without a guard", func(t *testing.T) {
+		t.Parallel()
+		// Nothing releases: the session expires, its znode goes without
+		// a release, and b waits out a's TTL counted from a's last
+		// renewal it saw, which the expiry follows closely.
+		// The job is one process, which PR_SET_PDEATHSIG kills with a.
+		dir, args := t.TempDir(), zkArgs(servers, newKey("crash"), "--no-guard")
+		start := func(name, other string) *host {
+			script := strings.Replace(stubbornScript(dir, name, other), "sleep 1000 & wait", "exec sleep 1000", 1)
+			return &host{name: name, dir: dir, p: start(t, name, nil, append(append([]string{"--id", name}, args...), "--", "sh", "-c", script)...)}
+		}
+		a := start("a", "b")
+		a.waitStarted(t, 30*time.Second)
+		b := start("b", "a")
+		waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
+		a.p.Signal(syscall.SIGKILL)
+		killed := time.Now()
+		b.waitStarted(t, 3*zkTTL+20*time.Second)
+		t.Logf("kill -9 without a guard -> standby's child started: %v", b.stamp(t, "start").Sub(killed).Round(time.Millisecond))
+		b.noOverlap(t)
+		if ea, eb := a.epoch(t), b.epoch(t); eb <= ea {
+			t.Errorf("epoch after the crash %d, want > %d", eb, ea)
+		}
+	})
 	t.Run("value edited", func(t *testing.T) {
 		t.Parallel()
 		key := newKey("hand-set")
