@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leaderrun/leaderrun/tests/testcluster"
@@ -118,7 +119,7 @@ func TestHandEditZooKeeper(t *testing.T) {
 	servers := z.Addrs()
 	c := zkConn(t, servers)
 	// holderNode is the znode of key's holder: the lowest sequence.
-	holderNode := func(t *testing.T, key string) string {
+	holderNodeOn := func(t *testing.T, c *zk.Conn, key string) string {
 		dir := "/leaderrun/" + key
 		names, _, err := c.Children(dir)
 		if err != nil {
@@ -136,6 +137,7 @@ func TestHandEditZooKeeper(t *testing.T) {
 		sort.Slice(cands, func(i, j int) bool { return cands[i][len(cands[i])-10:] < cands[j][len(cands[j])-10:] })
 		return dir + "/" + cands[0]
 	}
+	holderNode := func(t *testing.T, key string) string { return holderNodeOn(t, c, key) }
 	t.Run("znode deleted", func(t *testing.T) {
 		t.Parallel()
 		key := newKey("hand-del")
@@ -176,6 +178,25 @@ func TestHandEditZooKeeper(t *testing.T) {
 		b.noOverlap(t)
 		if ea, eb := a.epoch(t), b.epoch(t); eb <= ea {
 			t.Errorf("epoch after the crash %d, want > %d", eb, ea)
+		}
+	})
+	t.Run("the guard names the znode it releases, with --zk-auth", func(t *testing.T) {
+		t.Parallel()
+		// The znodes are alice's only: the guard authenticates as
+		// leaderrun did before it writes the release record.
+		key := newKey("guard-auth")
+		alice := zkConn(t, servers)
+		if err := alice.AddAuth("digest", []byte("alice:secret")); err != nil {
+			t.Fatal(err)
+		}
+		a, b := pair(t, zkArgs(servers, key, "--zk-auth", "alice:secret"))
+		node := holderNodeOn(t, alice, key)
+		a.p.Signal(syscall.SIGKILL)
+		b.waitStarted(t, 3*zkTTL+20*time.Second)
+		b.noOverlap(t)
+		data, _, err := alice.Get("/leaderrun/" + key + "/~released")
+		if err != nil || "/leaderrun/"+key+"/"+string(data) != node {
+			t.Fatalf("release record %q (%v), want the name of %s", data, err, node)
 		}
 	})
 	t.Run("value edited", func(t *testing.T) {
