@@ -103,7 +103,8 @@ func parseHandle(handle, dir string) (clientv3.LeaseID, error) {
 // is what a waiting candidate takes for our release: it wakes on the
 // deletion and leads only once our lease is gone (candidate.awaitLeaseEnd),
 // so that a key deleted by hand, whose lease lives on, cannot pass for a
-// release (DESIGN §1.14). The caller releases only after the job is gone.
+// release (DESIGN §1.7, "Hand edits"). The caller releases only after the job
+// is gone.
 func (s *lease) Release(ctx context.Context) error {
 	s.k.close()
 	s.stopWatch()

@@ -173,9 +173,9 @@ func (lc *leaseCheck) stop() {
 
 // awaitLeaseEnd returns once the lease of the predecessor whose key went
 // is gone, so that the predecessor cannot be running a job any more
-// (DESIGN §1.14): revoked by its own release after its job was gone, by a
-// withdrawing candidate, or expired, which is after the holder's kill
-// point. A key that went while its lease lives was deleted by hand (or
+// (DESIGN §1.7, "Hand edits"): revoked by its own release after its job
+// was gone, by a withdrawing candidate, or expired, which is after the
+// holder's kill point. A key that went while its lease lives was deleted by hand (or
 // written over without the lease): its holder may still be running its
 // job and stops it only now, so the candidate waits, asking every
 // leaseEndPace, until the holder's release revokes the lease or the lease

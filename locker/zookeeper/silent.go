@@ -16,28 +16,34 @@ import (
 	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
 )
 
-// Releases, and holders gone silent (DESIGN §1.14).
+// Releases, and holders gone silent (DESIGN §1.7,
+// "Hand edits on etcd and ZooKeeper").
 //
 // A candidate's znode goes away when its holder releases it, when its
 // session ends (closed by the guard's release or a withdrawing candidate,
-// or expired by the ensemble), and when someone deletes it by hand. Only
-// the last leaves the session, and so perhaps the job, alive: the holder
+// or expired by the ensemble), and when someone deletes it by hand. A hand
+// delete leaves the session, and so perhaps the job, alive: the holder
 // sees its znode gone and stops its job, which may take its whole kill
 // grace, and releases after that. ZooKeeper cannot be asked whether a
 // session lives, so a release says so itself: it deletes the znode and
 // writes the znode's name into the key's release record (releasedName),
-// in one multi. A standby whose predecessor's znode vanished reads that
-// record: naming the predecessor, it was a release after the job was gone.
-// Otherwise the predecessor went silent: the standby leads only once the
-// record names it after all (its holder's release came later), or once the
-// TTL the predecessor declared in its znode, plus observe.Allowance, has
-// passed on the standby's clock since it saw the znode gone. That bound
-// holds whatever removed the znode: the holder's last successful renewal
-// was sent before, so its kill point is earlier.
+// in one multi; the guard writes the name before it closes the session.
+// A standby whose predecessor's znode vanished reads that record: naming
+// the predecessor, it was a release after the job was gone. Otherwise the
+// predecessor went silent: the standby leads only once the record names it
+// after all (its holder's release came later), or once the TTL the
+// predecessor declared in its znode, plus observe.Allowance, has passed on
+// the standby's clock since it last saw the predecessor's latest write.
+// Each renewal writes the holder's znode (Renew), and the standby keeps a
+// data watch on it (candidate.waitDelete), so every successful renewal was
+// sent before the standby saw it: the holder's kill point is earlier. That
+// holds whatever removed the znode, and after a crash or a partition the
+// standby leads about when the session's expiry deletes the znode.
 //
-// A predecessor of an older leaderrun writes no release record and
-// declares no TTL: a standby then waits the longest session the ensemble
-// grants (maxSessionTimeout), which no holder's TTL can exceed.
+// A predecessor of an older leaderrun writes no release record, declares
+// no TTL and renews without a write: a standby then waits the longest
+// session the ensemble grants (maxSessionTimeout), which no holder's TTL
+// can exceed, from when it saw the znode go.
 
 // releasedName is the key's release record, a persistent child of its
 // directory whose data is the name of the last znode released.
