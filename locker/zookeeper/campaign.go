@@ -33,7 +33,8 @@ type candidate struct {
 	// seen is, for each predecessor, when we last saw its znode as it
 	// was after its latest write: a leader's renewals write it (silent.go).
 	seen   map[string]time.Time
-	record []byte // our znode's data, which our renewals write again
+	wrote  map[string]bool // we saw the predecessor write: it led
+	record []byte          // our znode's data, which our renewals write again
 }
 
 // Acquire campaigns for the key and returns once this candidate leads; see
@@ -43,7 +44,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &candidate{l: l, s: s, sid: s.ID(), declared: map[string]time.Duration{}, seen: map[string]time.Time{}}
+	c := &candidate{l: l, s: s, sid: s.ID(), declared: map[string]time.Duration{}, seen: map[string]time.Time{}, wrote: map[string]bool{}}
 	_, _, timeout, _ := s.state()
 	if timeout > l.opts.TTL {
 		// Harmless: the supervisor uses min(requested, granted) (§1.6).
@@ -194,13 +195,13 @@ func (c *candidate) waitTurn(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		pred, found := "", false
-		for _, n := range names {
+		pred, found, at := "", false, 0
+		for i, n := range names {
 			if n == c.name {
 				found = true
 				break
 			}
-			pred = n
+			pred, at = n, i
 		}
 		if !found {
 			return fmt.Errorf("zookeeper: candidate znode %s is gone: %w", c.node, errCandidacyLost)
@@ -225,7 +226,7 @@ func (c *candidate) waitTurn(ctx context.Context) error {
 			return err
 		}
 		if deleted {
-			if err := c.afterDelete(ctx, pred); err != nil {
+			if err := c.afterDelete(ctx, pred, names[:at]); err != nil {
 				return err
 			}
 		}
@@ -279,6 +280,7 @@ func (c *candidate) waitDelete(ctx context.Context, pred string) (deleted bool, 
 			return true, nil
 		case zk.EventNodeDataChanged:
 			c.seen[pred] = time.Now() // a write, made before now
+			c.wrote[pred] = true
 		default:
 			return false, nil
 		}

@@ -132,8 +132,9 @@ func (c *candidate) released(ctx context.Context) (string, error) {
 }
 
 // afterDelete is called once the znode of pred, the predecessor watched,
-// is gone: released, or gone silent (see above).
-func (c *candidate) afterDelete(ctx context.Context, pred string) error {
+// is gone: released, or gone silent (see above). ahead are the candidates
+// that were ahead of pred when we began to watch it.
+func (c *candidate) afterDelete(ctx context.Context, pred string, ahead []string) error {
 	seen := time.Now()
 	name, err := c.released(ctx)
 	if err != nil {
@@ -162,6 +163,33 @@ func (c *candidate) afterDelete(ctx context.Context, pred string) error {
 	c.l.silent.add(h)
 	c.l.log.Warn("the holder's znode vanished without its release (deleted by hand, or its session ended); a standby leads only once it released after its job was gone, or its TTL has passed",
 		"znode", c.l.dir+"/"+pred, "ttl", ttl, "wait_until", h.until.Sub(seen).Round(time.Millisecond))
+	if c.wrote[pred] || len(ahead) == 0 {
+		// It led, so it had waited out everyone ahead of it itself.
+		return nil
+	}
+	// It never led: the candidates ahead of it, whom we never watched,
+	// may have gone silent too (a whole key deleted by hand). Those gone
+	// now count as silent from now, for the longest session: we never
+	// saw what they declared or wrote.
+	names, err := c.children(ctx)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	present := map[string]bool{}
+	for _, n := range names {
+		present[n] = true
+	}
+	longest, err := c.l.longestSession(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range ahead {
+		if !present[a] && a != name {
+			c.l.silent.add(silentHolder{name: a, ttl: longest, until: seen.Add(longest + observe.Allowance(longest))})
+			c.l.log.Warn("a candidate ahead of the one watched vanished too, without its release; waiting out the ensemble's longest session",
+				"znode", c.l.dir+"/"+a, "ttl", longest)
+		}
+	}
 	return nil
 }
 

@@ -156,6 +156,32 @@ func TestHandEditZooKeeper(t *testing.T) {
 			}
 		})
 	})
+	t.Run("whole key deleted, three candidates", func(t *testing.T) {
+		t.Parallel()
+		// c watches w, which watches a: c never watched a, and must not
+		// take w's vanishing (w never led) for a's.
+		key, dir := newKey("hand-three"), t.TempDir()
+		args := zkArgs(servers, key)
+		start := func(name string, extra ...string) *host {
+			a := append(append(append([]string{"--id", name}, args...), extra...), "--", "sh", "-c", stubbornScript(dir, name, "a"))
+			return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
+		}
+		a := start("a")
+		aPid := a.waitStarted(t, 30*time.Second)
+		w := start("w", "--log-level", "debug")
+		waitFor(t, 10*time.Second, "w to watch a", func() bool { return strings.Contains(w.p.Output(), "waiting for predecessor") })
+		c3 := start("c", "--log-level", "debug")
+		waitFor(t, 10*time.Second, "c to watch w", func() bool { return strings.Contains(c3.p.Output(), "waiting for predecessor") })
+		if err := zkDeleteTree(c, "/leaderrun/"+key); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 3*zkTTL+30*time.Second, "w's or c's child to start", func() bool { return w.started() || c3.started() })
+		w.noOverlap(t)
+		c3.noOverlap(t)
+		if alive(aPid) {
+			t.Fatalf("a's child (pid %d) alive after another child started", aPid)
+		}
+	})
 	t.Run("crashed holder without a guard", func(t *testing.T) {
 		t.Parallel()
 		// Nothing releases: the session expires, its znode goes without
