@@ -145,6 +145,7 @@ func (c *candidate) afterDelete(ctx context.Context, pred string, ahead []string
 		c.l.log.Debug("reading the release record failed", "error", err)
 	}
 	if name == pred {
+		c.l.silent.pending(seen, name) // it may have been counted silent before
 		return nil
 	}
 	// A record that declares its TTL is a leaderrun whose renewals write
@@ -168,26 +169,18 @@ func (c *candidate) afterDelete(ctx context.Context, pred string, ahead []string
 		return nil
 	}
 	// It never led: the candidates ahead of it, whom we never watched,
-	// may have gone silent too (a whole key deleted by hand). Those gone
-	// now count as silent from now, for the longest session: we never
-	// saw what they declared or wrote.
-	names, err := c.children(ctx)
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
-	}
-	present := map[string]bool{}
-	for _, n := range names {
-		present[n] = true
-	}
+	// may be going silent too (a whole key deleted by hand, one znode
+	// after the other), and our own candidacy may end before we see them
+	// go. Each counts as silent from now, for the longest session (we
+	// never saw what it declared or wrote), until a release names it.
 	longest, err := c.l.longestSession(ctx)
 	if err != nil {
 		return err
 	}
 	for _, a := range ahead {
-		if !present[a] && a != name {
+		if a != name {
 			c.l.silent.add(silentHolder{name: a, ttl: longest, until: seen.Add(longest + observe.Allowance(longest))})
-			c.l.log.Warn("a candidate ahead of the one watched vanished too, without its release; waiting out the ensemble's longest session",
-				"znode", c.l.dir+"/"+a, "ttl", longest)
+			c.l.log.Debug("a candidate ahead counts as silent until its release", "znode", c.l.dir+"/"+a, "ttl", longest)
 		}
 	}
 	return nil

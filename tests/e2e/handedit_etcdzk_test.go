@@ -66,6 +66,35 @@ func handEditedHolder(t *testing.T, args []string, ttl time.Duration, edit func(
 	}
 }
 
+// threeCandidates: a leads with a stubborn job, w watches a, c watches w,
+// and edit deletes the whole key by hand. c never watched a, and must not
+// take w's vanishing (w never led) for a's: neither w's nor c's job may
+// start while a's lives.
+func threeCandidates(t *testing.T, args []string, ttl time.Duration, edit func()) {
+	t.Helper()
+	dir := t.TempDir()
+	start := func(name string, extra ...string) *host {
+		a := append(append(append([]string{"--id", name}, args...), extra...), "--", "sh", "-c", stubbornScript(dir, name, "a"))
+		return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
+	}
+	a := start("a")
+	aPid := a.waitStarted(t, 30*time.Second)
+	w := start("w", "--log-level", "debug")
+	waitFor(t, 10*time.Second, "w to watch a", func() bool { return strings.Contains(w.p.Output(), "waiting for predecessor") })
+	c := start("c", "--log-level", "debug")
+	waitFor(t, 10*time.Second, "c to watch w", func() bool { return strings.Contains(c.p.Output(), "waiting for predecessor") })
+	// Long enough that w's own TTL, counted from when c first saw w, is
+	// over: only what c knows of a can hold c back.
+	time.Sleep(ttl + time.Second)
+	edit()
+	waitFor(t, 3*ttl+30*time.Second, "w's or c's child to start", func() bool { return w.started() || c.started() })
+	w.noOverlap(t)
+	c.noOverlap(t)
+	if alive(aPid) {
+		t.Fatalf("a's child (pid %d) alive after another child started", aPid)
+	}
+}
+
 func TestHandEditEtcd(t *testing.T) {
 	c := testcluster.StartEtcd(t, 1)
 	eps := c.Endpoints()
@@ -97,6 +126,15 @@ func TestHandEditEtcd(t *testing.T) {
 		t.Parallel()
 		key := newKey("hand-prefix")
 		handEditedHolder(t, etcdArgs(eps, key), etcdTTL, func() {
+			if _, err := cli.Delete(ctx(), "/leaderrun/"+key+"/", clientv3.WithPrefix()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("whole prefix deleted, three candidates", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("hand-three")
+		threeCandidates(t, etcdArgs(eps, key), etcdTTL, func() {
 			if _, err := cli.Delete(ctx(), "/leaderrun/"+key+"/", clientv3.WithPrefix()); err != nil {
 				t.Fatal(err)
 			}
@@ -158,29 +196,12 @@ func TestHandEditZooKeeper(t *testing.T) {
 	})
 	t.Run("whole key deleted, three candidates", func(t *testing.T) {
 		t.Parallel()
-		// c watches w, which watches a: c never watched a, and must not
-		// take w's vanishing (w never led) for a's.
-		key, dir := newKey("hand-three"), t.TempDir()
-		args := zkArgs(servers, key)
-		start := func(name string, extra ...string) *host {
-			a := append(append(append([]string{"--id", name}, args...), extra...), "--", "sh", "-c", stubbornScript(dir, name, "a"))
-			return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
-		}
-		a := start("a")
-		aPid := a.waitStarted(t, 30*time.Second)
-		w := start("w", "--log-level", "debug")
-		waitFor(t, 10*time.Second, "w to watch a", func() bool { return strings.Contains(w.p.Output(), "waiting for predecessor") })
-		c3 := start("c", "--log-level", "debug")
-		waitFor(t, 10*time.Second, "c to watch w", func() bool { return strings.Contains(c3.p.Output(), "waiting for predecessor") })
-		if err := zkDeleteTree(c, "/leaderrun/"+key); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 3*zkTTL+30*time.Second, "w's or c's child to start", func() bool { return w.started() || c3.started() })
-		w.noOverlap(t)
-		c3.noOverlap(t)
-		if alive(aPid) {
-			t.Fatalf("a's child (pid %d) alive after another child started", aPid)
-		}
+		key := newKey("hand-three")
+		threeCandidates(t, zkArgs(servers, key), zkTTL, func() {
+			if err := zkDeleteTree(c, "/leaderrun/"+key); err != nil {
+				t.Fatal(err)
+			}
+		})
 	})
 	t.Run("crashed holder without a guard", func(t *testing.T) {
 		t.Parallel()
