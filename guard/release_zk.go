@@ -9,10 +9,12 @@ import (
 
 func init() { releasers["zookeeper"] = releaseZooKeeper }
 
-// releaseZooKeeper closes the leader's session: the server deletes its
-// ephemeral znode, and the next candidate's watch fires at once.
+// releaseZooKeeper names the leader's znode in the key's release record
+// and closes its session: the server deletes the ephemeral znode, and the
+// next candidate's watch fires at once and finds the release named, so it
+// leads at once rather than waiting out the TTL of a holder gone silent.
 func releaseZooKeeper(ctx context.Context, hello BackendHello, handle string) error {
-	id, passwd, _, err := zkwire.ParseHandle(handle)
+	id, passwd, node, err := zkwire.ParseHandle(handle)
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w", err)
 	}
@@ -24,5 +26,5 @@ func releaseZooKeeper(ctx context.Context, hello BackendHello, handle string) er
 	if err != nil {
 		return fmt.Errorf("zookeeper: servers: %w", err)
 	}
-	return zkwire.CloseSessionAny(ctx, servers, id, passwd, h.SessionTimeout, zkwire.DefaultTimeout)
+	return zkwire.ReleaseSessionAny(ctx, servers, id, passwd, h.Auth, node, h.SessionTimeout, zkwire.DefaultTimeout)
 }

@@ -96,8 +96,15 @@ func parseHandle(handle, dir string) (clientv3.LeaseID, error) {
 	return clientv3.LeaseID(id), nil
 }
 
-// Release deletes our election key and revokes our lease, bounded by ctx.
-// It stops the watch first, so our own delete is not reported as a loss.
+// Release revokes our lease, which deletes our election key in the same
+// revision, then deletes the key if it survived (written over without our
+// lease by hand), bounded by ctx. It stops the watch first, so our own
+// delete is not reported as a loss. The revocation comes first because it
+// is what a waiting candidate takes for our release: it wakes on the
+// deletion and leads only once our lease is gone (candidate.awaitLeaseEnd),
+// so that a key deleted by hand, whose lease lives on, cannot pass for a
+// release (DESIGN §1.7, "Hand edits"). The caller releases only after the job
+// is gone.
 func (s *lease) Release(ctx context.Context) error {
 	s.k.close()
 	s.stopWatch()
@@ -106,16 +113,16 @@ func (s *lease) Release(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	var errs []error
-	// Delete only the key we created: the successor wakes on this delete.
+	if _, err := s.cli.Revoke(ctx, s.id); err != nil && !leaseGone(err) {
+		errs = append(errs, classify(fmt.Sprintf("etcd: revoke lease %x", s.id), err))
+	}
+	// Delete only the key we created, and only if the revocation did not.
 	_, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", s.rev)).
 		Then(clientv3.OpDelete(s.key)).
 		Commit()
 	if err != nil {
 		errs = append(errs, classify("etcd: delete election key "+s.key, err))
-	}
-	if _, err := s.cli.Revoke(ctx, s.id); err != nil && !leaseGone(err) {
-		errs = append(errs, classify(fmt.Sprintf("etcd: revoke lease %x", s.id), err))
 	}
 	return errors.Join(errs...)
 }

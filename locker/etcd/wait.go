@@ -3,6 +3,8 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,10 +71,13 @@ func (c *candidate) keepAlive(ctx context.Context, expired chan<- error) {
 }
 
 // waitTurn returns once no key under the election prefix has a lower
-// CreateRevision than ours. It watches only the immediate predecessor, so a
+// CreateRevision than ours, and the lease of the predecessor last watched
+// is gone (awaitLeaseEnd). It watches only the immediate predecessor, so a
 // release wakes one waiter, not all of them.
 func (c *candidate) waitTurn(ctx context.Context, expired <-chan error) error {
 	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1))
+	var check *leaseCheck // the lease of the predecessor whose key went
+	defer func() { check.stop() }()
 	for {
 		gctx, cancel := context.WithTimeout(ctx, c.l.timeout)
 		resp, err := c.cli.Get(gctx, c.l.dir, opts...)
@@ -84,8 +89,20 @@ func (c *candidate) waitTurn(ctx context.Context, expired <-chan error) error {
 			return classify("etcd: find predecessor", err)
 		}
 		if len(resp.Kvs) == 0 {
-			return nil
+			if check == nil {
+				return nil
+			}
+			polled, err := c.awaitLeaseEnd(ctx, check, expired)
+			check = nil
+			if err != nil || !polled {
+				return err
+			}
+			continue // it took a while: look again
 		}
+		// Another key is ahead: the one that went never led, since a
+		// key created before it still exists. Its lease does not matter.
+		check.stop()
+		check = nil
 		if c.l.opts.NoWait {
 			return c.held(ctx)
 		}
@@ -94,8 +111,110 @@ func (c *candidate) waitTurn(ctx context.Context, expired <-chan error) error {
 		if err := c.waitDelete(ctx, pred, resp.Header.Revision+1, expired); err != nil {
 			return err
 		}
+		check = c.checkLease(ctx, pred, c.predLease(pred, resp.Kvs[0].Lease))
 		if c.l.onWake != nil {
 			c.l.onWake()
+		}
+	}
+}
+
+// leaseEndPace is how often a candidate whose predecessor's key vanished
+// while its lease lives asks whether that lease has ended.
+const leaseEndPace = 200 * time.Millisecond
+
+// predLease is the lease a predecessor's job depends on: the one named in
+// its key (every candidate names its key after its own lease), or, for a
+// key not named so, the lease it is attached to.
+func (c *candidate) predLease(key string, attached int64) clientv3.LeaseID {
+	if id, err := strconv.ParseInt(strings.TrimPrefix(key, c.l.dir), 16, 64); err == nil && id != 0 && strings.HasPrefix(key, c.l.dir) {
+		return clientv3.LeaseID(id)
+	}
+	return clientv3.LeaseID(attached)
+}
+
+// leaseCheck is the first TimeToLive of a predecessor's lease, asked as
+// soon as its key went, alongside the read of who is ahead now: a clean
+// handover costs no extra round trip after the wake.
+type leaseCheck struct {
+	pred   string
+	id     clientv3.LeaseID
+	cancel context.CancelFunc
+	done   chan leaseAnswer
+}
+
+type leaseAnswer struct {
+	resp *clientv3.LeaseTimeToLiveResponse
+	err  error
+}
+
+// checkLease starts the first TimeToLive of id, the lease of pred.
+func (c *candidate) checkLease(ctx context.Context, pred string, id clientv3.LeaseID) *leaseCheck {
+	tctx, cancel := context.WithTimeout(ctx, c.l.timeout)
+	lc := &leaseCheck{pred: pred, id: id, cancel: cancel, done: make(chan leaseAnswer, 1)}
+	if id == 0 {
+		lc.done <- leaseAnswer{resp: &clientv3.LeaseTimeToLiveResponse{TTL: -1}}
+		return lc
+	}
+	go func() {
+		resp, err := c.cli.TimeToLive(tctx, id)
+		lc.done <- leaseAnswer{resp, err}
+	}()
+	return lc
+}
+
+// stop abandons the check and waits for its call to end; nil is fine.
+func (lc *leaseCheck) stop() {
+	if lc == nil {
+		return
+	}
+	lc.cancel()
+	lc.done <- <-lc.done // keep the answer for a second stop
+}
+
+// awaitLeaseEnd returns once the lease of the predecessor whose key went
+// is gone, so that the predecessor cannot be running a job any more
+// (DESIGN §1.7, "Hand edits"): revoked by its own release after its job
+// was gone, by a withdrawing candidate, or expired, which is after the
+// holder's kill point. A key that went while its lease lives was deleted by hand (or
+// written over without the lease): its holder may still be running its
+// job and stops it only now, so the candidate waits, asking every
+// leaseEndPace, until the holder's release revokes the lease or the lease
+// expires. leaderrun's own release revokes the lease first
+// (lease.Release), so a clean handover finds it gone at once. polled says
+// it had to ask again.
+func (c *candidate) awaitLeaseEnd(ctx context.Context, lc *leaseCheck, expired <-chan error) (polled bool, err error) {
+	defer lc.cancel()
+	a := <-lc.done
+	for first := true; ; first = false {
+		if !first {
+			tctx, cancel := context.WithTimeout(ctx, c.l.timeout)
+			a.resp, a.err = c.cli.TimeToLive(tctx, lc.id)
+			cancel()
+		}
+		switch {
+		case a.err != nil && leaseGone(a.err):
+			return !first, nil
+		case a.err != nil && ctx.Err() != nil:
+			return !first, ctx.Err()
+		case a.err != nil && refusal(a.err):
+			return !first, classify(fmt.Sprintf("etcd: read predecessor's lease %x", lc.id), a.err)
+		case a.err != nil:
+			c.l.log.Debug("reading predecessor's lease failed; retrying", "lease", fmt.Sprintf("%x", lc.id), "error", a.err)
+		case a.resp.TTL < 0:
+			return !first, nil // etcd answers -1 for a lease it no longer has
+		case first:
+			c.l.log.Warn("the holder's election key went while its lease lives (deleted or written over by hand?); waiting until its lease is revoked or expires, so that its job is gone",
+				"key", lc.pred, "lease", fmt.Sprintf("%x", lc.id), "lease_ttl", time.Duration(a.resp.TTL)*time.Second)
+		}
+		t := time.NewTimer(leaseEndPace)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return true, ctx.Err()
+		case err := <-expired:
+			t.Stop()
+			return true, err
+		case <-t.C:
 		}
 	}
 }

@@ -27,6 +27,14 @@ type candidate struct {
 	sid  int64
 	name string // our znode's name under l.dir
 	node string // l.dir + "/" + name
+	// declared is the TTL each predecessor's record declared when first
+	// read: what a hand edit of the record later says does not count.
+	declared map[string]time.Duration
+	// seen is, for each predecessor, when we last saw its znode as it
+	// was after its latest write: a leader's renewals write it (silent.go).
+	seen   map[string]time.Time
+	wrote  map[string]bool // we saw the predecessor write: it led
+	record []byte          // our znode's data, which our renewals write again
 }
 
 // Acquire campaigns for the key and returns once this candidate leads; see
@@ -36,7 +44,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &candidate{l: l, s: s, sid: s.ID()}
+	c := &candidate{l: l, s: s, sid: s.ID(), declared: map[string]time.Duration{}, seen: map[string]time.Time{}, wrote: map[string]bool{}}
 	_, _, timeout, _ := s.state()
 	if timeout > l.opts.TTL {
 		// Harmless: the supervisor uses min(requested, granted) (§1.6).
@@ -84,8 +92,19 @@ func (c *candidate) enter(ctx context.Context) error {
 	if err := c.l.ensurePath(ctx, c.s, c.l.dir); err != nil {
 		return err
 	}
+	// The release record, so that a release that cannot create it (the
+	// guard's, which does not know the ACL) can still write it.
+	if _, err := bounded(c, ctx, func() (string, error) {
+		return c.s.conn.Create(c.l.dir+"/"+releasedName, nil, 0, c.l.acl)
+	}); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return classify("zookeeper: create "+c.l.dir+"/"+releasedName, err)
+	}
 	prefix := fmt.Sprintf("@%016x-", c.sid)
-	record := locker.NewHolder(c.l.opts).Record()
+	record := c.l.record()
+	c.record = record
 	for attempt := 0; ; attempt++ {
 		created, err := bounded(c, ctx, func() (string, error) {
 			return c.s.conn.Create(c.l.dir+"/"+prefix, record, zk.FlagEphemeral|zk.FlagSequence, c.l.acl)
@@ -176,26 +195,40 @@ func (c *candidate) waitTurn(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		pred, found := "", false
-		for _, n := range names {
+		pred, found, at := "", false, 0
+		for i, n := range names {
 			if n == c.name {
 				found = true
 				break
 			}
-			pred = n
+			pred, at = n, i
 		}
 		if !found {
 			return fmt.Errorf("zookeeper: candidate znode %s is gone: %w", c.node, errCandidacyLost)
 		}
 		if pred == "" {
-			return nil
+			// First in line: unless a predecessor seen before went
+			// silent and may still run its job (silent.go).
+			if _, waiting := c.l.silent.pending(time.Now(), ""); !waiting {
+				return nil
+			}
+			if err := c.awaitSilent(ctx); err != nil {
+				return err
+			}
+			continue
 		}
 		if c.l.opts.NoWait {
 			return c.held(ctx, names[0])
 		}
 		c.l.log.Debug("waiting for predecessor", "znode", c.node, "predecessor", pred)
-		if err := c.waitDelete(ctx, c.l.dir+"/"+pred); err != nil {
+		deleted, err := c.waitDelete(ctx, pred)
+		if err != nil {
 			return err
+		}
+		if deleted {
+			if err := c.afterDelete(ctx, pred, names[:at]); err != nil {
+				return err
+			}
 		}
 		if c.l.onWake != nil {
 			c.l.onWake()
@@ -203,40 +236,69 @@ func (c *candidate) waitTurn(ctx context.Context) error {
 	}
 }
 
-// waitDelete returns when the znode at p is gone or its watch fired for
-// another reason (the caller then looks again), or with an error when our
-// session ended.
-func (c *candidate) waitDelete(ctx context.Context, p string) error {
+// waitDelete returns when the znode of pred is gone (deleted true) or its
+// watch ended for another reason (the caller then looks again), or with an
+// error when our session ended. It notes the TTL pred's record declares,
+// the first time it reads it, and when it last saw pred's latest write:
+// each renewal of a leader writes its znode, which fires the data watch,
+// and the watch is set again with a read (silent.go).
+func (c *candidate) waitDelete(ctx context.Context, pred string) (deleted bool, err error) {
+	p := c.l.dir + "/" + pred
 	type watch struct {
-		ok bool
-		ch <-chan zk.Event
+		data []byte
+		ch   <-chan zk.Event
 	}
-	w, err := bounded(c, ctx, func() (watch, error) {
-		ok, _, ch, err := c.s.conn.ExistsW(p)
-		return watch{ok, ch}, err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	for {
+		w, err := bounded(c, ctx, func() (watch, error) {
+			data, _, ch, err := c.s.conn.GetW(p)
+			return watch{data, ch}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			return true, nil
 		}
-		if sessionGone(err) {
-			return fmt.Errorf("zookeeper: session %x ended: %w", c.sid, errCandidacyLost)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			if sessionGone(err) {
+				return false, fmt.Errorf("zookeeper: session %x ended: %w", c.sid, errCandidacyLost)
+			}
+			return false, classify("zookeeper: watch predecessor "+p, err)
 		}
-		return classify("zookeeper: watch predecessor "+p, err)
+		c.seen[pred] = time.Now()
+		if _, ok := c.declared[pred]; !ok {
+			if ttl, ok := declaredTTL(w.data); ok {
+				c.declared[pred] = ttl
+			}
+		}
+		ev, err := c.nextEvent(ctx, w.ch)
+		if err != nil {
+			return false, err
+		}
+		switch ev.Type {
+		case zk.EventNodeDeleted:
+			return true, nil
+		case zk.EventNodeDataChanged:
+			c.seen[pred] = time.Now() // a write, made before now
+			c.wrote[pred] = true
+		default:
+			return false, nil
+		}
 	}
-	if !w.ok {
-		return nil
-	}
+}
+
+// nextEvent waits for the watch on ch to fire, or for our session to end.
+func (c *candidate) nextEvent(ctx context.Context, ch <-chan zk.Event) (zk.Event, error) {
 	for {
 		expired, _, _, changed := c.s.state()
 		if expired {
-			return fmt.Errorf("zookeeper: session %x expired: %w", c.sid, errCandidacyLost)
+			return zk.Event{}, fmt.Errorf("zookeeper: session %x expired: %w", c.sid, errCandidacyLost)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-w.ch:
-			return nil
+			return zk.Event{}, ctx.Err()
+		case ev := <-ch:
+			return ev, nil
 		case <-changed:
 		}
 	}
@@ -343,5 +405,18 @@ func (c *candidate) touchLeader(ctx context.Context) error {
 	return classify("zookeeper: check candidate znode "+c.node, err)
 }
 
-// withdraw closes the candidate's session, which deletes its znode.
-func (c *candidate) withdraw() { c.s.close() }
+// withdraw releases the candidate's znode as a holder does (a candidate
+// that never led has no job), so that a standby behind it does not take
+// it for a silent holder, then closes the session, which deletes the
+// znode if the release could not.
+func (c *candidate) withdraw() {
+	defer c.s.close()
+	if c.node == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(withdrawTimeout, c.l.timeout))
+	defer cancel()
+	if err := releaseNode(ctx, c.s.conn, c.node, c.l.acl); err != nil {
+		c.l.log.Debug("releasing candidate znode failed; closing the session deletes it", "znode", c.node, "error", err)
+	}
+}

@@ -75,6 +75,12 @@ type Locker struct {
 	marginOnce sync.Once     // checkMargin runs on the first campaign only
 	relay      relayBound    // set by checkMargin
 
+	silent     silence // predecessors gone without a release (silent.go)
+	maxSession struct {
+		mu sync.Mutex
+		d  time.Duration // the ensemble's maxSessionTimeout, once learned
+	}
+
 	// onWake, when set by a test, is called each time a waiting candidate
 	// wakes from watching its predecessor.
 	onWake func()

@@ -137,7 +137,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 // parent.
 func traced(children []string, stat *zk.Stat) bool {
 	for _, n := range children {
-		if n == "~run" || n == "~term" {
+		if n == "~run" || n == "~term" || n == releasedName {
 			return true
 		}
 	}
@@ -154,15 +154,16 @@ func (l *Locker) neverUsed() error {
 
 // ReleaseHandle ends the session named by a Lease.Handle of this key: it
 // connects with the session's id and password, as a client moving to
-// another server would, and closes it, which deletes its znode at once. A
-// session already gone is not an error. A handle for another key is
+// another server would, names its znode in the key's release record (its
+// job is gone: silent.go), and closes it, which deletes its znode at once.
+// A session already gone is not an error. A handle for another key is
 // refused.
 func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
-	id, passwd, _, err := parseHandle(handle, l.dir)
+	id, passwd, node, err := parseHandle(handle, l.dir)
 	if err != nil {
 		return err
 	}
-	return zkwire.CloseSessionAny(ctx, l.servers, id, passwd, l.opts.TTL, l.timeout)
+	return zkwire.ReleaseSessionAny(ctx, l.servers, id, passwd, l.auth, node, l.opts.TTL, l.timeout)
 }
 
 // Close frees the Locker's own session. It does not release a held lease.

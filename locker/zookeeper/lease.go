@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
@@ -24,6 +25,8 @@ type lease struct {
 	node    string
 	czxid   int64
 	timeout time.Duration // per-call bound of the watch's own calls
+	acl     []zk.ACL      // for the release record, should it be missing
+	record  []byte        // our znode's data, written again by each renewal
 	log     hclog.Logger
 
 	locker.LostSignal
@@ -41,7 +44,7 @@ func newLease(c *candidate, czxid int64, acts ...activity) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	bound := c.bound()
 	s := &lease{
-		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
+		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, acl: c.l.acl, record: c.record, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
 		relay: newRelayPlan(bound),
 	}
 	s.relay.pings = c.s.pingActivities
@@ -69,8 +72,10 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 // Renew makes one round trip that only the ensemble's leader can answer,
 // and returns the session timeout the server negotiated.
 //
-// The request is a multi holding one check of our own znode. Why, read
-// from ZooKeeper 3.8's server code:
+// The request is a multi holding one setData of our own znode, writing
+// its record again: a standby watching the znode sees each renewal, and
+// counts a holder that vanishes without its release from the last one it
+// saw (silent.go). Why a write, read from ZooKeeper 3.8's server code:
 //   - A client usually talks to a follower. Pings and reads (exists, get,
 //     children) are answered by that follower from its own copy, also when
 //     it has been cut off from the quorum and the leader has expired our
@@ -78,8 +83,8 @@ func (s *lease) Epoch() uint64 { return uint64(s.czxid) }
 //   - A multi is a write: the follower forwards it to the leader
 //     (Learner.request), whose PrepRequestProcessor checks our session in
 //     the leader's own session tracker (SessionTrackerImpl.checkSession:
-//     unknown or closing means SESSIONEXPIRED) and the check op checks our
-//     znode (NONODE when deleted); the answer comes back only after a
+//     unknown or closing means SESSIONEXPIRED) and the setData op checks
+//     our znode (NONODE when deleted); the answer comes back only after a
 //     quorum committed the transaction. Success therefore proves that the
 //     leader held our session open, and our znode in place, at a moment
 //     after this request was sent.
@@ -118,7 +123,7 @@ func (s *lease) Renew(ctx context.Context) (time.Duration, error) {
 		relayed, found = s.touchNow(ctx, relayed, found)
 	}
 	_, err := call(ctx, func() ([]zk.MultiResponse, error) {
-		return s.s.conn.Multi(&zk.CheckVersionRequest{Path: s.node, Version: -1})
+		return s.s.conn.Multi(&zk.SetDataRequest{Path: s.node, Data: s.record, Version: -1})
 	})
 	s.relay.renewed(sent, time.Now(), err == nil)
 	switch {
@@ -322,9 +327,11 @@ func parseHandle(handle, dir string) (id int64, passwd []byte, node string, err 
 	return id, passwd, node, nil
 }
 
-// Release deletes our znode, so the successor wakes at once, then closes
-// the session. It stops the watch first, so our own delete is not
-// reported as a loss.
+// Release deletes our znode and names it in the key's release record, in
+// one multi, so the successor wakes at once and knows it for a release
+// (silent.go), then closes the session. It stops the watch first, so our
+// own delete is not reported as a loss. The caller releases only after
+// the job is gone.
 func (s *lease) Release(ctx context.Context) error {
 	s.stop()
 	for _, done := range []chan struct{}{s.watchDone, s.touchDone} {
@@ -334,12 +341,45 @@ func (s *lease) Release(ctx context.Context) error {
 		}
 	}
 	defer s.s.close()
-	_, err := call(ctx, func() (struct{}, error) {
-		return struct{}{}, s.s.conn.Delete(s.node, -1)
-	})
-	if err != nil && !errors.Is(err, zk.ErrNoNode) && !sessionGone(err) {
-		// Closing the session deletes the znode too.
-		return classify("zookeeper: delete "+s.node, err)
+	err := releaseNode(ctx, s.s.conn, s.node, s.acl)
+	if err != nil && !sessionGone(err) {
+		// Closing the session deletes the znode too; the successor then
+		// waits out our TTL.
+		return classify("zookeeper: release "+s.node, err)
 	}
 	return nil
+}
+
+// releaseNode deletes node and writes its name into the key's release
+// record in one multi, creating the record when it is missing. A node
+// already gone (deleted by hand) is still named in the record: a standby
+// that saw it vanish then knows its job is gone. A key directory that is
+// gone too leaves nothing to write: the standby waits out the TTL.
+func releaseNode(ctx context.Context, conn *zk.Conn, node string, acl []zk.ACL) error {
+	name, rec := []byte(path.Base(node)), releasedPath(node)
+	del := &zk.DeleteRequest{Path: node, Version: -1}
+	set := &zk.SetDataRequest{Path: rec, Data: name, Version: -1}
+	create := &zk.CreateRequest{Path: rec, Data: name, Acl: acl}
+	ops := []any{del, set}
+	var err error
+	for range 5 {
+		var res []zk.MultiResponse
+		res, err = call(ctx, func() ([]zk.MultiResponse, error) { return conn.Multi(ops...) })
+		if err == nil || ctx.Err() != nil || len(res) != len(ops) {
+			return err
+		}
+		switch {
+		case len(ops) == 2 && errors.Is(res[0].Error, zk.ErrNoNode):
+			ops = ops[1:] // our znode is gone: name it all the same
+		case errors.Is(res[len(ops)-1].Error, zk.ErrNoNode) && ops[len(ops)-1] == any(set):
+			ops[len(ops)-1] = create // no record yet
+		case errors.Is(res[len(ops)-1].Error, zk.ErrNodeExists):
+			ops[len(ops)-1] = set // another release made it meanwhile
+		case len(ops) == 1 && errors.Is(res[0].Error, zk.ErrNoNode):
+			return nil // the key's directory is gone
+		default:
+			return err
+		}
+	}
+	return err
 }

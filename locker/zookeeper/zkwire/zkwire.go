@@ -132,11 +132,112 @@ func CloseSession(ctx context.Context, server string, id int64, passwd []byte, t
 	return closeSession(c, server)
 }
 
+// ReleasedName is the name of a key's release record: a persistent znode
+// beside the candidates' whose data names the last candidate znode
+// released after its job was gone (locker/zookeeper, silent.go).
+const ReleasedName = "~released"
+
+// ReleaseSessionAny is CloseSessionAny for a leadership whose job is gone:
+// on the first server that answers, it takes over the session, names its
+// znode node in the key's release record (path.Dir(node)/ReleasedName),
+// authenticating with digest credentials auth ("user:password") when
+// given, and closes the session. A record that cannot be written (missing,
+// or the server refuses) is left alone: the session is closed all the
+// same, and a standby then waits out the TTL instead of taking the
+// closing for a release.
+func ReleaseSessionAny(ctx context.Context, servers []string, id int64, passwd []byte, auth, node string, ttl, perServer time.Duration) error {
+	var errs []error
+	for _, server := range servers {
+		sctx, cancel := context.WithTimeout(ctx, perServer)
+		err := releaseSession(sctx, server, id, passwd, auth, node, ttl)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("zookeeper: close session %x: %w", id, errors.Join(errs...))
+}
+
+func releaseSession(ctx context.Context, server string, id int64, passwd []byte, auth, node string, ttl time.Duration) error {
+	c, err := dial(ctx, server)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	if got, _, err := connect(c, server, id, passwd, ttl); err != nil || got == 0 {
+		return err // got 0: the server no longer knows the session: it is gone
+	}
+	if auth != "" {
+		// addAuth (op 100, xid -4): type 0, scheme, credentials. A
+		// refusal ends the connection; then only closing is left, on
+		// another server.
+		req := binary.BigEndian.AppendUint32(nil, 0xfffffffc)
+		req = binary.BigEndian.AppendUint32(req, 100)
+		req = binary.BigEndian.AppendUint32(req, 0)
+		req = appendString(req, "digest")
+		req = appendString(req, auth)
+		if code, err := roundTrip(c, server, req, -4); err != nil || code != 0 {
+			return errors.Join(err, CloseSession(ctx, server, id, passwd, ttl))
+		}
+	}
+	if i := strings.LastIndexByte(node, '/'); i > 0 {
+		// setData (op 5): path, data, version -1.
+		req := binary.BigEndian.AppendUint32(nil, 2)
+		req = binary.BigEndian.AppendUint32(req, 5)
+		req = appendString(req, node[:i]+"/"+ReleasedName)
+		req = appendString(req, node[i+1:])
+		req = binary.BigEndian.AppendUint32(req, 0xffffffff)
+		if _, err := roundTrip(c, server, req, 2); err != nil {
+			return err
+		}
+	}
+	return closeSession(c, server)
+}
+
+// appendString appends a jute string or buffer: its length, then it.
+func appendString(b []byte, s string) []byte {
+	return append(binary.BigEndian.AppendUint32(b, uint32(len(s))), s...)
+}
+
+// roundTrip sends req and reads replies until the one with xid, skipping
+// watch notifications and pings, and returns its error code.
+func roundTrip(c net.Conn, server string, req []byte, xid int32) (int32, error) {
+	if err := writeFrame(c, req); err != nil {
+		return 0, err
+	}
+	for {
+		reply, err := readFrame(c)
+		if err != nil {
+			return 0, err
+		}
+		if len(reply) < 16 {
+			return 0, fmt.Errorf("%s: short reply", server)
+		}
+		if int32(binary.BigEndian.Uint32(reply)) == xid {
+			return int32(binary.BigEndian.Uint32(reply[12:])), nil
+		}
+	}
+}
+
 // MinSessionTimeout asks server for the shortest session it grants: it
 // opens a session asking for a timeout of 1ms, which the server raises to
 // its minSessionTimeout (two ticks unless configured), and closes that
 // session at once. ctx bounds the whole exchange.
 func MinSessionTimeout(ctx context.Context, server string) (time.Duration, error) {
+	return SessionTimeoutFor(ctx, server, time.Millisecond)
+}
+
+// SessionTimeoutFor opens a session on server asking for a timeout of ask,
+// closes it at once, and returns the timeout the server granted: asking
+// for 1ms learns its minSessionTimeout, asking for the most a request can
+// carry (2^31-1 ms) its maxSessionTimeout. ctx bounds the whole exchange.
+func SessionTimeoutFor(ctx context.Context, server string, ask time.Duration) (time.Duration, error) {
 	c, err := dial(ctx, server)
 	if err != nil {
 		return 0, err
@@ -144,7 +245,7 @@ func MinSessionTimeout(ctx context.Context, server string) (time.Duration, error
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	id, timeout, err := connect(c, server, 0, make([]byte, 16), time.Millisecond)
+	id, timeout, err := connect(c, server, 0, make([]byte, 16), ask)
 	if err != nil {
 		return 0, err
 	}
