@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/leaderrun/leaderrun/internal/secretfile"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -128,7 +129,7 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // quoted with ' or " (backslash escapes inside "…"), and a line ending in
 // a backslash continues on the next.
 func readEnvFile(path string) ([]string, error) {
-	f, err := os.Open(path)
+	f, err := secretfile.Open(path) // a regular file only: never a FIFO's hang
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("settings file %s does not exist", path)

@@ -9,7 +9,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/leaderrun/leaderrun/internal/exitcode"
 )
@@ -289,6 +291,30 @@ func TestEnvFile(t *testing.T) {
 	}
 	if code, _, errOut := leaderrun(t, nil, "status", "--env-file", bad, "k"); code != 125 || !strings.Contains(errOut, "bad.env:2: not a VAR=value line") {
 		t.Errorf("bad env file: exit %d, %q", code, errOut)
+	}
+	// A FIFO where the settings should be (another user's, in a shared
+	// directory) is refused at once: opening it to read would wait for a
+	// writer for good.
+	fifo := filepath.Join(dir, "fifo.env")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		code   int
+		errOut string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, _, errOut := leaderrun(t, nil, "status", "--env-file", fifo, "k")
+		done <- result{code, errOut}
+	}()
+	select {
+	case r := <-done:
+		if r.code != 125 || !strings.Contains(r.errOut, "not a regular file") {
+			t.Errorf("FIFO env file: exit %d, %q", r.code, r.errOut)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("FIFO env file: leaderrun still waits 20s later")
 	}
 }
 

@@ -1,11 +1,36 @@
 package secretfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
+
+// A FIFO, a directory or a device named as a credential file is refused
+// at once; opening a FIFO with no writer to read it would wait for good.
+func TestOnlyRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, dir, "/dev/zero"} {
+		done := make(chan error, 1)
+		go func() { _, err := Read(path); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrNotRegular) {
+				t.Errorf("Read(%s) = %v, want %v", path, err, ErrNotRegular)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Read(%s) still waits 10s later", path)
+		}
+	}
+}
 
 func TestRead(t *testing.T) {
 	dir := t.TempDir()

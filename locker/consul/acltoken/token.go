@@ -6,6 +6,8 @@ package acltoken
 import (
 	"os"
 	"strings"
+
+	"github.com/leaderrun/leaderrun/internal/secretfile"
 )
 
 // Read returns the token to send: the trimmed contents of the token file
@@ -20,7 +22,7 @@ func Read(tokenFile, token string) (tok, file string, err error) {
 	if file == "" {
 		return tok, "", nil
 	}
-	data, err := os.ReadFile(file)
+	data, err := secretfile.ReadFile(file) // a regular file only: never a FIFO's hang
 	if err != nil {
 		return "", file, err
 	}
