@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leaderrun/leaderrun/tests/fence"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
@@ -221,13 +223,27 @@ func (Postgres) HandEdits() []string {
 	return []string{editDelete, editFree, editLowerTTL, editEpochDown}
 }
 
-// HandEdit implements handEditor with plain SQL, as an operator types it.
+// HandEdit implements handEditor with plain SQL, as an operator types it,
+// on the row of key under the default prefix.
 func (p Postgres) HandEdit(t testing.TB, key, edit string) error {
 	sql, ok := rowEdits[edit]
 	if !ok {
 		return fmt.Errorf("postgres: no edit %q", edit)
 	}
-	p.Exec(t, sql, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	tag, err := conn.Exec(ctx, sql, "leaderrun/"+key)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("postgres: %s changed %d rows, want 1", sql, tag.RowsAffected())
+	}
 	return nil
 }
 
@@ -239,20 +255,22 @@ func (DynamoDB) HandEdits() []string {
 // HandEdit implements handEditor with DeleteItem and UpdateItem calls on
 // the default table.
 func (d DynamoDB) HandEdit(t testing.TB, key, edit string) error {
-	k := fmt.Sprintf(`{"key":{"S":%q}}`, key)
+	k := fmt.Sprintf(`{"key":{"S":%q}}`, "leaderrun/"+key)
+	// The edit must find the item: an edit of nothing tests nothing.
+	const held = `"ConditionExpression":"attribute_exists(#k)",`
 	var op, body string
 	switch edit {
 	case editDelete:
-		op, body = "DeleteItem", fmt.Sprintf(`{"TableName":"leaderrun","Key":%s}`, k)
+		op, body = "DeleteItem", fmt.Sprintf(`{"TableName":"leaderrun","Key":%s,`+held+`"ExpressionAttributeNames":{"#k":"key"}}`, k)
 	case editFree:
 		op, body = "UpdateItem", fmt.Sprintf(`{"TableName":"leaderrun","Key":%s,"UpdateExpression":"SET #t = :e, #h = :e",`+
-			`"ExpressionAttributeNames":{"#t":"term","#h":"holder"},"ExpressionAttributeValues":{":e":{"S":""}}}`, k)
+			held+`"ExpressionAttributeNames":{"#k":"key","#t":"term","#h":"holder"},"ExpressionAttributeValues":{":e":{"S":""}}}`, k)
 	case editLowerTTL:
 		op, body = "UpdateItem", fmt.Sprintf(`{"TableName":"leaderrun","Key":%s,"UpdateExpression":"SET #t = :v",`+
-			`"ExpressionAttributeNames":{"#t":"ttl_ms"},"ExpressionAttributeValues":{":v":{"N":"100"}}}`, k)
+			held+`"ExpressionAttributeNames":{"#k":"key","#t":"ttl_ms"},"ExpressionAttributeValues":{":v":{"N":"100"}}}`, k)
 	case editEpochDown:
 		op, body = "UpdateItem", fmt.Sprintf(`{"TableName":"leaderrun","Key":%s,"UpdateExpression":"SET #e = :v",`+
-			`"ExpressionAttributeNames":{"#e":"epoch"},"ExpressionAttributeValues":{":v":{"N":"1"}}}`, k)
+			held+`"ExpressionAttributeNames":{"#k":"key","#e":"epoch"},"ExpressionAttributeValues":{":v":{"N":"1"}}}`, k)
 	default:
 		return fmt.Errorf("dynamodb: no edit %q", edit)
 	}
