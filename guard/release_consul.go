@@ -19,7 +19,7 @@ import (
 func init() { releasers["consul"] = releaseConsul }
 
 // releaseConsul frees the key held by the session (at once, without a
-// lock-delay), then destroys the session, on the first address that
+// lock-delay, leaving the release marker on it), then destroys the session, on the first address that
 // answers, like leaderrun's own release: only the destroy must succeed.
 func releaseConsul(ctx context.Context, hello BackendHello, handle string) error {
 	session, key, err := consulwire.ParseHandle(handle)
@@ -68,8 +68,17 @@ func releaseConsul(ctx context.Context, hello BackendHello, handle string) error
 	var errs []error
 	for _, a := range strings.Split(list, ",") {
 		base := endpointURL(a, tlsOn)
-		// The KV release may fail (the key moved on); the destroy decides.
-		_, _, _ = cli.do(ctx, "PUT", base+"/v1/kv/"+escapePath(key)+"?release="+url.QueryEscape(session)+amp(dc), header, nil)
+		// The KV release leaves the marker that tells a standby this was
+		// the holder's own release (consulwire.Released). It may fail (the
+		// key moved on); the destroy decides. A key deleted by hand gets
+		// the marker if it is still absent (cas=0), so that a standby
+		// waiting the holder out as a silent one takes it now.
+		marker := consulwire.Released(session)
+		kv := base + "/v1/kv/" + escapePath(key)
+		rcode, rbody, rerr := cli.do(ctx, "PUT", kv+"?release="+url.QueryEscape(session)+amp(dc), header, marker)
+		if rerr == nil && rcode == 200 && strings.TrimSpace(string(rbody)) == "false" {
+			_, _, _ = cli.do(ctx, "PUT", kv+"?cas=0"+amp(dc), header, marker)
+		}
 		code, body, err := cli.do(ctx, "PUT", base+"/v1/session/destroy/"+url.PathEscape(session)+query(dc), header, nil)
 		if err == nil && code == 200 {
 			return nil
