@@ -115,7 +115,7 @@ func (l *Locker) ReleaseHandle(ctx context.Context, handle string) error {
 	if key != l.path {
 		return fmt.Errorf("release: handle names key %s, this locker holds %s", key, l.path)
 	}
-	if err := l.giveBack(ctx, session, 0); err != nil {
+	if err := l.giveBack(ctx, session); err != nil {
 		return err
 	}
 	l.log.Debug("released by handle", "key", key, "session", session)

@@ -88,7 +88,7 @@ func (ls *lease) Handle() string { return formatHandle(ls.session, ls.l.path) }
 func (ls *lease) Release(ctx context.Context) error {
 	ls.stopWatch()
 	<-ls.watching
-	if err := ls.l.giveBack(ctx, ls.session, ls.epoch); err != nil {
+	if err := ls.l.giveBack(ctx, ls.session); err != nil {
 		return err
 	}
 	ls.l.log.Debug("released", "key", ls.l.path, "session", ls.session, "epoch", ls.epoch)
@@ -98,8 +98,7 @@ func (ls *lease) Release(ctx context.Context) error {
 // giveBack frees the key held by session, which Consul does without a
 // lock-delay, leaving the release marker on it (markReleased), then
 // destroys the session. Its callers have seen the job gone (DESIGN §1.4).
-// epoch, when not zero, is the leadership's: see markReleased.
-func (l *Locker) giveBack(ctx context.Context, session string, epoch uint64) error {
+func (l *Locker) giveBack(ctx context.Context, session string) error {
 	// The release may use half the time; the destroy must have some left.
 	rctx, cancel := ctx, context.CancelFunc(func() {})
 	if dl, ok := ctx.Deadline(); ok {
@@ -107,7 +106,7 @@ func (l *Locker) giveBack(ctx context.Context, session string, epoch uint64) err
 	}
 	defer cancel()
 	if err := l.onEach(rctx, func(ctx context.Context) error {
-		return l.markReleased(ctx, session, epoch)
+		return l.markReleased(ctx, session)
 	}); err != nil {
 		l.log.Debug("KV release failed; destroying the session anyway", "key", l.path, "error", l.scrub(err))
 	}
@@ -133,9 +132,9 @@ func (l *Locker) giveBack(ctx context.Context, session string, epoch uint64) err
 // the marker still goes on it, so that a standby waiting our TTL out takes
 // the key now that our job is gone: on an absent key (deleted) only if it
 // is still absent, on a free key (our session destroyed, or the key
-// released, by hand) only if it is still the one our acquire created
-// (CreateIndex = epoch) and nobody wrote it since it was read.
-func (l *Locker) markReleased(ctx context.Context, session string, epoch uint64) error {
+// released, by hand) only if no release marked it and nobody wrote it
+// since it was read (consulwire.Marks).
+func (l *Locker) markReleased(ctx context.Context, session string) error {
 	marker := consulwire.Released(session)
 	var ok bool
 	if err := l.do(ctx, func(c *api.Client) (err error) {
@@ -155,7 +154,7 @@ func (l *Locker) markReleased(ctx context.Context, session string, epoch uint64)
 	switch {
 	case pair == nil:
 		cas = &api.KVPair{Key: l.path, Value: marker} // ModifyIndex 0: only if absent
-	case pair.Session == "" && epoch != 0 && pair.CreateIndex == epoch && consulwire.ReleasedBy(pair.Value) == "":
+	case consulwire.Marks(pair.Session, pair.Value):
 		cas = &api.KVPair{Key: l.path, Value: marker, ModifyIndex: pair.ModifyIndex}
 	default:
 		return nil // held by another session, or freed by someone else's release

@@ -71,3 +71,14 @@ func ReleasedBy(value []byte) string {
 	}
 	return r.Released
 }
+
+// Marks reports whether a release whose session no longer holds the key
+// writes its marker on the key as read (session holding it, value): a key
+// left free by anything but a release (its holder's session destroyed, or
+// the key released, by hand) is. The marker only frees the key for
+// standbys that saw that session hold it, so marking a free key is
+// harmless; a key another session holds, or that another holder's release
+// left free, is left alone. An absent key is marked with a create.
+func Marks(holder string, value []byte) bool {
+	return holder == "" && ReleasedBy(value) == ""
+}
