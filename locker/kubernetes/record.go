@@ -204,14 +204,18 @@ func released(cur *coordinationv1.Lease, term string) *coordinationv1.Lease {
 }
 
 // releasedAnew is a released Lease to create in place of one deleted by
-// hand: last (our last write of it, if known) released by term, without
-// the identity of the object that is gone.
+// hand: free, with term's release marker, the key, and the epochs last
+// (our last write of it, if known) recorded, so that the next holder can
+// still check its epoch is greater. Nothing else of the deleted Lease
+// comes back (its once-per records are forgotten, as BACKENDS says).
 func (l *Locker) releasedAnew(last *coordinationv1.Lease, term string) *coordinationv1.Lease {
-	if last == nil {
-		last = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.namespace,
-			Annotations: map[string]string{annKey: l.opts.Key}}}
+	ann := map[string]string{annKey: l.opts.Key, annReleased: term}
+	if last != nil {
+		for _, a := range []string{annEpoch, annPrevious} {
+			if v := last.Annotations[a]; v != "" {
+				ann[a] = v
+			}
+		}
 	}
-	ls := released(last, term)
-	ls.ObjectMeta = metav1.ObjectMeta{Name: l.name, Namespace: l.namespace, Labels: ls.Labels, Annotations: ls.Annotations}
-	return ls
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.namespace, Annotations: ann}}
 }
