@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,7 +112,8 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 		known   bool          // holder's session was read: ttl and follows are its
 		ttl     time.Duration // its TTL, if it follows the contract
 		follows bool
-		silent  bool // the key went silent under holder (logged once)
+		silent  bool   // the key went silent under holder (logged once)
+		beat    []byte // the value holder last wrote, as we saw it
 	)
 	tried := false
 	failures := 0
@@ -161,6 +163,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 				continue
 			}
 			watch.Observe(strconv.FormatUint(pair.ModifyIndex, 10), ttl)
+			beat = pair.Value
 			_, left, _ := watch.Due()
 			if left > 0 {
 				// Wake when the holder writes, or when it is due.
@@ -202,11 +205,17 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 				l.log.Debug("the silent holder's session is gone; taking the key", "key", l.path, "holder_session", holder)
 				break
 			}
-			version := "deleted"
-			if pair != nil {
-				version = "free " + strconv.FormatUint(pair.ModifyIndex, 10)
+			// Freed with the value of the heartbeat we saw (Consul ended
+			// the session, or it was destroyed by hand): no later
+			// heartbeat of the holder's succeeded, and the count goes on
+			// from that one. Anything else starts it over.
+			if _, _, seen := watch.Due(); !seen || pair == nil || !bytes.Equal(pair.Value, beat) {
+				version := "deleted"
+				if pair != nil {
+					version = "free " + strconv.FormatUint(pair.ModifyIndex, 10)
+				}
+				watch.Observe(version, ttl)
 			}
-			watch.Observe(version, ttl)
 			_, left, _ := watch.Due()
 			if left > 0 {
 				wait = min(max(left, minWait), blockWait)
