@@ -290,6 +290,9 @@ func testHandoverAfterLockDelay(t *testing.T, c *cluster, addr string) {
 		done <- time.Now()
 	}()
 	waitFor(t, 5*time.Second, "the second candidate's session", func() bool { return len(c.sessions(t, b)) == 2 })
+	// b reads the key held first: a candidate that never saw the holder
+	// takes a freed key for a free one.
+	time.Sleep(2 * time.Second)
 
 	start := time.Now()
 	if _, err := c.admin.Session().Destroy(la.session, nil); err != nil {
@@ -345,7 +348,7 @@ func testStandbyAfterHandEdit(t *testing.T, c *cluster, addr string) {
 				done <- time.Now()
 			}()
 			waitFor(t, 5*time.Second, "the second candidate's session", func() bool { return len(c.sessions(t, b)) == 2 })
-			time.Sleep(500 * time.Millisecond) // b reads the key held
+			time.Sleep(2 * time.Second) // b reads the key held
 			if err := tc.edit(a, la); err != nil {
 				t.Fatal(err)
 			}
