@@ -5,6 +5,7 @@ package guard
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -19,7 +20,7 @@ import (
 func init() { releasers["consul"] = releaseConsul }
 
 // releaseConsul frees the key held by the session (at once, without a
-// lock-delay), then destroys the session, on the first address that
+// lock-delay, leaving the release marker on it), then destroys the session, on the first address that
 // answers, like leaderrun's own release: only the destroy must succeed.
 func releaseConsul(ctx context.Context, hello BackendHello, handle string) error {
 	session, key, err := consulwire.ParseHandle(handle)
@@ -68,8 +69,16 @@ func releaseConsul(ctx context.Context, hello BackendHello, handle string) error
 	var errs []error
 	for _, a := range strings.Split(list, ",") {
 		base := endpointURL(a, tlsOn)
-		// The KV release may fail (the key moved on); the destroy decides.
-		_, _, _ = cli.do(ctx, "PUT", base+"/v1/kv/"+escapePath(key)+"?release="+url.QueryEscape(session)+amp(dc), header, nil)
+		// The KV release leaves the marker that tells a standby this was
+		// the holder's own release (consulwire.Released). It may fail (the
+		// key moved on); the destroy decides. A key changed by hand gets
+		// the marker too (markConsul).
+		marker := consulwire.Released(session)
+		kv := base + "/v1/kv/" + escapePath(key)
+		rcode, rbody, rerr := cli.do(ctx, "PUT", kv+"?release="+url.QueryEscape(session)+amp(dc), header, marker)
+		if rerr == nil && rcode == 200 && strings.TrimSpace(string(rbody)) == "false" {
+			markConsul(ctx, cli, kv, dc, header, marker)
+		}
 		code, body, err := cli.do(ctx, "PUT", base+"/v1/session/destroy/"+url.PathEscape(session)+query(dc), header, nil)
 		if err == nil && code == 200 {
 			return nil
@@ -90,6 +99,35 @@ func releaseConsul(ctx context.Context, hello BackendHello, handle string) error
 		}
 	}
 	return fmt.Errorf("consul: destroy session %s: %w", session, errors.Join(errs...))
+}
+
+// markConsul writes the release marker on a key the session no longer
+// holds because it was changed by hand, as leaderrun's own release does:
+// a deleted key if it is still absent (cas=0), a free one that no release
+// marked if nobody wrote it since it was read (consulwire.Marks), so that
+// a standby waiting the holder out as a silent one takes it now.
+func markConsul(ctx context.Context, cli *dialer, kv, dc, header string, marker []byte) {
+	code, body, err := cli.do(ctx, "GET", kv+"?consistent"+amp(dc), header, nil)
+	cas := ""
+	switch {
+	case err != nil:
+		return
+	case code == 404:
+		cas = "0"
+	case code == 200:
+		var pairs []struct {
+			Session     string
+			Value       []byte
+			ModifyIndex uint64
+		}
+		if json.Unmarshal(body, &pairs) != nil || len(pairs) != 1 || !consulwire.Marks(pairs[0].Session, pairs[0].Value) {
+			return
+		}
+		cas = strconv.FormatUint(pairs[0].ModifyIndex, 10)
+	default:
+		return
+	}
+	_, _, _ = cli.do(ctx, "PUT", kv+"?cas="+cas+amp(dc), header, marker)
 }
 
 // envBool reads a boolean environment variable as strconv.ParseBool does;

@@ -22,10 +22,12 @@ func init() { releasers["kubernetes"] = releaseKubernetes }
 const kubeAttempts = 3
 
 // releaseKubernetes clears the holder of the Lease the handle
-// "<namespace>/<name>/<term>" names if its term is still ours, with an
-// update conditioned on the resourceVersion read, as leaderrun's
-// Locker.ReleaseHandle does: a conflict reads the Lease again, up to three
-// writes; a Lease that is gone or held by another term needs nothing.
+// "<namespace>/<name>/<term>" names if its term is still ours, leaving the
+// marker of the term's own release, with an update conditioned on the
+// resourceVersion read, as leaderrun's Locker.ReleaseHandle does: a
+// conflict reads the Lease again, up to three writes. A Lease held by
+// another term needs nothing; one freed by hand is marked, one deleted by
+// hand created again, released (kubewire.Marks).
 //
 // The update is a PUT of the whole object as read, with the holder
 // removed: the RBAC rule leaderrun documents grants get, create, update and
@@ -61,7 +63,18 @@ func releaseKubernetes(ctx context.Context, hello BackendHello, handle string) e
 		case err != nil:
 			return fmt.Errorf("kubernetes: get %s: %w", what, err)
 		case code == 404:
-			return nil // gone: nothing to give back
+			// Deleted by hand: a released Lease in its place tells a
+			// standby that waits the holder out as a silent one that the
+			// job is gone (kubewire.AnnReleased). One created meanwhile
+			// by someone else stays as it is (409).
+			code, body, err = cli.do(ctx, "POST", strings.TrimSuffix(path, "/"+url.PathEscape(name)), auth, kubeReleasedAnew(name, term))
+			switch {
+			case err != nil:
+				return fmt.Errorf("kubernetes: create %s: %w", what, err)
+			case code == 201 || code == 200 || code == 409:
+				return nil
+			}
+			return fmt.Errorf("kubernetes: create %s: %w", what, kubeStatus(code, body))
 		case code != 200:
 			return fmt.Errorf("kubernetes: get %s: %w", what, kubeStatus(code, body))
 		}
@@ -85,9 +98,10 @@ func releaseKubernetes(ctx context.Context, hello BackendHello, handle string) e
 	return fmt.Errorf("kubernetes: release %s: conflicting writes kept coming", what)
 }
 
-// kubeReleased reads a Lease and returns it without its holder, ready for
-// an update conditioned on the resourceVersion it carries; ours is false
-// when the Lease has no holder or another term.
+// kubeReleased reads a Lease and returns it without its holder and with
+// the release marker of term, ready for an update conditioned on the
+// resourceVersion it carries; ours is false when kubewire.Marks says the
+// release must leave it alone.
 func kubeReleased(lease []byte, term string) (next []byte, ours bool, err error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(lease, &obj); err != nil {
@@ -108,7 +122,7 @@ func kubeReleased(lease []byte, term string) (next []byte, ours bool, err error)
 	if err := unmarshalIfSet(spec["holderIdentity"], &holder); err != nil {
 		return nil, false, fmt.Errorf("holderIdentity: %w", err)
 	}
-	if holder == "" || ann[kubewire.AnnTerm] != term {
+	if !kubewire.Marks(holder, ann, term) {
 		return nil, false, nil
 	}
 	if _, ok := meta["resourceVersion"]; !ok {
@@ -119,6 +133,13 @@ func kubeReleased(lease []byte, term string) (next []byte, ours bool, err error)
 	}
 	for _, a := range kubewire.Released {
 		delete(ann, a)
+	}
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[kubewire.AnnReleased] = term
+	if spec == nil {
+		spec = map[string]json.RawMessage{}
 	}
 	if obj["spec"], err = json.Marshal(spec); err != nil {
 		return nil, false, err
@@ -131,6 +152,18 @@ func kubeReleased(lease []byte, term string) (next []byte, ours bool, err error)
 	}
 	next, err = json.Marshal(obj)
 	return next, true, err
+}
+
+// kubeReleasedAnew is a released Lease named name, to create in place of
+// one deleted by hand.
+func kubeReleasedAnew(name, term string) []byte {
+	b, _ := json.Marshal(map[string]any{ // strings cannot fail to marshal
+		"apiVersion": "coordination.k8s.io/v1",
+		"kind":       "Lease",
+		"metadata":   map[string]any{"name": name, "annotations": map[string]string{kubewire.AnnReleased: term}},
+		"spec":       map[string]any{},
+	})
+	return b
 }
 
 func unmarshalIfSet(raw json.RawMessage, v any) error {

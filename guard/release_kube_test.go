@@ -129,6 +129,9 @@ func wantReleased(t *testing.T, l leaseObj) {
 			t.Errorf("annotation %s = %q after release, want %q", a, got, want)
 		}
 	}
+	if l.Metadata.Annotations[kubewire.AnnReleased] == "" {
+		t.Errorf("no release marker (%s) after release", kubewire.AnnReleased)
+	}
 	if l.Spec["leaseTransitions"] != float64(2) || l.Spec["leaseDurationSeconds"] != float64(3) {
 		t.Errorf("spec after release %v, want leaseTransitions and leaseDurationSeconds kept", l.Spec)
 	}
@@ -242,9 +245,30 @@ func TestDirectReleaseKubernetes(t *testing.T) {
 		wantHeld(t, after, "host-b", "term-b")
 	})
 
+	// A Lease deleted by hand is created again, released by the term, so
+	// that a standby waiting the holder out as a silent one takes it now;
+	// one whose holder was cleared by hand gets the marker too.
 	t.Run("Lease gone", func(t *testing.T) {
 		if err := DirectRelease(kubeCtx(t), s.hello(), "default/no-such-lease/term-a"); err != nil {
 			t.Fatalf("release of a missing Lease: %v", err)
+		}
+		l, _ := s.get(t, "no-such-lease")
+		if l.Spec["holderIdentity"] != nil || l.Metadata.Annotations[kubewire.AnnReleased] != "term-a" {
+			t.Fatalf("Lease after the release of a deleted one: holder %v, annotations %v; want free, released by term-a",
+				l.Spec["holderIdentity"], l.Metadata.Annotations)
+		}
+	})
+	t.Run("holder cleared by hand", func(t *testing.T) {
+		name := s.hold(t, "host-a", "term-a")
+		if err := s.otherWrite(name, func(obj map[string]any) { delete(obj["spec"].(map[string]any), "holderIdentity") }); err != nil {
+			t.Fatal(err)
+		}
+		if err := DirectRelease(kubeCtx(t), s.hello(), "default/"+name+"/term-a"); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		l, _ := s.get(t, name)
+		if got := l.Metadata.Annotations[kubewire.AnnReleased]; got != "term-a" {
+			t.Fatalf("release marker %q, want term-a", got)
 		}
 	})
 

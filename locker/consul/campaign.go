@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/consul/consulwire"
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
@@ -91,15 +93,27 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 // Consul holds the key back for a lock-delay do we retry on a timer. A
 // holder that follows the observer-clock contract and has not written the
 // key for its TTL + allowance is taken over (observe.go, DESIGN §1.12).
+//
+// Once it has seen a holder, the key is free for it only when that
+// holder's own release freed it (consulwire.Released names its session).
+// A key deleted, freed or emptied any other way — by hand, or by Consul
+// when it ended the session — is that holder gone silent: a holder that
+// follows the contract is waited out on our clock with its session's TTL
+// (which no write can lower), counted from when we first saw the key so;
+// any other until its session is gone (DESIGN §1.12, "A record edited by
+// hand").
 func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: min(max(l.lockDelay/4, 100*time.Millisecond), 2*time.Second)}
 	var (
 		index   uint64
 		wait    = blockWait
 		watch   observe.Watch
-		holder  string        // session of the holder watch follows
+		holder  string        // session of the last holder seen
+		known   bool          // holder's session was read: ttl and follows are its
 		ttl     time.Duration // its TTL, if it follows the contract
 		follows bool
+		silent  bool   // the key went silent under holder (logged once)
+		beat    []byte // the value holder last wrote, as we saw it
 	)
 	tried := false
 	failures := 0
@@ -132,18 +146,11 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			continue
 		case pair != nil && pair.Session != "":
 			if pair.Session != holder {
-				holder, follows = pair.Session, false
+				holder, known, follows, silent = pair.Session, false, false, false
 				watch.Reset()
-				if ttl, follows, err = l.holderTTL(ctx, holder); err != nil {
-					if errors.Is(err, locker.ErrRefused) {
-						// A token without session read: wait for Consul
-						// to free the key, as for any other holder.
-						l.log.Warn("cannot read the holder's session; waiting for Consul to free the key instead of taking over after one TTL",
-							"key", l.path, "error", err)
-					} else {
-						holder = "" // ask again with the next read
-					}
-				}
+			}
+			if !known {
+				known, ttl, follows = l.learnHolder(ctx, holder)
 			}
 			if l.opts.NoWait {
 				h := locker.ParseHolder(pair.Value)
@@ -156,6 +163,7 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 				continue
 			}
 			watch.Observe(strconv.FormatUint(pair.ModifyIndex, 10), ttl)
+			beat = pair.Value
 			_, left, _ := watch.Due()
 			if left > 0 {
 				// Wake when the holder writes, or when it is due.
@@ -164,6 +172,57 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 			}
 			l.log.Info("holder stopped renewing; taking over", "key", l.path, "holder_session", pair.Session,
 				"unchanged_for", ttl+observe.Allowance(ttl), "index", pair.ModifyIndex)
+		case holder != "" && (pair == nil || consulwire.ReleasedBy(pair.Value) != holder):
+			// Deleted or freed, but not by the holder's release.
+			if !silent {
+				silent = true
+				l.log.Info("the key was deleted or freed without the holder's release; waiting the holder out as a silent one",
+					"key", l.path, "holder_session", holder, "deleted", pair == nil)
+			}
+			if l.opts.NoWait {
+				return nil, fmt.Errorf("acquire %s: %w: the key was deleted or freed by hand while session %s held it", l.path, locker.ErrHeld, holder)
+			}
+			index = nextIndex(index, meta.LastIndex)
+			backoff.Reset()
+			if !known {
+				if known, ttl, follows = l.learnHolder(ctx, holder); !known {
+					wait = time.Second // ask again soon
+					continue
+				}
+			}
+			if !follows {
+				// Not timed by our clock: wait until its session is gone
+				// (Consul applies the lock-delay if it ended holding).
+				gone, err := l.sessionGone(ctx, holder)
+				if err != nil && !errors.Is(err, locker.ErrRefused) {
+					wait = time.Second
+					continue
+				}
+				if !gone && err == nil {
+					wait = time.Second
+					continue
+				}
+				l.log.Debug("the silent holder's session is gone; taking the key", "key", l.path, "holder_session", holder)
+				break
+			}
+			// Freed with the value of the heartbeat we saw (Consul ended
+			// the session, or it was destroyed by hand): no later
+			// heartbeat of the holder's succeeded, and the count goes on
+			// from that one. Anything else starts it over.
+			if _, _, seen := watch.Due(); !seen || pair == nil || !bytes.Equal(pair.Value, beat) {
+				version := "deleted"
+				if pair != nil {
+					version = "free " + strconv.FormatUint(pair.ModifyIndex, 10)
+				}
+				watch.Observe(version, ttl)
+			}
+			_, left, _ := watch.Due()
+			if left > 0 {
+				wait = min(max(left, minWait), blockWait)
+				continue
+			}
+			l.log.Info("silent holder is past its TTL; taking the key", "key", l.path, "holder_session", holder,
+				"unchanged_for", ttl+observe.Allowance(ttl))
 		default:
 			if l.opts.NoWait && tried {
 				// Free, yet Consul refused it: the previous holder's
@@ -189,6 +248,40 @@ func (l *Locker) campaign(ctx context.Context, id string) (*lease, error) {
 		}
 		index = 0
 	}
+}
+
+// learnHolder reads the holder's session: known is false when that failed
+// in a way that may pass (ask again later). A token that may not read
+// sessions knows the holder only as one that does not follow the contract.
+func (l *Locker) learnHolder(ctx context.Context, session string) (known bool, ttl time.Duration, follows bool) {
+	ttl, follows, err := l.holderTTL(ctx, session)
+	switch {
+	case err == nil:
+		return true, ttl, follows
+	case errors.Is(err, locker.ErrRefused):
+		// A token without session read: wait for Consul to free the key,
+		// as for any other holder.
+		l.log.Warn("cannot read the holder's session; waiting for Consul to free the key instead of taking over after one TTL",
+			"key", l.path, "error", err)
+		return true, 0, false
+	}
+	return false, 0, false
+}
+
+// sessionGone reports whether a session has ended (released, destroyed,
+// or invalidated by Consul).
+func (l *Locker) sessionGone(ctx context.Context, session string) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var se *api.SessionEntry
+	err := l.do(cctx, func(c *api.Client) (err error) {
+		se, _, err = c.Session().Info(session, l.queryOpts(cctx, true))
+		return err
+	})
+	if err != nil {
+		return false, l.fail("read holder session "+session, err)
+	}
+	return se == nil, nil
 }
 
 // minWait is the shortest blocking query a standby makes while a holder is

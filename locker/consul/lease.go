@@ -10,6 +10,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/consul/consulwire"
 )
 
 // lease is one leadership: our session holds the key. It implements
@@ -95,8 +96,8 @@ func (ls *lease) Release(ctx context.Context) error {
 }
 
 // giveBack frees the key held by session, which Consul does without a
-// lock-delay, then destroys the session. Its callers have seen the child's
-// process group gone (DESIGN §1.4).
+// lock-delay, leaving the release marker on it (markReleased), then
+// destroys the session. Its callers have seen the job gone (DESIGN §1.4).
 func (l *Locker) giveBack(ctx context.Context, session string) error {
 	// The release may use half the time; the destroy must have some left.
 	rctx, cancel := ctx, context.CancelFunc(func() {})
@@ -105,15 +106,13 @@ func (l *Locker) giveBack(ctx context.Context, session string) error {
 	}
 	defer cancel()
 	if err := l.onEach(rctx, func(ctx context.Context) error {
-		return l.do(ctx, func(c *api.Client) error {
-			_, _, err := c.KV().Release(&api.KVPair{Key: l.path, Session: session}, l.writeOpts(ctx))
-			return err
-		})
+		return l.markReleased(ctx, session)
 	}); err != nil {
 		l.log.Debug("KV release failed; destroying the session anyway", "key", l.path, "error", l.scrub(err))
 	}
 	// Only the destroy must succeed: with Behavior release it frees the
-	// key as well (after the lock-delay).
+	// key as well (after the lock-delay), though without the marker a
+	// standby that saw us waits our TTL out.
 	if err := l.onEach(ctx, func(ctx context.Context) error {
 		return l.do(ctx, func(c *api.Client) error {
 			_, err := c.Session().Destroy(session, l.writeOpts(ctx))
@@ -123,6 +122,50 @@ func (l *Locker) giveBack(ctx context.Context, session string) error {
 		return l.fail(fmt.Sprintf("release %s: destroy session %s", l.path, session), err)
 	}
 	return nil
+}
+
+// markReleased frees the key held by session and writes on it the marker
+// that tells standbys the holder released it itself (consulwire.Released):
+// a standby that saw this session hold the key takes a key freed any other
+// way for a silent holder (DESIGN §1.12, "A record edited by hand"). When
+// the key is no longer held by session because it was changed by hand,
+// the marker still goes on it, so that a standby waiting our TTL out takes
+// the key now that our job is gone: on an absent key (deleted) only if it
+// is still absent, on a free key (our session destroyed, or the key
+// released, by hand) only if no release marked it and nobody wrote it
+// since it was read (consulwire.Marks).
+func (l *Locker) markReleased(ctx context.Context, session string) error {
+	marker := consulwire.Released(session)
+	var ok bool
+	if err := l.do(ctx, func(c *api.Client) (err error) {
+		ok, _, err = c.KV().Release(&api.KVPair{Key: l.path, Session: session, Value: marker}, l.writeOpts(ctx))
+		return err
+	}); err != nil || ok {
+		return err
+	}
+	var pair *api.KVPair
+	if err := l.do(ctx, func(c *api.Client) (err error) {
+		pair, _, err = c.KV().Get(l.path, l.queryOpts(ctx, true))
+		return err
+	}); err != nil {
+		return err
+	}
+	var cas *api.KVPair
+	switch {
+	case pair == nil:
+		cas = &api.KVPair{Key: l.path, Value: marker} // ModifyIndex 0: only if absent
+	case consulwire.Marks(pair.Session, pair.Value):
+		cas = &api.KVPair{Key: l.path, Value: marker, ModifyIndex: pair.ModifyIndex}
+	default:
+		return nil // held by another session, or freed by someone else's release
+	}
+	return l.do(ctx, func(c *api.Client) error {
+		ok, _, err := c.KV().CAS(cas, l.writeOpts(ctx))
+		if err == nil && ok {
+			l.log.Debug("the key was changed by hand; left the release marker on it", "key", l.path, "session", session)
+		}
+		return err
+	})
 }
 
 // markLost closes Lost once, keeping the first reason.

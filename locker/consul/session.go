@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/consul/consulwire"
 )
 
 // createSession makes the session a candidate campaigns with: TTL only
@@ -153,13 +154,14 @@ func (l *Locker) renewSession(ctx context.Context, id string) (time.Duration, er
 // whose answer was lost may have made it the holder, and destroying a
 // holding session puts the key into its lock-delay for everyone, our own
 // next attempt included. So it first releases the key (a no-op unless this
-// session holds it), then destroys the session, both on one fresh short
-// timeout. No child ever ran under this session.
+// session holds it) with the release marker, so that a standby that saw it
+// hold the key takes it at once, then destroys the session, both on one
+// fresh short timeout. No child ever ran under this session.
 func (l *Locker) abandon(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if err := l.do(ctx, func(c *api.Client) error {
-		_, _, err := c.KV().Release(&api.KVPair{Key: l.path, Session: id}, l.writeOpts(ctx))
+		_, _, err := c.KV().Release(&api.KVPair{Key: l.path, Session: id, Value: consulwire.Released(id)}, l.writeOpts(ctx))
 		return err
 	}); err != nil {
 		l.log.Debug("give back key after failed acquire failed", "key", l.path, "session", id, "error", l.scrub(err))

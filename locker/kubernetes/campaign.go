@@ -72,6 +72,14 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 
 // campaign is Acquire for the head of the queue (or a candidate without
 // one): the Lease alone decides.
+//
+// Once it has seen a leaderrun holder, the Lease is free for it only when
+// that holder's own release freed it (kubewire.AnnReleased names its
+// term). A Lease deleted, emptied, stripped of its annotations or with its
+// TTL lowered by someone else is that holder gone silent: it is waited out
+// on our clock, counted from when we first saw each such version, with the
+// longest TTL the holder declared in its term — never a lowered one
+// (DESIGN §1.12, "A record edited by hand").
 func (l *Locker) campaign(ctx context.Context, term string) (locker.Lease, error) {
 	var seen observe.Watch
 	var w watch.Interface
@@ -80,7 +88,8 @@ func (l *Locker) campaign(ctx context.Context, term string) (locker.Lease, error
 			w.Stop()
 		}
 	}()
-	firstVersion, warned := "", false
+	firstVersion, warned, silent := "", false, false
+	var live liveHolder
 
 	cur, err := l.get(ctx)
 	for {
@@ -92,7 +101,39 @@ func (l *Locker) campaign(ctx context.Context, term string) (locker.Lease, error
 		}
 		var wait time.Duration = -1 // -1: until the Lease changes
 		holder := holderOf(cur)
-		switch ttl, contract := declaredTTL(orEmpty(cur)); {
+		ttl, contract := declaredTTL(orEmpty(cur))
+		if holder != "" && contract && termOf(cur) != "" && termOf(cur) != live.term {
+			// A new leaderrun holder.
+			live = liveHolder{term: termOf(cur), id: holder, ttl: ttl}
+			seen.Reset()
+			silent = false
+		}
+		switch {
+		case live.term != "" && live.silentIn(cur):
+			// Deleted, freed, or edited by hand: not the holder's release.
+			if !silent {
+				silent = true
+				l.log.Info("the Lease was deleted or changed without the holder's release; waiting the holder out as a silent one",
+					"lease", l.namespace+"/"+l.name, "holder", live.id, "ttl", live.ttl, "deleted", cur == nil)
+			}
+			if l.opts.NoWait {
+				return nil, fmt.Errorf("kubernetes: %w: Lease %s/%s was changed by hand while %q held it", locker.ErrHeld, l.namespace, l.name, live.id)
+			}
+			version := "deleted"
+			if cur != nil {
+				version = cur.ResourceVersion
+			}
+			seen.Observe(version, live.ttl)
+			_, left, _ := seen.Due()
+			if left > 0 {
+				wait = left
+				break
+			}
+			l.log.Info("silent holder is past its TTL; taking the Lease", "holder", live.id, "unchanged_for", live.ttl+observe.Allowance(live.ttl)-left)
+			ls, err := l.take(ctx, cur, term)
+			if ls != nil || !errors.Is(err, errCandidacyLost) {
+				return ls, err
+			}
 		case cur == nil || holder == "":
 			seen.Reset()
 			ls, err := l.take(ctx, cur, term)
@@ -110,6 +151,7 @@ func (l *Locker) campaign(ctx context.Context, term string) (locker.Lease, error
 				warned = true
 			}
 		default:
+			ttl = live.longest(cur, ttl)
 			seen.Observe(cur.ResourceVersion, ttl)
 			_, left, _ := seen.Due()
 			if l.opts.NoWait {
@@ -143,6 +185,45 @@ func (l *Locker) campaign(ctx context.Context, term string) (locker.Lease, error
 		}
 		cur, w, err = l.next(ctx, cur, w, wait)
 	}
+}
+
+// liveHolder is the last leaderrun holder a candidate saw hold the Lease:
+// its term, holderIdentity, and the longest TTL it declared in that term.
+type liveHolder struct {
+	term string
+	id   string
+	ttl  time.Duration
+}
+
+// silentIn reports whether the Lease as read shows the live holder gone
+// silent rather than released or replaced: deleted; free without its
+// release's marker; still naming its term or its holderIdentity, but no
+// longer declaring the contract (annotations removed, a TTL lowered is
+// handled by longest). A Lease held under another term, with the
+// contract, is a new holder, which the caller has already taken up.
+func (h liveHolder) silentIn(ls *coordinationv1.Lease) bool {
+	if ls == nil {
+		return true
+	}
+	holder := holderOf(ls)
+	if holder == "" {
+		return ls.Annotations[annReleased] != h.term
+	}
+	if _, contract := declaredTTL(ls); contract && termOf(ls) == h.term {
+		return false
+	}
+	return termOf(ls) == h.term || (termOf(ls) == "" && holder == h.id)
+}
+
+// longest is the TTL to wait a holder out with: the longest it declared
+// in its term, so that a TTL lowered by hand never shortens the wait. It
+// remembers ttl, what ls declares now.
+func (h *liveHolder) longest(ls *coordinationv1.Lease, ttl time.Duration) time.Duration {
+	if termOf(ls) == h.term {
+		h.ttl = max(h.ttl, ttl)
+		return h.ttl
+	}
+	return ttl
 }
 
 // next waits for the next event of watch w on the Lease, or for wait (if not
@@ -220,7 +301,7 @@ func (l *Locker) take(ctx context.Context, cur *coordinationv1.Lease, term strin
 		// Give the Lease back at once: we cannot lead with a safe epoch.
 		rctx, rcancel := context.WithTimeout(context.Background(), l.timeout)
 		defer rcancel()
-		_, _ = l.client.Update(rctx, released(got), metav1.UpdateOptions{})
+		_, _ = l.client.Update(rctx, released(got, term), metav1.UpdateOptions{})
 		return nil, fmt.Errorf("kubernetes: %w: %v", locker.ErrRefused, err)
 	}
 	return newLease(l, got, epoch, term), nil
@@ -238,7 +319,7 @@ func (l *Locker) withdraw(term string) {
 	if err != nil || cur == nil || termOf(cur) != term {
 		return
 	}
-	if _, err := l.client.Update(ctx, released(cur), metav1.UpdateOptions{}); err != nil {
+	if _, err := l.client.Update(ctx, released(cur, term), metav1.UpdateOptions{}); err != nil {
 		l.log.Debug("withdrawing a claim cut short failed; it expires on its own", "lease", l.name, "error", oneLine(err.Error()))
 		return
 	}

@@ -216,19 +216,38 @@ func (s *lease) Release(ctx context.Context) error {
 	return s.l.release(ctx, cur, s.term)
 }
 
-// release clears the holder of cur if its term is still term, retrying
-// when another write came between.
+// release clears the holder of cur if its term is still term, with the
+// marker of term's own release (kubewire.AnnReleased), retrying when
+// another write came between. Its callers have seen the job gone (DESIGN
+// §1.4). A Lease changed by hand gets the marker too, so that a standby
+// waiting term out as a silent holder takes it now: one whose holder was
+// cleared is marked (kubewire.Marks), one deleted is created again,
+// released, unless someone created it first.
 func (l *Locker) release(ctx context.Context, cur *coordinationv1.Lease, term string) error {
+	last := cur
 	for range 3 {
-		if cur == nil || termOf(cur) != term {
-			return nil // not ours any more: nothing to give back
-		}
-		_, err := l.client.Update(ctx, released(cur), metav1.UpdateOptions{})
+		var err error
+		verb := "update"
 		switch {
-		case err == nil, apierrors.IsNotFound(err):
+		case cur == nil:
+			verb = "create"
+			_, err = l.client.Create(ctx, l.releasedAnew(last, term), metav1.CreateOptions{})
+			if err == nil {
+				l.log.Debug("the Lease was deleted; created it again, released", "lease", l.namespace+"/"+l.name)
+			}
+		case !kubewire.Marks(holderOf(cur), cur.Annotations, term):
+			return nil // not ours any more: nothing to give back
+		default:
+			_, err = l.client.Update(ctx, released(cur, term), metav1.UpdateOptions{})
+		}
+		switch {
+		case err == nil:
 			return nil
-		case !apierrors.IsConflict(err):
-			return l.classify("update", err)
+		case apierrors.IsNotFound(err):
+			cur = nil
+			continue
+		case !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err):
+			return l.classify(verb, err)
 		}
 		if cur, err = l.get(ctx); err != nil {
 			return err

@@ -28,6 +28,7 @@ const (
 	annHost     = kubewire.AnnHost
 	annPID      = kubewire.AnnPID
 	annVersion  = kubewire.AnnVersion
+	annReleased = kubewire.AnnReleased
 	// annHolders is the holder's --holders where it is more than 1.
 	annHolders = annPrefix + "holders"
 	// annPriority is the holder's --priority where it is not 0.
@@ -139,6 +140,7 @@ func (l *Locker) claim(cur *coordinationv1.Lease, term string) *coordinationv1.L
 		previous = ann[annPrevious]
 	}
 	delete(ann, annEpoch)
+	delete(ann, annReleased)
 	if previous != "" {
 		ann[annPrevious] = previous
 	}
@@ -183,9 +185,10 @@ func (l *Locker) claim(cur *coordinationv1.Lease, term string) *coordinationv1.L
 	return ls
 }
 
-// released returns cur with no holder, keeping the epoch so that the next
+// released returns cur with no holder and the marker of term's own
+// release (kubewire.AnnReleased), keeping the epoch so that the next
 // holder can check its own is greater.
-func released(cur *coordinationv1.Lease) *coordinationv1.Lease {
+func released(cur *coordinationv1.Lease, term string) *coordinationv1.Lease {
 	ls := cur.DeepCopy()
 	ls.Spec.HolderIdentity = nil
 	ls.Spec.AcquireTime = nil
@@ -193,5 +196,26 @@ func released(cur *coordinationv1.Lease) *coordinationv1.Lease {
 	for _, a := range kubewire.Released {
 		delete(ls.Annotations, a)
 	}
+	if ls.Annotations == nil {
+		ls.Annotations = map[string]string{}
+	}
+	ls.Annotations[annReleased] = term
 	return ls
+}
+
+// releasedAnew is a released Lease to create in place of one deleted by
+// hand: free, with term's release marker, the key, and the epochs last
+// (our last write of it, if known) recorded, so that the next holder can
+// still check its epoch is greater. Nothing else of the deleted Lease
+// comes back (its once-per records are forgotten, as BACKENDS says).
+func (l *Locker) releasedAnew(last *coordinationv1.Lease, term string) *coordinationv1.Lease {
+	ann := map[string]string{annKey: l.opts.Key, annReleased: term}
+	if last != nil {
+		for _, a := range []string{annEpoch, annPrevious} {
+			if v := last.Annotations[a]; v != "" {
+				ann[a] = v
+			}
+		}
+	}
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.namespace, Annotations: ann}}
 }

@@ -5,6 +5,7 @@
 package consulwire
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -43,4 +44,41 @@ func ParseHandle(handle string) (session, key string, err error) {
 		return "", "", fmt.Errorf("%q is not a consul lease handle", handle)
 	}
 	return session, key, nil
+}
+
+// released is the value a holder's release leaves on the lock key.
+type released struct {
+	Released string `json:"released"`
+}
+
+// Released is the value a holder's release writes on the lock key as it
+// frees it, once its job is gone: it names the session that held the key.
+// A standby that saw that session hold the key takes the key at once; a
+// key freed or deleted any other way (by hand, or because Consul ended
+// the session) is a holder gone silent, waited out on the standby's own
+// clock (DESIGN §1.12, "A record edited by hand").
+func Released(session string) []byte {
+	b, _ := json.Marshal(released{Released: session}) // a string cannot fail
+	return b
+}
+
+// ReleasedBy returns the session a value written by Released names; empty
+// for any other value.
+func ReleasedBy(value []byte) string {
+	var r released
+	if len(value) == 0 || value[0] != '{' || json.Unmarshal(value, &r) != nil {
+		return ""
+	}
+	return r.Released
+}
+
+// Marks reports whether a release whose session no longer holds the key
+// writes its marker on the key as read (session holding it, value): a key
+// left free by anything but a release (its holder's session destroyed, or
+// the key released, by hand) is. The marker only frees the key for
+// standbys that saw that session hold it, so marking a free key is
+// harmless; a key another session holds, or that another holder's release
+// left free, is left alone. An absent key is marked with a create.
+func Marks(holder string, value []byte) bool {
+	return holder == "" && ReleasedBy(value) == ""
 }

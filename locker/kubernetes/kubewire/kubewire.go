@@ -65,12 +65,32 @@ const (
 	AnnHost     = AnnPrefix + "host"
 	AnnPID      = AnnPrefix + "pid"
 	AnnVersion  = AnnPrefix + "version"
+	// AnnReleased is the term of the holder whose own release, made once
+	// its job was gone, left the Lease free. A standby that saw that term
+	// hold the Lease takes it at once; a Lease deleted, emptied or edited
+	// any other way is that holder gone silent (DESIGN §1.12, "A record
+	// edited by hand"). A claim removes it.
+	AnnReleased = AnnPrefix + "released"
 )
 
 // Released are the annotations a release removes with the holder; the key
 // and the epochs stay, so that the next holder can check its epoch is
 // greater.
 var Released = []string{AnnTerm, AnnHost, AnnPID, AnnVersion, AnnContract, AnnTTL}
+
+// Marks reports whether the release of the leadership term, its job gone,
+// writes its marker on a Lease with this holder and these annotations: one
+// it still holds, or one left free by anything but a release (deleted and
+// re-created empty, its holder cleared by hand). The marker only frees the
+// Lease for standbys that saw this term hold it, so marking a free Lease
+// is harmless; a Lease another term holds, or that another holder's
+// release left free, is left alone.
+func Marks(holder string, ann map[string]string, term string) bool {
+	if holder != "" {
+		return ann[AnnTerm] == term
+	}
+	return ann[AnnReleased] == ""
+}
 
 // Handle names one leadership of a Lease: "<namespace>/<name>/<term>".
 func Handle(namespace, name, term string) string { return namespace + "/" + name + "/" + term }
