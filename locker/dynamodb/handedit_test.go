@@ -10,10 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/leaderrun/leaderrun/locker"
-	"github.com/leaderrun/leaderrun/locker/leaserow"
 	"github.com/leaderrun/leaderrun/locker/leaserow/rowtest"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
-	"github.com/leaderrun/leaderrun/locker/observe"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
@@ -51,64 +49,33 @@ func TestHandEdits(t *testing.T) {
 	}, func(t *testing.T, key, kind string) { editItem(t, c, "lrtest/"+key, kind) })
 }
 
-// TestStoreReleaseAndEdits: on the server, a renewal or release
-// conditioned on the item as the holder wrote it fails once any attribute
-// it owns was edited with the version left as it was; a release marks the
-// item released; the epoch counter is the trace a deleted item leaves.
+// TestStoreReleaseAndEdits: the lease-row stores' contract for hand
+// edits (rowtest.StoreEdits); a deleted item's trace is the key's epoch
+// counter, which the store keeps by itself.
 func TestStoreReleaseAndEdits(t *testing.T) {
 	d := testcluster.SharedDynalite(t)
 	key := lockertest.Key(t)
 	st := storeOf(t, d.Endpoint(), key)
 	c := raw(t, d.Endpoint())
-	row := leaserow.Row{Term: "t1", Holder: locker.Holder{ID: "a"}, Contract: observe.Contract, TTL: time.Second, Version: "v1", RenewedAt: time.Now()}
-	if traced, err := st.Traced(ctx(t)); err != nil || traced {
-		t.Fatalf("Traced on a fresh key = %v, %v", traced, err)
-	}
-	var err error
-	if row.Epoch, err = st.Create(ctx(t), row); err != nil {
-		t.Fatal(err)
-	}
-	next := row
-	next.Version = "v2"
-	for attr, v := range map[string]types.AttributeValue{
-		attrTTL: num(100), attrTerm: str(""), attrHolder: str(""), attrContract: str(""), attrEpoch: num(int64(row.Epoch) + 1),
-	} {
-		if _, err := c.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf(key),
-			UpdateExpression: aws.String("SET #a = :v"), ExpressionAttributeNames: map[string]string{"#a": attr},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":v": v}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Renew(ctx(t), row, next); !errors.Is(err, leaserow.ErrConflict) {
-			t.Fatalf("Renew after %s was edited: %v, want ErrConflict", attr, err)
-		}
-		if err := st.Clear(ctx(t), row, "v3"); !errors.Is(err, leaserow.ErrConflict) {
-			t.Fatalf("Clear after %s was edited: %v, want ErrConflict", attr, err)
-		}
-		// Put the item back as the holder wrote it.
-		editItem(t, c, key, rowtest.Delete)
-		if row.Epoch, err = st.Create(ctx(t), row); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := st.Renew(ctx(t), row, next); err != nil {
-		t.Fatalf("Renew of the item as written: %v", err)
-	}
-	got, err := st.Read(ctx(t))
-	if err != nil || got.Version != "v2" {
-		t.Fatalf("Read = %+v, %v", got, err)
-	}
-	// An item read back conditions as well as one written.
-	if err := st.Clear(ctx(t), got, "v3"); err != nil {
-		t.Fatal(err)
-	}
-	got, err = st.Read(ctx(t))
-	if err != nil || got.Term != "" || got.Contract != leaserow.Released || got.Version != "v3" || got.Epoch != row.Epoch {
-		t.Fatalf("after Clear: %+v, %v; want a released item with the epoch %d", got, err, row.Epoch)
-	}
-	editItem(t, c, key, rowtest.Delete)
-	if traced, err := st.Traced(ctx(t)); err != nil || !traced {
-		t.Fatalf("Traced on a deleted item = %v, %v", traced, err)
-	}
+	item := key // storeOf's key has no prefix
+	rowtest.StoreEdits(t, st,
+		func(t *testing.T, field string) {
+			attr, v := map[string]string{rowtest.FieldTTL: attrTTL, rowtest.FieldTerm: attrTerm, rowtest.FieldHolder: attrHolder,
+				rowtest.FieldContract: attrContract}[field], types.AttributeValue(str(""))
+			switch field {
+			case rowtest.FieldTTL:
+				v = num(100)
+			case rowtest.FieldEpoch:
+				attr, v = attrEpoch, num(1<<40)
+			}
+			if _, err := c.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf(item),
+				UpdateExpression: aws.String("SET #a = :v"), ExpressionAttributeNames: map[string]string{"#a": attr},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":v": v}}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		func(t *testing.T) { editItem(t, c, item, rowtest.Delete) },
+		func(*testing.T, uint64) {})
 }
 
 // TestReleaseByHand: the release BACKENDS.md gives operators for a holder

@@ -6,10 +6,8 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/locker"
-	"github.com/leaderrun/leaderrun/locker/leaserow"
 	"github.com/leaderrun/leaderrun/locker/leaserow/rowtest"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
-	"github.com/leaderrun/leaderrun/locker/observe"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
@@ -34,10 +32,8 @@ func TestHandEdits(t *testing.T) {
 	})
 }
 
-// TestStoreReleaseAndEdits: on the server, a renewal or release
-// conditioned on the row as the holder wrote it fails once any column it
-// owns was edited with the version left as it was; a release marks the
-// row released; a deleted row leaves a trace once the key has a history.
+// TestStoreReleaseAndEdits: the lease-row stores' contract for hand
+// edits (rowtest.StoreEdits); a deleted row's trace is the key's history.
 func TestStoreReleaseAndEdits(t *testing.T) {
 	pg := testcluster.SharedPostgres(t)
 	key := lockertest.Key(t)
@@ -47,59 +43,23 @@ func TestStoreReleaseAndEdits(t *testing.T) {
 	}
 	defer st.Close()
 	c := sqlConn(t, pg.DSN())
-	row := leaserow.Row{Term: "t1", Holder: locker.Holder{ID: "a"}, Contract: observe.Contract, TTL: time.Second, Version: "v1", RenewedAt: time.Now()}
-	if traced, err := st.Traced(ctx(t)); err != nil || traced {
-		t.Fatalf("Traced on a fresh key = %v, %v", traced, err)
-	}
-	if row.Epoch, err = st.Create(ctx(t), row); err != nil {
-		t.Fatal(err)
-	}
-	next := row
-	next.Version = "v2"
-	for col, set := range map[string]string{
-		"ttl_ms": `ttl_ms = 100`, "term": `term = ''`, "holder": `holder = ''`, "contract": `contract = ''`, "epoch": `epoch = epoch + 1`,
-	} {
-		if _, err := c.Exec(ctx(t), `UPDATE public.leaderrun_leases SET `+set+` WHERE key = $1`, "lrtest/"+key); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Renew(ctx(t), row, next); !errors.Is(err, leaserow.ErrConflict) {
-			t.Fatalf("Renew after %s was edited: %v, want ErrConflict", col, err)
-		}
-		if err := st.Clear(ctx(t), row, "v3"); !errors.Is(err, leaserow.ErrConflict) {
-			t.Fatalf("Clear after %s was edited: %v, want ErrConflict", col, err)
-		}
-		// Put the row back as the holder wrote it.
-		if _, err := c.Exec(ctx(t), `DELETE FROM public.leaderrun_leases WHERE key = $1`, "lrtest/"+key); err != nil {
-			t.Fatal(err)
-		}
-		if row.Epoch, err = st.Create(ctx(t), row); err != nil {
+	exec := func(t *testing.T, sql string) {
+		if _, err := c.Exec(ctx(t), sql, "lrtest/"+key); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.Renew(ctx(t), row, next); err != nil {
-		t.Fatalf("Renew of the row as written: %v", err)
-	}
-	got, err := st.Read(ctx(t))
-	if err != nil || got.Version != "v2" {
-		t.Fatalf("Read = %+v, %v", got, err)
-	}
-	// A row read back conditions as well as one written.
-	if err := st.Clear(ctx(t), got, "v3"); err != nil {
-		t.Fatal(err)
-	}
-	got, err = st.Read(ctx(t))
-	if err != nil || got.Term != "" || got.Contract != leaserow.Released || got.Version != "v3" || got.Epoch != row.Epoch {
-		t.Fatalf("after Clear: %+v, %v; want a released row with the epoch %d", got, err, row.Epoch)
-	}
-	if _, err := c.Exec(ctx(t), `DELETE FROM public.leaderrun_leases WHERE key = $1`, "lrtest/"+key); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.PutTerm(ctx(t), locker.Term{Epoch: row.Epoch, ID: "a", Start: time.Now()}, 5); err != nil {
-		t.Fatal(err)
-	}
-	if traced, err := st.Traced(ctx(t)); err != nil || !traced {
-		t.Fatalf("Traced on a deleted row with a history = %v, %v", traced, err)
-	}
+	set := map[string]string{rowtest.FieldTTL: `ttl_ms = 100`, rowtest.FieldTerm: `term = ''`, rowtest.FieldHolder: `holder = ''`,
+		rowtest.FieldContract: `contract = ''`, rowtest.FieldEpoch: `epoch = epoch + 1`}
+	rowtest.StoreEdits(t, st,
+		func(t *testing.T, field string) {
+			exec(t, `UPDATE public.leaderrun_leases SET `+set[field]+` WHERE key = $1`)
+		},
+		func(t *testing.T) { exec(t, `DELETE FROM public.leaderrun_leases WHERE key = $1`) },
+		func(t *testing.T, epoch uint64) {
+			if err := st.PutTerm(ctx(t), locker.Term{Epoch: epoch, ID: "a", Start: time.Now()}, 5); err != nil {
+				t.Fatal(err)
+			}
+		})
 }
 
 // TestReleaseByHand: the release BACKENDS.md gives operators for a holder

@@ -4,12 +4,15 @@
 package rowtest
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/leaserow"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
+	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
 // The hand edits Edit must make, the way an operator makes them: plain
@@ -84,4 +87,80 @@ func HandEdits(t *testing.T, ttl time.Duration, open func(t *testing.T, key stri
 			t.Fatalf("a single attempt on a row emptied by hand: %v, want ErrHeld", err)
 		}
 	})
+}
+
+// The fields of a row its holder owns, as StoreEdits edits them one by
+// one.
+const (
+	FieldTTL      = "ttl"
+	FieldTerm     = "term"
+	FieldHolder   = "holder"
+	FieldContract = "contract"
+	FieldEpoch    = "epoch"
+)
+
+// Fields are the owned fields, in the order StoreEdits edits them.
+var Fields = []string{FieldTTL, FieldTerm, FieldHolder, FieldContract, FieldEpoch}
+
+// TracedStore is a lease-row store that tells whether a deleted row's key
+// was ever held.
+type TracedStore interface {
+	leaserow.Store
+	leaserow.Tracer
+}
+
+// StoreEdits is the stores' contract for hand edits, run on the real
+// server: a renewal or release conditioned on the row as its holder wrote
+// it fails once any field it owns was edited with the version left as it
+// was (field sets that field of st's row to another value: the TTL to
+// 100ms, the texts empty, the epoch one higher); a release marks the row
+// released and keeps its epoch; and a key whose row was deleted (del)
+// shows a trace once trace has written what a used key keeps beside its
+// row (nothing where the store needs nothing).
+func StoreEdits(t *testing.T, st TracedStore, field func(t *testing.T, name string), del func(t *testing.T), trace func(t *testing.T, epoch uint64)) {
+	ctx := func() context.Context { return lockertest.Ctx(t, 10*time.Second) }
+	row := leaserow.Row{Term: "t1", Holder: locker.Holder{ID: "a"}, Contract: observe.Contract, TTL: time.Second, Version: "v1", RenewedAt: time.Now()}
+	if traced, err := st.Traced(ctx()); err != nil || traced {
+		t.Fatalf("Traced on a fresh key = %v, %v", traced, err)
+	}
+	var err error
+	if row.Epoch, err = st.Create(ctx(), row); err != nil {
+		t.Fatal(err)
+	}
+	next := row
+	next.Version = "v2"
+	for _, name := range Fields {
+		field(t, name)
+		if err := st.Renew(ctx(), row, next); !errors.Is(err, leaserow.ErrConflict) {
+			t.Fatalf("Renew after %s was edited: %v, want ErrConflict", name, err)
+		}
+		if err := st.Clear(ctx(), row, "v3"); !errors.Is(err, leaserow.ErrConflict) {
+			t.Fatalf("Clear after %s was edited: %v, want ErrConflict", name, err)
+		}
+		// Put the row back as the holder wrote it.
+		del(t)
+		if row.Epoch, err = st.Create(ctx(), row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Renew(ctx(), row, next); err != nil {
+		t.Fatalf("Renew of the row as written: %v", err)
+	}
+	got, err := st.Read(ctx())
+	if err != nil || got.Version != "v2" {
+		t.Fatalf("Read = %+v, %v", got, err)
+	}
+	// A row read back conditions as well as one written.
+	if err := st.Clear(ctx(), got, "v3"); err != nil {
+		t.Fatal(err)
+	}
+	got, err = st.Read(ctx())
+	if err != nil || got.Term != "" || got.Contract != leaserow.Released || got.Version != "v3" || got.Epoch != row.Epoch {
+		t.Fatalf("after Clear: %+v, %v; want a released row with the epoch %d", got, err, row.Epoch)
+	}
+	del(t)
+	trace(t, row.Epoch)
+	if traced, err := st.Traced(ctx()); err != nil || !traced {
+		t.Fatalf("Traced on a deleted row of a used key = %v, %v", traced, err)
+	}
 }
