@@ -46,18 +46,20 @@ func TestMain(m *testing.M) { os.Exit(RunTests(m, &bins)) }
 // defence in group mode, the escape in auto mode, and a crash. etcd adds
 // a step-down --to and a pause, the local backend a step-down, a step-down
 // --to and a pause (the control faults, control_test.go; without
-// priorities, which only -chaos.control gives the hosts).
+// priorities, which only -chaos.control gives the hosts). etcd,
+// PostgreSQL and the local backend each take one operator's hand edit of
+// the leader's record (handedit_test.go).
 var shortPlan = map[string][]string{
 	"etcd": {"kill-leader@auto", "kill-child@auto", "freeze-leaderrun@auto", "freeze-host@auto", "kill-server@auto",
 		"lose-quorum@auto", "partition@auto", "silent-server@auto", "restart-backend@auto", "escape@group",
-		"step-down-to@auto", "pause@auto"},
+		"step-down-to@auto", "pause@auto", "hand-edit@auto"},
 	"consul":     {"kill-leader@auto", "kill-child@auto", "freeze-host@auto", "partition@auto", "kill-server@auto"},
 	"zookeeper":  {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
 	"kubernetes": {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
-	"postgres":   {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
+	"postgres":   {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto", "hand-edit@auto"},
 	"dynamodb":   {"kill-leader@auto", "freeze-leaderrun@auto", "partition@auto", "kill-server@auto"},
 	"local": {"kill-leader@auto", "escape@auto", "guard-fires-first@group", "both-killed@group", "fork-storm@group",
-		"step-down@auto", "step-down-to@auto", "pause@auto"},
+		"step-down@auto", "step-down-to@auto", "pause@auto", "hand-edit@auto"},
 }
 
 // planned is one fault of a plan and the containment mode the hosts run
