@@ -17,10 +17,12 @@ import (
 // renewal of the holder succeeds: renewals are conditioned on every field
 // it owns).
 //
-// The TTL it counts with is the one the live holder declared when the
-// standby first saw its term; the row showing a larger one later, or a
-// later term's, raises it, a smaller one never lowers it until a release
-// frees the key. A term written over the row without a new epoch is a
+// The TTL it counts with is the larger of its own and the one the live
+// holder declared when the standby first saw its term (a first sight that
+// may come after a hand edit lowered it); the row showing a larger one
+// later, or a later term's, raises it, a smaller one never lowers it
+// until a release frees the key. A term that does not declare the
+// contract, written over one that did, frees nothing before floor. A term written over the row without a new epoch is a
 // hand edit, not a takeover: the holder seen before still counts. A row deleted, or emptied without
 // the Released marker, after a live holder is that holder gone silent:
 // the same count with the same TTL (or the standby's own, when larger: a
@@ -39,6 +41,13 @@ type standby struct {
 	ttl      time.Duration // the TTL that term declared when first seen, never lowered
 	contract bool          // that term declared the observer-clock contract
 	traced   bool          // the row is missing and the store showed a trace of a holder
+
+	// floor is when every holder of the contract this standby saw is
+	// surely past its deadline: a row that changed while such a holder
+	// was the one counted with was read after that holder's last
+	// successful write. A later term that does not declare the contract
+	// (a row forged by hand) never frees the key before it.
+	floor time.Time
 }
 
 // verdict is what the standby makes of one read.
@@ -63,6 +72,9 @@ func (s *standby) see(cur Row, exists bool, traced func() (bool, error)) (verdic
 	}
 	told := state == s.state
 	if !told {
+		if s.term != "" && s.contract {
+			s.floor = later(s.floor, now.Add(s.ttl+observe.Allowance(s.ttl)))
+		}
 		s.state, s.since, s.traced = state, now, false
 		if !exists && s.term == "" {
 			t, err := traced()
@@ -79,13 +91,15 @@ func (s *standby) see(cur Row, exists bool, traced func() (bool, error)) (verdic
 	}
 	switch {
 	case exists && released(cur):
-		s.term = ""
+		s.term, s.floor = "", time.Time{}
 		return verdict{free: true}, nil
 	case exists && cur.Term != "":
 		declares := cur.Contract == observe.Contract && cur.TTL > 0
 		switch {
 		case s.term == "":
-			s.term, s.epoch, s.ttl, s.contract = cur.Term, cur.Epoch, cur.TTL, declares
+			// The first sight of a term may come after a hand edit
+			// lowered its TTL: count with our own too.
+			s.term, s.epoch, s.ttl, s.contract = cur.Term, cur.Epoch, max(cur.TTL, s.own), declares
 		case cur.Term != s.term && cur.Epoch > s.epoch:
 			// A new term: a takeover advanced the epoch. Its TTL only
 			// raises the one counted with while this candidate waits.
@@ -110,7 +124,11 @@ func (s *standby) see(cur Row, exists bool, traced func() (bool, error)) (verdic
 	switch {
 	case s.term != "" && !s.contract:
 		// Emptied or deleted after a holder without the contract (another
-		// tool): its own release, as it always was.
+		// tool): its own release, as it always was, once every holder of
+		// the contract seen before it is surely gone.
+		if left := s.floor.Sub(now); left > 0 {
+			return verdict{silent: true, how: how, ttl: s.ttl, left: left, told: told}, nil
+		}
 		return verdict{free: true}, nil
 	case s.term != "":
 		// Our own TTL too: a term that came and went between two of our
@@ -118,11 +136,18 @@ func (s *standby) see(cur Row, exists bool, traced func() (bool, error)) (verdic
 		return wait(max(s.ttl, cur.TTL, s.own), true, how), nil
 	case !exists && !s.traced:
 		return verdict{free: true}, nil // a fresh key
-	case exists && cur.Contract != observe.Contract:
-		// Freed after a holder without the contract (another tool).
-		return verdict{free: true}, nil
 	}
+	// A row emptied without the release mark, whatever contract it still
+	// names, is no release: only the mark frees a row at once.
 	// No holder seen: one may have gone silent just before our first
 	// read, declaring a TTL nobody can know now. The row's, or our own.
 	return wait(max(cur.TTL, s.own), true, how), nil
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

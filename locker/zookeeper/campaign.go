@@ -27,8 +27,8 @@ type candidate struct {
 	sid  int64
 	name string // our znode's name under l.dir
 	node string // l.dir + "/" + name
-	// declared is the TTL each predecessor's record declared when first
-	// read: what a hand edit of the record later says does not count.
+	// declared is the longest TTL each predecessor's record declared in
+	// any read of it: a hand edit that lowers it later does not count.
 	declared map[string]time.Duration
 	// seen is, for each predecessor, when we last saw its znode as it
 	// was after its latest write: a leader's renewals write it (silent.go).
@@ -266,10 +266,11 @@ func (c *candidate) waitDelete(ctx context.Context, pred string) (deleted bool, 
 			return false, classify("zookeeper: watch predecessor "+p, err)
 		}
 		c.seen[pred] = time.Now()
-		if _, ok := c.declared[pred]; !ok {
-			if ttl, ok := declaredTTL(w.data); ok {
-				c.declared[pred] = ttl
-			}
+		// The longest TTL the record declared while we watched it: a TTL
+		// edited lower by hand never shortens the wait, and the
+		// holder's own next renewal writes the true one again.
+		if ttl, ok := declaredTTL(w.data); ok {
+			c.declared[pred] = max(c.declared[pred], ttl)
 		}
 		ev, err := c.nextEvent(ctx, w.ch)
 		if err != nil {

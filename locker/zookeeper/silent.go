@@ -157,6 +157,9 @@ func (c *candidate) afterDelete(ctx context.Context, pred string, ahead []string
 		if at, ok := c.seen[pred]; ok {
 			from = at
 		}
+		// Our first read may have come after a hand edit lowered what it
+		// declares: count with our own TTL too.
+		ttl = max(ttl, c.l.opts.TTL)
 	} else if ttl, err = c.l.longestSession(ctx); err != nil {
 		return err
 	}

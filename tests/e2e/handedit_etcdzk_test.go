@@ -268,3 +268,53 @@ func TestHandEditZooKeeper(t *testing.T) {
 		b.noOverlap(t)
 	})
 }
+
+// A ZooKeeper holder's znode value rewritten by hand to declare a TTL of
+// 100ms, then a candidate that starts after the edit (or a standby
+// restarted after it: a new process knows nothing of what the old one
+// saw), then the znode deleted. The candidate counts with the TTL it
+// first read, 100ms, and leads about 100ms + A after the holder's last
+// write it saw, while a's stubborn job lives on through its kill grace.
+// The holder keeps leading after the value edit (a value edit "changes
+// nothing"), and its renewals, which write its true TTL, never raise
+// the one counted with.
+func TestHandEditZooKeeperLowTTLLateCandidate(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
+	servers := z.Addrs()
+	c := zkConn(t, servers)
+	key := newKey("hand-lowttl")
+	dir := t.TempDir()
+	start := func(name, other string, extra ...string) *host {
+		a := append(append(append([]string{"--id", name}, zkArgs(servers, key)...), extra...), "--", "sh", "-c", stubbornScript(dir, name, other))
+		return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
+	}
+	a := start("a", "b")
+	aPid := a.waitStarted(t, 30*time.Second)
+	names, _, err := c.Children("/leaderrun/" + key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := ""
+	for _, n := range names {
+		if strings.HasPrefix(n, "@") {
+			node = "/leaderrun/" + key + "/" + n
+		}
+	}
+	if node == "" {
+		t.Fatalf("no znode of a under /leaderrun/%s: %v", key, names)
+	}
+	if _, err := c.Set(node, []byte(`{"ttl_ms":100}`), -1); err != nil {
+		t.Fatal(err)
+	}
+	b := start("b", "a", "--log-level", "debug")
+	waitFor(t, 10*time.Second, "b to watch a", func() bool { return strings.Contains(b.p.Output(), "waiting for predecessor") })
+	time.Sleep(time.Second) // a renews (writes its record) meanwhile
+	if err := c.Delete(node, -1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*zkTTL+20*time.Second, "b's child to start", b.started)
+	b.noOverlap(t)
+	if alive(aPid) {
+		t.Fatalf("a's child (pid %d) alive after b's child started", aPid)
+	}
+}
