@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/leaderrun/leaderrun/internal/secretfile"
 	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
 )
 
@@ -25,6 +26,13 @@ func releaseZooKeeper(ctx context.Context, hello BackendHello, handle string) er
 	servers, _, err := zkwire.SplitServers(h.Servers)
 	if err != nil {
 		return fmt.Errorf("zookeeper: servers: %w", err)
+	}
+	if h.AuthFile != "" {
+		// The credentials stayed off the pipe; the file is read now, as
+		// leaderrun read it (its errors never repeat its contents).
+		if h.Auth, err = secretfile.Read(h.AuthFile); err != nil {
+			return fmt.Errorf("zookeeper: --zk-auth-file %s: %w", h.AuthFile, err)
+		}
 	}
 	return zkwire.ReleaseSessionAny(ctx, servers, id, passwd, h.Auth, node, h.SessionTimeout, zkwire.DefaultTimeout)
 }

@@ -104,11 +104,16 @@ func (s *zookeeperSettings) Target(lk locker.Locker) (string, time.Duration) {
 	return targetOf(lk)
 }
 
-// Guard: closing the session needs its id and password only, not the
-// digest credentials, so they stay out of the guard's hello.
+// Guard: the guard names the released znode in the key's release record,
+// a write that needs the digest credentials where znodes are
+// creator-only. Given in a file, the hello carries the file's name and
+// the guard reads it when it releases; given as --zk-auth, the value the
+// user put on the command line.
 func (s *zookeeperSettings) Guard(locker.Locker) (any, string) {
 	h := s.Hello
-	h.Auth = ""
+	if s.authFile != "" {
+		h.Auth, h.AuthFile = "", s.authFile
+	}
 	return h, ""
 }
 

@@ -43,8 +43,8 @@ func TestIDRule(t *testing.T) {
 }
 
 // The guard's hello carries a password given in a file as the file's name,
-// a password given as USER:PASSWORD apart from the user, and no ZooKeeper
-// digest credentials at all (closing a session does not need them).
+// a password given as USER:PASSWORD apart from the user, and ZooKeeper
+// digest credentials given in a file as the file's name.
 func TestGuardHelloSecrets(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "pw")
@@ -91,8 +91,8 @@ func TestGuardHelloSecrets(t *testing.T) {
 		t.Errorf("leaderrun as the guard read password %q from the hello's file, want the file's", again.Password)
 	}
 
-	z := &zookeeperSettings{Hello: zkwire.Hello{Servers: []string{"127.0.0.1:2181"}, Auth: "alice:Zk5ecret"}}
-	if got := hello(z); strings.Contains(got, "Zk5ecret") {
-		t.Errorf("the guard's ZooKeeper hello carries the digest credentials: %s", got)
+	z := &zookeeperSettings{Hello: zkwire.Hello{Servers: []string{"127.0.0.1:2181"}, Auth: "alice:Zk5ecret"}, authFile: file}
+	if got := hello(z); strings.Contains(got, "Zk5ecret") || !strings.Contains(got, file) {
+		t.Errorf("the guard's ZooKeeper hello %s: want the auth file's name and no digest credentials", got)
 	}
 }

@@ -62,9 +62,12 @@ func SplitServers(raw []string) (servers []string, chroot string, err error) {
 // leaderrun's flags gave it. SessionTimeout is the one leaderrun asks for
 // (its TTL), sent again when the guard takes the session over to close it.
 type Hello struct {
-	Servers        []string      `json:"servers,omitempty"`
-	Chroot         string        `json:"chroot,omitempty"`
-	Auth           string        `json:"auth,omitempty"`
+	Servers []string `json:"servers,omitempty"`
+	Chroot  string   `json:"chroot,omitempty"`
+	Auth    string   `json:"auth,omitempty"`
+	// AuthFile names the file holding Auth (--zk-auth-file): the guard
+	// reads it when it releases, so the credentials stay off its pipe.
+	AuthFile       string        `json:"auth_file,omitempty"`
 	SessionTimeout time.Duration `json:"session_timeout,omitempty"`
 }
 
