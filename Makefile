@@ -49,7 +49,7 @@ vet:
 # The package test (tests/e2e TestPackages) runs when LEADERRUN_PACKAGE_DIR
 # names the built packages; it adds a few seconds once nfpm is built.
 test: deps servers systemd-root vet packages
-	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist LEADERRUN_SYSTEMD_ROOT=$(SYSTEMD_ROOT) $(GO) test -race -count=1 -timeout 20m ./...
+	LEADERRUN_PACKAGE_DIR=$(CURDIR)/dist LEADERRUN_SYSTEMD_ROOT=$(SYSTEMD_ROOT) $(GO) test -race -count=1 -timeout 30m ./...
 
 # A bookworm root with systemd for tests/systemdtest, built once by
 # debootstrap from this machine's apt mirror (about a minute, cached in the
