@@ -114,8 +114,10 @@ func TestUnwritableDirsAreRefusedBeforeCampaigning(t *testing.T) {
 		says []string
 	}{
 		{"lock dir", []string{"--lock-dir", empty}, 125, []string{"--lock-dir", empty, "permission denied"}},
-		{"lock dir used before", []string{"--lock-dir", used}, 125, []string{"--lock-dir", used, "permission denied"}},
-		{"another user's lock file", []string{"--lock-dir", shared}, 125, []string{"--lock-dir", othersLock, "permission denied"}},
+		// A prefix directory another user (root) made is not the user's.
+		{"lock dir used before", []string{"--lock-dir", used}, 125, []string{"--lock-dir", used, "owned by uid 0"}},
+		// A shared sticky directory whose entries are not the user's.
+		{"another user's lock file", []string{"--lock-dir", shared}, 125, []string{"--lock-dir", shared, "another user could replace"}},
 		{"state dir", []string{"--state-dir", empty}, 125, []string{"--state-dir", empty, "permission denied"}},
 		{"interpreter", []string{"--lock-dir", filepath.Join(u.home, "locks"), "--", script}, 126, []string{"interpreter " + private, "not executable"}},
 	} {

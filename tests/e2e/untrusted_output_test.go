@@ -36,7 +36,9 @@ func TestUntrustedOutputEtcd(t *testing.T) {
 func untrustedOutput(t *testing.T, b controlBackend) {
 	key, mark, env := markedKey("hostile")
 	q := queryArgs(b.args(key))
-	id := "h" + hostile
+	// --id refuses control characters (TestIDRule); what it lets through
+	// and a terminal must still not take raw is a bidi override.
+	id := "h\u202egnp.exe"
 	p := start(t, "hostile", env, withCommand(append(b.args(key), "--id", id), "exec sleep 1000")...)
 	defer stopAll(p)
 	var epoch uint64
@@ -95,7 +97,7 @@ func untrustedOutput(t *testing.T, b controlBackend) {
 	clean("status --holders", "status", "--holders", "1")
 	_, out, _ = clean("status --holders --json", "status", "--holders", "1", "--json")
 	jsonID("status --holders --json", out, field("slots", 0, "leader", "id"))
-	if code, _, errOut := clean("check", "check", "--epoch", strconv.FormatUint(epoch+1, 10)); code != 1 || !strings.Contains(errOut, `\x1b`) {
+	if code, _, errOut := clean("check", "check", "--epoch", strconv.FormatUint(epoch+1, 10)); code != 1 || !strings.Contains(errOut, `\u202e`) {
 		t.Errorf("check of another epoch: exit %d, %q; want 1 naming the holder, escaped", code, errOut)
 	}
 	code, out, errOut := clean("step-down", "step-down", "--timeout", "5s")
