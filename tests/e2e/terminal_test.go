@@ -114,8 +114,10 @@ func TestJobReadsTheTerminal(t *testing.T) {
 func TestCtrlCAtTheTerminalStopsLeaderrun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	script := "echo $$ > " + dir + "/child.$(cat " + dir + "/n 2>/dev/null || echo 1).pid; " +
-		"echo 2 > " + dir + "/n; sleep 300 & echo $! >> " + dir + "/bg.pids; read -r x; echo got:$x"
+	// The background process is recorded before the child's pid file,
+	// which the test waits for before it types Ctrl-C.
+	script := "sleep 300 & echo $! >> " + dir + "/bg.pids; " +
+		"echo $$ > " + dir + "/child.$(cat " + dir + "/n 2>/dev/null || echo 1).pid; echo 2 > " + dir + "/n; read -r x; echo got:$x"
 	pty, shell := onTerminal(t, withCommand(localArgs(dir, "k", "--restart", "always", "--restart-delay", "100ms"), script)...)
 	holdsTerminal(t, dir+"/child.1.pid")
 	pty.Type(t, "one\n")
