@@ -553,6 +553,19 @@ func (s *store) write(ctx context.Context, what, cond string, prev types.Attribu
 	if err := s.prepare(ctx); err != nil {
 		return 0, s.refusal(err)
 	}
+	// Once the counter moves, the item is written even if the caller
+	// gives up (a --holders candidate drops its other slots' claims when
+	// it wins one): a counter advanced with no item written is a trace of
+	// a holder that never ran, which every candidate would wait out for a
+	// TTL (Traced). The caller withdraws a claim it no longer wants. Only
+	// the deadline still bounds the two writes.
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
+		defer cancel()
+	} else {
+		ctx = context.WithoutCancel(ctx)
+	}
 	epoch, err := s.nextEpoch(ctx)
 	if err != nil {
 		return 0, err

@@ -1,7 +1,9 @@
 package dynamodb
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,4 +120,47 @@ func TestReleaseByHand(t *testing.T) {
 	if last.Epoch() <= next.Epoch() {
 		t.Fatalf("epoch %d after %d", last.Epoch(), next.Epoch())
 	}
+}
+
+// cancelAfterCounter cancels the caller's context the moment the epoch
+// counter has been advanced: a claim given up between its two writes, as a
+// --holders candidate gives up its other slots' claims when it wins one.
+type cancelAfterCounter struct {
+	API
+	cancel func()
+}
+
+func (c *cancelAfterCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := c.API.UpdateItem(ctx, in, o...)
+	if strings.HasPrefix(aws.ToString(in.UpdateExpression), "ADD #epoch") {
+		c.cancel()
+	}
+	return out, err
+}
+
+// TestClaimGivenUpLeavesNoTrace: a claim on a fresh key given up after the
+// epoch counter moved leaves the key free for the next candidate at once,
+// not a trace of a holder that never was (which every candidate would
+// wait out for a whole TTL, as a hand-deleted item).
+func TestClaimGivenUpLeavesNoTrace(t *testing.T) {
+	d := testcluster.SharedDynalite(t)
+	key := lockertest.Key(t)
+	cctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	l := newLocker(t, d.Endpoint(), key, func(c *Config) {
+		c.TTL = time.Minute
+		c.wrap = func(a API) API { return &cancelAfterCounter{API: a, cancel: cancel} }
+	})
+	if ls, err := l.Acquire(cctx); !errors.Is(err, context.Canceled) {
+		if ls != nil {
+			lockertest.Release(ls)
+		}
+		t.Fatalf("Acquire cancelled after the counter moved: %v, want context.Canceled", err)
+	}
+	next := newLocker(t, d.Endpoint(), key, func(c *Config) { c.TTL = time.Minute; c.NoWait = true })
+	ls, err := next.Acquire(ctx(t))
+	if err != nil {
+		t.Fatalf("the next candidate, at once: %v; want the key (no holder ever ran)", err)
+	}
+	lockertest.Release(ls)
 }

@@ -267,7 +267,9 @@ func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (l
 	switch {
 	case errors.Is(err, ErrConflict):
 		return nil, fmt.Errorf("%s: %w", l.name, errTaken)
-	case err != nil:
+	case err != nil || ctx.Err() != nil:
+		// A store may finish a claim the caller gave up (DynamoDB's two
+		// writes): withdrawn like one whose write was cut short.
 		if ctx.Err() != nil {
 			l.withdraw(term, row.Version)
 			return nil, ctx.Err()
