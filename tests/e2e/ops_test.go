@@ -858,13 +858,14 @@ func TestPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	if exec.Command("dpkg", "-s", "leaderrun").Run() == nil {
-		t.Log("a leaderrun package is already installed here: not replacing it")
-		return
+		if os.Getenv("CI") == "true" {
+			t.Fatal("a leaderrun package is already installed on this CI machine: the package test needs it absent (dpkg --purge leaderrun)")
+		}
+		t.Skip("a leaderrun package is already installed here: not replacing it")
 	}
-	if ents, _ := os.ReadDir("/var/lib/leaderrun"); len(ents) > 0 {
-		t.Log("/var/lib/leaderrun holds root's epoch counters: not installing (the purge would delete them)")
-		return
-	}
+	// Root's epoch copies (tests of this run leave some) are kept aside
+	// while the package owns the directory, since the purge deletes it.
+	keepStateAside(t, "/var/lib/leaderrun")
 	if out, err := exec.Command("dpkg", "-i", deb).CombinedOutput(); err != nil {
 		t.Fatalf("dpkg -i: %v\n%s", err, out)
 	}
@@ -872,7 +873,10 @@ func TestPackages(t *testing.T) {
 		if out, err := exec.Command("dpkg", "--purge", "leaderrun").CombinedOutput(); err != nil {
 			t.Errorf("dpkg --purge: %v\n%s", err, out)
 		}
-		for _, f := range []string{"/usr/bin/leaderrun", "/etc/leaderrun/leaderrun.env", "/var/lib/leaderrun"} {
+		// The state directory's own test file, not the directory: a
+		// leaderrun of another test package may write its epoch copy
+		// there again meanwhile.
+		for _, f := range []string{"/usr/bin/leaderrun", "/etc/leaderrun/leaderrun.env", "/var/lib/leaderrun/pkgtest"} {
 			if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("%s still there after purge: %v", f, err)
 			}
@@ -895,6 +899,9 @@ func TestPackages(t *testing.T) {
 	}
 	if info, err := os.Stat("/etc/leaderrun/leaderrun.env"); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("installed leaderrun.env: %v %v, want mode 0600", info, err)
+	}
+	if info, err := os.Stat("/var/lib/leaderrun"); err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("installed /var/lib/leaderrun: %v %v, want mode 0700 (as leaderrun keeps it)", info, err)
 	}
 	if owner, err := exec.Command("dpkg-query", "-S", "/var/lib/leaderrun").CombinedOutput(); err != nil || !strings.HasPrefix(string(owner), "leaderrun: ") {
 		t.Errorf("dpkg-query -S /var/lib/leaderrun: %q %v, want the package to own it", owner, err)
@@ -949,4 +956,39 @@ func backendNames(t *testing.T) string {
 		t.Fatalf("--backend's error names no backends: %q", errOut)
 	}
 	return strings.NewReplacer(", ", " ", " or ", " ").Replace(m[1])
+}
+
+// keepStateAside moves dir, when it holds anything, to a name beside it
+// and moves its entries back once the test is done (after the purge
+// registered later), keeping any entry written there meanwhile.
+func keepStateAside(t *testing.T, dir string) {
+	t.Helper()
+	if ents, _ := os.ReadDir(dir); len(ents) == 0 {
+		return
+	}
+	saved := fmt.Sprintf("%s.pkgtest-%d", dir, os.Getpid())
+	if err := os.Rename(dir, saved); err != nil {
+		t.Fatalf("keeping %s aside: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			t.Errorf("restoring %s: %v", dir, err)
+			return
+		}
+		ents, err := os.ReadDir(saved)
+		if err != nil {
+			t.Errorf("restoring %s: %v", dir, err)
+			return
+		}
+		for _, e := range ents {
+			to := filepath.Join(dir, e.Name())
+			if _, err := os.Lstat(to); err == nil {
+				continue // written meanwhile: the newer one stays
+			}
+			if err := os.Rename(filepath.Join(saved, e.Name()), to); err != nil {
+				t.Errorf("restoring %s: %v", to, err)
+			}
+		}
+		_ = os.RemoveAll(saved)
+	})
 }
