@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/leaderrun/leaderrun/internal/secretfile"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/consul"
 	"github.com/leaderrun/leaderrun/locker/consul/consulwire"
@@ -82,7 +83,12 @@ type consulSettings struct {
 	Checks    []string
 }
 
-func (s *consulSettings) New(opts locker.Options, _ bool, log hclog.Logger) (locker.Locker, error) {
+func (s *consulSettings) New(opts locker.Options, readOnly bool, log hclog.Logger) (locker.Locker, error) {
+	if s.TokenFile != "" && !readOnly {
+		if why := secretfile.Exposed(s.TokenFile); why != "" {
+			log.Warn("the Consul token file is readable by others than its owner; chmod 600 it", "file", s.TokenFile, "why", why)
+		}
+	}
 	return consul.New(consul.Config{
 		Options:       opts,
 		Address:       s.Address,

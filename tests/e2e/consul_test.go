@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +145,19 @@ session_prefix "" { policy = "write" }`)
 	}
 	if strings.Contains(ok.Output(), writer) {
 		t.Errorf("the token appears in the log:\n%s", ok.Output())
+	}
+
+	// A token file: warned about when others than its owner may read it.
+	for mode, warn := range map[os.FileMode]bool{0o600: false, 0o640: true} {
+		file := testsupport.WriteFile(t, filepath.Join(dir, fmt.Sprintf("token-%o", mode)), writer+"\n", mode)
+		p := start(t, "token file", nil, append(consulArgs(addr, newKey("acl"), "--consul-token-file", file), "--", "true")...)
+		if code := p.Wait(30 * time.Second); code != 0 {
+			t.Fatalf("exit %d with a token file of mode %o\n%s", code, mode, p.Output())
+		}
+		if got := strings.Contains(p.Output(), "readable by others"); got != warn {
+			t.Errorf("token file of mode %o: warned %v, want %v\n%s", mode, got, warn, p.Output())
+		}
+		wantNoSecret(t, writer, p)
 	}
 
 	// One already in leaderrun's environment is the operator's to pass on.
