@@ -52,16 +52,21 @@ func afterRenewal(t *testing.T, pg *testcluster.Postgres, key string) {
 // handEditArgs: a TTL of 20s renewed every 10s, so a standby (reading
 // every second) acts on an edit long before the holder's next renewal.
 func handEditArgs(pg *testcluster.Postgres, key string) []string {
-	args := pgArgs(pg.DSN(), key)
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "--ttl":
-			args[i+1] = "20s"
-		case "--renew-interval":
-			args[i+1] = "10s"
-		}
+	return withTimings(pgArgs(pg.DSN(), key), "20s", "10s")
+}
+
+// noLateOverlap waits until b's child starts or a exits, fails if b's
+// child started while a's was alive, and stops both.
+func noLateOverlap(t *testing.T, a, b *host) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "b's child to start or a to exit", func() bool { return b.started() || a.p.Exited() })
+	if b.started() {
+		b.noOverlap(t)
 	}
-	return args
+	a.p.Signal(syscall.SIGTERM)
+	a.p.Wait(20 * time.Second)
+	b.p.Signal(syscall.SIGTERM)
+	b.p.Wait(20 * time.Second)
 }
 
 // A row emptied by hand with its contract column changed too (an
@@ -80,14 +85,7 @@ func TestPostgresHandEditEmptiedContractLateCandidate(t *testing.T) {
 	afterRenewal(t, pg, key)
 	pg.Exec(t, `UPDATE public.leaderrun_leases SET term = '', holder = '', contract = '' WHERE key = $1`, "leaderrun/"+key)
 	b := startHost(t, dir, "b", "a", args)
-	waitFor(t, 60*time.Second, "b's child to start or a to exit", func() bool { return b.started() || a.p.Exited() })
-	if b.started() {
-		b.noOverlap(t)
-	}
-	a.p.Signal(syscall.SIGTERM)
-	a.p.Wait(20 * time.Second)
-	b.p.Signal(syscall.SIGTERM)
-	b.p.Wait(20 * time.Second)
+	noLateOverlap(t, a, b)
 }
 
 // A standby that has seen live holder a is made to believe a term of
@@ -111,14 +109,7 @@ func TestPostgresHandEditFakeHolderThenDelete(t *testing.T) {
 	pg.Exec(t, `UPDATE public.leaderrun_leases SET term = 'manual', holder = 'ops', contract = '', epoch = epoch + 1, version = 'manual' WHERE key = $1`, "leaderrun/"+key)
 	time.Sleep(3 * time.Second) // b reads the fake holder (it reads every second)
 	pg.Exec(t, `DELETE FROM public.leaderrun_leases WHERE key = $1`, "leaderrun/"+key)
-	waitFor(t, 60*time.Second, "b's child to start or a to exit", func() bool { return b.started() || a.p.Exited() })
-	if b.started() {
-		b.noOverlap(t)
-	}
-	a.p.Signal(syscall.SIGTERM)
-	a.p.Wait(20 * time.Second)
-	b.p.Signal(syscall.SIGTERM)
-	b.p.Wait(20 * time.Second)
+	noLateOverlap(t, a, b)
 }
 
 // A TTL lowered by hand, read by a candidate that starts after the edit
@@ -137,14 +128,7 @@ func TestPostgresHandEditLowerTTLLateCandidate(t *testing.T) {
 	afterRenewal(t, pg, key)
 	pg.Exec(t, `UPDATE public.leaderrun_leases SET ttl_ms = 100 WHERE key = $1`, "leaderrun/"+key)
 	b := startHost(t, dir, "b", "a", args)
-	waitFor(t, 60*time.Second, "b's child to start or a to exit", func() bool { return b.started() || a.p.Exited() })
-	if b.started() {
-		b.noOverlap(t)
-	}
-	a.p.Signal(syscall.SIGTERM)
-	a.p.Wait(20 * time.Second)
-	b.p.Signal(syscall.SIGTERM)
-	b.p.Wait(20 * time.Second)
+	noLateOverlap(t, a, b)
 }
 
 // The DynamoDB form of TestPostgresHandEditEmptiedContractLateCandidate:
@@ -162,15 +146,7 @@ func TestDynamoDBHandEditEmptiedContractLateCandidate(t *testing.T) {
 	}
 	c := dynamodb.NewFromConfig(ac, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(d.Endpoint()) })
 	key := newKey("handedit-contract")
-	args := dynArgs(d.Endpoint(), key)
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "--ttl":
-			args[i+1] = "20s"
-		case "--renew-interval":
-			args[i+1] = "10s"
-		}
-	}
+	args := withTimings(dynArgs(d.Endpoint(), key), "20s", "10s")
 	dir := t.TempDir()
 	a := startHost(t, dir, "a", "b", args)
 	a.waitStarted(t, 30*time.Second)
@@ -182,12 +158,5 @@ func TestDynamoDBHandEditEmptiedContractLateCandidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startHost(t, dir, "b", "a", args)
-	waitFor(t, 60*time.Second, "b's child to start or a to exit", func() bool { return b.started() || a.p.Exited() })
-	if b.started() {
-		b.noOverlap(t)
-	}
-	a.p.Signal(syscall.SIGTERM)
-	a.p.Wait(20 * time.Second)
-	b.p.Signal(syscall.SIGTERM)
-	b.p.Wait(20 * time.Second)
+	noLateOverlap(t, a, b)
 }

@@ -34,21 +34,28 @@ func slowHost(t *testing.T, dir, name, other string, args []string) *host {
 	return &host{name: name, dir: dir, p: start(t, name, nil, args...)}
 }
 
+// withTimings is a copy of args with --ttl and --renew-interval set to
+// ttl and renew.
+func withTimings(args []string, ttl, renew string) []string {
+	args = append([]string(nil), args...)
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--ttl":
+			args[i+1] = ttl
+		case "--renew-interval":
+			args[i+1] = renew
+		}
+	}
+	return args
+}
+
 // handEditRun starts leader a and standby b with args, makes the edit,
 // and checks that b's child started after a's child ended, with a higher
 // epoch, and that a lost its term (exit 123). The TTL is 6s and a renews
 // every 3s, so that b (reading every 600ms) mostly sees the edit before
 // a's next renewal does.
 func handEditRun(t *testing.T, args []string, edit func(t *testing.T)) {
-	args = append([]string(nil), args...)
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "--ttl":
-			args[i+1] = "6s"
-		case "--renew-interval":
-			args[i+1] = "3s"
-		}
-	}
+	args = withTimings(args, "6s", "3s")
 	dir := t.TempDir()
 	a := slowHost(t, dir, "a", "b", args)
 	a.waitStarted(t, 30*time.Second)

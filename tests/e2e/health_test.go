@@ -74,11 +74,7 @@ func TestHealthDaemonCheckPasses(t *testing.T) {
 		if most > 1 {
 			t.Errorf("%d daemons of the checks alive at once: each check's should die with it", most)
 		}
-		p.Signal(syscall.SIGTERM)
-		if code := p.Wait(15 * time.Second); code != 143 {
-			t.Errorf("exit %d after SIGTERM, want 143", code)
-		}
-		noneLeft(t, "after leaderrun exited", tag)
+		termNoneLeft(t, p, tag)
 	})
 }
 
@@ -126,11 +122,7 @@ func TestHealthDaemonFailingStepsDown(t *testing.T) {
 			return strings.Contains(p.Output(), "the health check failed 2 times in a row") && !alive(child)
 		})
 		t.Logf("stepped down %v after the checks began to fail", time.Since(began).Round(time.Millisecond))
-		p.Signal(syscall.SIGTERM)
-		if code := p.Wait(15 * time.Second); code != 143 {
-			t.Errorf("exit %d after SIGTERM, want 143", code)
-		}
-		noneLeft(t, "after leaderrun exited", tag)
+		termNoneLeft(t, p, tag)
 	})
 }
 
@@ -188,4 +180,15 @@ func TestHealthDaemonOfKilledLeaderrunSwept(t *testing.T) {
 		b.Signal(syscall.SIGTERM)
 		b.Wait(15 * time.Second)
 	})
+}
+
+// termNoneLeft stops leaderrun p with SIGTERM, wants exit 143, and fails
+// if any process with tag in its arguments is left.
+func termNoneLeft(t *testing.T, p *Proc, tag string) {
+	t.Helper()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(15 * time.Second); code != 143 {
+		t.Errorf("exit %d after SIGTERM, want 143", code)
+	}
+	noneLeft(t, "after leaderrun exited", tag)
 }
