@@ -355,13 +355,43 @@ func (w *world) earlierJobs(in fence.Instance) []Process {
 	if mark == "" {
 		return nil // the child is gone already: the next run will tell
 	}
-	var out []Process
+	var out, unread []Process
 	for _, p := range Scan(w.bins.Writer) {
-		if m, alive := markerOf(p.Pid); alive && p.Pid != in.Pid && m != mark {
+		m, alive := markerOf(p.Pid)
+		switch {
+		case !alive || p.Pid == in.Pid || m == mark:
+		case m == "":
+			unread = append(unread, p)
+		default:
 			out = append(out, p)
 		}
 	}
+	if len(unread) == 0 {
+		return out
+	}
+	// A process whose environment cannot be read is one exiting (its
+	// memory, environment and command line gone already: a relay of the
+	// new job's own storm, a process just killed) or one not yet
+	// readable: only one still there, and still without a marker, a
+	// moment later counts.
+	time.Sleep(200 * time.Millisecond)
+	for _, p := range unread {
+		if m, alive := markerOf(p.Pid); alive && m != mark {
+			exe, _ := os.Readlink("/proc/" + strconv.Itoa(p.Pid) + "/exe")
+			if st, ok := Stat(p.Pid); ok && st.State != "Z" && st.State != "X" && hasCmdline(p.Pid) && strings.TrimSuffix(exe, " (deleted)") == p.Exe {
+				out = append(out, p)
+			}
+		}
+	}
 	return out
+}
+
+// hasCmdline reports whether pid's command line can be read and is not
+// empty: a process past the release of its memory, on its way out, has
+// none.
+func hasCmdline(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && len(b) > 0
 }
 
 // waitStandbys waits until every host's leaderrun has run for standbyAge.
