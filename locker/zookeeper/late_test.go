@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"path"
 	"testing"
 	"time"
 
@@ -94,4 +95,36 @@ func TestHandDeleteLateCandidate(t *testing.T) {
 		}
 		awaitLed(t, ch, held)
 	})
+}
+
+// TestLastRecord: a winner names its znode in the last-winner record
+// before it leads, and its release empties the record, so that a
+// candidate that starts later leads at once even when a release record
+// written since names another znode (a candidate that gave up).
+func TestLastRecord(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1, MaxSessionTimeout: 2 * lateTTL})
+	servers := z.Addrs()
+	c := rawConn(t, servers, "")
+	key := lockertest.Key(t)
+	ttl := func(c *Config) { c.TTL = lateTTL }
+	a := newLocker(t, servers, key, ttl)
+	held := lockertest.MustAcquire(t, a)
+	data, _, err := c.Get(a.dir + "/" + lastName)
+	if err != nil {
+		t.Fatalf("read the last-winner record: %v", err)
+	}
+	if want := string(a.lastRecord(path.Base(held.(*lease).node))); string(data) != want {
+		t.Fatalf("last-winner record %q, want %q", data, want)
+	}
+	if err := held.Release(lockertest.Ctx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if data, _, err = c.Get(a.dir + "/" + lastName); err != nil || len(data) != 0 {
+		t.Fatalf("last-winner record after the release: %q, %v; want it empty", data, err)
+	}
+	if _, err := c.Set(a.dir+"/"+releasedName, []byte("@0000000000000001-0000000099"), -1); err != nil {
+		t.Fatal(err)
+	}
+	ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 2*lateTTL), newLocker(t, servers, key, ttl))
+	awaitLed(t, ch, held)
 }
