@@ -8,5 +8,8 @@
 // its lease. The candidate whose key has the lowest CreateRevision leads;
 // every other candidate watches only its immediate predecessor. The "@" cannot
 // occur in a key (locker.ValidateKey), so the candidates of key "a" never
-// mix with those of key "a/b".
+// mix with those of key "a/b". Beside them, with no lease, the winner's
+// election key is named in /<prefix>/<key>/~last before it leads
+// (Locker.lastKey), so that a candidate that never saw that key waits for
+// its lease too.
 package etcd

@@ -75,6 +75,15 @@ func (l *Locker) tracePrefix() string { return strings.TrimSuffix(l.dir, "@") + 
 // that was never used here.
 func (l *Locker) usedKey() string { return l.tracePrefix() + "used" }
 
+// lastKey is the record of the key's last winner, with no lease: its
+// value is the election key the winner led with, whose name carries the
+// winner's lease ID. A winner writes it before it leads (candidate.verify)
+// and a candidate with nobody ahead leads only once that lease is gone
+// (candidate.checkLast): the record outlives a hand delete of the
+// election keys, which the lease outlives too (DESIGN §1.7, "Hand edits").
+// A release revokes the lease first, so a released holder is no wait.
+func (l *Locker) lastKey() string { return l.tracePrefix() + "last" }
+
 // neverUsed is Leader's answer when nothing under the key's prefix shows
 // a candidate ever entered: it names the prefix and the endpoints.
 func (l *Locker) neverUsed() error {

@@ -78,9 +78,11 @@ func (c *candidate) waitTurn(ctx context.Context, expired <-chan error) error {
 	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1))
 	var check *leaseCheck // the lease of the predecessor whose key went
 	defer func() { check.stop() }()
+	gone := map[clientv3.LeaseID]bool{c.id: true} // leases found gone, and ours
 	for {
+		// Who is ahead, and the last winner's record, in one read.
 		gctx, cancel := context.WithTimeout(ctx, c.l.timeout)
-		resp, err := c.cli.Get(gctx, c.l.dir, opts...)
+		txn, err := c.cli.Txn(gctx).Then(clientv3.OpGet(c.l.dir, opts...), clientv3.OpGet(c.l.lastKey())).Commit()
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -88,16 +90,28 @@ func (c *candidate) waitTurn(ctx context.Context, expired <-chan error) error {
 			}
 			return classify("etcd: find predecessor", err)
 		}
+		resp, last := (*clientv3.GetResponse)(txn.Responses[0].GetResponseRange()), txn.Responses[1].GetResponseRange().Kvs
+		resp.Header = txn.Header
 		if len(resp.Kvs) == 0 {
-			if check == nil {
-				return nil
+			// Nobody ahead: we lead once the lease of the predecessor
+			// whose key went, and the last winner's (lastKey), are gone.
+			for {
+				if check == nil {
+					if check = c.checkLast(ctx, last, gone); check == nil {
+						return nil
+					}
+				}
+				polled, err := c.awaitLeaseEnd(ctx, check, expired)
+				gone[check.id] = true
+				check = nil
+				if err != nil {
+					return err
+				}
+				if polled {
+					break // it took a while: look again
+				}
 			}
-			polled, err := c.awaitLeaseEnd(ctx, check, expired)
-			check = nil
-			if err != nil || !polled {
-				return err
-			}
-			continue // it took a while: look again
+			continue
 		}
 		// Another key is ahead: the one that went never led, since a
 		// key created before it still exists. Its lease does not matter.
@@ -132,12 +146,32 @@ func (c *candidate) predLease(key string, attached int64) clientv3.LeaseID {
 	return clientv3.LeaseID(attached)
 }
 
+// checkLast starts the first TimeToLive of the lease of the key's last
+// winner, named by its record (lastKey), unless there is no record, or its
+// lease is ours or in gone: nil then. A candidate that started after the
+// holder's election key was deleted by hand never saw that key, and learns
+// of the holder only from this record (DESIGN §1.7, "Hand edits").
+func (c *candidate) checkLast(ctx context.Context, last []*mvccpb.KeyValue, gone map[clientv3.LeaseID]bool) *leaseCheck {
+	if len(last) == 0 {
+		return nil // no winner yet, or one of an older leaderrun
+	}
+	key := string(last[0].Value)
+	id := c.predLease(key, 0)
+	if id == 0 || gone[id] {
+		return nil
+	}
+	lc := c.checkLease(ctx, key, id)
+	lc.last = true
+	return lc
+}
+
 // leaseCheck is the first TimeToLive of a predecessor's lease, asked as
 // soon as its key went, alongside the read of who is ahead now: a clean
 // handover costs no extra round trip after the wake.
 type leaseCheck struct {
 	pred   string
 	id     clientv3.LeaseID
+	last   bool // pred is the last winner's key, read from lastKey
 	cancel context.CancelFunc
 	done   chan leaseAnswer
 }
@@ -202,6 +236,9 @@ func (c *candidate) awaitLeaseEnd(ctx context.Context, lc *leaseCheck, expired <
 			c.l.log.Debug("reading predecessor's lease failed; retrying", "lease", fmt.Sprintf("%x", lc.id), "error", a.err)
 		case a.resp.TTL < 0:
 			return !first, nil // etcd answers -1 for a lease it no longer has
+		case first && lc.last:
+			c.l.log.Warn("the key's last leader's lease lives, though no election key is ahead of ours (deleted by hand?); waiting until its lease is revoked or expires, so that its job is gone",
+				"key", lc.pred, "lease", fmt.Sprintf("%x", lc.id), "lease_ttl", time.Duration(a.resp.TTL)*time.Second)
 		case first:
 			c.l.log.Warn("the holder's election key went while its lease lives (deleted or written over by hand?); waiting until its lease is revoked or expires, so that its job is gone",
 				"key", lc.pred, "lease", fmt.Sprintf("%x", lc.id), "lease_ttl", time.Duration(a.resp.TTL)*time.Second)
@@ -253,23 +290,32 @@ func (c *candidate) waitDelete(ctx context.Context, key string, rev int64, expir
 // verify checks, after the wait, that our key still exists with our
 // CreateRevision and lease, and that the lease is alive (DESIGN §1.7): a
 // waiter whose key vanished would otherwise see "no predecessor" and lead
-// without a key.
+// without a key. In the same transaction as the check of our key, it
+// names our key in the last winner's record (lastKey), before we lead:
+// a candidate that starts after our key is deleted by hand then still
+// waits for our lease to end.
 func (c *candidate) verify(ctx context.Context) (*lease, error) {
 	vctx, cancel := context.WithTimeout(ctx, c.l.timeout)
 	defer cancel()
-	resp, err := c.cli.Get(vctx, c.key)
+	txn, err := c.cli.Txn(vctx).
+		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.rev),
+			clientv3.Compare(clientv3.LeaseValue(c.key), "=", c.id)).
+		Then(clientv3.OpPut(c.l.lastKey(), c.key)).
+		Else(clientv3.OpGet(c.key)).
+		Commit()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, classify("etcd: verify election key "+c.key, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, fmt.Errorf("etcd: election key %s is gone: %w", c.key, errCandidacyLost)
-	}
-	if kv := resp.Kvs[0]; kv.CreateRevision != c.rev || clientv3.LeaseID(kv.Lease) != c.id {
+	if !txn.Succeeded {
+		kvs := txn.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return nil, fmt.Errorf("etcd: election key %s is gone: %w", c.key, errCandidacyLost)
+		}
 		return nil, fmt.Errorf("etcd: election key %s was re-created (revision %d, lease %x): %w",
-			c.key, kv.CreateRevision, kv.Lease, errCandidacyLost)
+			c.key, kvs[0].CreateRevision, kvs[0].Lease, errCandidacyLost)
 	}
 	ttl, err := c.cli.TimeToLive(vctx, c.id)
 	if err != nil {
@@ -295,5 +341,5 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 		return nil, fmt.Errorf("etcd: lease %x expired: %w", c.id, errCandidacyLost)
 	}
 	c.l.log.Debug("leading", "key", c.key, "epoch", c.rev, "lease_ttl", ttl.TTL)
-	return newLease(c, resp.Header.Revision), nil
+	return newLease(c, txn.Header.Revision), nil
 }

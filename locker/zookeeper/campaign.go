@@ -35,6 +35,9 @@ type candidate struct {
 	seen   map[string]time.Time
 	wrote  map[string]bool // we saw the predecessor write: it led
 	record []byte          // our znode's data, which our renewals write again
+	// lastVersion is the version of the last-winner record after our
+	// write of it (touchLeader), which our release empties; -1 before.
+	lastVersion int32
 }
 
 // Acquire campaigns for the key and returns once this candidate leads; see
@@ -44,7 +47,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &candidate{l: l, s: s, sid: s.ID(), declared: map[string]time.Duration{}, seen: map[string]time.Time{}, wrote: map[string]bool{}}
+	c := &candidate{l: l, s: s, sid: s.ID(), declared: map[string]time.Duration{}, seen: map[string]time.Time{}, wrote: map[string]bool{}, lastVersion: -1}
 	_, _, timeout, _ := s.state()
 	if timeout > l.opts.TTL {
 		// Harmless: the supervisor uses min(requested, granted) (§1.6).
@@ -210,7 +213,14 @@ func (c *candidate) waitTurn(ctx context.Context) error {
 			// First in line: unless a predecessor seen before went
 			// silent and may still run its job (silent.go).
 			if _, waiting := c.l.silent.pending(time.Now(), ""); !waiting {
-				return nil
+				// Nor the key's last winner (lastHolder), whose
+				// znode we may never have seen.
+				if err := c.lastHolder(ctx); err != nil {
+					return err
+				}
+				if _, waiting := c.l.silent.pending(time.Now(), ""); !waiting {
+					return nil
+				}
 			}
 			if err := c.awaitSilent(ctx); err != nil {
 				return err
@@ -388,13 +398,40 @@ func (c *candidate) recentlyRelayed(b relayBound, now time.Time) bool {
 	return found && now.Sub(latest) <= timeout/3+2*b.period
 }
 
-// touchLeader makes the renewal request once; see lease.Renew.
+// touchLeader makes the renewal request once (see lease.Renew), and in the
+// same multi names our znode in the key's last-winner record (lastName),
+// creating the record when it is missing: it is written only while our
+// znode exists, and before we lead.
 func (c *candidate) touchLeader(ctx context.Context) error {
-	_, err := bounded(c, ctx, func() ([]zk.MultiResponse, error) {
-		return c.s.conn.Multi(&zk.CheckVersionRequest{Path: c.node, Version: -1})
-	})
+	last, data := lastPath(c.node), c.l.lastRecord(c.name)
+	set := &zk.SetDataRequest{Path: last, Data: data, Version: -1}
+	create := &zk.CreateRequest{Path: last, Data: data, Acl: c.l.acl}
+	var op any = set
+	var res []zk.MultiResponse
+	var err error
+	for range 4 {
+		res, err = bounded(c, ctx, func() ([]zk.MultiResponse, error) {
+			return c.s.conn.Multi(&zk.CheckVersionRequest{Path: c.node, Version: -1}, op)
+		})
+		if err == nil || ctx.Err() != nil || len(res) != 2 || res[0].Error != nil {
+			break
+		}
+		switch {
+		case op == any(set) && errors.Is(res[1].Error, zk.ErrNoNode):
+			op = create // no record yet: a new key, or one of an older leaderrun
+			continue
+		case op == any(create) && errors.Is(res[1].Error, zk.ErrNodeExists):
+			op = set // another winner made it meanwhile
+			continue
+		}
+		break
+	}
 	switch {
 	case err == nil:
+		c.lastVersion = 0 // created
+		if op == any(set) && len(res) == 2 && res[1].Stat != nil {
+			c.lastVersion = res[1].Stat.Version
+		}
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -417,7 +454,7 @@ func (c *candidate) withdraw() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(withdrawTimeout, c.l.timeout))
 	defer cancel()
-	if err := releaseNode(ctx, c.s.conn, c.node, c.l.acl); err != nil {
+	if err := releaseNode(ctx, c.s.conn, c.node, c.l.acl, c.lastVersion); err != nil {
 		c.l.log.Debug("releasing candidate znode failed; closing the session deletes it", "znode", c.node, "error", err)
 	}
 }

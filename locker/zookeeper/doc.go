@@ -8,7 +8,9 @@
 // candidate watches only its immediate predecessor. The "@" cannot occur in
 // a key (locker.ValidateKey), so the candidates of key "a" never mix with
 // the znodes of key "a/b"; the session id in the name lets a candidate find
-// its own znode again when the answer to its create was lost.
+// its own znode again when the answer to its create was lost. Beside them
+// are the persistent records ~released (the last znode released) and
+// ~last (the last winner's znode, until its release), silent.go.
 //
 // Epoch: the czxid of the leader's own znode. Zxids only grow over an
 // ensemble's life (epoch of the ZooKeeper leader in the high 32 bits, a

@@ -137,7 +137,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 // parent.
 func traced(children []string, stat *zk.Stat) bool {
 	for _, n := range children {
-		if n == "~run" || n == "~term" || n == releasedName {
+		if n == "~run" || n == "~term" || n == releasedName || n == lastName {
 			return true
 		}
 	}

@@ -27,7 +27,11 @@ type lease struct {
 	timeout time.Duration // per-call bound of the watch's own calls
 	acl     []zk.ACL      // for the release record, should it be missing
 	record  []byte        // our znode's data, written again by each renewal
-	log     hclog.Logger
+	// lastVersion is the version of the key's last-winner record after
+	// we named our znode in it; our release empties it (releaseNode).
+	lastVersion int32
+	silent      *silence // its Locker's: notes our znode's end at our release
+	log         hclog.Logger
 
 	locker.LostSignal
 
@@ -44,7 +48,7 @@ func newLease(c *candidate, czxid int64, acts ...activity) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	bound := c.bound()
 	s := &lease{
-		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, acl: c.l.acl, record: c.record, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
+		s: c.s, sid: c.sid, node: c.node, czxid: czxid, timeout: c.l.timeout, acl: c.l.acl, record: c.record, lastVersion: c.lastVersion, silent: &c.l.silent, log: c.l.log, stop: cancel, watchDone: make(chan struct{}), touchDone: make(chan struct{}),
 		relay: newRelayPlan(bound),
 	}
 	s.relay.pings = c.s.pingActivities
@@ -341,7 +345,10 @@ func (s *lease) Release(ctx context.Context) error {
 		}
 	}
 	defer s.s.close()
-	err := releaseNode(ctx, s.s.conn, s.node, s.acl)
+	// Our job is gone: a later candidacy of this Locker need not wait
+	// for us, should the last-winner record still name us.
+	s.silent.note(path.Base(s.node))
+	err := releaseNode(ctx, s.s.conn, s.node, s.acl, s.lastVersion)
 	if err != nil && !sessionGone(err) {
 		// Closing the session deletes the znode too; the successor then
 		// waits out our TTL.
@@ -354,32 +361,56 @@ func (s *lease) Release(ctx context.Context) error {
 // record in one multi, creating the record when it is missing. A node
 // already gone (deleted by hand) is still named in the record: a standby
 // that saw it vanish then knows its job is gone. A key directory that is
-// gone too leaves nothing to write: the standby waits out the TTL.
-func releaseNode(ctx context.Context, conn *zk.Conn, node string, acl []zk.ACL) error {
+// gone too leaves nothing to write: the standby waits out the TTL. A
+// lastVersion of 0 or more is the version of the key's last-winner record
+// (lastName) after the holder named node in it: the same multi empties
+// it, unless another winner wrote it since, so that a candidate that
+// starts later finds no one to wait for, whoever released after us.
+func releaseNode(ctx context.Context, conn *zk.Conn, node string, acl []zk.ACL, lastVersion int32) error {
 	name, rec := []byte(path.Base(node)), releasedPath(node)
 	del := &zk.DeleteRequest{Path: node, Version: -1}
 	set := &zk.SetDataRequest{Path: rec, Data: name, Version: -1}
 	create := &zk.CreateRequest{Path: rec, Data: name, Acl: acl}
-	ops := []any{del, set}
+	last := &zk.SetDataRequest{Path: lastPath(node), Data: []byte{}, Version: lastVersion}
+	deleting, marking, emptying := true, any(set), lastVersion >= 0
 	var err error
-	for range 5 {
+	for range 6 {
+		var ops []any
+		if deleting {
+			ops = append(ops, del)
+		}
+		ops = append(ops, marking)
+		if emptying {
+			ops = append(ops, last)
+		}
 		var res []zk.MultiResponse
 		res, err = call(ctx, func() ([]zk.MultiResponse, error) { return conn.Multi(ops...) })
 		if err == nil || ctx.Err() != nil || len(res) != len(ops) {
 			return err
 		}
-		switch {
-		case len(ops) == 2 && errors.Is(res[0].Error, zk.ErrNoNode):
-			ops = ops[1:] // our znode is gone: name it all the same
-		case errors.Is(res[len(ops)-1].Error, zk.ErrNoNode) && ops[len(ops)-1] == any(set):
-			ops[len(ops)-1] = create // no record yet
-		case errors.Is(res[len(ops)-1].Error, zk.ErrNodeExists):
-			ops[len(ops)-1] = set // another release made it meanwhile
-		case len(ops) == 1 && errors.Is(res[0].Error, zk.ErrNoNode):
-			return nil // the key's directory is gone
-		default:
-			return err
+		i := 0
+		if deleting {
+			if errors.Is(res[0].Error, zk.ErrNoNode) {
+				deleting = false // our znode is gone: name it all the same
+				continue
+			}
+			i++
 		}
+		switch e := res[i].Error; {
+		case errors.Is(e, zk.ErrNoNode) && marking == any(set):
+			marking = create // no record yet
+			continue
+		case errors.Is(e, zk.ErrNoNode):
+			return nil // the key's directory is gone
+		case errors.Is(e, zk.ErrNodeExists):
+			marking = set // another release made it meanwhile
+			continue
+		}
+		if emptying && (errors.Is(res[i+1].Error, zk.ErrBadVersion) || errors.Is(res[i+1].Error, zk.ErrNoNode)) {
+			emptying = false // another winner wrote it since, or it is gone
+			continue
+		}
+		return err
 	}
 	return err
 }

@@ -40,6 +40,11 @@ import (
 // holds whatever removed the znode, and after a crash or a partition the
 // standby leads about when the session's expiry deletes the znode.
 //
+// A candidate that started after the holder's znode was deleted by hand
+// never saw that znode: it learns of the holder from the key's
+// last-winner record (lastName), and counts it silent in the same way,
+// from when it read the record.
+//
 // A predecessor of an older leaderrun writes no release record, declares
 // no TTL and renews without a write: a standby then waits the longest
 // session the ensemble grants (maxSessionTimeout), which no holder's TTL
@@ -91,12 +96,53 @@ type silentHolder struct {
 type silence struct {
 	mu      sync.Mutex
 	holders []silentHolder
+	// known are the latest znodes whose end this Locker saw (released,
+	// or counted silent): the last winner's record naming one of them
+	// is no new wait (lastHolder).
+	known []string
 }
+
+// knownCap bounds silence.known: a Locker sees one handover at a time.
+const knownCap = 64
 
 func (s *silence) add(h silentHolder) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.holders = append(s.holders, h)
+	s.noteLocked(h.name)
+}
+
+// note remembers that this Locker saw the znode name end.
+func (s *silence) note(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noteLocked(name)
+}
+
+func (s *silence) noteLocked(name string) {
+	if s.isKnownLocked(name) {
+		return
+	}
+	if len(s.known) == knownCap {
+		s.known = append(s.known[:0], s.known[1:]...)
+	}
+	s.known = append(s.known, name)
+}
+
+// isKnown says whether this Locker saw the znode name end.
+func (s *silence) isKnown(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.isKnownLocked(name)
+}
+
+func (s *silence) isKnownLocked(name string) bool {
+	for _, k := range s.known {
+		if k == name {
+			return true
+		}
+	}
+	return false
 }
 
 // pending drops the holders whose time has passed or whom released names,
@@ -146,6 +192,7 @@ func (c *candidate) afterDelete(ctx context.Context, pred string, ahead []string
 	}
 	if name == pred {
 		c.l.silent.pending(seen, name) // it may have been counted silent before
+		c.l.silent.note(pred)
 		return nil
 	}
 	// A record that declares its TTL is a leaderrun whose renewals write
@@ -186,6 +233,88 @@ func (c *candidate) afterDelete(ctx context.Context, pred string, ahead []string
 			c.l.log.Debug("a candidate ahead counts as silent until its release", "znode", c.l.dir+"/"+a, "ttl", longest)
 		}
 	}
+	return nil
+}
+
+// lastName is the key's last-winner record, a persistent child of its
+// directory beside the release record. A winner names its znode in it,
+// with the TTL it kills its job by, in the multi that checks its znode
+// before it leads (candidate.touchLeader); its own release empties it in
+// the multi that deletes its znode (releaseNode), if no other winner
+// wrote it since. A candidate that finds no one ahead of its znode reads
+// it (lastHolder): a candidate that started after the holder's znode was
+// deleted by hand has never seen that znode, and learns of the holder
+// only from this record.
+const lastName = "~last"
+
+// lastPath is the last-winner record of the key whose candidate znode is
+// node.
+func lastPath(node string) string { return path.Dir(node) + "/" + lastName }
+
+// lastRecord is what the last-winner record holds while its winner has
+// not released: empty, it names no one.
+type lastRecord struct {
+	Node      string `json:"node"`
+	TTLMillis int64  `json:"ttl_ms,omitempty"`
+}
+
+// lastRecord encodes the last-winner record naming our znode name.
+func (l *Locker) lastRecord(name string) []byte {
+	b, err := json.Marshal(lastRecord{Node: name, TTLMillis: l.opts.TTL.Milliseconds()})
+	if err != nil {
+		panic(fmt.Sprintf("encode last-winner record: %v", err))
+	}
+	return b
+}
+
+// lastHolder is called when no candidate is ahead of ours and no silent
+// predecessor is pending: it counts the key's last winner as a holder
+// gone silent, as afterDelete counts a predecessor whose znode vanished
+// without its release, unless the last-winner record names no one (empty,
+// missing: a key of an older leaderrun, or unreadable as a record), names
+// our own znode, names one this Locker already saw end, or names the znode
+// the release record names (a release by the guard, which leaves this
+// record as it is). The wait counts from after the read:
+// the holder's last renewal came before its znode was deleted, which came
+// before we found no one ahead. It waits the TTL the record declares and
+// our own, whichever is longer, plus observe.Allowance, on our clock.
+func (c *candidate) lastHolder(ctx context.Context) error {
+	data, err := bounded(c, ctx, func() ([]byte, error) {
+		data, _, err := c.s.conn.Get(lastPath(c.node))
+		return data, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return classify("zookeeper: read the last winner's record "+lastPath(c.node), err)
+	}
+	seen := time.Now()
+	var r lastRecord
+	if len(data) == 0 || json.Unmarshal(data, &r) != nil || r.Node == "" || r.Node == c.name || c.l.silent.isKnown(r.Node) {
+		return nil
+	}
+	name, err := c.released(ctx)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err == nil && name == r.Node {
+		c.l.silent.note(r.Node)
+		return nil
+	}
+	ttl := time.Duration(r.TTLMillis) * time.Millisecond
+	if ttl > 0 {
+		ttl = max(ttl, c.l.opts.TTL)
+	} else if ttl, err = c.l.longestSession(ctx); err != nil {
+		return err
+	}
+	h := silentHolder{name: r.Node, ttl: ttl, until: seen.Add(ttl + observe.Allowance(ttl))}
+	c.l.silent.add(h)
+	c.l.log.Warn("no candidate is ahead, but the key's last leader did not release (its znode deleted by hand, or its session ended); leading only once it releases after its job is gone, or its TTL has passed",
+		"znode", c.l.dir+"/"+r.Node, "ttl", ttl, "wait_until", h.until.Sub(seen).Round(time.Millisecond))
 	return nil
 }
 

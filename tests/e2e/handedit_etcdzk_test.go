@@ -318,3 +318,68 @@ func TestHandEditZooKeeperLowTTLLateCandidate(t *testing.T) {
 		t.Fatalf("a's child (pid %d) alive after b's child started", aPid)
 	}
 }
+
+// The holder's etcd election key deleted by hand, then a candidate that
+// starts after the delete (or a standby restarted after it). It finds no
+// key ahead of its own and leads at once, though the holder's lease
+// lives and its stubborn job runs on through its kill grace: only a
+// standby that watched the deleted key waits for that lease to end.
+func TestHandEditEtcdLateCandidate(t *testing.T) {
+	c := testcluster.StartEtcd(t, 1)
+	eps := c.Endpoints()
+	cli := etcdClient(t, eps)
+	key := newKey("hand-late")
+	dir := t.TempDir()
+	start := func(name, other string, extra ...string) *host {
+		a := append(append(append([]string{"--id", name}, etcdArgs(eps, key)...), extra...), "--", "sh", "-c", stubbornScript(dir, name, other))
+		return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
+	}
+	a := start("a", "b")
+	aPid := a.waitStarted(t, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Delete(ctx, "/leaderrun/"+key+"/@", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	b := start("b", "a")
+	waitFor(t, 3*etcdTTL+20*time.Second, "b's child to start", b.started)
+	b.noOverlap(t)
+	if alive(aPid) {
+		t.Fatalf("a's child (pid %d) alive after b's child started", aPid)
+	}
+}
+
+// The holder's znode deleted by hand, then a candidate that starts after
+// the delete (or a standby restarted after it): nothing is ahead of its
+// own znode and ~released does not name the deleted one, yet it leads at
+// once while the holder's stubborn job runs on through its kill grace.
+func TestHandEditZooKeeperLateCandidate(t *testing.T) {
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
+	servers := z.Addrs()
+	c := zkConn(t, servers)
+	key := newKey("hand-zklate")
+	dir := t.TempDir()
+	start := func(name, other string) *host {
+		a := append(append([]string{"--id", name}, zkArgs(servers, key)...), "--", "sh", "-c", stubbornScript(dir, name, other))
+		return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
+	}
+	a := start("a", "b")
+	aPid := a.waitStarted(t, 30*time.Second)
+	names, _, err := c.Children("/leaderrun/" + key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "@") {
+			if err := c.Delete("/leaderrun/"+key+"/"+n, -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	b := start("b", "a")
+	waitFor(t, 3*zkTTL+20*time.Second, "b's child to start", b.started)
+	b.noOverlap(t)
+	if alive(aPid) {
+		t.Fatalf("a's child (pid %d) alive after b's child started", aPid)
+	}
+}
