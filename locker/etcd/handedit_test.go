@@ -1,11 +1,13 @@
 package etcd
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
@@ -22,6 +24,15 @@ func TestHandDeleteIsNoRelease(t *testing.T) {
 	ttl := func(c *Config) { c.TTL = 10 * time.Second } // outlives the test's windows
 	a := newLocker(t, eps, key, ttl)
 	held := lockertest.MustAcquire(t, a)
+	// A single attempt does not wait the lease out.
+	began := time.Now()
+	if ls, err := newLocker(t, eps, key, ttl, func(c *Config) { c.NoWait = true }).Acquire(lockertest.Ctx(t, 30*time.Second)); !errors.Is(err, locker.ErrHeld) || time.Since(began) > 8*time.Second {
+		if err == nil {
+			lockertest.Release(ls)
+		}
+		t.Fatalf("a --no-wait candidate after the delete: %v after %v; want ErrHeld at once, not a wait of the holder's lease", err, time.Since(began))
+	}
+
 	ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 60*time.Second), newLocker(t, eps, key, ttl))
 	testsupport.WaitFor(t, 5*time.Second, "second candidate's key appears", func() bool {
 		return len(candidateKeys(t, cli, a)) == 2
@@ -77,6 +88,15 @@ func TestHandDeleteLateCandidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	testsupport.WaitFor(t, 5*time.Second, "the holder sees its key gone", func() bool { return testsupport.IsClosed(held.Lost()) })
+
+	// A single attempt does not wait the lease out.
+	began := time.Now()
+	if ls, err := newLocker(t, eps, key, ttl, func(c *Config) { c.NoWait = true }).Acquire(lockertest.Ctx(t, 30*time.Second)); !errors.Is(err, locker.ErrHeld) || time.Since(began) > 8*time.Second {
+		if err == nil {
+			lockertest.Release(ls)
+		}
+		t.Fatalf("a --no-wait candidate after the delete: %v after %v; want ErrHeld at once, not a wait of the holder's lease", err, time.Since(began))
+	}
 
 	ch := lockertest.AcquireAsync(t, lockertest.Ctx(t, 60*time.Second), newLocker(t, eps, key, ttl))
 	testsupport.WaitFor(t, 5*time.Second, "the late candidate's key appears", func() bool {

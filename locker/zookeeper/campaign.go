@@ -222,6 +222,11 @@ func (c *candidate) waitTurn(ctx context.Context) error {
 					return nil
 				}
 			}
+			if c.l.opts.NoWait {
+				// A single attempt does not wait a TTL out.
+				return fmt.Errorf("zookeeper: key %q: %w: its last leader went silent without a release (its znode deleted by hand, or its session expired): its job may still run; a waiting candidate takes the key once that leader's TTL has passed (BACKENDS.md, \"Hand edits\")",
+					c.l.opts.Key, locker.ErrHeld)
+			}
 			if err := c.awaitSilent(ctx); err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"errors"
 	"path"
 	"testing"
 	"time"
@@ -86,6 +87,19 @@ func TestHandDeleteLateCandidate(t *testing.T) {
 			t.Fatal(err)
 		}
 		awaitLed(t, ch, held)
+	})
+	t.Run("--no-wait", func(t *testing.T) {
+		servers, key, _, held := lateSetup(t)
+		defer lockertest.Release(held)
+		l := newLocker(t, servers, key, func(c *Config) { c.TTL = lateTTL; c.NoWait = true })
+		began := time.Now()
+		ls, err := l.Acquire(lockertest.Ctx(t, 2*lateTTL))
+		if err == nil {
+			lockertest.Release(ls)
+		}
+		if !errors.Is(err, locker.ErrHeld) || time.Since(began) > lateWithin {
+			t.Fatalf("a --no-wait candidate after the delete: %v after %v; want ErrHeld at once, not a wait of the holder's TTL", err, time.Since(began))
+		}
 	})
 	t.Run("the guard releases", func(t *testing.T) {
 		servers, key, a, held := lateSetup(t)
