@@ -190,11 +190,28 @@ func TestCampaign(t *testing.T) {
 	})
 
 	t.Run("TTLBelowMinSession", func(t *testing.T) {
-		l := newLocker(t, servers, lockertest.Key(t), func(c *Config) { c.TTL = 100 * time.Millisecond })
-		lease := lockertest.MustAcquire(t, l)
-		if d, err := renew(lease, 5*time.Second); err != nil || d != 400*time.Millisecond {
-			t.Fatalf("Renew = %v, %v; want the 2-tick minimum, 400ms", d, err)
+		// A 400ms session may expire on a loaded machine before the
+		// renewal: the TTL is what is checked, so a session lost is tried
+		// again; any renewal that succeeds must give 400ms.
+		var errs []error
+		for range 3 {
+			l := newLocker(t, servers, lockertest.Key(t), func(c *Config) { c.TTL = 100 * time.Millisecond })
+			lease, err := l.Acquire(lockertest.Ctx(t, 10*time.Second))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			d, err := renew(lease, 5*time.Second)
+			lockertest.Release(lease)
+			if err == nil {
+				if d != 400*time.Millisecond {
+					t.Fatalf("Renew = %v; want the 2-tick minimum, 400ms", d)
+				}
+				return
+			}
+			errs = append(errs, err)
 		}
+		t.Fatalf("no renewal of a 100ms-TTL lease succeeded in 3 tries: %v", errs)
 	})
 
 	t.Run("Unreachable", func(t *testing.T) {
