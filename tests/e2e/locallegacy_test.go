@@ -82,21 +82,42 @@ flock -x 3 && : >"$2/locked" && exec sleep 600`, "sh", lockFile, marks)
 
 // Several of root's candidates start together on a lock file an earlier
 // version left readable by all, while another user, who opened it then,
-// flocks its descriptor as soon as leaderrun narrowed or replaced the file
-// (its directory is closed to that user by then). Every
-// candidate runs its job in turn, never two at once, and each term's epoch
-// is larger than the last.
+// flocks its descriptor: from the start, or as soon as leaderrun narrowed
+// or replaced the file (its directory is closed to that user by then).
+// Every candidate runs its job in turn, never two at once, and each
+// term's epoch is larger than the last.
 func TestLocalLegacyLockFileRaceOtherUser(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct{ name, wait string }{
+		{"locked once leaderrun used it", `while :; do s=$(stat -L -c '%a %h' /proc/self/fd/3); [ "$s" = "600 1" ] || [ "${s#* }" = 0 ] && break; sleep 0.01; done`},
+		{"locked before they start", ":"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			raceLegacyLockFile(t, tc.wait)
+		})
+	}
+}
+
+// raceLegacyLockFile is TestLocalLegacyLockFileRaceOtherUser with the
+// other user's flock after the shell command wait (":": before the
+// candidates start).
+func raceLegacyLockFile(t *testing.T, wait string) {
 	dir, lockFile := legacyLockDir(t, "race")
 	marks := testsupport.SharedDir(t)
 	testsupport.StartAsNobody(t, "sh", "-c", `exec 3<"$1"; : >"$2/opened"
-while :; do s=$(stat -L -c '%a %h' /proc/self/fd/3); [ "$s" = "600 1" ] || [ "${s#* }" = 0 ] && break; sleep 0.01; done
+`+wait+`
 flock -x 3 && : >"$2/locked" && exec sleep 600`, "sh", lockFile, marks)
 	waitFor(t, 20*time.Second, "nobody's descriptor of the lock file", func() bool {
 		_, err := os.Stat(filepath.Join(marks, "opened"))
 		return err == nil
 	})
+	if wait == ":" {
+		waitFor(t, 20*time.Second, "nobody's flock", func() bool {
+			_, err := os.Stat(filepath.Join(marks, "locked"))
+			return err == nil
+		})
+	}
 	out := t.TempDir()
 	// noclobber: the marker is made with O_EXCL, so a job that starts while
 	// another runs finds it there.
