@@ -317,3 +317,65 @@ flock -x 3 && flock -x 4 && : >"$3/locked" && exec sleep 600`, "sh", lockFile, c
 		})
 	}
 }
+
+// A lock file an earlier version left 0644 is replaced under another
+// user's lock, never under a lock a process of ours or root's holds: not
+// an earlier version's holder, and not a holder that died while the
+// dead-man guard's descriptor keeps its lock, which the kernel's lock
+// table names by a pid that is gone (or that another user's process has
+// taken since). Here the process that took the lock exits at once and a
+// root shell keeps the descriptor.
+func TestLegacyLockFileHeldByOursIsNotReplaced(t *testing.T) {
+	needRoot(t)
+	privateHost(t)
+	for _, tc := range []struct{ name, script string }{
+		{"held by the process that took it", `exec flock -x "$1" sh -c ': >"$2"; exec sleep 600' sh "$1" "$2"`},
+		{"held through a descriptor of another process", `exec 3<"$1"; flock -x 3 || exit 1; : >"$2"; exec sleep 600`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := reachable(t)
+			locks := filepath.Join(base, "locks")
+			if err := os.MkdirAll(filepath.Join(locks, "leaderrun"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			lockFile := testsupport.WriteFile(t, filepath.Join(locks, "leaderrun", "job.lock"), "{}", 0o644)
+			var before unix.Stat_t
+			if err := unix.Stat(lockFile, &before); err != nil {
+				t.Fatal(err)
+			}
+			mark := filepath.Join(t.TempDir(), "locked")
+			cmd := exec.Command("sh", "-c", tc.script, "sh", lockFile, mark)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				_ = cmd.Wait()
+			})
+			testsupport.WaitFor(t, 20*time.Second, "root's flock on the legacy lock file", func() bool {
+				_, err := os.Stat(mark)
+				return err == nil
+			})
+			l, err := New(Config{Options: locker.Options{Key: "job", Prefix: "leaderrun", ID: "root", TTL: 15 * time.Second, NoWait: true}, Dir: locks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease, err := l.Acquire(context.Background())
+			if err == nil {
+				_ = lease.Release(context.Background())
+				t.Fatal("Acquire led while a process of root's held the lock")
+			}
+			if !errors.Is(err, locker.ErrHeld) {
+				t.Fatalf("Acquire: %v; want ErrHeld", err)
+			}
+			var after unix.Stat_t
+			if err := unix.Stat(lockFile, &after); err != nil {
+				t.Fatal(err)
+			}
+			if after.Ino != before.Ino {
+				t.Error("the lock file was replaced while a process of root's held its lock")
+			}
+		})
+	}
+}
