@@ -467,6 +467,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		}
 	}
 	var f *os.File
+	var nextTakeOver time.Time // a look for a holder of ours scans /proc
 	for {
 		if f == nil {
 			if f, err = l.openLock(); err != nil {
@@ -477,15 +478,19 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		if err == nil {
 			// Ours alone, or replaced by a file that is (lockfile.go).
 			f, err = l.claim(ctx, f)
-		} else if errors.Is(err, unix.EWOULDBLOCK) {
+		} else if errors.Is(err, unix.EWOULDBLOCK) && !time.Now().Before(nextTakeOver) {
 			// Held: by another user only, through a descriptor of a file
 			// an earlier version left open to all? Then it is replaced.
-			var nf *os.File
-			if nf, err = l.takeOver(ctx, f); nf != nil || err != nil {
+			nf, terr := l.takeOver(ctx, f)
+			switch {
+			case terr != nil:
 				_ = f.Close()
-				f = nf
-			} else {
-				err = unix.EWOULDBLOCK
+				f, err = nil, terr
+			case nf != nil:
+				_ = f.Close()
+				f, err = nf, nil
+			default:
+				nextTakeOver = time.Now().Add(takeOverInterval)
 			}
 		}
 		if err == nil {

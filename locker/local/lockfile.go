@@ -59,6 +59,10 @@ const (
 	freshSuffix = "~new"
 )
 
+// takeOverInterval is how often a waiting locker of a file of a wider
+// mode looks again for a holder of ours (takeOver scans /proc).
+const takeOverInterval = time.Second
+
 // exposed reports whether a user other than the owner could have opened
 // the file st describes: a mode with any group or other bit (an earlier
 // version made them 0644).
@@ -227,6 +231,7 @@ func (d *dir) fresh(name string, old *os.File) (*os.File, error) {
 // one of a wider mode is replaced (claim, takeOver). Closing the returned
 // file lets the lock go.
 func (d *dir) lockPrivate(ctx context.Context, name string) (*os.File, error) {
+	var nextTakeOver time.Time
 	for {
 		f, err := d.openLockable(name)
 		if err != nil {
@@ -249,13 +254,16 @@ func (d *dir) lockPrivate(ctx context.Context, name string) (*os.File, error) {
 			}
 			return nf, err
 		case errors.Is(err, unix.EWOULDBLOCK):
-			nf, err := d.takeOver(ctx, f, name)
-			if nf != nil || err != nil {
-				_ = f.Close()
-				if errors.Is(err, errReplaced) {
-					continue
+			if time.Now().After(nextTakeOver) {
+				nf, err := d.takeOver(ctx, f, name)
+				if nf != nil || err != nil {
+					_ = f.Close()
+					if errors.Is(err, errReplaced) {
+						continue
+					}
+					return nf, err
 				}
-				return nf, err
+				nextTakeOver = time.Now().Add(takeOverInterval)
 			}
 			_ = f.Close()
 			t := time.NewTimer(pollInterval)
