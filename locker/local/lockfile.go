@@ -166,7 +166,7 @@ func (d *dir) takeOver(ctx context.Context, f *os.File, name string) (*os.File, 
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, fmt.Errorf("stat %s: %w", f.Name(), err)
 	}
-	if !exposed(&st) || ourLockOn(&st) {
+	if !exposed(&st) || ourLockOn(&st, name) {
 		return nil, nil
 	}
 	unlock, err := d.lockSwap(ctx, name)
@@ -177,7 +177,7 @@ func (d *dir) takeOver(ctx context.Context, f *os.File, name string) (*os.File, 
 	if !d.holdsInode(name, &st) {
 		return nil, errReplaced
 	}
-	if ourLockOn(&st) {
+	if ourLockOn(&st, name) {
 		return nil, nil
 	}
 	return d.fresh(name, f)
@@ -281,14 +281,14 @@ func (d *dir) lockPrivate(ctx context.Context, name string) (*os.File, error) {
 }
 
 // ourLockOn reports whether a process of our user or root holds an flock
-// on the inode st describes: the kernel's lock table names one, or one
+// on the inode st describes, named name in its directory: the kernel's lock table names one, or one
 // has a descriptor of that inode whose open file holds a lock (its
 // /proc/PID/fdinfo lists it). The second finds a lock the table names by
 // a pid that is gone or that another user's process has taken since: the
 // dead-man guard's descriptor, shared with a holder that died. A process
 // of ours that cannot be seen (another pid namespace beside ours; a kernel
 // older than 4.1, which lists no locks per descriptor) is not found.
-func ourLockOn(st *unix.Stat_t) bool {
+func ourLockOn(st *unix.Stat_t, name string) bool {
 	b, err := os.ReadFile(procLocks)
 	if err != nil {
 		return true // cannot tell: leave the file alone
@@ -314,6 +314,12 @@ func ourLockOn(st *unix.Stat_t) bool {
 			continue
 		}
 		for _, e := range fds {
+			// The name first: a stat of every descriptor could wait on a
+			// file system that does not answer.
+			target, err := os.Readlink(fdDir + e.Name())
+			if err != nil || !strings.HasSuffix(strings.TrimSuffix(target, " (deleted)"), "/"+name) {
+				continue
+			}
 			var fst unix.Stat_t
 			if unix.Stat(fdDir+e.Name(), &fst) != nil || fst.Dev != st.Dev || fst.Ino != st.Ino {
 				continue
