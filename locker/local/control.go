@@ -27,7 +27,8 @@ import (
 // holding an flock on <key>~control.lock, so that reading the version and
 // writing the next is one step for every process; readers take no lock
 // (a rename is atomic) and need only read access, as Leader does. The
-// files are 0644, as the lock file is.
+// files are 0600, as the lock file is; a control lock an earlier version
+// left wider is replaced, not narrowed (lockfile.go).
 
 var _ locker.Controls = (*Locker)(nil)
 
@@ -143,30 +144,15 @@ func (l *Locker) lockControl(ctx context.Context) (d *dir, unlock func(), err er
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := d.open(filepath.Base(l.controlPath())+".lock", unix.O_RDWR|unix.O_CREAT)
+	f, err := d.lockPrivate(ctx, filepath.Base(l.controlPath())+".lock")
 	if err != nil {
 		d.close()
-		return nil, nil, fmt.Errorf("local: open the control lock: %w", err)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("local: lock the control record: %w", err)
 	}
-	unlock = func() { _ = f.Close(); d.close() }
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return d, unlock, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			unlock()
-			return nil, nil, fmt.Errorf("local: flock %s: %w", f.Name(), err)
-		}
-		t := time.NewTimer(pollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			unlock()
-			return nil, nil, ctx.Err()
-		case <-t.C:
-		}
-	}
+	return d, func() { _ = f.Close(); d.close() }, nil
 }
 
 // fileState is what a stat shows of the control file: a write renames a

@@ -467,6 +467,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		}
 	}
 	var f *os.File
+	var nextTakeOver time.Time // a look for a holder of ours scans /proc
 	for {
 		if f == nil {
 			if f, err = l.openLock(); err != nil {
@@ -474,6 +475,24 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			}
 		}
 		err := l.tryLock(f)
+		if err == nil {
+			// Ours alone, or replaced by a file that is (lockfile.go).
+			f, err = l.claim(ctx, f)
+		} else if errors.Is(err, unix.EWOULDBLOCK) && !time.Now().Before(nextTakeOver) {
+			// Held: by another user only, through a descriptor of a file
+			// an earlier version left open to all? Then it is replaced.
+			nf, terr := l.takeOver(ctx, f)
+			switch {
+			case terr != nil:
+				_ = f.Close()
+				f, err = nil, terr
+			case nf != nil:
+				_ = f.Close()
+				f, err = nf, nil
+			default:
+				nextTakeOver = time.Now().Add(takeOverInterval)
+			}
+		}
 		if err == nil {
 			lease, err := l.lead(ctx, f)
 			if err != nil {
@@ -486,12 +505,16 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			return lease, err
 		}
 		if errors.Is(err, errReplaced) {
-			_ = f.Close()
+			if f != nil {
+				_ = f.Close()
+			}
 			f = nil
 			continue
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
-			_ = f.Close()
+			if f != nil {
+				_ = f.Close()
+			}
 			return nil, err
 		}
 		if l.opts.NoWait {
@@ -537,7 +560,37 @@ func (l *Locker) openLock() (*os.File, error) {
 		return nil, err
 	}
 	defer d.close()
-	return d.open(l.lockName, unix.O_RDWR|unix.O_CREAT)
+	return d.openLockable(l.lockName)
+}
+
+// claim is dir.claim for the lock file f, which we have just locked at
+// its path: f itself, or the fresh file that replaced it, locked. f is
+// closed unless returned, and on an error the result is nil.
+func (l *Locker) claim(ctx context.Context, f *os.File) (*os.File, error) {
+	if !fileExposed(f) {
+		return f, nil // the common case, without opening the directory
+	}
+	d, err := l.openRoot(l.dir, l.lockRel, "Dir", true)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	defer d.close()
+	return d.claim(ctx, f, l.lockName)
+}
+
+// takeOver is dir.takeOver for the lock file f, held by another open
+// file.
+func (l *Locker) takeOver(ctx context.Context, f *os.File) (*os.File, error) {
+	if !fileExposed(f) {
+		return nil, nil
+	}
+	d, err := l.openRoot(l.dir, l.lockRel, "Dir", true)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	return d.takeOver(ctx, f, l.lockName)
 }
 
 // tryLock takes a non-blocking exclusive flock on f. A file replaced at
@@ -708,27 +761,11 @@ const epochLock = "~epoch.lock"
 // of different locks that share the file then cannot lower each other's
 // value, nor write the same temporary file at once.
 func raiseEpoch(ctx context.Context, d *dir, name string, n uint64) error {
-	lf, err := d.open(epochLock, unix.O_RDWR|unix.O_CREAT)
+	lf, err := d.lockPrivate(ctx, epochLock)
 	if err != nil {
 		return err
 	}
 	defer lf.Close() // drops the flock
-	for {
-		err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("lock %s: %w", lf.Name(), err)
-		}
-		t := time.NewTimer(pollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 	cur, err := readEpoch(d, name)
 	if err != nil {
 		return err

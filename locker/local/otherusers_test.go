@@ -226,3 +226,156 @@ func TestOtherUsersFullFileSystemIsNoRefusal(t *testing.T) {
 		_ = lease.Release(context.Background())
 	}
 }
+
+// An earlier version left the lock file and the control lock 0644, and
+// another user opened them then. Narrowing a file's mode does not close a
+// descriptor already open on it, and an flock needs no more than that
+// one: it kept the key from root's candidates ("held by pid N (flock),
+// not a leaderrun") and a pause from being written. Once leaderrun has
+// used such a file, a lock taken through an old descriptor locks nothing
+// that counts, whether taken before leaderrun came or after it narrowed
+// the file; and the count the old lock file kept goes on.
+func TestOtherUsersLegacyDescriptorBlocksNothing(t *testing.T) {
+	needRoot(t)
+	privateHost(t)
+	for _, tc := range []struct {
+		name  string
+		early bool // nobody holds the locks before leaderrun first comes
+	}{{"locked after leaderrun used the files", false}, {"locked before leaderrun came", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := reachable(t)
+			locks := filepath.Join(base, "locks")
+			if err := os.MkdirAll(filepath.Join(locks, "leaderrun"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(locks, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			lockFile := testsupport.WriteFile(t, filepath.Join(locks, "leaderrun", "job.lock"), `{"id":"old","pid":1,"epoch":7}`, 0o644)
+			ctlLock := testsupport.WriteFile(t, filepath.Join(locks, "leaderrun", "job~control.lock"), "", 0o644)
+			marks := testsupport.SharedDir(t)
+			early := ""
+			if tc.early {
+				early = "1"
+			}
+			testsupport.StartAsNobody(t, "sh", "-c", `exec 3<"$1" 4<"$2"; : >"$3/opened"
+[ -n "$4" ] || while [ ! -e "$3/go" ]; do sleep 0.05; done
+flock -x 3 && flock -x 4 && : >"$3/locked" && exec sleep 600`, "sh", lockFile, ctlLock, marks, early)
+			testsupport.WaitFor(t, 20*time.Second, "nobody's descriptors of the lock files", func() bool {
+				_, err := os.Stat(filepath.Join(marks, "opened"))
+				return err == nil
+			})
+
+			opts := locker.Options{Key: "job", Prefix: "leaderrun", ID: "root", TTL: 15 * time.Second, NoWait: true}
+			l, err := New(Config{Options: opts, Dir: locks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			last := uint64(7)
+			if !tc.early {
+				lease, err := l.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if lease.Epoch() <= last {
+					t.Errorf("epoch %d after the lock file's %d", lease.Epoch(), last)
+				}
+				last = lease.Epoch()
+				_ = lease.Release(context.Background())
+				if _, err := l.SetControl(ctx, locker.Control{}); err != nil {
+					t.Fatal(err)
+				}
+				testsupport.WriteFile(t, filepath.Join(marks, "go"), "", 0o644)
+			}
+			testsupport.WaitFor(t, 20*time.Second, "nobody's flocks through its old descriptors", func() bool {
+				_, err := os.Stat(filepath.Join(marks, "locked"))
+				return err == nil
+			})
+
+			lease, err := l.Acquire(ctx)
+			if err != nil {
+				t.Fatalf("Acquire while nobody flocks a descriptor it opened when the lock file was 0644: %v", err)
+			}
+			if lease.Epoch() <= last {
+				t.Errorf("epoch %d after %d", lease.Epoch(), last)
+			}
+			_ = lease.Release(context.Background())
+			c, err := l.Control(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.SetControl(ctx, c); err != nil {
+				t.Fatalf("SetControl while nobody flocks a descriptor it opened when the control lock was 0644: %v", err)
+			}
+			for _, p := range []string{lockFile, ctlLock} {
+				if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+					t.Errorf("%s: %v, %v; want mode 0600", p, fi.Mode().Perm(), err)
+				}
+			}
+		})
+	}
+}
+
+// A lock file an earlier version left 0644 is replaced under another
+// user's lock, never under a lock a process of ours or root's holds: not
+// an earlier version's holder, and not a holder that died while the
+// dead-man guard's descriptor keeps its lock, which the kernel's lock
+// table names by a pid that is gone (or that another user's process has
+// taken since). Here the process that took the lock exits at once and a
+// root shell keeps the descriptor.
+func TestLegacyLockFileHeldByOursIsNotReplaced(t *testing.T) {
+	needRoot(t)
+	privateHost(t)
+	for _, tc := range []struct{ name, script string }{
+		{"held by the process that took it", `exec flock -x "$1" sh -c ': >"$2"; exec sleep 600' sh "$1" "$2"`},
+		{"held through a descriptor of another process", `exec 3<"$1"; flock -x 3 || exit 1; : >"$2"; exec sleep 600`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := reachable(t)
+			locks := filepath.Join(base, "locks")
+			if err := os.MkdirAll(filepath.Join(locks, "leaderrun"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			lockFile := testsupport.WriteFile(t, filepath.Join(locks, "leaderrun", "job.lock"), "{}", 0o644)
+			var before unix.Stat_t
+			if err := unix.Stat(lockFile, &before); err != nil {
+				t.Fatal(err)
+			}
+			mark := filepath.Join(t.TempDir(), "locked")
+			cmd := exec.Command("sh", "-c", tc.script, "sh", lockFile, mark)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				_ = cmd.Wait()
+			})
+			testsupport.WaitFor(t, 20*time.Second, "root's flock on the legacy lock file", func() bool {
+				_, err := os.Stat(mark)
+				return err == nil
+			})
+			l, err := New(Config{Options: locker.Options{Key: "job", Prefix: "leaderrun", ID: "root", TTL: 15 * time.Second, NoWait: true}, Dir: locks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease, err := l.Acquire(context.Background())
+			if err == nil {
+				_ = lease.Release(context.Background())
+				t.Fatal("Acquire led while a process of root's held the lock")
+			}
+			if !errors.Is(err, locker.ErrHeld) {
+				t.Fatalf("Acquire: %v; want ErrHeld", err)
+			}
+			var after unix.Stat_t
+			if err := unix.Stat(lockFile, &after); err != nil {
+				t.Fatal(err)
+			}
+			if after.Ino != before.Ino {
+				t.Error("the lock file was replaced while a process of root's held its lock")
+			}
+		})
+	}
+}

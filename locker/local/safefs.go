@@ -30,7 +30,9 @@ import (
 //     lock, control and counter files, the run and term records): owned by
 //     us, directories 0700 and files 0600, so that no other user can open
 //     one, let alone flock it. An existing one of a wider mode (made by an
-//     earlier version) is narrowed when it is used.
+//     earlier version) is narrowed when it is used; a file leaderrun
+//     flocks is replaced instead (lockfile.go): a descriptor another user
+//     opened while it was wider outlives the narrowing.
 
 // maxLinks bounds the symlinks one path may go through, as the kernel's
 // own ELOOP limit does.
@@ -372,6 +374,13 @@ func (d *dir) closeIf(fd int) {
 // mode narrowed if wider, when opened for writing), or, for reading,
 // root's.
 func (d *dir) open(name string, flags int) (*os.File, error) {
+	return d.openFile(name, flags, flags&(unix.O_WRONLY|unix.O_RDWR) != 0)
+}
+
+// openFile is open, narrowing a wider mode only when narrow. A file that
+// leaderrun flocks is opened without: one of a wider mode is replaced,
+// not narrowed (lockfile.go).
+func (d *dir) openFile(name string, flags int, narrow bool) (*os.File, error) {
 	path := filepath.Join(d.path, name)
 	fd, err := unix.Openat(d.fd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, fileMode)
 	if err != nil {
@@ -391,7 +400,7 @@ func (d *dir) open(name string, flags int) (*os.File, error) {
 	}
 	readOnly := flags&(unix.O_WRONLY|unix.O_RDWR) == 0
 	if !(readOnly && st.Uid == 0) {
-		if err := d.ownEntry(fd, path, &st, fileMode, !readOnly); err != nil {
+		if err := d.ownEntry(fd, path, &st, fileMode, narrow); err != nil {
 			_ = unix.Close(fd)
 			return nil, err
 		}
