@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/leaderrun/leaderrun/internal/secretfile"
 	"github.com/leaderrun/leaderrun/locker"
@@ -137,6 +138,9 @@ func readEnvFile(path string) ([]string, error) {
 		return nil, fmt.Errorf("read settings: %w", err)
 	}
 	defer f.Close()
+	if err := trustedSettings(f, path); err != nil {
+		return nil, err
+	}
 	var vars []string
 	sc := bufio.NewScanner(f)
 	n, pending := 0, ""
@@ -163,6 +167,34 @@ func readEnvFile(path string) ([]string, error) {
 		return nil, fmt.Errorf("read settings %s: %w", path, err)
 	}
 	return vars, nil
+}
+
+// trustedSettings refuses a settings file that another user could have
+// written: its variables become leaderrun's settings and the job's
+// environment (LD_PRELOAD, PATH), so the file must be ours or root's and
+// writable by nobody else, in a directory where nobody else can replace
+// it (one others may write is fine only with the sticky bit, as /tmp).
+func trustedSettings(f *os.File, path string) error {
+	me := uint32(os.Geteuid())
+	ours := func(uid uint32) bool { return uid == me || uid == 0 }
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("read settings %s: %w", path, err)
+	}
+	switch {
+	case !ours(st.Uid):
+		return fmt.Errorf("--%s %s: owned by uid %d, not by this user or root: refusing a file another user can change to set the job's environment", envFileFlag, path, st.Uid)
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("--%s %s: mode %04o lets other users write it: refusing a file they could change to set the job's environment (chmod go-w it)", envFileFlag, path, st.Mode&0o7777)
+	}
+	dir := filepath.Dir(path)
+	if err := syscall.Stat(dir, &st); err != nil {
+		return fmt.Errorf("read settings %s: %w", path, err)
+	}
+	if !ours(st.Uid) || (st.Mode&0o022 != 0 && st.Mode&syscall.S_ISVTX == 0) {
+		return fmt.Errorf("--%s %s: its directory %s (owner uid %d, mode %04o) lets other users replace it: refusing a file they could swap to set the job's environment", envFileFlag, path, dir, st.Uid, st.Mode&0o7777)
+	}
+	return nil
 }
 
 // unquoteEnv removes one pair of surrounding quotes.
