@@ -32,6 +32,14 @@ func stubbornScript(dir, name, other string) string {
 	}, "\n")
 }
 
+// stubbornHost starts leaderrun as host name with args (and extra after
+// them) and the stubborn job of stubbornScript.
+func stubbornHost(t *testing.T, dir, name, other string, args []string, extra ...string) *host {
+	t.Helper()
+	a := append(append(append([]string{"--id", name}, args...), extra...), "--", "sh", "-c", stubbornScript(dir, name, other))
+	return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
+}
+
 // handEditedHolder: a leads with a stubborn job, b waits; edit changes
 // a's record by hand. Whatever it did, b's job must never start while a's
 // lives (DESIGN §1.14): a's record gone is a holder gone silent, not a
@@ -41,8 +49,7 @@ func handEditedHolder(t *testing.T, args []string, ttl time.Duration, edit func(
 	t.Helper()
 	dir := t.TempDir()
 	start := func(name, other string, extra ...string) *host {
-		a := append(append(append([]string{"--id", name}, args...), extra...), "--", "sh", "-c", stubbornScript(dir, name, other))
-		return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
+		return stubbornHost(t, dir, name, other, args, extra...)
 	}
 	a := start("a", "b")
 	aPid := a.waitStarted(t, 30*time.Second)
@@ -285,8 +292,7 @@ func TestHandEditZooKeeperLowTTLLateCandidate(t *testing.T) {
 	key := newKey("hand-lowttl")
 	dir := t.TempDir()
 	start := func(name, other string, extra ...string) *host {
-		a := append(append(append([]string{"--id", name}, zkArgs(servers, key)...), extra...), "--", "sh", "-c", stubbornScript(dir, name, other))
-		return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
+		return stubbornHost(t, dir, name, other, zkArgs(servers, key), extra...)
 	}
 	a := start("a", "b")
 	aPid := a.waitStarted(t, 30*time.Second)
@@ -331,8 +337,7 @@ func TestHandEditEtcdLateCandidate(t *testing.T) {
 	key := newKey("hand-late")
 	dir := t.TempDir()
 	start := func(name, other string, extra ...string) *host {
-		a := append(append(append([]string{"--id", name}, etcdArgs(eps, key)...), extra...), "--", "sh", "-c", stubbornScript(dir, name, other))
-		return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
+		return stubbornHost(t, dir, name, other, etcdArgs(eps, key), extra...)
 	}
 	a := start("a", "b")
 	aPid := a.waitStarted(t, 30*time.Second)
@@ -359,10 +364,7 @@ func TestHandEditZooKeeperLateCandidate(t *testing.T) {
 	c := zkConn(t, servers)
 	key := newKey("hand-zklate")
 	dir := t.TempDir()
-	start := func(name, other string) *host {
-		a := append(append([]string{"--id", name}, zkArgs(servers, key)...), "--", "sh", "-c", stubbornScript(dir, name, other))
-		return &host{name: name, dir: dir, p: start(t, name, nil, a...)}
-	}
+	start := func(name, other string) *host { return stubbornHost(t, dir, name, other, zkArgs(servers, key)) }
 	a := start("a", "b")
 	aPid := a.waitStarted(t, 30*time.Second)
 	names, _, err := c.Children("/leaderrun/" + key)
