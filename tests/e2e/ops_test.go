@@ -697,7 +697,22 @@ func lintianClean(t *testing.T, deb string) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
-	tags := regexp.MustCompile(`(?m)^[EWIPX]: .*$`).FindAllString(stdout.String(), -1)
+	var tags []string
+	chance := 0
+	for _, tag := range regexp.MustCompile(`(?m)^[EWIPX]: .*$`).FindAllString(stdout.String(), -1) {
+		// The override of spelling errors lintian finds in chance byte
+		// runs of the binary (packaging/lintian-overrides) is unused by
+		// a build that happens to make none.
+		if strings.HasPrefix(tag, "I: leaderrun: unused-override spelling-error-in-binary ") {
+			chance++
+			continue
+		}
+		tags = append(tags, tag)
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && chance > 0 && len(tags) == 0 {
+		err = nil // failed on that tag alone
+	}
 	if err != nil || len(tags) > 0 {
 		t.Errorf("lintian %s: %v\n%s\n%s", filepath.Base(deb), err, strings.Join(tags, "\n"), stderr.String())
 	}
