@@ -291,14 +291,6 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 		}
 		quiet = 0
 		if time.Now().After(end) {
-			if alive == 0 && len(found) == 0 && !sw.ownChurn {
-				// Nothing of the key was ever seen, in a whole timeout of
-				// scans, and no process of the user died unseen: what kept
-				// the scans from settling was pids gone before they were
-				// read and others' deaths, a busy host's. A relay of a
-				// leftover, found or not, dies as the user (sweeper).
-				break
-			}
 			if alive == 0 {
 				return list(found, order), fmt.Errorf("leftover jobs not seen gone after %s: processes kept exiting while /proc was read", timeout)
 			}
@@ -454,10 +446,6 @@ type sweeper struct {
 	judged  map[string]owner
 	seen    map[int]leftoverProc // the finds of the last scan
 	zombies map[int]uint64       // the dead processes of the last scan
-	// ownChurn: a scan was unsettled by a process of the user (a find, or
-	// one found dead), not only by pids gone before they were read or by
-	// another user's deaths. Sweep gives up on settling only without it.
-	ownChurn bool
 }
 
 func newSweeper(key string) *sweeper {
@@ -565,23 +553,10 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 		}
 		if (p.state == 'Z' || p.state == 'X') && !ProcessAlive(p.pid) {
 			// Dead, its marker unreadable: it may have been a leftover
-			// that forked before it died. Not one of another user: its
-			// children run as that user too, whose markers never count
-			// (leftover), so its death hides nothing; another user's
-			// processes dying by the thousand would otherwise keep
-			// every scan from settling.
-			real, eff, known := uids(p.pid)
-			me := os.Geteuid()
-			switch {
-			case !known:
-				settled = false // reaped as it was read: a pid gone
-				return
-			case real != me && eff != me:
-				return
-			}
+			// that forked before it died.
 			zombies[p.pid] = p.start
 			if st, ok := s.zombies[p.pid]; !ok || st != p.start {
-				settled, s.ownChurn = false, true
+				settled = false
 			}
 			return
 		}
@@ -601,15 +576,12 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 			more = true
 		}
 	}
-	if len(hits) > 0 {
-		settled, s.ownChurn = false, true
-	}
-	if vanished > 0 {
+	if vanished > 0 || len(hits) > 0 {
 		settled = false
 	}
 	for pid, prev := range s.seen {
 		if f, ok := found[pid]; !ok || f.start != prev.start {
-			settled, s.ownChurn = false, true // reaped since the last scan, maybe during this one
+			settled = false // reaped since the last scan, maybe during this one
 		}
 	}
 	// The next scan checks the finds that still live: one dead already
@@ -622,7 +594,7 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 			continue
 		}
 		if st, ok := s.zombies[pid]; !ok || st != f.start {
-			settled, s.ownChurn = false, true // died since the last scan
+			settled = false // died since the last scan
 		}
 		zombies[pid] = f.start
 	}

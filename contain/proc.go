@@ -174,27 +174,16 @@ func monoNow() int64 {
 // its real and its effective uid (a set-uid program another user starts
 // has an effective uid that is not theirs).
 func ownUser(pid int) bool {
-	real, eff, ok := uids(pid)
-	me := os.Geteuid()
-	return ok && real == me && eff == me
-}
-
-// uids reads pid's real and effective uid from its status file.
-func uids(pid int) (real, eff int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0, 0, false
+		return false
 	}
+	me := strconv.Itoa(os.Geteuid())
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
-		if rest, found := bytes.CutPrefix(line, []byte("Uid:")); found {
+		if rest, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
 			f := strings.Fields(string(rest))
-			if len(f) < 2 {
-				return 0, 0, false
-			}
-			r, err1 := strconv.Atoi(f[0])
-			e, err2 := strconv.Atoi(f[1])
-			return r, e, err1 == nil && err2 == nil
+			return len(f) >= 2 && f[0] == me && f[1] == me
 		}
 	}
-	return 0, 0, false
+	return false
 }

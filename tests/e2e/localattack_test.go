@@ -124,30 +124,3 @@ func TestLocalOtherUserForgedMarkerBlocksJob(t *testing.T) {
 			code, len(b) > 0, p.Output())
 	}
 }
-
-// TestLocalOtherUserZombieChurnBlocksJob: the sweep of leftover jobs ends
-// only after two scans of /proc in a row in which no process vanished and
-// no zombie appeared since the scan before. Nobody, knowing nothing of
-// root's key, keeps a few processes forking children that exit at once
-// and reaping them a moment later. When another user's zombies counted,
-// no two scans in a row saw the same zombies, every sweep ended after
-// SweepTimeout with "leftover jobs not seen gone", and root's leaderrun
-// started nothing and exited 125, term after term; root's job must run.
-func TestLocalOtherUserZombieChurnBlocksJob(t *testing.T) {
-	churn, err := testsupport.ZombieChurn()
-	if err != nil {
-		t.Skip(err)
-	}
-	startAsNobody(t, "zombie churn as nobody", churn, "200", "120", "6")
-	time.Sleep(500 * time.Millisecond)
-
-	dir := t.TempDir()
-	ran := filepath.Join(dir, "ran")
-	p := start(t, "root's leaderrun", nil, withCommand(localArgs(dir, newKey("churn")), "echo yes > "+ran)...)
-	code := p.Wait(90 * time.Second)
-	b, _ := os.ReadFile(ran)
-	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
-		t.Fatalf("root's leaderrun beside nobody's zombie churn: exit %d, job ran: %v; want 0 and the job run\n%s",
-			code, len(b) > 0, p.Output())
-	}
-}

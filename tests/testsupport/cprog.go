@@ -156,36 +156,3 @@ int main(int argc, char **argv) {
 // keeps N sleeps with the environment VAR=VALUE alone running for SECONDS,
 // starting another as soon as one is killed.
 func Respawn() (string, error) { return buildC("respawn", respawnC) }
-
-// zombieChurnC runs argv[3] processes side by side, each of which forks,
-// every argv[1] microseconds, a child that exits at once, and reaps it
-// eight forks later: a few zombies are always listed in /proc, never the
-// same ones for long, and nothing of it lives more than a moment. It needs
-// no privilege and knows nothing of leaderrun. After argv[2] seconds it
-// stops on its own.
-const zombieChurnC = `
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-	useconds_t us = (useconds_t)atoi(argv[1]);
-	time_t end = time(0) + atoi(argv[2]);
-	for (int n = atoi(argv[3]); n > 1; n--)
-		if (fork() == 0) break;
-	pid_t ring[8] = {0};
-	for (int i = 0; time(0) <= end; i = (i + 1) % 8) {
-		pid_t p = fork();
-		if (p == 0) _exit(0);
-		if (ring[i] > 0) waitpid(ring[i], 0, 0);
-		ring[i] = p;
-		usleep(us);
-	}
-	return 0;
-}
-`
-
-// ZombieChurn builds a program any user may run: "PROG MICROSECONDS
-// SECONDS N" keeps N processes forking a child that exits at once every
-// MICROSECONDS and reaping it eight forks later, for SECONDS.
-func ZombieChurn() (string, error) { return buildC("zombiechurn", zombieChurnC) }
