@@ -468,15 +468,6 @@ func newSweeper(key string) *sweeper {
 // won once that job's leaderrun died) marks the dead job's other processes
 // all the same, but not this process's own descendants, which inherit it.
 func (s *sweeper) leftover(pid int) (string, owner, bool) {
-	if !ownUser(pid) {
-		// A marker is no secret (a job's cgroup is named after it, and a
-		// key's hash can be computed), so another user's process may carry
-		// one: never taken for a leftover, or it would be killed for us and
-		// kept respawning to stall every sweep (DESIGN §1.9). A job that
-		// switched to another user is swept by its cgroup, and by descent
-		// from a process of ours found with the marker.
-		return "", owner{}, false
-	}
 	for _, tok := range markers(pid) {
 		o, ok := s.judged[tok]
 		if !ok {

@@ -169,21 +169,3 @@ func monoNow() int64 {
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
 }
-
-// ownUser reports whether pid runs as this process's effective user, both
-// its real and its effective uid (a set-uid program another user starts
-// has an effective uid that is not theirs).
-func ownUser(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return false
-	}
-	me := strconv.Itoa(os.Geteuid())
-	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
-		if rest, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
-			f := strings.Fields(string(rest))
-			return len(f) >= 2 && f[0] == me && f[1] == me
-		}
-	}
-	return false
-}
