@@ -344,15 +344,7 @@ func TestLegacyLockFileHeldByOursIsNotReplaced(t *testing.T) {
 				t.Fatal(err)
 			}
 			mark := filepath.Join(t.TempDir(), "locked")
-			cmd := exec.Command("sh", "-c", tc.script, "sh", lockFile, mark)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				_ = cmd.Wait()
-			})
+			testsupport.StartInGroup(t, exec.Command("sh", "-c", tc.script, "sh", lockFile, mark))
 			testsupport.WaitFor(t, 20*time.Second, "root's flock on the legacy lock file", func() bool {
 				_, err := os.Stat(mark)
 				return err == nil

@@ -23,7 +23,13 @@ func StartAsNobody(t testing.TB, argv ...string) *exec.Cmd {
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("needs setpriv (util-linux)")
 	}
-	cmd := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--"}, argv...)...)
+	return StartInGroup(t, exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--"}, argv...)...))
+}
+
+// StartInGroup starts cmd in a process group of its own, killed whole
+// (SIGKILL) and waited for when the test ends.
+func StartInGroup(t testing.TB, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
