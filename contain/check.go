@@ -18,6 +18,8 @@ import (
 //
 //	PID.cN.MONO.START.PIDNS.KEY
 //
+// (sealed in the environment as a job's is, seal.go)
+//
 // so that
 //
 //   - a check adopts no orphan of leaderrun but those carrying its own
@@ -44,7 +46,7 @@ const checkField = "c"
 // newCheckToken is the marker value of this box's check number n.
 func (b *Box) newCheckToken(n uint64) string {
 	s := self()
-	return fmt.Sprintf("%d.%s%d.%d.%d.%s.%s", s.pid, checkField, n, monoNow(), s.start, s.ns, keyHash(b.opts.Key))
+	return sealed(fmt.Sprintf("%d.%s%d.%d.%d.%s.%s", s.pid, checkField, n, monoNow(), s.start, s.ns, keyHash(b.opts.Key)))
 }
 
 // NewCheck prepares the place for one run of a health check, as NewJob

@@ -168,7 +168,8 @@ func (b *Box) newJob(check bool) (*Job, error) {
 		j.token = b.newToken(n)
 	}
 	if b.mode == Cgroup {
-		dir := b.parent + "/" + kind + j.token
+		base, _ := unseal(j.token) // the seal stays in the environment
+		dir := b.parent + "/" + kind + base
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s cgroup: %w", what, err)
 		}

@@ -25,7 +25,7 @@ import (
 // in its cgroup's name, and a leaderrun that has just won leadership kills
 // what jobs of its key left behind on this host before it starts its own.
 //
-// A job's marker value (the token) is
+// A job's token is
 //
 //	PID.N.MONO.START.PIDNS.KEY
 //
@@ -33,8 +33,9 @@ import (
 // start time in clock ticks after boot, the inode of its PID namespace), N
 // and MONO make the token unique, and KEY is a hash of Options.Key, so the
 // job is known by its key even if it clears LEADER_KEY. The job's cgroup is
-// named "job." followed by its token. That leaderrun is dead when no process
-// of its PID namespace has that pid with that start time.
+// named "job." followed by its token; its marker value is the token sealed
+// (seal.go), PID.N-SEAL.MONO.START.PIDNS.KEY. That leaderrun is dead when no
+// process of its PID namespace has that pid with that start time.
 
 // SweepTimeout is how long Sweep waits for what it killed to be gone.
 const SweepTimeout = 5 * time.Second
@@ -59,10 +60,10 @@ func keyHash(key string) string {
 	return fmt.Sprintf("%016x", h.Sum64())
 }
 
-// newToken is the marker value of this box's job number n.
+// newToken is the marker value of this box's job number n, sealed.
 func (b *Box) newToken(n uint64) string {
 	s := self()
-	return fmt.Sprintf("%d.%d.%d.%d.%s.%s", s.pid, n, monoNow(), s.start, s.ns, keyHash(b.opts.Key))
+	return sealed(fmt.Sprintf("%d.%d.%d.%d.%s.%s", s.pid, n, monoNow(), s.start, s.ns, keyHash(b.opts.Key)))
 }
 
 // owner is the leaderrun a token names.
@@ -73,8 +74,8 @@ type owner struct {
 	key   string
 }
 
-// parseToken reads a token newToken made; older tokens (PID.N.MONO) do not
-// name their key and are never judged.
+// parseToken reads a token newToken made, sealed or not; older tokens
+// (PID.N.MONO) do not name their key and are never judged.
 func parseToken(tok string) (owner, bool) {
 	f := strings.Split(tok, ".")
 	if len(f) != 6 {
@@ -249,9 +250,11 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 	}
 	var cgroups []string
 	sw := newSweeper(key)
-	quiet := 0
-	end := time.Now().Add(timeout)
+	quiet, scans := 0, 0
+	begun := time.Now()
+	end := begun.Add(timeout)
 	for {
+		scans++
 		alive := 0
 		for _, c := range b.leftoverCgroups(key) {
 			if !slices.Contains(cgroups, c.dir) {
@@ -290,6 +293,13 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 			continue
 		}
 		quiet = 0
+		if alive == 0 && len(found) == 0 && !sw.churn && scans >= noiseScans && (time.Since(begun) >= noiseBound || time.Now().After(end)) {
+			// Nothing of the key was ever seen, and no process of a user
+			// a leftover could run as died unseen: what kept the scans
+			// from settling was pids gone before they could be read, a
+			// busy host's or another user's (sweeper).
+			break
+		}
 		if time.Now().After(end) {
 			if alive == 0 {
 				return list(found, order), fmt.Errorf("leftover jobs not seen gone after %s: processes kept exiting while /proc was read", timeout)
@@ -439,6 +449,16 @@ type leftoverProc struct {
 // died since the previous scan (a zombie, whose marker cannot be read, new
 // since the last scan) and none of the last scan's finds was reaped since;
 // and two settled scans in a row are needed.
+//
+// Other users' processes are no leftovers unless they carry a sealed
+// marker (seal.go): a marker without a good seal counts only on a process
+// of leaderrun's own user, and a process found dead counts only if it ran
+// as leaderrun's user or as the user of a leftover found by this sweep (a
+// job may switch user in place), so that another user's processes dying
+// by the thousand cannot keep every scan from settling. Pids gone before
+// they could be read may be anyone's: they unsettle a scan, but a sweep
+// that never found anything of the key and saw no process of those users
+// die ends after noiseBound and noiseScans as if settled.
 type sweeper struct {
 	key     string
 	mine    map[int]bool // this process and its ancestors
@@ -446,11 +466,26 @@ type sweeper struct {
 	judged  map[string]owner
 	seen    map[int]leftoverProc // the finds of the last scan
 	zombies map[int]uint64       // the dead processes of the last scan
+	users   map[int]bool         // leaderrun's user and the leftovers' users
+	// churn: a scan was unsettled by a process of those users (a find, or
+	// one found dead), not only by pids gone before they were read.
+	churn bool
 }
+
+// A sweep that has found nothing of its key, and was kept from settling
+// only by pids gone before they could be read, ends after noiseBound and
+// at least noiseScans scans: a leftover's processes, even a relay of
+// sub-millisecond hops, are read alive by nearly every scan. (Under such
+// noise a scan is slow: it goes on listing the pids forked meanwhile, a few
+// hundred milliseconds each with thousands a second.)
+const (
+	noiseBound = time.Second
+	noiseScans = 2
+)
 
 func newSweeper(key string) *sweeper {
 	me := self().pid
-	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}}
+	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}, users: map[int]bool{os.Geteuid(): true}}
 	for p := me; p > 1; {
 		st, ok := readStat("/proc/" + strconv.Itoa(p) + "/stat")
 		if !ok || s.mine[st.ppid] {
@@ -463,21 +498,37 @@ func newSweeper(key string) *sweeper {
 }
 
 // leftover reports whether pid carries the marker of a job of the key whose
-// leaderrun is dead. A marker this process carries itself (it was started
-// from inside such a job: a job that ran leaderrun for its own key, which
-// won once that job's leaderrun died) marks the dead job's other processes
-// all the same, but not this process's own descendants, which inherit it.
+// leaderrun is dead, sealed or on a process of leaderrun's own user, and
+// returns the job's token without its seal. A marker this process carries
+// itself (it was started from inside such a job: a job that ran leaderrun
+// for its own key, which won once that job's leaderrun died) marks the dead
+// job's other processes all the same, but not this process's own
+// descendants, which inherit it.
 func (s *sweeper) leftover(pid int) (string, owner, bool) {
+	own := -1 // unknown yet
 	for _, tok := range markers(pid) {
-		o, ok := s.judged[tok]
+		base, sl := unseal(tok)
+		o, ok := s.judged[base]
 		if !ok {
-			if o, ok = leftoverOf(tok, s.key); ok {
-				s.judged[tok] = o // a dead leaderrun stays dead
+			if o, ok = leftoverOf(base, s.key); ok {
+				s.judged[base] = o // a dead leaderrun stays dead
 			}
 		}
-		if ok && !(slices.Contains(s.carried, tok) && s.descendant(pid)) {
-			return tok, o, true
+		if !ok || (slices.Contains(s.carried, tok) && s.descendant(pid)) {
+			continue
 		}
+		if !sealGood(base, sl) {
+			if own < 0 {
+				own = 0
+				if r, e, known := uids(pid); known && r == os.Geteuid() && e == os.Geteuid() {
+					own = 1
+				}
+			}
+			if own == 0 {
+				continue // another user's, unsealed or forged
+			}
+		}
+		return base, o, true
 	}
 	return "", owner{}, false
 }
@@ -513,6 +564,9 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 			f.comm = prev.comm
 		}
 		found[p.pid] = f
+		if r, e, known := uids(p.pid); known {
+			s.users[r], s.users[e] = true, true
+		}
 		if ProcessAlive(p.pid) {
 			signalFound(p.pid, p.start, syscall.SIGSTOP)
 			if f.comm == "" {
@@ -544,10 +598,19 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 		}
 		if (p.state == 'Z' || p.state == 'X') && !ProcessAlive(p.pid) {
 			// Dead, its marker unreadable: it may have been a leftover
-			// that forked before it died.
+			// that forked before it died, if it ran as one of the users
+			// a leftover runs as (sweeper).
+			r, e, known := uids(p.pid)
+			switch {
+			case !known:
+				settled = false // reaped as it was read: a pid gone
+				return
+			case !s.users[r] && !s.users[e]:
+				return
+			}
 			zombies[p.pid] = p.start
 			if st, ok := s.zombies[p.pid]; !ok || st != p.start {
-				settled = false
+				settled, s.churn = false, true
 			}
 			return
 		}
@@ -567,12 +630,15 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 			more = true
 		}
 	}
-	if vanished > 0 || len(hits) > 0 {
+	if len(hits) > 0 {
+		settled, s.churn = false, true
+	}
+	if vanished > 0 {
 		settled = false
 	}
 	for pid, prev := range s.seen {
 		if f, ok := found[pid]; !ok || f.start != prev.start {
-			settled = false // reaped since the last scan, maybe during this one
+			settled, s.churn = false, true // reaped since the last scan, maybe during this one
 		}
 	}
 	// The next scan checks the finds that still live: one dead already
@@ -585,7 +651,7 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 			continue
 		}
 		if st, ok := s.zombies[pid]; !ok || st != f.start {
-			settled = false // died since the last scan
+			settled, s.churn = false, true // died since the last scan
 		}
 		zombies[pid] = f.start
 	}

@@ -169,3 +169,24 @@ func monoNow() int64 {
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
 }
+
+// uids reads pid's real and effective uid from its status file (a zombie's
+// too).
+func uids(pid int) (real, eff int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, false
+	}
+	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+		if rest, found := bytes.CutPrefix(line, []byte("Uid:")); found {
+			f := strings.Fields(string(rest))
+			if len(f) < 2 {
+				return 0, 0, false
+			}
+			r, err1 := strconv.Atoi(f[0])
+			e, err2 := strconv.Atoi(f[1])
+			return r, e, err1 == nil && err2 == nil
+		}
+	}
+	return 0, 0, false
+}

@@ -118,3 +118,84 @@ func DoubleFork() (string, error) { return buildC("doublefork", doubleForkC) }
 // at once while its child calls setsid, waits MICROSECONDS and does the
 // same, until SECONDS have passed; BEATFILE grows while any relay lives.
 func ForkRelay() (string, error) { return buildC("forkrelay", forkRelayC) }
+
+// respawnC keeps argv[2] processes running "sleep argv[1]" with an
+// environment of exactly argv[3] (one VAR=value), their output sent to
+// /dev/null, and starts another at once whenever one dies, until argv[1]
+// seconds have passed. It needs no privilege.
+const respawnC = `
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	time_t end = time(0) + atoi(argv[1]);
+	int n = atoi(argv[2]), alive = 0;
+	char *env[] = {argv[3], 0};
+	char *args[] = {"sleep", argv[1], 0};
+	while (time(0) <= end) {
+		while (alive < n) {
+			pid_t p = fork();
+			if (p == 0) {
+				int fd = open("/dev/null", O_RDWR);
+				dup2(fd, 0); dup2(fd, 1); dup2(fd, 2);
+				execve("/bin/sleep", args, env);
+				_exit(127);
+			}
+			if (p > 0) alive++;
+			else usleep(1000);
+		}
+		if (wait(0) > 0) alive--;
+	}
+	return 0;
+}
+`
+
+// Respawn builds a program any user may run: "PROG SECONDS N VAR=VALUE"
+// keeps N sleeps with the environment VAR=VALUE alone running for SECONDS,
+// starting another as soon as one is killed.
+func Respawn() (string, error) { return buildOpenC("respawn", respawnC) }
+
+// zombieChurnC runs argv[3] processes side by side, each of which forks,
+// every argv[1] microseconds, a child that exits at once, and reaps it
+// eight forks later: a few zombies are always listed in /proc, never the
+// same ones for long, and nothing of it lives more than a moment. It needs
+// no privilege and knows nothing of leaderrun. After argv[2] seconds it
+// stops on its own.
+const zombieChurnC = `
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	useconds_t us = (useconds_t)atoi(argv[1]);
+	time_t end = time(0) + atoi(argv[2]);
+	for (int n = atoi(argv[3]); n > 1; n--)
+		if (fork() == 0) break;
+	pid_t ring[8] = {0};
+	for (int i = 0; time(0) <= end; i = (i + 1) % 8) {
+		pid_t p = fork();
+		if (p == 0) _exit(0);
+		if (ring[i] > 0) waitpid(ring[i], 0, 0);
+		ring[i] = p;
+		usleep(us);
+	}
+	return 0;
+}
+`
+
+// ZombieChurn builds a program any user may run: "PROG MICROSECONDS
+// SECONDS N" keeps N processes forking a child that exits at once every
+// MICROSECONDS and reaping it eight forks later, for SECONDS.
+func ZombieChurn() (string, error) { return buildOpenC("zombiechurn", zombieChurnC) }
+
+// buildOpenC is buildC for a program another user runs: its directory,
+// made private, is opened to all.
+func buildOpenC(name, src string) (string, error) {
+	p, err := buildC(name, src)
+	if err == nil {
+		err = os.Chmod(filepath.Dir(p), 0o755)
+	}
+	return p, err
+}

@@ -1,0 +1,188 @@
+//go:build linux
+
+package contain
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// The seal of a job marker (DESIGN §1.9). A token's key part is no secret:
+// a job's cgroup is named after its token and /proc/PID/cgroup is readable
+// by every user, and the rest names a leaderrun that need only be dead. So
+// another user could start processes of their own carrying a marker of
+// root's key and a dead leaderrun, and root's sweep would kill them, or
+// stall on them if they kept respawning. The marker in a job's environment
+// therefore carries a seal: an HMAC of the token under a key that only
+// leaderrun's user can read, kept in a file of its own on the host
+// (sealDir). A process whose marker has a good seal is a leftover whatever
+// user it runs as (a job may switch user in place: setpriv, runuser,
+// gosu); one whose marker has none, or a bad one, only if it runs as
+// leaderrun's own user, who could kill it anyway.
+//
+// The seal goes into the token's second field, after a '-', so a version
+// that does not know it still reads the token; the cgroup's name keeps the
+// unsealed token, so the seal is found only in the environment of the job's
+// processes, which only their user and root may read.
+
+// sealName is the key's file in sealDir.
+const sealName = "marker.key"
+
+// sealLen is the size of the key in bytes, and sealHex the seal's length in
+// hex digits.
+const (
+	sealLen = 32
+	sealHex = 24
+)
+
+// sealDir is where the key is kept: the lock directory the local backend
+// uses by default, /run/leaderrun for root and /tmp/leaderrun-UID for
+// anyone else. Like it, it never depends on the environment, so a job
+// started from cron is judged by a leaderrun started from a login shell.
+// Tests point it elsewhere.
+var sealDir = func() string {
+	if os.Geteuid() == 0 {
+		return "/run/leaderrun"
+	}
+	return "/tmp/leaderrun-" + strconv.Itoa(os.Geteuid())
+}
+
+// sealKey is the host's key for this user, nil where it cannot be had (a
+// directory another user made first, a read-only /run): markers are then
+// unsealed and judged by their process's user alone.
+var sealKey = sync.OnceValue(func() []byte {
+	k, err := loadSealKey(sealDir())
+	if err != nil {
+		return nil
+	}
+	return k
+})
+
+// loadSealKey reads the key in dir, making dir (0700) and the key if they
+// are missing. dir must be this user's and no one else's to write in; the
+// key's file must be this user's, readable by no one else, never a link.
+func loadSealKey(dir string) ([]byte, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil {
+		return nil, err
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return nil, fmt.Errorf("%s is not a private directory of uid %d", dir, os.Geteuid())
+	}
+	for range 3 {
+		k, err := readSealKey(dfd)
+		if !errors.Is(err, unix.ENOENT) {
+			return k, err
+		}
+		if err := makeSealKey(dfd); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, err
+		}
+	}
+	return nil, errors.New("the marker key keeps vanishing")
+}
+
+// readSealKey reads the key's file from the directory dfd.
+func readSealKey(dfd int) ([]byte, error) {
+	fd, err := unix.Openat(dfd, sealName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o077 != 0 || st.Size != sealLen {
+		return nil, errors.New("the marker key is not a private file of " + strconv.Itoa(sealLen) + " bytes")
+	}
+	k := make([]byte, sealLen)
+	if n, err := unix.Read(fd, k); err != nil || n != sealLen {
+		return nil, errors.New("the marker key cannot be read whole")
+	}
+	return k, nil
+}
+
+// makeSealKey writes a fresh key under a name of its own and links it into
+// place, so that it is never seen half-written and a key another leaderrun
+// linked first wins (EEXIST).
+func makeSealKey(dfd int) error {
+	k := make([]byte, sealLen)
+	if _, err := rand.Read(k); err != nil {
+		return err
+	}
+	tmp := sealName + "." + strconv.Itoa(os.Getpid())
+	_ = unix.Unlinkat(dfd, tmp, 0)
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	n, err := unix.Write(fd, k)
+	unix.Close(fd)
+	if err == nil && n != sealLen {
+		err = errors.New("short write")
+	}
+	if err == nil {
+		err = unix.Linkat(dfd, tmp, dfd, sealName, 0)
+	}
+	_ = unix.Unlinkat(dfd, tmp, 0)
+	return err
+}
+
+// seal is base's seal under key.
+func seal(key []byte, base string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(base))
+	return hex.EncodeToString(m.Sum(nil))[:sealHex]
+}
+
+// sealed is base with its seal in the second field, or base itself
+// without a key.
+func sealed(base string) string {
+	key := sealKey()
+	if key == nil {
+		return base
+	}
+	f := strings.SplitN(base, ".", 3)
+	if len(f) != 3 {
+		return base
+	}
+	return f[0] + "." + f[1] + "-" + seal(key, base) + "." + f[2]
+}
+
+// unseal splits tok into the token without its seal (what a job's cgroup is
+// named after) and the seal, "" when it has none.
+func unseal(tok string) (base, s string) {
+	f := strings.SplitN(tok, ".", 3)
+	if len(f) != 3 {
+		return tok, ""
+	}
+	n, s, ok := strings.Cut(f[1], "-")
+	if !ok {
+		return tok, ""
+	}
+	return f[0] + "." + n + "." + f[2], s
+}
+
+// sealGood reports whether s is base's seal under this user's key.
+func sealGood(base, s string) bool {
+	key := sealKey()
+	return key != nil && len(s) == sealHex && hmac.Equal([]byte(s), []byte(seal(key, base)))
+}

@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// Attacks by another local user, with no privilege, on the sweep of
+// leftover jobs of root's leaderrun (SAFETY.md, "Other local users").
+
+// forgedMarker runs root's job once under args (cgroup mode), reads its
+// cgroup as nobody, as any user can, and returns marker values naming the
+// same key and a leaderrun that does not exist: without a seal, and with
+// a seal nobody made up — what any user can put in the environment of a
+// process of their own.
+func forgedMarker(t *testing.T, dir string, args []string) []string {
+	t.Helper()
+	pidFile := filepath.Join(dir, "job.pid")
+	first := start(t, "root's first run", nil, withCommand(args, "echo $$ > "+pidFile+"; exec sleep 1000")...)
+	pid := readPID(t, pidFile)
+	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", "/proc/"+strconvItoa(int64(pid))+"/cgroup").Output()
+	if err != nil {
+		t.Fatalf("nobody reading /proc/%d/cgroup: %v", pid, err)
+	}
+	first.Signal(syscall.SIGTERM)
+	if code := first.Wait(30 * time.Second); code != 143 && code != 0 {
+		t.Fatalf("root's first run: exit %d\n%s", code, first.Output())
+	}
+	_, tok, ok := strings.Cut(strings.TrimSpace(string(out)), "/job.")
+	f := strings.Split(tok, ".")
+	if !ok || len(f) != 6 {
+		t.Fatalf("root's job has no job cgroup to read its token from (group mode?): %q", out)
+	}
+	// The PID namespace and the key's hash kept, a leaderrun pid that
+	// does not exist.
+	return []string{
+		contain.EnvMarker + "=4194000.1.1.1." + f[4] + "." + f[5],
+		contain.EnvMarker + "=4194000.1-0123456789abcdef01234567.1.1." + f[4] + "." + f[5],
+	}
+}
+
+// TestLocalOtherUserForgedMarkerIsNotKilled: the key's part of a job
+// marker is no secret (the job's cgroup is named after its token, and
+// /proc/PID/cgroup is readable by every user), so nobody, after reading it
+// once from a job of root's, starts processes of its own with a marker
+// naming the key and a dead leaderrun. Root's next leaderrun of the key
+// must neither kill them nor take them for leftovers (DESIGN §1.9: a
+// marker without a good seal counts only on leaderrun's own user's
+// processes).
+func TestLocalOtherUserForgedMarkerIsNotKilled(t *testing.T) {
+	dir := t.TempDir()
+	args := localArgs(dir, newKey("forged"), "--contain", "cgroup")
+	var others []*exec.Cmd
+	for _, forged := range forgedMarker(t, dir, args) {
+		other := testsupport.StartAsNobody(t, "env", "-i", forged, "/bin/sleep", "1000")
+		others = append(others, other)
+	}
+	time.Sleep(200 * time.Millisecond) // env has exec'd sleep
+	p := start(t, "root's leaderrun", nil, withCommand(args, "true")...)
+	code := p.Wait(60 * time.Second)
+	for _, other := range others {
+		if !alive(other.Process.Pid) {
+			t.Errorf("nobody's sleep with a forged marker was killed by root's leaderrun")
+		}
+	}
+	if code != 0 || strings.Contains(p.Output(), "leftover") {
+		t.Fatalf("root's leaderrun beside nobody's sleeps with forged markers: exit %d, want 0 and no word of a leftover\n%s", code, p.Output())
+	}
+}
+
+// TestLocalOtherUserForgedMarkerBlocksJob: with the forged marker of
+// TestLocalOtherUserForgedMarkerIsNotKilled nobody keeps a few sleeps
+// running, starting another as soon as one is killed. Taken for
+// leftovers, they kept every sweep from finishing ("processes of leftover
+// jobs still alive"), and root's leaderrun started nothing and exited 125,
+// term after term; root's job must run.
+func TestLocalOtherUserForgedMarkerBlocksJob(t *testing.T) {
+	respawn, err := testsupport.Respawn()
+	if err != nil {
+		t.Fatalf("build the respawning program: %v", err)
+	}
+	dir := t.TempDir()
+	args := localArgs(dir, newKey("forged"), "--contain", "cgroup")
+	forged := forgedMarker(t, dir, args)[0]
+
+	testsupport.StartAsNobody(t, respawn, "120", "16", forged)
+	time.Sleep(500 * time.Millisecond)
+
+	ran := filepath.Join(dir, "ran")
+	p := start(t, "root's leaderrun", nil, withCommand(args, "echo yes > "+ran)...)
+	code := p.Wait(90 * time.Second)
+	b, _ := os.ReadFile(ran)
+	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
+		t.Fatalf("root's leaderrun beside nobody's respawned sleeps with a forged marker: exit %d, job ran: %v; want 0 and the job run\n%s",
+			code, len(b) > 0, p.Output())
+	}
+}
+
+// TestLocalOtherUserZombieChurnBlocksJob: the sweep of leftover jobs ends
+// only after two scans of /proc in a row in which no process vanished and
+// no zombie appeared since the scan before. Nobody, knowing nothing of
+// root's key, keeps a few processes forking children that exit at once
+// and reaping them a moment later. When another user's zombies counted,
+// no two scans in a row saw the same zombies, every sweep ended after
+// SweepTimeout with "leftover jobs not seen gone", and root's leaderrun
+// started nothing and exited 125, term after term; root's job must run.
+func TestLocalOtherUserZombieChurnBlocksJob(t *testing.T) {
+	churn, err := testsupport.ZombieChurn()
+	if err != nil {
+		t.Fatalf("build the zombie churn: %v", err)
+	}
+	testsupport.StartAsNobody(t, churn, "200", "120", "6")
+	time.Sleep(500 * time.Millisecond)
+
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	p := start(t, "root's leaderrun", nil, withCommand(localArgs(dir, newKey("churn")), "echo yes > "+ran)...)
+	code := p.Wait(90 * time.Second)
+	b, _ := os.ReadFile(ran)
+	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
+		t.Fatalf("root's leaderrun beside nobody's zombie churn: exit %d, job ran: %v; want 0 and the job run\n%s",
+			code, len(b) > 0, p.Output())
+	}
+}
+
+// TestLeftoverThatSwitchedUserIsSwept: a job of root's may switch to
+// another user in place (setpriv, runuser, gosu), keeping its marker.
+// With its leaderrun and guard both killed, in group mode nothing but the
+// marker ties it to its key: the next leaderrun must still kill it before
+// its child starts, a daemon as well as a relay whose every hop lives a
+// millisecond, though it runs as another user (its marker is sealed, and
+// its dead hops count while the sweep settles). Counting markers only on
+// leaderrun's own user's processes left both running, 6 times in 6.
+func TestLeftoverThatSwitchedUserIsSwept(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to switch user")
+	}
+	const switchUser = "setpriv --reuid=65534 --regid=65534 --clear-groups "
+	t.Run("daemon", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		args := localArgs(dir, "k", "--contain", "group")
+		job := `(setsid sh -c 'echo $$ >> ` + dir + `/job.pids; exec ` + switchUser + `sleep 1000' >/dev/null 2>&1 </dev/null &)
+exec sleep 1000`
+		a := start(t, "A", nil, withCommand(args, job)...)
+		daemon := jobPids(t, dir, 1)[0]
+		t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+		waitFor(t, 5*time.Second, "the daemon to run as nobody", func() bool {
+			st, err := os.Stat("/proc/" + strconvItoa(int64(daemon)))
+			return err == nil && st.Sys().(*syscall.Stat_t).Uid == testsupport.Nobody
+		})
+		killBoth(t, a)
+		if !contain.ProcessAlive(daemon) {
+			t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+		}
+		b := start(t, "B", nil, withCommand(args, checkingJob(dir))...)
+		nextLeaderSwept(t, b, dir, daemon, "daemon")
+	})
+	t.Run("relay", func(t *testing.T) {
+		t.Parallel()
+		prog, err := testsupport.ForkRelay()
+		if err != nil {
+			t.Fatalf("build the fork relay: %v", err)
+		}
+		if err := os.Chmod(filepath.Dir(prog), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dir, shared := t.TempDir(), testsupport.SharedDir(t)
+		beat := filepath.Join(shared, "beat")
+		args := localArgs(dir, "k", "--contain", "group")
+		relay := switchUser + prog + " 1 1000 15 " + beat + " </dev/null >/dev/null 2>&1 &\nexec sleep 1000"
+		a := start(t, "A", nil, withCommand(args, relay)...)
+		t.Cleanup(func() {
+			for end := time.Now().Add(20 * time.Second); testsupport.Growing(beat, 100*time.Millisecond) && time.Now().Before(end); {
+			}
+		})
+		waitFor(t, 10*time.Second, "the relay to run", func() bool { return testsupport.Growing(beat, 100*time.Millisecond) })
+		killBoth(t, a)
+		if !testsupport.Growing(beat, 200*time.Millisecond) {
+			t.Fatal("the relay died with its supervisors: nothing left to sweep")
+		}
+		check := `a=$(wc -c < ` + beat + `); sleep 0.3; b=$(wc -c < ` + beat + `)
+echo "$a $b" > ` + dir + `/beat-at-start
+exec sleep 1000`
+		b := start(t, "B", nil, withCommand(args, check)...)
+		var sizes []string
+		waitFor(t, 15*time.Second, "the next leader's child to look at the relay", func() bool {
+			got, _ := os.ReadFile(filepath.Join(dir, "beat-at-start"))
+			sizes = strings.Fields(string(got))
+			return len(sizes) == 2
+		})
+		if sizes[0] != sizes[1] {
+			t.Errorf("the old job's relay, run as nobody, ran while the next leader's child ran (heartbeat %s -> %s bytes)\n%s", sizes[0], sizes[1], b.Output())
+		}
+		b.Signal(syscall.SIGTERM)
+		b.Wait(15 * time.Second)
+	})
+}
