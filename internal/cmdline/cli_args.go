@@ -292,41 +292,76 @@ func configError(b *backend, err error) error {
 
 // interspersedCommands are the commands whose options may follow their
 // KEY, as their synopsis shows.
-var interspersedCommands = []string{"status", "history", "check"}
+var interspersedCommands = []string{"status", "history", "check", "step-down", "pause", "resume"}
 
-// interspersed moves the options a status or check line gives after its
-// KEY in front of it, and a "--" between them and the KEY: urfave/cli, as
-// Go's flag package, stops reading options at the first other argument,
-// so `leaderrun status billing --json` would take --json for a second
-// KEY. Nothing after a "--" the line has itself is moved (there every word
-// is an argument), nor anything of a run or another command, nor a line
-// the shell completion asks about (it must end in the completion flag).
-func interspersed(args []string, app *cli.App) []string {
+// interspersed puts a command line in the order the parser reads: the
+// options given before a command (`leaderrun --backend etcd status KEY`)
+// after the command's name, where they are its own, and the options a
+// command of interspersedCommands gives after its KEY in front of that
+// KEY, with a "--" between them and the KEY. urfave/cli, as Go's flag
+// package, stops reading options at the first other argument, so
+// `leaderrun pause billing --reason x` would take --reason for a second
+// KEY; and options before a command belong to the run's flag set, where
+// the command never saw them (status asked the default backend). An
+// option given before a command that the command does not take is
+// refused, never dropped. Nothing after a "--" the line has itself is
+// moved (there every word is an argument, as in `leaderrun --key k --
+// status`), nor anything of a run or a hidden command, nor a line the
+// shell completion asks about (it must end in the completion flag).
+func interspersed(args []string, app *cli.App) ([]string, error) {
 	if len(args) < 2 || args[len(args)-1] == "--generate-bash-completion" {
-		return args
+		return args, nil
 	}
 	for i := 1; i < len(args); i++ {
 		arg := args[i]
 		switch {
 		case arg == "--":
-			return args
+			return args, nil
 		case isOption(arg):
 			if takesValue(app.Flags, arg) {
 				i++
 			}
 			continue
 		}
-		if !slices.Contains(interspersedCommands, arg) {
-			return args
-		}
-		for _, cmd := range app.Commands {
-			if cmd.Name == arg {
-				return slices.Concat(args[:i+1], reorder(args[i+1:], cmd.Flags))
+		var cmd *cli.Command
+		for _, c := range app.Commands {
+			if c.Name == arg && !c.Hidden {
+				cmd = c
 			}
 		}
-		return args
+		if cmd == nil {
+			return args, nil
+		}
+		before := args[1:i]
+		for j := 0; j < len(before); j++ {
+			if !isOption(before[j]) {
+				continue
+			}
+			name, _, _ := strings.Cut(strings.TrimLeft(before[j], "-"), "=")
+			if !hasFlag(cmd, name) {
+				return nil, fmt.Errorf("%s takes no --%s: the options before it are its own (leaderrun help %s lists them)", cmd.Name, name, cmd.Name)
+			}
+		}
+		rest := slices.Concat(before, args[i+1:])
+		if slices.Contains(interspersedCommands, cmd.Name) {
+			rest = reorder(rest, cmd.Flags)
+		}
+		return slices.Concat(args[:1], []string{cmd.Name}, rest), nil
 	}
-	return args
+	return args, nil
+}
+
+// hasFlag reports whether cmd takes the option name (help always).
+func hasFlag(cmd *cli.Command, name string) bool {
+	if name == "help" || name == "h" {
+		return true
+	}
+	for _, f := range cmd.Flags {
+		if slices.Contains(f.Names(), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // reorder puts the options of rest (with their values) first, then "--"

@@ -46,13 +46,17 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 // runApp runs the command line args (args[0] is the program name) and
 // returns the exit code. It reads the process environment, never os.Args.
 func runApp(args []string) int {
-	args = interspersed(args, newApp(nil))
+	args, err := interspersed(args, newApp(nil))
+	if err != nil {
+		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
+		return exitcode.Internal
+	}
 	if err := loadEnvFiles(args); err != nil {
 		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
 		return exitcode.Internal
 	}
 	app := newApp(args)
-	err := app.Run(args)
+	err = app.Run(args)
 	var code exitCode
 	switch {
 	case err == nil:
