@@ -2,8 +2,9 @@
 # consul-fence.sh: write to Consul's KV store only as the newest leader.
 #
 # Run by a job that leaderrun started (it reads LEADER_KEY, LEADER_EPOCH,
-# LEADERRUN_PREFIX and CONSUL_HTTP_ADDR from the environment leaderrun gives
-# it, CONSUL_HTTP_TOKEN and CONSUL_CACERT when set). Needs curl and jq.
+# LEADERRUN_PREFIX and LEADERRUN_CONSUL_ADDR, the agent leaderrun used, from
+# the environment leaderrun gives it; LEADERRUN_CONSUL_CA_FILE,
+# CONSUL_HTTP_TOKEN and CONSUL_CACERT when set). Needs curl and jq.
 #
 #   consul-fence.sh put billing/last-run "$(date +%s)"
 #
@@ -21,7 +22,9 @@ set -eu
 [ "${1:-}" = put ] && [ $# -eq 3 ] || { echo "usage: consul-fence.sh put KEY VALUE" >&2; exit 2; }
 key=$2 value=$3
 fence=${FENCE_CONSUL_KEY:-${LEADERRUN_PREFIX:-leaderrun}-fence/$LEADER_KEY}
-addr=${CONSUL_HTTP_ADDR:-127.0.0.1:8500}
+addr=${LEADERRUN_CONSUL_ADDR:-${CONSUL_HTTP_ADDR:-127.0.0.1:8500}}
+addr=${addr%%,*} # the first of a list of servers
+CONSUL_CACERT=${LEADERRUN_CONSUL_CA_FILE:-${CONSUL_CACERT:-}}
 case "$addr" in http://* | https://*) ;; *) addr="http://$addr" ;; esac
 
 consul() {

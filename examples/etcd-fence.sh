@@ -2,8 +2,10 @@
 # etcd-fence.sh: write to etcd only while this job's leadership lasts.
 #
 # Run by a job that leaderrun started on the etcd backend (it reads
-# LEADER_KEY, LEADER_EPOCH, LEADERRUN_PREFIX and ETCDCTL_ENDPOINTS from the
-# environment leaderrun gives it):
+# LEADER_KEY, LEADER_EPOCH, LEADERRUN_PREFIX, and the endpoints and TLS
+# files leaderrun used, LEADERRUN_ETCD_ENDPOINTS, _CACERT, _CERT and _KEY,
+# from the environment leaderrun gives it; etcdctl gets them as its own
+# ETCDCTL_* variables):
 #
 #   FENCE_ETCD_LOCK=$(etcd-fence.sh lock) || exit 1   # once, at the job's start
 #   etcd-fence.sh put /billing/last-run "$(date +%s)"  # each write
@@ -22,6 +24,10 @@ set -eu
 : "${LEADER_KEY:?run this from a job started by leaderrun}" "${LEADER_EPOCH:?run this from a job started by leaderrun}"
 dir="/${LEADERRUN_PREFIX:-leaderrun}/$LEADER_KEY/@"
 etcdctl=${ETCDCTL:-etcdctl}
+[ -z "${LEADERRUN_ETCD_ENDPOINTS:-}" ] || export ETCDCTL_ENDPOINTS="$LEADERRUN_ETCD_ENDPOINTS"
+[ -z "${LEADERRUN_ETCD_CACERT:-}" ] || export ETCDCTL_CACERT="$LEADERRUN_ETCD_CACERT"
+[ -z "${LEADERRUN_ETCD_CERT:-}" ] || export ETCDCTL_CERT="$LEADERRUN_ETCD_CERT"
+[ -z "${LEADERRUN_ETCD_KEY:-}" ] || export ETCDCTL_KEY="$LEADERRUN_ETCD_KEY"
 
 # quote makes one line of text an argument of etcdctl txn: in double quotes,
 # with backslashes and quotes escaped.

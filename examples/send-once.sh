@@ -25,6 +25,10 @@ set -eu
 
 : "${LEADER_RUN_ID:?run this from a job started by leaderrun}"
 claim="/${LEADERRUN_PREFIX:-leaderrun}-runs/$LEADER_KEY/$LEADER_RUN_ID"
+[ -z "${LEADERRUN_ETCD_ENDPOINTS:-}" ] || export ETCDCTL_ENDPOINTS="$LEADERRUN_ETCD_ENDPOINTS"
+[ -z "${LEADERRUN_ETCD_CACERT:-}" ] || export ETCDCTL_CACERT="$LEADERRUN_ETCD_CACERT"
+[ -z "${LEADERRUN_ETCD_CERT:-}" ] || export ETCDCTL_CERT="$LEADERRUN_ETCD_CERT"
+[ -z "${LEADERRUN_ETCD_KEY:-}" ] || export ETCDCTL_KEY="$LEADERRUN_ETCD_KEY"
 FENCE_ETCD_LOCK=${FENCE_ETCD_LOCK:-$(etcd-fence.sh lock)} || exit 1
 export FENCE_ETCD_LOCK
 

@@ -107,12 +107,12 @@ func (s *consulSettings) New(opts locker.Options, readOnly bool, log hclog.Logge
 
 func (s *consulSettings) ChildEnv() []envVar {
 	var v []envVar
-	v = set(v, "CONSUL_HTTP_ADDR", s.Address)
-	v = set(v, "CONSUL_CACERT", s.CACert)
-	v = set(v, "CONSUL_CLIENT_CERT", s.ClientCert)
-	v = set(v, "CONSUL_CLIENT_KEY", s.ClientKey)
-	v = set(v, "CONSUL_TLS_SERVER_NAME", s.TLSServerName)
-	return set(v, "CONSUL_DATACENTER", s.Datacenter)
+	v = setOption(v, "consul-addr", "CONSUL_HTTP_ADDR", s.Address)
+	v = setOption(v, "consul-ca-file", "CONSUL_CACERT", s.CACert)
+	v = setOption(v, "consul-client-cert", "CONSUL_CLIENT_CERT", s.ClientCert)
+	v = setOption(v, "consul-client-key", "CONSUL_CLIENT_KEY", s.ClientKey)
+	v = setOption(v, "consul-tls-server-name", "CONSUL_TLS_SERVER_NAME", s.TLSServerName)
+	return setOption(v, "consul-datacenter", "CONSUL_DATACENTER", s.Datacenter)
 }
 
 func (s *consulSettings) Target(locker.Locker) (string, time.Duration) {

@@ -123,10 +123,10 @@ func (s *etcdSettings) New(opts locker.Options, readOnly bool, log hclog.Logger)
 
 func (s *etcdSettings) ChildEnv() []envVar {
 	var v []envVar
-	v = set(v, "ETCDCTL_ENDPOINTS", strings.Join(s.Endpoints, ","))
-	v = set(v, "ETCDCTL_CACERT", s.CACert)
-	v = set(v, "ETCDCTL_CERT", s.Cert)
-	return set(v, "ETCDCTL_KEY", s.Key)
+	v = setOption(v, "etcd-endpoints", "ETCDCTL_ENDPOINTS", strings.Join(s.Endpoints, ","))
+	v = setOption(v, "etcd-cacert", "ETCDCTL_CACERT", s.CACert)
+	v = setOption(v, "etcd-cert", "ETCDCTL_CERT", s.Cert)
+	return setOption(v, "etcd-key", "ETCDCTL_KEY", s.Key)
 }
 
 func (s *etcdSettings) Target(locker.Locker) (string, time.Duration) {

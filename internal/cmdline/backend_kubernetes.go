@@ -67,7 +67,7 @@ func (s *kubernetesSettings) New(opts locker.Options, _ bool, log hclog.Logger) 
 
 func (s *kubernetesSettings) ChildEnv() []envVar {
 	v := set(nil, "LEADERRUN_K8S_NAMESPACE", s.Namespace)
-	v = set(v, "KUBECONFIG", s.Kubeconfig)
+	v = setOption(v, "kubeconfig", "KUBECONFIG", s.Kubeconfig)
 	return set(v, "LEADERRUN_K8S_CONTEXT", s.Context)
 }
 

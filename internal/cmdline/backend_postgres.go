@@ -81,7 +81,7 @@ func (s *postgresSettings) New(opts locker.Options, readOnly bool, log hclog.Log
 func (s *postgresSettings) ChildEnv() []envVar {
 	var v []envVar
 	if s.DSN != "" {
-		v = append(v, envVar{"LEADERRUN_PG_DSN", dsnWithoutSecrets(s.DSN)})
+		v = append(v, envVar{Name: "LEADERRUN_PG_DSN", Value: dsnWithoutSecrets(s.DSN)})
 	}
 	v = set(v, "LEADERRUN_PG_SCHEMA", s.Schema)
 	return set(v, "LEADERRUN_PG_TABLE", s.Table)

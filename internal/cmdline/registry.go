@@ -72,7 +72,16 @@ type backendSettings interface {
 }
 
 // envVar is one variable of the child's environment.
-type envVar struct{ Name, Value string }
+type envVar struct {
+	Name, Value string
+	// Inherited: set only where the job's environment has the variable
+	// already (its value replaced by the one leaderrun used), never added.
+	// The variables a backend's own tools read (ETCDCTL_ENDPOINTS,
+	// CONSUL_HTTP_ADDR, KUBECONFIG) are such: added, they change what a
+	// legacy script's tools do (etcdctl refuses --endpoints beside
+	// ETCDCTL_ENDPOINTS).
+	Inherited bool
+}
 
 // backends are the backends --backend accepts, in the order help,
 // completions and errors name them.
@@ -160,7 +169,18 @@ func set(vars []envVar, name, value string) []envVar {
 	if value == "" {
 		return vars
 	}
-	return append(vars, envVar{name, value})
+	return append(vars, envVar{Name: name, Value: value})
+}
+
+// setOption is set for the value of option --flag, which the job gets as
+// LEADERRUN_<FLAG> (what a leaderrun it runs reads for that option), and as
+// tool, the variable the backend's own tools read, only where the job's
+// environment has tool already.
+func setOption(vars []envVar, flag, tool, value string) []envVar {
+	if value == "" {
+		return vars
+	}
+	return append(vars, envVar{Name: ruleEnv(flag), Value: value}, envVar{Name: tool, Value: value, Inherited: true})
 }
 
 // targetOf is what lk's single attempt talks to, where the backend names

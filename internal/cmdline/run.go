@@ -366,10 +366,10 @@ func roundDuration(d time.Duration) string {
 func childEnv(cfg *runConfig) []string {
 	key, _, _ := locker.SplitSlotKey(cfg.opts.Key)
 	vars := []envVar{
-		{"LEADER_KEY", key},
-		{"LEADER_ID", cfg.opts.ID},
-		{"LEADERRUN_BACKEND", cfg.backend.Name},
-		{"LEADERRUN_PREFIX", cfg.opts.Prefix},
+		{Name: "LEADER_KEY", Value: key},
+		{Name: "LEADER_ID", Value: cfg.opts.ID},
+		{Name: "LEADERRUN_BACKEND", Value: cfg.backend.Name},
+		{Name: "LEADERRUN_PREFIX", Value: cfg.opts.Prefix},
 	}
 	vars = append(vars, slotEnv(cfg)...)
 	vars = append(vars, cfg.settings.ChildEnv()...)
@@ -379,6 +379,9 @@ func childEnv(cfg *runConfig) []string {
 	// would undo what the command line set.
 	replaced := map[string]bool{"NOTIFY_SOCKET": true, "LEADER_EPOCH": true, "LEADER_RUN_ID": true, deadlineEnv: true, "LEADERRUN_ENV_FILE": true}
 	for _, v := range vars {
+		if _, had := os.LookupEnv(v.Name); v.Inherited && !had {
+			continue
+		}
 		// An empty value takes the inherited variable out: a DSN that
 		// held nothing but secrets leaves none for the child.
 		replaced[v.Name] = true

@@ -340,7 +340,7 @@ func withAgreement(cfg *runConfig, lk locker.Locker, log hclog.Logger) *agreeing
 
 // slotEnv are the child's LEADER_SLOT and LEADER_HOLDERS.
 func slotEnv(cfg *runConfig) []envVar {
-	return []envVar{{"LEADER_SLOT", strconv.Itoa(cfg.slot)}, {"LEADER_HOLDERS", strconv.Itoa(max(cfg.holders, 1))}}
+	return []envVar{{Name: "LEADER_SLOT", Value: strconv.Itoa(cfg.slot)}, {Name: "LEADER_HOLDERS", Value: strconv.Itoa(max(cfg.holders, 1))}}
 }
 
 // metricsSlot labels the metrics of a --holders N > 1 run with its slot.
