@@ -153,6 +153,16 @@ func (s *Supervisor) heldBack(c locker.Control) (why string, until time.Time) {
 	return "this candidate stepped down; another takes the key first", sd.Until
 }
 
+// heldBackNow is heldBack of the control record as last seen.
+func (s *Supervisor) heldBackNow() string {
+	var c locker.Control
+	if s.ctl != nil {
+		c, _ = s.ctl.get()
+	}
+	why, _ := s.heldBack(c)
+	return why
+}
+
 // changes returns channels closed at the next change of the control record
 // or of the health check.
 func (s *Supervisor) changes() (ctlC, healthC <-chan struct{}) {

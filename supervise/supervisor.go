@@ -212,6 +212,12 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 				return nil, time.Time{}, interruptedCode(ctx), false
 			}
 			holder.stop()
+			if why := s.heldBackNow(); why != "" {
+				// Held back is no outage: the exit line says why, and the
+				// code is --no-wait's, which a unit restarts (DESIGN §4).
+				s.log.Warn("not acquired within --acquire-timeout: held back", "timeout", s.cfg.AcquireTimeout, "reason", why)
+				return nil, time.Time{}, ExitNotHeld, false
+			}
 			return nil, time.Time{}, s.timedOut(ctx, failed, holder), false
 		}
 		s.log.Debug("campaigning")
@@ -234,6 +240,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 						if unread {
 							return nil, time.Time{}, ExitInternal, false
 						}
+						s.log.Warn("not acquired: held back", "reason", why)
 						return nil, time.Time{}, ExitNotHeld, false
 					}
 					if unread {
