@@ -163,7 +163,7 @@ func run(cfg *runConfig) error {
 		probe = lk
 	}
 	obs, err := ops.Start(ops.Config{
-		Key: cfg.opts.Key, ID: cfg.opts.ID, Slotted: cfg.holders > 1, TTL: sup.TTL, HTTPAddr: cfg.httpAddr, RenewInterval: sup.RenewInterval,
+		Key: cfg.opts.Key, ID: cfg.opts.ID, Slotted: cfg.holders > 1, Holders: cfg.holders, TTL: sup.TTL, HTTPAddr: cfg.httpAddr, RenewInterval: sup.RenewInterval,
 		Rejoin: sup.OnLost == supervise.LostRejoin, Backend: probe, Logger: log,
 	})
 	if err != nil {

@@ -36,7 +36,7 @@ type metrics struct {
 // (always 1) names the key and the id of this process (and its slot under
 // --holders), and alert rules join
 // it on the target's labels (examples/prometheus/leaderrun-rules.yml).
-func newMetrics(key, id, slot string, slotted bool, ttl time.Duration, isLeader, epoch, leaseRemaining func() float64) *metrics {
+func newMetrics(key, id, slot string, slotted bool, holders int, ttl time.Duration, isLeader, epoch, leaseRemaining func() float64) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -71,9 +71,14 @@ func newMetrics(key, id, slot string, slotted bool, ttl time.Duration, isLeader,
 		Help: "The lease TTL (--ttl): how long the key may stay leaderless after a holder vanishes.",
 	})
 	ttlGauge.Set(ttl.Seconds())
+	holdersGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "leaderrun_holders",
+		Help: "How many holders the key may have at once (--holders N, 1 without): each slot has one leader.",
+	})
+	holdersGauge.Set(float64(holders))
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
-		info, ttlGauge,
+		info, ttlGauge, holdersGauge,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leaderrun_is_leader",

@@ -36,6 +36,9 @@ type Config struct {
 	// names the slot won.
 	Slot    string
 	Slotted bool
+	// Holders is --holders N (0 or 1: one), exported as leaderrun_holders
+	// so that alert rules know how many leaders a key may have.
+	Holders int
 	// TTL is the lease TTL, exported as leaderrun_ttl_seconds so that alert
 	// rules can tell how long a key may go without a leader. Zero exports 0.
 	TTL time.Duration
@@ -113,7 +116,7 @@ func start(cfg Config, n notifier) (*Observer, error) {
 	if o.log == nil {
 		o.log = hclog.NewNullLogger()
 	}
-	o.metrics = newMetrics(metricsKey(cfg), cfg.ID, cfg.Slot, cfg.Slotted || cfg.Slot != "", cfg.TTL, o.gauge(func(st *state, _ time.Time) float64 {
+	o.metrics = newMetrics(metricsKey(cfg), cfg.ID, cfg.Slot, cfg.Slotted || cfg.Slot != "", max(cfg.Holders, 1), cfg.TTL, o.gauge(func(st *state, _ time.Time) float64 {
 		if st.role == RoleLeader {
 			return 1
 		}

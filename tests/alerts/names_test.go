@@ -158,6 +158,24 @@ func TestRulesAndDashboardNameExportedSeries(t *testing.T) {
 		return strings.Contains(body, `leaderrun_child_exits_total{code="3"}`)
 	})
 	e := parseExposition(body)
+	// leaderrun_info's slot label comes from a --holders run once it
+	// holds a slot.
+	h := newLeaderrun(t, "names-holders", append(localArgs(t, t.TempDir(), "names-holders"), "--holders", "2", "--", "sleep", "1000")...)
+	h.start()
+	var slotted string
+	testsupport.WaitFor(t, 10*time.Second, "a slot on /metrics", func() bool {
+		slotted = h.scrape()
+		return strings.Contains(slotted, `slot="`)
+	})
+	for name, labels := range parseExposition(slotted) {
+		if e[name] == nil {
+			e[name] = labels
+			continue
+		}
+		for l := range labels {
+			e[name][l] = true
+		}
+	}
 	// The once-per gauges come from `leaderrun history --prometheus` of a
 	// key with a once-per run.
 	dir := t.TempDir()
