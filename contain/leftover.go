@@ -452,10 +452,13 @@ type leftoverProc struct {
 //
 // Other users' processes are no leftovers unless they carry a sealed
 // marker (seal.go): a marker without a good seal counts only on a process
-// of leaderrun's own user, and a process found dead counts only if it ran
-// as leaderrun's user or as the user of a leftover found by this sweep (a
-// job may switch user in place), so that another user's processes dying
-// by the thousand cannot keep every scan from settling. Pids gone before
+// of leaderrun's own user, and a process found dead counts only if its
+// real uid is leaderrun's user's or that of a leftover found by this sweep
+// (a job may switch user in place), so that another user's processes dying
+// by the thousand cannot keep every scan from settling. The real uid, not
+// the effective one: any user can start a set-user-ID-root program that
+// exits at once, and its zombie's effective uid is root's, but its real
+// uid stays the user's who started it. Pids gone before
 // they could be read may be anyone's: they unsettle a scan, but a sweep
 // that never found anything of the key and saw no process of those users
 // die ends after noiseBound and noiseScans as if settled.
@@ -598,14 +601,14 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 		}
 		if (p.state == 'Z' || p.state == 'X') && !ProcessAlive(p.pid) {
 			// Dead, its marker unreadable: it may have been a leftover
-			// that forked before it died, if it ran as one of the users
-			// a leftover runs as (sweeper).
-			r, e, known := uids(p.pid)
+			// that forked before it died, if it was started by one of
+			// the users a leftover runs as (its real uid, sweeper).
+			r, _, known := uids(p.pid)
 			switch {
 			case !known:
 				settled = false // reaped as it was read: a pid gone
 				return
-			case !s.users[r] && !s.users[e]:
+			case !s.users[r]:
 				return
 			}
 			zombies[p.pid] = p.start

@@ -204,3 +204,102 @@ exec sleep 1000`
 		b.Wait(15 * time.Second)
 	})
 }
+
+// setuidRootProgram is a set-user-ID-root program on this host that any
+// user may run and that exits at once with --version, or "".
+func setuidRootProgram() string {
+	for _, p := range []string{"/usr/bin/mount", "/bin/mount", "/usr/bin/umount", "/bin/umount"} {
+		st, err := os.Stat(p)
+		if err == nil && st.Mode()&os.ModeSetuid != 0 && st.Mode()&0o001 != 0 && st.Sys().(*syscall.Stat_t).Uid == 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestLocalOtherUserSetuidZombieChurnBlocksJob: the churn of
+// TestLocalOtherUserZombieChurnBlocksJob, but nobody's children run a
+// set-user-ID-root program that exits at once (mount --version). Their
+// zombies' effective uid is root's, leaderrun's own, so they counted as
+// deaths of processes that could have been a leftover's: no two scans in
+// a row settled, every sweep ended after SweepTimeout with "leftover jobs
+// not seen gone", and root's leaderrun started nothing and exited 125,
+// term after term, though nothing of its key ever ran. Root's job must
+// run. (A process's real uid is who started it: nobody cannot make a
+// process whose real uid is root's.)
+func TestLocalOtherUserSetuidZombieChurnBlocksJob(t *testing.T) {
+	suid := setuidRootProgram()
+	if suid == "" {
+		t.Skip("no set-user-ID-root mount or umount to run as another user")
+	}
+	churn, err := testsupport.ExecChurn()
+	if err != nil {
+		t.Fatalf("build the churn: %v", err)
+	}
+	testsupport.StartAsNobody(t, churn, "3000", "60", "3", suid, "--version")
+	time.Sleep(500 * time.Millisecond)
+
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	p := start(t, "root's leaderrun", nil, withCommand(localArgs(dir, newKey("suidchurn")), "echo yes > "+ran)...)
+	code := p.Wait(90 * time.Second)
+	b, _ := os.ReadFile(ran)
+	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
+		t.Fatalf("root's leaderrun beside nobody's churn of set-user-ID-root zombies: exit %d, job ran: %v; want 0 and the job run\n%s",
+			code, len(b) > 0, p.Output())
+	}
+}
+
+// TestLocalSealCopiedByJobsUserBlocksJob: one term of root's job runs a
+// step as nobody (setpriv, runuser), and nobody reads the sealed marker
+// from that step's environment, as a user may read their own processes'.
+// The term ends normally; its leaderrun is dead, so the marker names a
+// dead leaderrun of the key for good, and its seal is good. Nobody then
+// keeps a few sleeps running with that marker, starting another as soon
+// as one is killed. Every later sweep of the key kills them as leftovers
+// and waits for them to be gone, which never happens: root's leaderrun
+// starts nothing and exits 125, term after term, long after that step
+// and that job are over. Root's job must run.
+//
+// Still failing. The seal proves that root's leaderrun made the marker,
+// not that the process carrying it descends from that job: any user who
+// once saw a sealed marker can replay it forever. A proposed fix: the
+// sweep's judgement of a token is kept, and a token whose job is known to
+// be over (its leaderrun saw it gone, or a sweep killed all of it and
+// settled) is recorded in root's private directory beside the key
+// (/run/leaderrun); another user's process carrying a recorded token is
+// no leftover. A replay then works only between a leaderrun's SIGKILL and
+// the next sweep of its key.
+func TestLocalSealCopiedByJobsUserBlocksJob(t *testing.T) {
+	respawn, err := testsupport.Respawn()
+	if err != nil {
+		t.Fatalf("build the respawning program: %v", err)
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and setpriv, to run a step as nobody")
+	}
+	dir, shared := t.TempDir(), testsupport.SharedDir(t)
+	copied := filepath.Join(shared, "marker")
+	args := localArgs(dir, newKey("replay"), "--contain", "group")
+	step := `setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'grep -z "^` + contain.EnvMarker + `=" /proc/self/environ | tr -d "\000" > ` + copied + `'`
+	first := start(t, "root's first term", nil, withCommand(args, step)...)
+	if code := first.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("root's first term: exit %d\n%s", code, first.Output())
+	}
+	m, err := os.ReadFile(copied)
+	if err != nil || !strings.HasPrefix(string(m), contain.EnvMarker+"=") || !strings.Contains(string(m), "-") {
+		t.Fatalf("nobody did not read a sealed marker from its step: %q %v", m, err)
+	}
+
+	testsupport.StartAsNobody(t, respawn, "120", "16", strings.TrimSpace(string(m)))
+	time.Sleep(500 * time.Millisecond)
+
+	ran := filepath.Join(dir, "ran")
+	p := start(t, "root's next term", nil, withCommand(args, "echo yes > "+ran)...)
+	code := p.Wait(90 * time.Second)
+	b, _ := os.ReadFile(ran)
+	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
+		t.Fatalf("root's leaderrun beside nobody's respawned sleeps with a sealed marker copied from a finished term: exit %d, job ran: %v; want 0 and the job run\n%s",
+			code, len(b) > 0, p.Output())
+	}
+}

@@ -199,3 +199,42 @@ func buildOpenC(name, src string) (string, error) {
 	}
 	return p, err
 }
+
+// execChurnC is zombieChurnC with children that run a program instead of
+// exiting at once: every argv[1] microseconds, for argv[2] seconds, each
+// of argv[3] processes forks a child that runs argv[4] with the arguments
+// after it, output to /dev/null, and reaps it eight forks later. Given a
+// set-user-ID program that exits at once ("mount --version"), it keeps
+// zombies whose effective uid is that program's owner's listed in /proc.
+const execChurnC = `
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	useconds_t us = (useconds_t)atoi(argv[1]);
+	time_t end = time(0) + atoi(argv[2]);
+	for (int n = atoi(argv[3]); n > 1; n--)
+		if (fork() == 0) break;
+	pid_t ring[8] = {0};
+	for (int i = 0; time(0) <= end; i = (i + 1) % 8) {
+		pid_t p = fork();
+		if (p == 0) {
+			int fd = open("/dev/null", O_RDWR);
+			dup2(fd, 0); dup2(fd, 1); dup2(fd, 2);
+			execv(argv[4], argv + 4);
+			_exit(127);
+		}
+		if (ring[i] > 0) waitpid(ring[i], 0, 0);
+		ring[i] = p;
+		usleep(us);
+	}
+	return 0;
+}
+`
+
+// ExecChurn builds a program any user may run: "PROG MICROSECONDS SECONDS
+// N PATH ARGS..." keeps N processes starting PATH ARGS every MICROSECONDS
+// and reaping each eight starts later, for SECONDS.
+func ExecChurn() (string, error) { return buildOpenC("execchurn", execChurnC) }
