@@ -340,6 +340,8 @@ func (j *Job) Alive() bool {
 func (j *Job) Remove() error {
 	if j.check {
 		liveChecks.Delete(j.token)
+	} else if j.token != "" {
+		markEnded(j.token) // seal.go
 	}
 	j.closeFD()
 	if j.leaderFD >= 0 {

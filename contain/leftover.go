@@ -470,6 +470,7 @@ type sweeper struct {
 	seen    map[int]leftoverProc // the finds of the last scan
 	zombies map[int]uint64       // the dead processes of the last scan
 	users   map[int]bool         // leaderrun's user and the leftovers' users
+	ended   int64                // the youngest job of the key seen gone (seal.go)
 	// churn: a scan was unsettled by a process of those users (a find, or
 	// one found dead), not only by pids gone before they were read.
 	churn bool
@@ -488,7 +489,7 @@ const (
 
 func newSweeper(key string) *sweeper {
 	me := self().pid
-	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}, users: map[int]bool{os.Geteuid(): true}}
+	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}, users: map[int]bool{os.Geteuid(): true}, ended: endedUpTo(key)}
 	for p := me; p > 1; {
 		st, ok := readStat("/proc/" + strconv.Itoa(p) + "/stat")
 		if !ok || s.mine[st.ppid] {
@@ -520,16 +521,18 @@ func (s *sweeper) leftover(pid int) (string, owner, bool) {
 		if !ok || (slices.Contains(s.carried, tok) && s.descendant(pid)) {
 			continue
 		}
-		if !sealGood(base, sl) {
-			if own < 0 {
-				own = 0
-				if r, e, known := uids(pid); known && r == os.Geteuid() && e == os.Geteuid() {
-					own = 1
-				}
+		if own < 0 {
+			own = 0
+			if r, e, known := uids(pid); known && r == os.Geteuid() && e == os.Geteuid() {
+				own = 1
 			}
-			if own == 0 {
-				continue // another user's, unsealed or forged
-			}
+		}
+		switch {
+		case own == 1:
+		case !sealGood(base, sl):
+			continue // another user's, unsealed or forged
+		case !IsCheckToken(base) && jobMono(base) <= s.ended:
+			continue // another user's copy of a job seen over (seal.go)
 		}
 		return base, o, true
 	}

@@ -75,18 +75,11 @@ func loadSealKey(dir string) ([]byte, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
-	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	dfd, err := openPrivateDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(dfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(dfd, &st); err != nil {
-		return nil, err
-	}
-	if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
-		return nil, fmt.Errorf("%s is not a private directory of uid %d", dir, os.Geteuid())
-	}
 	for range 3 {
 		k, err := readSealKey(dfd)
 		if !errors.Is(err, unix.ENOENT) {
@@ -97,6 +90,21 @@ func loadSealKey(dir string) ([]byte, error) {
 		}
 	}
 	return nil, errors.New("the marker key keeps vanishing")
+}
+
+// openPrivateDir opens dir, never through a link, if it is this user's
+// and no one else may write in it.
+func openPrivateDir(dir string) (int, error) {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		unix.Close(dfd)
+		return -1, fmt.Errorf("%s is not a private directory of uid %d", dir, os.Geteuid())
+	}
+	return dfd, nil
 }
 
 // readSealKey reads the key's file from the directory dfd.
@@ -185,4 +193,98 @@ func unseal(tok string) (base, s string) {
 func sealGood(base, s string) bool {
 	key := sealKey()
 	return key != nil && len(s) == sealHex && hmac.Equal([]byte(s), []byte(seal(key, base)))
+}
+
+// Jobs seen over (DESIGN §1.9). A sealed marker can be read by the user a
+// step of the job ran as (setpriv, runuser), and replayed by that user in
+// processes of their own once the job is over: its leaderrun is dead and
+// its seal good for good, and every later sweep of the key would kill them
+// and, were they respawned, never settle. But the jobs of one key on one
+// host run one after another: a job starts only once every earlier one is
+// gone (its leaderrun stopped it, or a sweep killed it). So once a job is
+// seen gone, by its leaderrun or its guard, every job of the key whose
+// token is no younger is over too: the youngest such token's MONO is kept
+// in ended.KEY beside the seal's key, and another user's process whose
+// sealed job token is no younger is no leftover. (A health check's token
+// is not judged so: a standby's checks run beside the leader's job.)
+
+// endedName is the file of key's (a token's KEY part) youngest job seen
+// gone.
+func endedName(key string) string { return "ended." + key }
+
+// markEnded records that the job of token tok is gone, if tok is sealed.
+func markEnded(tok string) {
+	base, sl := unseal(tok)
+	f := strings.Split(base, ".")
+	if sl == "" || len(f) != 6 || IsCheckToken(base) {
+		return
+	}
+	mono, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return
+	}
+	dfd, err := openPrivateDir(sealDir())
+	if err != nil {
+		return
+	}
+	defer unix.Close(dfd)
+	name := endedName(f[5])
+	if readEnded(dfd, name) >= mono {
+		return
+	}
+	tmp := name + "." + strconv.Itoa(os.Getpid())
+	_ = unix.Unlinkat(dfd, tmp, 0)
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return
+	}
+	_, err = unix.Write(fd, []byte(strconv.FormatInt(mono, 10)+"\n"))
+	unix.Close(fd)
+	if err == nil {
+		err = unix.Renameat(dfd, tmp, dfd, name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
+	}
+}
+
+// endedUpTo is the MONO of key's youngest job seen gone, 0 if none.
+func endedUpTo(key string) int64 {
+	dfd, err := openPrivateDir(sealDir())
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(dfd)
+	return readEnded(dfd, endedName(key))
+}
+
+// readEnded reads a file markEnded wrote, in the directory dfd; 0 if it is
+// missing or not this user's private file.
+func readEnded(dfd int, name string) int64 {
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return 0
+	}
+	b := make([]byte, 32)
+	n, _ := unix.Read(fd, b)
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b[:max(n, 0)])), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// jobMono is the MONO field of a token without its seal, 0 if unreadable.
+func jobMono(base string) int64 {
+	f := strings.Split(base, ".")
+	if len(f) != 6 {
+		return 0
+	}
+	v, _ := strconv.ParseInt(f[2], 10, 64)
+	return v
 }

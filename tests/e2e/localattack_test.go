@@ -261,15 +261,13 @@ func TestLocalOtherUserSetuidZombieChurnBlocksJob(t *testing.T) {
 // starts nothing and exits 125, term after term, long after that step
 // and that job are over. Root's job must run.
 //
-// Still failing. The seal proves that root's leaderrun made the marker,
-// not that the process carrying it descends from that job: any user who
-// once saw a sealed marker can replay it forever. A proposed fix: the
-// sweep's judgement of a token is kept, and a token whose job is known to
-// be over (its leaderrun saw it gone, or a sweep killed all of it and
-// settled) is recorded in root's private directory beside the key
-// (/run/leaderrun); another user's process carrying a recorded token is
-// no leftover. A replay then works only between a leaderrun's SIGKILL and
-// the next sweep of its key.
+// The seal proves that root's leaderrun made the marker, not that the
+// process carrying it descends from that job. But the jobs of a key on a
+// host run one after another, so once a job is seen gone every job of the
+// key no younger is over: another user's process whose sealed token is no
+// younger than the youngest job seen gone is no leftover (contain/seal.go).
+// A replay works only between a leaderrun's SIGKILL (with its guard's)
+// and the next job of its key.
 func TestLocalSealCopiedByJobsUserBlocksJob(t *testing.T) {
 	respawn, err := testsupport.Respawn()
 	if err != nil {
