@@ -61,8 +61,8 @@ type Entry struct {
 	Key     string // names it: in logs, and to the backend
 	Version string // changes with every write
 	// Rank orders the queue (lower first, then Key): what the server gave
-	// the entry at its creation. Placed is false for an entry that never
-	// got its rank, which stands behind every other.
+	// the entry at its creation. An entry that never got its rank has
+	// Placed false and the largest Rank: it stands behind every other.
 	Rank   uint64
 	Placed bool
 	// Said is what the entry declares of its place ("0", "1", "?", or
@@ -217,6 +217,30 @@ func New(cfg Config, store Store, place *queueplace.Place) *Queue {
 	return &Queue{cfg: cfg, store: store, place: place}
 }
 
+// Join makes the candidate's first entry with enqueue. A failure that may
+// pass (retryable) is retried with a doubling pause while the run of
+// failures fits (Queue.again) and, when within is not zero, less than
+// within has gone. A refusal, or a failure that lasts, is returned, and
+// the candidate campaigns without the queue, which costs fairness and
+// requests, never safety.
+func Join(ctx context.Context, cfg Config, retryable func(error) bool, within time.Duration, enqueue func(context.Context) error) error {
+	q := New(cfg, nil, nil)
+	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	began := q.cfg.Clock.Now()
+	var failing run
+	for {
+		err := enqueue(ctx)
+		if err == nil || ctx.Err() != nil || !retryable(err) || !q.again(ctx, &failing) ||
+			within > 0 && q.cfg.Clock.Now().Sub(began) >= within {
+			return err
+		}
+		q.debug("cannot join the candidates' queue yet; retrying", err)
+		if !q.cfg.Clock.Sleep(ctx, backoff.Next()) {
+			return ctx.Err()
+		}
+	}
+}
+
 func (q *Queue) debug(msg string, err error, kv ...any) {
 	args := append([]any{q.cfg.KeyAttr, q.cfg.Key}, kv...)
 	if err != nil {
@@ -229,12 +253,15 @@ func (q *Queue) debug(msg string, err error, kv ...any) {
 type run struct{ began time.Time }
 
 // retry records a failed call in r and reports whether another try fits:
-// the failure may pass, and the run is within RetryFor and half of what
-// ctx has left, so that a free key is still taken in the other half.
+// the failure may pass, and the run fits (again).
 func (q *Queue) retry(ctx context.Context, err error, r *run) bool {
-	if !q.store.Retryable(err) {
-		return false
-	}
+	return q.store.Retryable(err) && q.again(ctx, r)
+}
+
+// again records a failure in r and reports whether the run is within
+// RetryFor and half of what ctx has left, so that a free key is still
+// taken in the other half.
+func (q *Queue) again(ctx context.Context, r *run) bool {
 	now := q.cfg.Clock.Now()
 	if r.began.IsZero() {
 		r.began = now
@@ -244,29 +271,6 @@ func (q *Queue) retry(ctx context.Context, err error, r *run) bool {
 		return false
 	}
 	return lasted < RetryFor(q.cfg.TTL)
-}
-
-// Join makes the candidate's first entry with enqueue. A failure that may
-// pass is retried with a doubling pause while the run of failures fits
-// (retry) and, when within is not zero, less than within has gone. A
-// refusal, or a failure that lasts, is returned, and the candidate
-// campaigns without the queue, which costs fairness and requests, never
-// safety.
-func (q *Queue) Join(ctx context.Context, within time.Duration, enqueue func(context.Context) error) error {
-	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
-	began := q.cfg.Clock.Now()
-	var failing run
-	for {
-		err := enqueue(ctx)
-		if err == nil || ctx.Err() != nil || !q.retry(ctx, err, &failing) ||
-			within > 0 && q.cfg.Clock.Now().Sub(began) >= within {
-			return err
-		}
-		q.debug("cannot join the candidates' queue yet; retrying", err)
-		if !q.cfg.Clock.Sleep(ctx, backoff.Next()) {
-			return ctx.Err()
-		}
-	}
 }
 
 // declare writes the candidate's entry at once when its place near the
@@ -290,14 +294,7 @@ func (q *Queue) declare(ctx context.Context) {
 
 // before reports whether a stands ahead of b.
 func before(a, b *Entry) bool {
-	ra, rb := a.Rank, b.Rank
-	if !a.Placed {
-		ra = ^uint64(0)
-	}
-	if !b.Placed {
-		rb = ^uint64(0)
-	}
-	return cmp.Or(cmp.Compare(ra, rb), strings.Compare(a.Key, b.Key)) < 0
+	return cmp.Or(cmp.Compare(a.Rank, b.Rank), strings.Compare(a.Key, b.Key)) < 0
 }
 
 // ancient reports whether e has gone unwritten for longer than
