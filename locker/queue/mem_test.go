@@ -68,6 +68,9 @@ func (s *sim) every(d time.Duration, do func() bool) {
 // event it stopped after). A wait without a bound (to zero) runs events
 // until stop; with none left, the core would wait for ever.
 func (s *sim) advance(to time.Time, stop func() bool) {
+	if s.elapsed() > 24*time.Hour {
+		s.t.Fatalf("a simulated day has passed")
+	}
 	for len(s.events) > 0 && (to.IsZero() || !s.events[0].at.After(to)) {
 		ev := s.events[0]
 		s.events = s.events[1:]
@@ -81,9 +84,6 @@ func (s *sim) advance(to time.Time, stop func() bool) {
 		s.t.Fatalf("at %v the core waits without a bound and nothing is left to happen", s.elapsed())
 	}
 	s.now = to
-	if s.elapsed() > 24*time.Hour {
-		s.t.Fatalf("a simulated day has passed")
-	}
 }
 
 func (s *sim) Sleep(ctx context.Context, d time.Duration) bool {
@@ -99,6 +99,7 @@ type mem struct {
 	rank    uint64
 	version int
 
+	lists     int
 	listErr   []error // the next List calls fail with these, in turn
 	followErr error   // Follow fails with it
 	// what the candidate did
@@ -140,6 +141,9 @@ func (m *mem) write(key string) bool {
 }
 
 func (m *mem) List(ctx context.Context) (*Entry, []Entry, error) {
+	if m.lists++; m.lists > 10000 {
+		m.sim.t.Fatalf("the queue was read %d times by %v: a loop", m.lists, m.sim.elapsed())
+	}
 	if len(m.listErr) > 0 {
 		err := m.listErr[0]
 		m.listErr = m.listErr[1:]
