@@ -16,39 +16,18 @@ import (
 	"github.com/leaderrun/leaderrun/locker/queueplace"
 )
 
-// The candidates' queue (DESIGN §1.12, "Who wakes at a failover").
+// The candidates' queue (DESIGN §1.12, "Who wakes at a failover"): its
+// rules are package queue's; this is its store on Consul's KV.
 //
-// Without it every standby follows the lock key with a blocking query, so a
-// release (and every heartbeat of the leader) wakes all of them and all of
-// them race with an acquire. With it, a waiting candidate holds an entry
-// <path>/~queue/<session>, locked by its session, and only the candidate
-// whose entry has no live entry ahead of it (by CreateIndex, the Raft index
-// of the entry's creation) follows the lock key: the head. Every other one
-// follows only the entry just ahead of it, with a blocking query on that
-// one key, and moves up when that entry is deleted, unlocked (its session
-// ended) or silent.
-//
-// Only the candidates near the head prove that they are alive. A candidate
-// rewrites its entry with every renewal of its session (keepCandidate,
-// every TTL/3) once it knows of at most one live entry ahead of its own:
-// it learns that at each read of the queue, and from the entry ahead when
-// that one says it is the head. The number ahead of an entry only falls
-// (new entries join at the tail), so a candidate that began rewriting keeps
-// on until it leaves; it writes its entry at once when it learns that it is
-// the head or one behind it, and then with each renewal. Each write says
-// how many entries the writer knew ahead of it ("ahead=0", "ahead=1";
-// "ahead=?" for one that does not rewrite), so its successor knows, from
-// the entry alone, whether silence means anything. An entry that rewrites, not written for TTL +
-// observe.Allowance(TTL) as its successor sees it on its own clock, is
-// skipped and deleted: a candidate killed or frozen next to the head holds
-// the queue up for at most that long, not for the two TTLs Consul takes to
-// invalidate its session. An entry deeper in the queue is written once,
-// and its successor waits only for it to be deleted or unlocked: Consul
-// ends a dead candidate's session within two TTLs and its entry is
-// released then, long before the queue reaches it in most cases. An entry
-// without "ahead=" (an older leaderrun) is taken to rewrite, as older ones
-// did. A candidate that finds its entry gone (it was frozen, and skipped)
-// writes it again, at the tail, and counts its place afresh.
+// A waiting candidate holds an entry <path>/~queue/<session>, locked by
+// its session and ranked by its CreateIndex (the Raft index of its
+// creation); its value is "<id> <beat> ahead=<place>" (entryValue), and
+// its ModifyIndex its version. The head follows the lock key; every other
+// candidate follows the one entry ahead with blocking queries on that one
+// key. Only candidates near the head rewrite their entries (with every
+// renewal of the session, keepCandidate): a deeper one writes its entry
+// once, and Consul ends a dead candidate's session within two TTLs, which
+// unlocks its entry, long before the queue reaches it in most cases.
 //
 // A successor could instead infer that an entry rewrites from seeing its
 // ModifyIndex move, but it reads only the one entry it follows: once that
@@ -56,15 +35,10 @@ import (
 // would cost it two TTLs, where entries frozen together must be passed
 // over together. The value says so at once.
 //
-// The queue decides only who tries first, never who leads: the lock key
-// alone does, taken exactly as before (campaign, observe.go). A head
-// observes the holder from the moment it becomes head, so its observer
-// clock starts no earlier than it would without the queue. A candidate that
-// ignores the queue (an older leaderrun, a token that may not write beside
-// the key) follows the key and races the head: it may win ahead of its
-// turn, which costs fairness, not safety. A refusal makes a candidate
-// campaign as head at once; a failure that may pass, only once it has
-// lasted queueRetryFor (a TTL when joining).
+// The lock key alone decides who leads, taken exactly as without the
+// queue (campaign, observe.go); a candidate that ignores the queue (an
+// older leaderrun, a token that may not write beside the key) races the
+// head, which costs fairness, not safety.
 
 // queueDir separates the entries from the lock key and its once-per
 // records. Its '~' is a character no key or prefix may hold
@@ -226,8 +200,8 @@ func (s entries) Rejoin(ctx context.Context) error {
 	return s.l.enqueue(ctx, s.id, s.place.beat.Add(1), noSpot)
 }
 
-func (s entries) Declare(ctx context.Context, ahead int64) error {
-	return s.l.enqueue(ctx, s.id, s.place.beat.Add(1), ahead)
+func (s entries) Declare(ctx context.Context, ahead int64) (int64, error) {
+	return ahead, s.l.enqueue(ctx, s.id, s.place.beat.Add(1), ahead)
 }
 
 func (s entries) Retryable(err error) bool { return queueRetryable(err) }

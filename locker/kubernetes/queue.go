@@ -21,49 +21,23 @@ import (
 	"github.com/leaderrun/leaderrun/locker/queueplace"
 )
 
-// The candidates' queue (DESIGN §1.12, "Who wakes at a failover").
+// The candidates' queue (DESIGN §1.12, "Who wakes at a failover"): its
+// rules are package queue's; this is its store on Leases.
 //
-// Without it every standby watches the Lease, so a release wakes all of
-// them and all of them send an update of which one succeeds. With it, a
-// waiting candidate keeps a Lease of its own, <lease>.q.<term>, labelled
-// with the key's Lease and annotated with the resourceVersion of its
-// creation, which orders the queue (the etcd revision: it only grows). Only
-// the candidate with no live entry ahead of it, the head, watches the key's
-// Lease; every other one watches only the entry just ahead of it, and moves
-// up when that entry is deleted or silent.
-//
-// A candidate renews its entry with an update conditioned on its last
-// write, and its successor skips and deletes an entry whose
-// resourceVersion stayed the same for long enough on the successor's
-// clock. How often depends on the place, as on Consul: a candidate that
-// knows of at most one live entry ahead of its own (from its own read of
-// the queue, or because the entry it follows says it is the head) renews
-// every TTL/2, and is skipped after TTL + observe.Allowance(TTL); a deeper
-// one renews only every 2 x TTL (a slow beat: Kubernetes has no session
-// that would end for a dead candidate, so even a deep entry must show it
-// is alive), and is skipped after deepSilence. The number ahead only falls
-// (new entries join at the tail), so a candidate that went fast stays
-// fast; it writes at once when it learns its place, so that one frozen a
-// moment later is still passed after TTL + allowance. Each write says in
-// annAhead what its writer knew ("0" the head, "1" right behind it, "?"
-// deeper), so its successor judges its silence by the entry alone; an
-// entry without it (an older leaderrun) renews every TTL/2. A candidate
-// killed or frozen in the queue holds it up for TTL + allowance when it
-// was near the head, for deepSilence at most when it was deeper. An entry
-// that the server last wrote three times its bound before the queue's
-// newest write, by the server's clock (isAncient), is skipped at once:
-// the queue decides only who tries first, so a hint may serve here as it
-// never may for a takeover. A
-// candidate that finds its own entry gone creates a new one, at the tail,
-// and counts its place afresh.
-//
-// The key's Lease alone decides who leads, taken exactly as before
-// (campaign.go): the head starts its observer clock on the holder when it
-// becomes head, never earlier than it would have without the queue. A
-// candidate that ignores the queue (an older leaderrun, an account without
-// list on Leases) watches the Lease and races the head, which costs
-// fairness, not safety. A refusal makes a candidate campaign as head at
-// once; a failure that may pass, only once it has lasted queueRetryFor.
+// A waiting candidate keeps a Lease of its own, <lease>.q.<term>,
+// labelled with a digest of the key's Lease name and annotated with the
+// resourceVersion of its creation (annQueued, its rank: the etcd revision
+// only grows) and with its place (annAhead). The head watches the key's
+// Lease; every other candidate watches the one entry ahead of its own.
+// With no session to end a dead candidate's entry, every entry proves it
+// is alive: a candidate renews its entry with an update conditioned on
+// its last write, every TTL/2 near the head and every 2 x TTL deeper
+// (queueConfig gives the silence bounds), and the ancient rule judges
+// entries by the times the server keeps of its writes (managedFields).
+// The key's Lease alone decides who leads, taken exactly as without the
+// queue (campaign.go); a candidate that ignores the queue (an older
+// leaderrun, an account without list on Leases) races the head, which
+// costs fairness, not safety.
 
 const (
 	// labelQueue marks a candidate's entry with a digest of the key's
@@ -298,7 +272,7 @@ func (l *Locker) keepEntry(ctx context.Context, e *entry) {
 			t.Reset(left)
 			continue
 		}
-		if err := l.renewEntry(ctx, e, e.place.Ahead()); err != nil && ctx.Err() == nil {
+		if _, err := l.renewEntry(ctx, e, e.place.Ahead()); err != nil && ctx.Err() == nil {
 			l.log.Debug("renewing the queue entry failed; retrying", "entry", e.name, "error", oneLine(err.Error()))
 			t.Reset(l.ttl / 2)
 			continue
@@ -308,9 +282,11 @@ func (l *Locker) keepEntry(ctx context.Context, e *entry) {
 }
 
 // renewEntry makes one renewal of e, which declares ahead, the place its
-// candidate knows. A conflict (a write of ours whose answer was lost) is
-// read back and the renewal made once more on it.
-func (l *Locker) renewEntry(ctx context.Context, e *entry, ahead int64) error {
+// candidate knows, and returns what it declared: the entry gone, it
+// creates it afresh, whose place is not known. A conflict (a write of
+// ours whose answer was lost) is read back and the renewal made once more
+// on it.
+func (l *Locker) renewEntry(ctx context.Context, e *entry, ahead int64) (said int64, err error) {
 	e.write.Lock()
 	defer e.write.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -329,17 +305,17 @@ func (l *Locker) renewEntry(ctx context.Context, e *entry, ahead int64) error {
 		got, err := l.client.Update(cctx, next, metav1.UpdateOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return l.createLocked(ctx, e)
+			return noSpot, l.createLocked(ctx, e)
 		case apierrors.IsConflict(err) && try == 0:
 			if cur, err = l.client.Get(cctx, e.name, metav1.GetOptions{}); err != nil {
-				return err
+				return ahead, err
 			}
 			continue
 		case err != nil:
-			return err
+			return ahead, err
 		}
 		l.wrote(e, got, ahead)
-		return nil
+		return ahead, nil
 	}
 }
 
@@ -390,13 +366,13 @@ func (s entries) Rejoin(ctx context.Context) error { return s.l.create(ctx, s.e)
 
 // Declare writes the entry at once, and tells keepEntry that its beat may
 // have changed.
-func (s entries) Declare(ctx context.Context, ahead int64) error {
-	err := s.l.renewEntry(ctx, s.e, ahead)
+func (s entries) Declare(ctx context.Context, ahead int64) (int64, error) {
+	said, err := s.l.renewEntry(ctx, s.e, ahead)
 	select {
 	case s.e.kick <- struct{}{}:
 	default:
 	}
-	return err
+	return said, err
 }
 
 func (s entries) Retryable(err error) bool { return queueRetryable(err) }

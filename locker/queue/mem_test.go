@@ -168,15 +168,15 @@ func (m *mem) Rejoin(ctx context.Context) error {
 	return nil
 }
 
-func (m *mem) Declare(ctx context.Context, ahead int64) error {
+func (m *mem) Declare(ctx context.Context, ahead int64) (int64, error) {
 	e := m.entries[m.mine]
 	if e == nil {
-		return errors.New("no entry")
+		return 0, errors.New("no entry")
 	}
 	m.declared = append(m.declared, ahead)
 	e.Said, e.Unsaid = Said(ahead), false
 	m.touch(e)
-	return nil
+	return ahead, nil
 }
 
 func (m *mem) Delete(ctx context.Context, e Entry) error {

@@ -91,8 +91,9 @@ type Store interface {
 	// Rejoin writes the candidate's entry afresh, at the tail.
 	Rejoin(ctx context.Context) error
 	// Declare writes the candidate's entry again, saying that ahead live
-	// entries are known ahead of it (Said).
-	Declare(ctx context.Context, ahead int64) error
+	// entries are known ahead of it (Said), and returns what the write
+	// said (queueplace.Unknown for an entry it had to create afresh).
+	Declare(ctx context.Context, ahead int64) (said int64, err error)
 	// Delete deletes e if it is still as read; an entry already gone is
 	// no error.
 	Delete(ctx context.Context, e Entry) error
@@ -283,13 +284,14 @@ func (q *Queue) declare(ctx context.Context) {
 	if !news {
 		return
 	}
-	if err := q.store.Declare(ctx, ahead); err != nil {
+	said, err := q.store.Declare(ctx, ahead)
+	if err != nil {
 		if ctx.Err() == nil {
 			q.debug("writing the queue entry's place failed; writing it with the next renewal", err)
 		}
 		return
 	}
-	q.place.Said(ahead)
+	q.place.Said(said)
 }
 
 // before reports whether a stands ahead of b.
