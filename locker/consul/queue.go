@@ -13,32 +13,17 @@ import (
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/queue"
-	"github.com/leaderrun/leaderrun/locker/queueplace"
 )
 
-// The candidates' queue (DESIGN §1.12, "Who wakes at a failover"): its
-// rules are package queue's; this is its store on Consul's KV.
-//
-// A waiting candidate holds an entry <path>/~queue/<session>, locked by
-// its session and ranked by its CreateIndex (the Raft index of its
-// creation); its value is "<id> <beat> ahead=<place>" (entryValue), and
-// its ModifyIndex its version. The head follows the lock key; every other
-// candidate follows the one entry ahead with blocking queries on that one
-// key. Only candidates near the head rewrite their entries (with every
-// renewal of the session, keepCandidate): a deeper one writes its entry
-// once, and Consul ends a dead candidate's session within two TTLs, which
-// unlocks its entry, long before the queue reaches it in most cases.
-//
-// A successor could instead infer that an entry rewrites from seeing its
-// ModifyIndex move, but it reads only the one entry it follows: once that
-// one is skipped, a frozen entry further ahead that it never saw move
-// would cost it two TTLs, where entries frozen together must be passed
-// over together. The value says so at once.
-//
-// The lock key alone decides who leads, taken exactly as without the
-// queue (campaign, observe.go); a candidate that ignores the queue (an
-// older leaderrun, a token that may not write beside the key) races the
-// head, which costs fairness, not safety.
+// The candidates' queue (DESIGN §1.12, "Who wakes at a failover") is
+// package queue's, on this store: an entry <path>/~queue/<session>,
+// locked by the candidate's session, ranked by its CreateIndex, versioned
+// by its ModifyIndex, its value "<id> <beat> ahead=<place>". Only the
+// candidates near the head rewrite theirs (keepCandidate, with each
+// renewal of the session): Consul ends a dead candidate's session within
+// two TTLs, which unlocks (ends) its entry, so silence judges only the
+// near. A successor follows the entry ahead with blocking queries on
+// that one key.
 
 // queueDir separates the entries from the lock key and its once-per
 // records. Its '~' is a character no key or prefix may hold
@@ -51,16 +36,16 @@ const queueDir = "/~queue/"
 // entryKey is the queue entry of the candidate with session id.
 func (l *Locker) entryKey(id string) string { return l.path + queueDir + id }
 
-// spot is what a queued candidate knows of its place (queueplace), and
+// spot is what a queued candidate knows of its place (queue.Place), and
 // the beat of its writes. The queue's WaitTurn lowers it; keepCandidate
 // reads it. Near the head, a candidate rewrites its entry with each
 // renewal.
 type spot struct {
-	queueplace.Place
+	queue.Place
 	beat atomic.Uint64
 }
 
-const noSpot = queueplace.Unknown
+const noSpot = queue.Unknown
 
 func newSpot() *spot {
 	s := &spot{}
@@ -93,8 +78,7 @@ func toEntry(p *api.KVPair) queue.Entry {
 // the head (Consul ends a dead candidate's session, and unlocks its
 // entry, within two TTLs), and nothing is ancient.
 func (l *Locker) queueConfig() queue.Config {
-	return queue.Config{TTL: l.opts.TTL, Log: l.log, KeyAttr: "key", Key: l.path, EntryAttr: "key",
-		ErrText: func(err error) any { return l.scrub(err) }}
+	return queue.Config{TTL: l.opts.TTL, Log: l.log.With("key", l.path), ErrText: func(err error) any { return l.scrub(err) }}
 }
 
 // enqueue writes the candidate's entry, locked by its session: creating it

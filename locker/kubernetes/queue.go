@@ -18,26 +18,16 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/leaderrun/leaderrun/locker/queue"
-	"github.com/leaderrun/leaderrun/locker/queueplace"
 )
 
-// The candidates' queue (DESIGN §1.12, "Who wakes at a failover"): its
-// rules are package queue's; this is its store on Leases.
-//
-// A waiting candidate keeps a Lease of its own, <lease>.q.<term>,
-// labelled with a digest of the key's Lease name and annotated with the
-// resourceVersion of its creation (annQueued, its rank: the etcd revision
-// only grows) and with its place (annAhead). The head watches the key's
-// Lease; every other candidate watches the one entry ahead of its own.
-// With no session to end a dead candidate's entry, every entry proves it
-// is alive: a candidate renews its entry with an update conditioned on
-// its last write, every TTL/2 near the head and every 2 x TTL deeper
-// (queueConfig gives the silence bounds), and the ancient rule judges
-// entries by the times the server keeps of its writes (managedFields).
-// The key's Lease alone decides who leads, taken exactly as without the
-// queue (campaign.go); a candidate that ignores the queue (an older
-// leaderrun, an account without list on Leases) races the head, which
-// costs fairness, not safety.
+// The candidates' queue (DESIGN §1.12, "Who wakes at a failover") is
+// package queue's, on this store: a Lease per candidate,
+// <lease>.q.<term>, labelled with a digest of the key's Lease name and
+// ranked by the resourceVersion of its creation (annQueued), which a
+// successor watches. With no session to end a dead candidate's entry,
+// every entry proves it is alive: its candidate renews it (keepEntry)
+// every TTL/2 near the head and every 2 x TTL deeper (queueConfig), and
+// the ancient rule judges it by the server's times of its writes.
 
 const (
 	// labelQueue marks a candidate's entry with a digest of the key's
@@ -57,9 +47,9 @@ type entry struct {
 	name string
 	term string
 
-	// place is what the candidate knows of its place (queueplace): waitTurn
+	// place is what the candidate knows of its place (queue.Place): waitTurn
 	// lowers it; every write declares it.
-	place *queueplace.Place
+	place *queue.Place
 	// kick tells keepEntry that the beat may have changed.
 	kick chan struct{}
 
@@ -69,10 +59,10 @@ type entry struct {
 	wrote time.Time             // when our last write returned
 }
 
-const noSpot = queueplace.Unknown
+const noSpot = queue.Unknown
 
 func newEntry(name, term string) *entry {
-	return &entry{name: name, term: term, place: queueplace.New(), kick: make(chan struct{}, 1)}
+	return &entry{name: name, term: term, place: queue.NewPlace(), kick: make(chan struct{}, 1)}
 }
 
 // toEntry is an entry as the queue reads it: ranked by the
@@ -120,8 +110,8 @@ func (l *Locker) beat(e *entry) time.Duration {
 // skipped where a near one on the same connection would not be. With no
 // session to end a dead candidate's entry, the ancient rule applies.
 func (l *Locker) queueConfig() queue.Config {
-	return queue.Config{TTL: l.ttl, DeepTTL: 3 * l.ttl, Ancient: true, Log: l.log,
-		KeyAttr: "lease", Key: l.name, EntryAttr: "entry", ErrText: func(err error) any { return oneLine(err.Error()) }}
+	return queue.Config{TTL: l.ttl, DeepTTL: 3 * l.ttl, Ancient: true, Log: l.log.With("lease", l.name),
+		ErrText: func(err error) any { return oneLine(err.Error()) }}
 }
 
 // written is when the server last wrote ls, by the server's own clock

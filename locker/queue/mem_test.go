@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/locker"
-	"github.com/leaderrun/leaderrun/locker/queueplace"
 )
 
 // sim is a simulated clock: time moves only when the core waits (Sleep, or
@@ -233,7 +232,7 @@ type fixture struct {
 	t     *testing.T
 	sim   *sim
 	mem   *mem
-	place *queueplace.Place
+	place *Place
 	cfg   Config
 }
 
@@ -248,8 +247,8 @@ func kubeLike(c *Config) { c.DeepTTL, c.Ancient = 3*ttl, true }
 
 func newFixture(t *testing.T, mods ...func(*Config)) *fixture {
 	s := newSim(t)
-	f := &fixture{t: t, sim: s, mem: newMem(s), place: queueplace.New(),
-		cfg: Config{TTL: ttl, Clock: s, KeyAttr: "key", Key: "k", EntryAttr: "entry"}}
+	f := &fixture{t: t, sim: s, mem: newMem(s), place: NewPlace(),
+		cfg: Config{TTL: ttl, Clock: s}}
 	for _, m := range mods {
 		m(&f.cfg)
 	}

@@ -1,43 +1,17 @@
 // Package queue is the candidates' queue of the backends whose standbys
-// would otherwise all follow the key (Consul, Kubernetes; DESIGN §1.12,
-// "Who wakes at a failover"), written once over a Store that each backend
-// implements on its own server.
-//
-// A waiting candidate keeps an entry in the queue. Only the candidate with
-// no live entry ahead of its own, the head, follows the key; every other
-// one follows only the entry just ahead of it, and moves up when that
-// entry is deleted, ended by the backend, or silent. The rules:
-//
-//   - Order: by the rank the server gave the entry at its creation, then
-//     by key; an entry without one stands behind every other.
-//   - Place: each write of an entry says how many live entries its writer
-//     knew ahead ("0" the head, "1" right behind it, "?" deeper or not
-//     known yet). The count only falls (new entries join at the tail); a
-//     candidate writes at once when a place near the head is news to it,
-//     learnt from its own read of the queue or from the entry ahead saying
-//     it is the head.
-//   - Silence: an entry near the head (or one that says nothing, an older
-//     leaderrun's) is skipped and deleted once its version has stayed the
-//     same for TTL + observe.Allowance(TTL) on the successor's clock; a
-//     deeper one after DeepTTL + its allowance, or never when the backend
-//     ends a dead candidate's entry itself (DeepTTL zero). Every live entry
-//     is observed with each read of the queue, so that entries frozen
-//     together are passed over together.
-//   - Ancient: where the backend has no sessions, an entry the server last
-//     wrote three times its silence bound before the queue's newest write,
-//     by the server's clock, is skipped at once; the writer's own stamp is
-//     used only when the server keeps no times.
-//   - Tidying: the one candidate that moves past dead entries (those
-//     between its predecessor and itself) deletes them, each only if still
-//     as read; so are dead entries without a rank.
-//   - Own entry gone (skipped while its candidate was frozen): written
-//     again at the tail, the place forgotten.
-//   - Failures: a refusal makes the candidate campaign as head at once; a
-//     failure that may pass, only once it has lasted RetryFor (and half of
-//     what the context has left).
-//
-// The queue decides only who tries first, never who leads: the key alone
-// does, taken exactly as without the queue.
+// would otherwise all follow the key, Consul and Kubernetes (DESIGN
+// §1.12, "Who wakes at a failover", says the rules and why), written once
+// over a Store each backend implements on its own server, with a Clock a
+// test may replace. Only the head (no live entry ahead of its own) follows
+// the key; every other candidate follows the entry just ahead and moves
+// up when it is deleted, ended by the backend, or silent: unchanged on our
+// clock for its silence bound (Config.Silence) while it declares a place
+// near the head, or deeper where the backend says so. Entries frozen
+// together are passed over together; without sessions an entry the
+// server last wrote long before the queue's newest write is skipped at
+// once (ancient); the one candidate that moves past dead entries deletes
+// them; a candidate whose entry went writes it again at the tail. The
+// queue decides only who tries first, never who leads.
 package queue
 
 import (
@@ -53,7 +27,6 @@ import (
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
-	"github.com/leaderrun/leaderrun/locker/queueplace"
 )
 
 // Entry is one candidate's entry as the backend read it.
@@ -92,7 +65,7 @@ type Store interface {
 	Rejoin(ctx context.Context) error
 	// Declare writes the candidate's entry again, saying that ahead live
 	// entries are known ahead of it (Said), and returns what the write
-	// said (queueplace.Unknown for an entry it had to create afresh).
+	// said (Unknown for an entry it had to create afresh).
 	Declare(ctx context.Context, ahead int64) (said int64, err error)
 	// Delete deletes e if it is still as read; an entry already gone is
 	// no error.
@@ -142,10 +115,9 @@ type Config struct {
 	Ancient bool
 	// Clock is nil for the real one.
 	Clock Clock
-	Log   hclog.Logger
-	// KeyAttr and Key name the key's queue in logs; EntryAttr an entry.
-	KeyAttr, Key, EntryAttr string
-	// ErrText is how an error is logged (nil: as it is).
+	// Log names the key in every line; ErrText is how an error is logged
+	// (nil: as it is).
+	Log     hclog.Logger
 	ErrText func(error) any
 }
 
@@ -200,12 +172,12 @@ func RetryFor(ttl time.Duration) time.Duration {
 type Queue struct {
 	cfg   Config
 	store Store
-	place *queueplace.Place
+	place *Place
 }
 
 // New returns the candidate's queue; place is what it knows of its place,
 // which its backend's renewals of the entry read too.
-func New(cfg Config, store Store, place *queueplace.Place) *Queue {
+func New(cfg Config, store Store, place *Place) *Queue {
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
@@ -242,8 +214,7 @@ func Join(ctx context.Context, cfg Config, retryable func(error) bool, within ti
 	}
 }
 
-func (q *Queue) debug(msg string, err error, kv ...any) {
-	args := append([]any{q.cfg.KeyAttr, q.cfg.Key}, kv...)
+func (q *Queue) debug(msg string, err error, args ...any) {
 	if err != nil {
 		args = append(args, "error", q.cfg.ErrText(err))
 	}
@@ -252,12 +223,6 @@ func (q *Queue) debug(msg string, err error, kv ...any) {
 
 // run measures a run of failed queue calls on the core's clock.
 type run struct{ began time.Time }
-
-// retry records a failed call in r and reports whether another try fits:
-// the failure may pass, and the run fits (again).
-func (q *Queue) retry(ctx context.Context, err error, r *run) bool {
-	return q.store.Retryable(err) && q.again(ctx, r)
-}
 
 // again records a failure in r and reports whether the run is within
 // RetryFor and half of what ctx has left, so that a free key is still
@@ -324,8 +289,6 @@ func (q *Queue) observed(e Entry) time.Duration {
 	return q.cfg.TTL
 }
 
-func (q *Queue) watch() *observe.Watch { return &observe.Watch{Now: q.cfg.Clock.Now} }
-
 // WaitTurn returns once no live entry is ahead of the candidate's: it is
 // the head and may campaign for the key. It returns an error only when
 // ctx ends; when the queue cannot be read, written or followed (refused,
@@ -342,7 +305,7 @@ func (q *Queue) WaitTurn(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		if q.retry(ctx, err, &failing) {
+		if q.store.Retryable(err) && q.again(ctx, &failing) {
 			q.debug(retrying, err)
 			if !q.cfg.Clock.Sleep(ctx, backoff.Next()) {
 				return false, ctx.Err()
@@ -393,7 +356,7 @@ func (q *Queue) WaitTurn(ctx context.Context) error {
 			}
 			w := watches[e.Key]
 			if w == nil {
-				w = q.watch()
+				w = &observe.Watch{Now: q.cfg.Clock.Now}
 			}
 			w.Observe(e.Version, q.observed(*e))
 			listed[e.Key] = w
@@ -412,7 +375,7 @@ func (q *Queue) WaitTurn(ctx context.Context) error {
 		for _, e := range dead {
 			if before(e, mine) && (ahead == nil || before(ahead, e)) || !e.Placed {
 				if err := q.store.Delete(ctx, *e); err != nil && ctx.Err() == nil {
-					q.debug("deleting a dead queue entry failed", err, q.cfg.EntryAttr, e.Key)
+					q.debug("deleting a dead queue entry failed", err, "entry", e.Key)
 				}
 			}
 		}
@@ -426,16 +389,16 @@ func (q *Queue) WaitTurn(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, locker.ErrRefused):
-			q.debug("cannot watch the queue; campaigning without it", err, q.cfg.EntryAttr, ahead.Key)
+			q.debug("cannot watch the queue; campaigning without it", err, "entry", ahead.Key)
 			q.place.Lower(0)
 			return nil
 		case err != nil:
-			q.debug("following the queue failed; reading it again", err, q.cfg.EntryAttr, ahead.Key)
+			q.debug("following the queue failed; reading it again", err, "entry", ahead.Key)
 			if !q.cfg.Clock.Sleep(ctx, backoff.Next()) {
 				return ctx.Err()
 			}
 		case silent != "":
-			q.debug("candidate ahead is silent; moving past it", nil, q.cfg.EntryAttr, ahead.Key, "version", silent)
+			q.debug("candidate ahead is silent; moving past it", nil, "entry", ahead.Key, "version", silent)
 			skipped[ahead.Key] = silent
 			backoff.Reset()
 		default:

@@ -10,7 +10,6 @@ import (
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
-	"github.com/leaderrun/leaderrun/locker/queueplace"
 )
 
 var (
@@ -22,7 +21,7 @@ func TestSaidAndMode(t *testing.T) {
 	for _, tc := range []struct {
 		n    int64
 		want string
-	}{{0, "0"}, {1, "1"}, {2, "?"}, {queueplace.Unknown, "?"}} {
+	}{{0, "0"}, {1, "1"}, {2, "?"}, {Unknown, "?"}} {
 		if got := Said(tc.n); got != tc.want {
 			t.Errorf("Said(%d) = %q, want %q", tc.n, got, tc.want)
 		}
