@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -249,7 +250,7 @@ func TestQueueOnlyTheNearRenewOften(t *testing.T) {
 // its successor waits on it, on its own clock and by the server's; the
 // queue's own tests check the rules themselves.
 func TestEntryMode(t *testing.T) {
-	l := &Locker{ttl: 3 * time.Second}
+	l := &Locker{ttl: 3 * time.Second, log: hclog.NewNullLogger()}
 	q := l.queueConfig()
 	fast := l.ttl + observe.Allowance(l.ttl)
 	deep := 3*l.ttl + observe.Allowance(3*l.ttl)
