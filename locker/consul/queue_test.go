@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/locker/queue"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
@@ -98,7 +99,7 @@ func testOnlyTheNearRewrite(t *testing.T, c *cluster, addr string) {
 			t.Errorf("the entry at place %d was written %d times in three TTLs, want 0: only the head and the one behind it rewrite", i, w)
 		}
 	}
-	if _, head := entryMode(entries()[0].Value); !head {
+	if _, head := queue.Mode(toEntry(entries()[0])); !head {
 		t.Errorf("the head's entry %q does not say it is the head", entries()[0].Value)
 	}
 

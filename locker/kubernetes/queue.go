@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,55 +17,17 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/leaderrun/leaderrun/internal/retry"
-	"github.com/leaderrun/leaderrun/locker"
-	"github.com/leaderrun/leaderrun/locker/observe"
-	"github.com/leaderrun/leaderrun/locker/queueplace"
+	"github.com/leaderrun/leaderrun/locker/queue"
 )
 
-// The candidates' queue (DESIGN §1.12, "Who wakes at a failover").
-//
-// Without it every standby watches the Lease, so a release wakes all of
-// them and all of them send an update of which one succeeds. With it, a
-// waiting candidate keeps a Lease of its own, <lease>.q.<term>, labelled
-// with the key's Lease and annotated with the resourceVersion of its
-// creation, which orders the queue (the etcd revision: it only grows). Only
-// the candidate with no live entry ahead of it, the head, watches the key's
-// Lease; every other one watches only the entry just ahead of it, and moves
-// up when that entry is deleted or silent.
-//
-// A candidate renews its entry with an update conditioned on its last
-// write, and its successor skips and deletes an entry whose
-// resourceVersion stayed the same for long enough on the successor's
-// clock. How often depends on the place, as on Consul: a candidate that
-// knows of at most one live entry ahead of its own (from its own read of
-// the queue, or because the entry it follows says it is the head) renews
-// every TTL/2, and is skipped after TTL + observe.Allowance(TTL); a deeper
-// one renews only every 2 x TTL (a slow beat: Kubernetes has no session
-// that would end for a dead candidate, so even a deep entry must show it
-// is alive), and is skipped after deepSilence. The number ahead only falls
-// (new entries join at the tail), so a candidate that went fast stays
-// fast; it writes at once when it learns its place, so that one frozen a
-// moment later is still passed after TTL + allowance. Each write says in
-// annAhead what its writer knew ("0" the head, "1" right behind it, "?"
-// deeper), so its successor judges its silence by the entry alone; an
-// entry without it (an older leaderrun) renews every TTL/2. A candidate
-// killed or frozen in the queue holds it up for TTL + allowance when it
-// was near the head, for deepSilence at most when it was deeper. An entry
-// that the server last wrote three times its bound before the queue's
-// newest write, by the server's clock (isAncient), is skipped at once:
-// the queue decides only who tries first, so a hint may serve here as it
-// never may for a takeover. A
-// candidate that finds its own entry gone creates a new one, at the tail,
-// and counts its place afresh.
-//
-// The key's Lease alone decides who leads, taken exactly as before
-// (campaign.go): the head starts its observer clock on the holder when it
-// becomes head, never earlier than it would have without the queue. A
-// candidate that ignores the queue (an older leaderrun, an account without
-// list on Leases) watches the Lease and races the head, which costs
-// fairness, not safety. A refusal makes a candidate campaign as head at
-// once; a failure that may pass, only once it has lasted queueRetryFor.
+// The candidates' queue (DESIGN §1.12, "Who wakes at a failover") is
+// package queue's, on this store: a Lease per candidate,
+// <lease>.q.<term>, labelled with a digest of the key's Lease name and
+// ranked by the resourceVersion of its creation (annQueued), which a
+// successor watches. With no session to end a dead candidate's entry,
+// every entry proves it is alive: its candidate renews it (keepEntry)
+// every TTL/2 near the head and every 2 x TTL deeper (queueConfig), and
+// the ancient rule judges it by the server's times of its writes.
 
 const (
 	// labelQueue marks a candidate's entry with a digest of the key's
@@ -86,9 +47,9 @@ type entry struct {
 	name string
 	term string
 
-	// place is what the candidate knows of its place (queueplace): waitTurn
+	// place is what the candidate knows of its place (queue.Place): waitTurn
 	// lowers it; every write declares it.
-	place *queueplace.Place
+	place *queue.Place
 	// kick tells keepEntry that the beat may have changed.
 	kick chan struct{}
 
@@ -98,32 +59,36 @@ type entry struct {
 	wrote time.Time             // when our last write returned
 }
 
-const noSpot = queueplace.Unknown
+const noSpot = queue.Unknown
 
 func newEntry(name, term string) *entry {
-	return &entry{name: name, term: term, place: queueplace.New(), kick: make(chan struct{}, 1)}
+	return &entry{name: name, term: term, place: queue.NewPlace(), kick: make(chan struct{}, 1)}
 }
 
-// aheadValue is what annAhead says for n entries known ahead.
-func aheadValue(n int64) string {
-	if n <= 1 {
-		return strconv.FormatInt(n, 10)
+// toEntry is an entry as the queue reads it: ranked by the
+// resourceVersion of its creation (annQueued; without one it stands
+// behind every other), its version the resourceVersion, its times the
+// server's of its last write and the renewTime its candidate wrote. An
+// entry without annAhead is an older leaderrun's, which renews every
+// TTL/2.
+func toEntry(ls *coordinationv1.Lease) queue.Entry {
+	e := queue.Entry{Key: ls.Name, Version: ls.ResourceVersion, Rank: rank(ls), Placed: ls.Annotations[annQueued] != "",
+		Written: written(ls), Ref: ls}
+	said, ok := ls.Annotations[annAhead]
+	e.Said, e.Unsaid = said, !ok
+	if ls.Spec.RenewTime != nil {
+		e.Stamp = ls.Spec.RenewTime.Time
 	}
-	return "?"
+	return e
 }
 
-// entryMode reads what an entry declares: whether its writer renews it
-// every TTL/2 (fast), and whether it is the head. An entry without
-// annAhead is an older leaderrun's, which renews every TTL/2.
-func entryMode(ls *coordinationv1.Lease) (fast, head bool) {
-	v, ok := ls.Annotations[annAhead]
-	switch {
-	case !ok || v == "1":
-		return true, false
-	case v == "0":
-		return true, true
+// rank is the resourceVersion of the entry's creation, or the largest.
+func rank(ls *coordinationv1.Lease) uint64 {
+	rv, err := strconv.ParseUint(ls.Annotations[annQueued], 10, 64)
+	if err != nil || rv == 0 {
+		rv = ^uint64(0)
 	}
-	return false, false
+	return rv
 }
 
 // beat is how often the candidate renews its entry.
@@ -134,36 +99,19 @@ func (l *Locker) beat(e *entry) time.Duration {
 	return 2 * l.ttl
 }
 
-// silence is the TTL an entry's successor observes it with (observe.Watch
-// skips it once unchanged for silence + observe.Allowance(silence)): the
-// TTL for one that renews every TTL/2, as before; 3 x TTL for a deep one.
-//
-// A deep candidate on time sends its next write 2 x TTL after its last
-// one returned, and the successor saw the version of that last one no
-// earlier than it was applied. The 3 x TTL + Allowance(3 x TTL) of
-// deepSilence leaves TTL + Allowance(3 x TTL) beyond the beat for the two
-// writes' latencies, the watch's delivery and the clocks' rates (a beat of
-// 2 x TTL stretched by 2.5% stays well inside it): more than the TTL/2 +
-// allowance a fast entry has, so a deep candidate on time is not skipped
-// where a near one on the same connection would not be.
-func (l *Locker) silence(ls *coordinationv1.Lease) time.Duration {
-	if fast, _ := entryMode(ls); fast {
-		return l.ttl
-	}
-	return 3 * l.ttl
-}
-
-// deepSilence bounds how long a killed or frozen deep candidate holds up
-// the queue.
-func (l *Locker) deepSilence() time.Duration {
-	return 3*l.ttl + observe.Allowance(3*l.ttl)
-}
-
-// ancient is how long an entry must have gone unwritten for it to be
-// skipped at once (isAncient): three times its silence bound.
-func (l *Locker) ancient(ls *coordinationv1.Lease) time.Duration {
-	d := l.silence(ls)
-	return 3 * (d + observe.Allowance(d))
+// queueConfig is the key's queue. A deep entry is judged with a silence
+// TTL of 3 x TTL (queue.Config.DeepBound): a deep candidate on time sends
+// its next write 2 x TTL after its last one returned, and the successor
+// saw the version of that last one no earlier than it was applied. The
+// bound leaves TTL + Allowance(3 x TTL) beyond the beat for the two
+// writes' latencies, the watch's delivery and the clocks' rates (a beat
+// of 2 x TTL stretched by 2.5% stays well inside it): more than the TTL/2
+// + allowance a fast entry has, so a deep candidate on time is not
+// skipped where a near one on the same connection would not be. With no
+// session to end a dead candidate's entry, the ancient rule applies.
+func (l *Locker) queueConfig() queue.Config {
+	return queue.Config{TTL: l.ttl, DeepTTL: 3 * l.ttl, Ancient: true, Log: l.log.With("lease", l.name),
+		ErrText: func(err error) any { return oneLine(err.Error()) }}
 }
 
 // written is when the server last wrote ls, by the server's own clock
@@ -177,32 +125,6 @@ func written(ls *coordinationv1.Lease) time.Time {
 		}
 	}
 	return t
-}
-
-// lastWrite is the latest written among items: the server's clock at the
-// newest write of the queue (ours among them), no later than now.
-func lastWrite(items []coordinationv1.Lease) time.Time {
-	var t time.Time
-	for i := range items {
-		if w := written(&items[i]); w.After(t) {
-			t = w
-		}
-	}
-	return t
-}
-
-// isAncient reports whether ls has gone unwritten for longer than
-// l.ancient(ls), judged on the server's clock alone, against last (the
-// newest write of the queue): never by the renewTime its candidate wrote,
-// whose host's wall clock may be behind ours by any amount, which would
-// get a live candidate on time passed over at every move of the queue.
-// The server's times are whole seconds, hence the second more. A server
-// that keeps no managedFields leaves the renewTime by our wall clock.
-func (l *Locker) isAncient(ls *coordinationv1.Lease, last time.Time) bool {
-	if w := written(ls); !w.IsZero() && !last.IsZero() {
-		return last.Sub(w) > l.ancient(ls)+time.Second
-	}
-	return ls.Spec.RenewTime == nil || time.Since(ls.Spec.RenewTime.Time) > l.ancient(ls)
 }
 
 // queueLabel is the value of labelQueue for the key's Lease.
@@ -245,43 +167,20 @@ var errTooLong = errors.New("the Lease name leaves no room for a queue entry")
 // errNameTaken: a fresh entry's name, random, was there already.
 var errNameTaken = errors.New("a fresh entry name already existed")
 
-// join enqueues the candidate with a fresh term, which it returns. A
-// failure that may pass (queueRetryable) is retried with a doubling pause
-// for up to queueRetryFor: at a hundred candidates starting at once the
-// server answers slowly for a while, and a candidate that campaigned
-// without the queue would be woken by every release for as long as it
-// waits. A refusal, or a failure that lasts, is returned, and the
-// candidate campaigns without the queue, which costs fairness and
-// requests, never safety.
-func (l *Locker) join(ctx context.Context) (*entry, string, error) {
-	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
-	var failing retry.Run
-	for {
-		term := newTerm()
-		e, err := l.enqueue(ctx, term)
-		if err == nil || ctx.Err() != nil || !l.queueRetry(ctx, err, &failing) {
-			return e, term, err
-		}
-		l.log.Debug("cannot join the candidates' queue yet; retrying", "lease", l.name, "error", oneLine(err.Error()))
-		if !retry.Sleep(ctx, backoff.Next()) {
-			return nil, term, ctx.Err()
-		}
-	}
+// join enqueues the candidate with a fresh term, which it returns
+// (queue.Join: a failure that may pass is retried for up to
+// queueRetryFor).
+func (l *Locker) join(ctx context.Context) (e *entry, term string, err error) {
+	err = queue.Join(ctx, l.queueConfig(), queueRetryable, 0, func(ctx context.Context) (err error) {
+		term = newTerm()
+		e, err = l.enqueue(ctx, term)
+		return err
+	})
+	return e, term, err
 }
 
-// queueRetry records a failed queue call in run and reports whether it is
-// worth another try: queueRetryable, and the run within queueRetryFor and
-// half of what ctx has left (an --acquire-timeout, so that a free key is
-// still taken in the other half; retry.Run.Again).
-func (l *Locker) queueRetry(ctx context.Context, err error, run *retry.Run) bool {
-	return queueRetryable(err) && run.Again(ctx, l.queueRetryFor())
-}
-
-// queueRetryFor bounds a run of failing queue calls: three times what a
-// silent entry holds up its successor, and at least 30s.
-func (l *Locker) queueRetryFor() time.Duration {
-	return max(30*time.Second, 3*(l.ttl+observe.Allowance(l.ttl)))
-}
+// queueRetryFor bounds a run of failing queue calls (queue.RetryFor).
+func (l *Locker) queueRetryFor() time.Duration { return queue.RetryFor(l.ttl) }
 
 // queueRetryable reports whether a failed queue call may succeed when
 // made again: no answer (a timeout, a broken connection), or an answer of
@@ -315,7 +214,7 @@ func (l *Locker) createLocked(ctx context.Context, e *entry) error {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: e.name, Namespace: l.namespace,
 			Labels:      map[string]string{labelQueue: l.queueLabel()},
-			Annotations: map[string]string{annAhead: aheadValue(noSpot)},
+			Annotations: map[string]string{annAhead: queue.Said(noSpot)},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, RenewTime: &now},
 	}, metav1.CreateOptions{})
@@ -363,7 +262,7 @@ func (l *Locker) keepEntry(ctx context.Context, e *entry) {
 			t.Reset(left)
 			continue
 		}
-		if err := l.renewEntry(ctx, e); err != nil && ctx.Err() == nil {
+		if _, err := l.renewEntry(ctx, e, e.place.Ahead()); err != nil && ctx.Err() == nil {
 			l.log.Debug("renewing the queue entry failed; retrying", "entry", e.name, "error", oneLine(err.Error()))
 			t.Reset(l.ttl / 2)
 			continue
@@ -372,10 +271,12 @@ func (l *Locker) keepEntry(ctx context.Context, e *entry) {
 	}
 }
 
-// renewEntry makes one renewal of e, which declares the place its
-// candidate knows. A conflict (a write of ours whose answer was lost) is
-// read back and the renewal made once more on it.
-func (l *Locker) renewEntry(ctx context.Context, e *entry) error {
+// renewEntry makes one renewal of e, which declares ahead, the place its
+// candidate knows, and returns what it declared: the entry gone, it
+// creates it afresh, whose place is not known. A conflict (a write of
+// ours whose answer was lost) is read back and the renewal made once more
+// on it.
+func (l *Locker) renewEntry(ctx context.Context, e *entry, ahead int64) (said int64, err error) {
 	e.write.Lock()
 	defer e.write.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -384,46 +285,27 @@ func (l *Locker) renewEntry(ctx context.Context, e *entry) error {
 	cur := e.cur
 	e.mu.Unlock()
 	for try := 0; ; try++ {
-		ahead := e.place.Ahead()
 		next := cur.DeepCopy()
 		if next.Annotations == nil {
 			next.Annotations = map[string]string{}
 		}
-		next.Annotations[annAhead] = aheadValue(ahead)
+		next.Annotations[annAhead] = queue.Said(ahead)
 		now := metav1.NewMicroTime(time.Now())
 		next.Spec.RenewTime = &now
 		got, err := l.client.Update(cctx, next, metav1.UpdateOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return l.createLocked(ctx, e)
+			return noSpot, l.createLocked(ctx, e)
 		case apierrors.IsConflict(err) && try == 0:
 			if cur, err = l.client.Get(cctx, e.name, metav1.GetOptions{}); err != nil {
-				return err
+				return ahead, err
 			}
 			continue
 		case err != nil:
-			return err
+			return ahead, err
 		}
 		l.wrote(e, got, ahead)
-		return nil
-	}
-}
-
-// declare writes the entry at once when the candidate's place near the
-// head is news to it, so that its successor judges it by the fast rule
-// (and the one after learns its own place) without waiting for the next
-// beat: a candidate frozen a moment after it became head, or right behind
-// it, is passed over after TTL + allowance.
-func (l *Locker) declare(ctx context.Context, e *entry) {
-	if _, news := e.place.News(); !news {
-		return
-	}
-	if err := l.renewEntry(ctx, e); err != nil && ctx.Err() == nil {
-		l.log.Debug("writing the queue entry's place failed; writing it with the next renewal", "entry", e.name, "error", oneLine(err.Error()))
-	}
-	select {
-	case e.kick <- struct{}{}:
-	default:
+		return ahead, nil
 	}
 }
 
@@ -437,202 +319,105 @@ func (l *Locker) dequeue(e *entry) {
 	}
 }
 
-// place is where an entry stands: by the resourceVersion of its creation,
-// then by name. An entry without one yet stands behind every other.
-func place(ls *coordinationv1.Lease) (uint64, string) {
-	rv, err := strconv.ParseUint(ls.Annotations[annQueued], 10, 64)
-	if err != nil || rv == 0 {
-		rv = ^uint64(0)
-	}
-	return rv, ls.Name
-}
-
-// ahead reports whether a stands before b.
-func ahead(a, b *coordinationv1.Lease) bool {
-	ra, na := place(a)
-	rb, nb := place(b)
-	return cmp.Or(cmp.Compare(ra, rb), strings.Compare(na, nb)) < 0
-}
-
-// waitTurn returns once no live entry is ahead of e: this candidate is the
-// head and may campaign for the key's Lease. It returns an error only when
-// ctx ends; when the queue cannot be read or written (refused, or failing
-// for queueRetryFor) it returns, and the candidate campaigns as every
-// candidate did without a queue.
+// waitTurn returns once no live entry is ahead of e (queue.WaitTurn).
 func (l *Locker) waitTurn(ctx context.Context, e *entry) error {
-	skipped := map[string]string{} // entry -> the resourceVersion it was silent at
-	// Every live entry is observed with each read of the queue, so that
-	// entries frozen together are passed over together: the one behind
-	// the first has stayed silent as long.
-	watches := map[string]*observe.Watch{}
-	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
-	var failing retry.Run // of failed queue calls
-	for {
-		cctx, cancel := context.WithTimeout(ctx, l.timeout)
-		list, err := l.client.List(cctx, metav1.ListOptions{LabelSelector: labels.Set{labelQueue: l.queueLabel()}.String()})
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if l.queueRetry(ctx, err, &failing) {
-				l.log.Debug("reading the candidates' queue failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
-				if !retry.Sleep(ctx, backoff.Next()) {
-					return ctx.Err()
-				}
-				continue
-			}
-			l.log.Debug("cannot read the candidates' queue (the account needs list on leases); campaigning without it", "lease", l.name, "error", oneLine(err.Error()))
-			e.place.Lower(0)
-			return nil
-		}
-		var me *coordinationv1.Lease
-		var live, dead []*coordinationv1.Lease
-		last := lastWrite(list.Items)
-		for i := range list.Items {
-			it := &list.Items[i]
-			if !strings.HasPrefix(it.Name, l.name+entryInfix) {
-				continue
-			}
-			switch {
-			case it.Name == e.name:
-				me = it
-			case skipped[it.Name] == it.ResourceVersion, l.isAncient(it, last):
-				dead = append(dead, it)
-			default:
-				live = append(live, it)
-			}
-		}
-		if me == nil || me.Annotations[annQueued] == "" {
-			// Skipped and deleted while we were frozen: back to the tail.
-			if err := l.create(ctx, e); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				if l.queueRetry(ctx, err, &failing) {
-					l.log.Debug("writing the queue entry again failed; retrying", "lease", l.name, "error", oneLine(err.Error()))
-					if !retry.Sleep(ctx, backoff.Next()) {
-						return ctx.Err()
-					}
-					continue
-				}
-				l.log.Debug("cannot write the queue entry again; campaigning without it", "entry", e.name, "error", oneLine(err.Error()))
-				e.place.Lower(0)
-				return nil
-			}
-			continue
-		}
-		failing.Reset() // read the queue and found ourselves in it
-		var before *coordinationv1.Lease
-		listed := map[string]*observe.Watch{}
-		var n int64 // live entries ahead of ours
-		for _, it := range live {
-			w := watches[it.Name]
-			if w == nil {
-				w = &observe.Watch{}
-			}
-			w.Observe(it.ResourceVersion, l.silence(it))
-			listed[it.Name] = w
-			if ahead(it, me) {
-				n++
-				if before == nil || ahead(before, it) {
-					before = it
-				}
-			}
-		}
-		watches = listed
-		e.place.Lower(n)
-		// Tidy up the dead entries between our predecessor and us: we are
-		// the one candidate that moves past them. A dead entry that never
-		// got its place stands behind everyone, where nobody moves past
-		// it: its create went through and both the write of its place and
-		// the delete that followed failed (join retries such failures).
-		for _, it := range dead {
-			if ahead(it, me) && (before == nil || ahead(before, it)) || it.Annotations[annQueued] == "" {
-				l.deleteEntry(ctx, it)
-			}
-		}
-		l.declare(ctx, e)
-		if before == nil {
-			return nil
-		}
-		l.log.Debug("queued behind another candidate", "lease", l.name, "ahead", before.Name, "known_ahead", n)
-		silent, err := l.follow(ctx, e, before, watches[before.Name])
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, locker.ErrRefused):
-			l.log.Debug("cannot watch the queue; campaigning without it", "entry", before.Name, "error", oneLine(err.Error()))
-			return nil
-		case err != nil:
-			l.log.Debug("following the queue failed; reading it again", "entry", before.Name, "error", oneLine(err.Error()))
-			if !retry.Sleep(ctx, backoff.Next()) {
-				return ctx.Err()
-			}
-		case silent != "":
-			l.log.Debug("candidate ahead is silent; moving past it", "entry", before.Name, "resource_version", silent)
-			skipped[before.Name] = silent
-			backoff.Reset()
-		default:
-			backoff.Reset()
-		}
-	}
+	return queue.New(l.queueConfig(), entries{l, e}, e.place).WaitTurn(ctx)
 }
 
-// follow watches the one entry ahead of ours until it is deleted (it
-// returns "", nil) or has not changed for its silence bound on our clock
-// (it returns the resourceVersion it stayed at): TTL + allowance for an
-// entry that declares it renews every TTL/2, deepSilence for a deeper
-// one. seen has observed it since it was first read. An entry that says
-// it is the head puts ours at most one behind, which e declares at once.
-func (l *Locker) follow(ctx context.Context, e *entry, it *coordinationv1.Lease, seen *observe.Watch) (silent string, err error) {
-	rv := it.ResourceVersion
-	seen.Observe(rv, l.silence(it))
-	w, err := l.watchName(ctx, it.Name, rv)
-	if err != nil {
-		return "", err
-	}
-	defer w.Stop()
-	for {
-		if _, head := entryMode(it); head {
-			e.place.Lower(1)
-			l.declare(ctx, e)
-		}
-		_, left, _ := seen.Due()
-		if left <= 0 {
-			return rv, nil
-		}
-		t := time.NewTimer(left)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return "", ctx.Err()
-		case <-t.C:
-			continue
-		case ev, ok := <-w.ResultChan():
-			t.Stop()
-			switch {
-			case !ok || ev.Type == watch.Error:
-				return "", errWatchEnded
-			case ev.Type == watch.Deleted:
-				return "", nil
-			}
-			if ls, isLease := ev.Object.(*coordinationv1.Lease); isLease && ls.Name == it.Name {
-				it, rv = ls, ls.ResourceVersion
-				seen.Observe(rv, l.silence(ls))
-			}
-		}
-	}
+// entries is the queue.Store of the candidate with entry e.
+type entries struct {
+	l *Locker
+	e *entry
 }
+
+// List reads the Leases with the queue's label whose names are entries
+// of the key's Lease.
+func (s entries) List(ctx context.Context) (mine *queue.Entry, others []queue.Entry, err error) {
+	cctx, cancel := context.WithTimeout(ctx, s.l.timeout)
+	list, err := s.l.client.List(cctx, metav1.ListOptions{LabelSelector: labels.Set{labelQueue: s.l.queueLabel()}.String()})
+	cancel()
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range list.Items {
+		it := &list.Items[i]
+		switch e := toEntry(it); {
+		case !strings.HasPrefix(it.Name, s.l.name+entryInfix):
+		case it.Name != s.e.name:
+			others = append(others, e)
+		case e.Placed:
+			mine = &e
+		}
+	}
+	return mine, others, nil
+}
+
+func (s entries) Rejoin(ctx context.Context) error { return s.l.create(ctx, s.e) }
+
+// Declare writes the entry at once, and tells keepEntry that its beat may
+// have changed.
+func (s entries) Declare(ctx context.Context, ahead int64) (int64, error) {
+	said, err := s.l.renewEntry(ctx, s.e, ahead)
+	select {
+	case s.e.kick <- struct{}{}:
+	default:
+	}
+	return said, err
+}
+
+func (s entries) Retryable(err error) bool { return queueRetryable(err) }
+
+// Delete deletes a dead entry if it is still as we read it.
+func (s entries) Delete(ctx context.Context, e queue.Entry) error {
+	cctx, cancel := context.WithTimeout(ctx, s.l.timeout)
+	defer cancel()
+	if err := s.l.client.DeleteIf(cctx, e.Key, e.Version); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// Follow watches the one entry ahead of ours.
+func (s entries) Follow(ctx context.Context, e queue.Entry) (queue.Follower, error) {
+	w, err := s.l.watchName(ctx, e.Key, e.Version)
+	if err != nil {
+		return nil, err
+	}
+	return &follower{w: w, cur: e}, nil
+}
+
+type follower struct {
+	w   watch.Interface
+	cur queue.Entry
+}
+
+// Next waits for an event of the watch, or for wait.
+func (f *follower) Next(ctx context.Context, wait time.Duration) (queue.Entry, bool, error) {
+	var due <-chan time.Time
+	if wait != queue.Forever {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		due = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return f.cur, false, ctx.Err()
+	case <-due:
+	case ev, ok := <-f.w.ResultChan():
+		switch {
+		case !ok || ev.Type == watch.Error:
+			return f.cur, false, errWatchEnded
+		case ev.Type == watch.Deleted:
+			return f.cur, true, nil
+		}
+		if ls, isLease := ev.Object.(*coordinationv1.Lease); isLease && ls.Name == f.cur.Key {
+			f.cur = toEntry(ls)
+		}
+	}
+	return f.cur, false, nil
+}
+
+func (f *follower) Stop() { f.w.Stop() }
 
 // errWatchEnded: the server ended a watch of an entry; read the queue again.
 var errWatchEnded = errors.New("the watch of the queue entry ended")
-
-// deleteEntry deletes a dead entry if it is still as we read it.
-func (l *Locker) deleteEntry(ctx context.Context, it *coordinationv1.Lease) {
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if err := l.client.DeleteIf(cctx, it.Name, it.ResourceVersion); err != nil && !apierrors.IsNotFound(err) {
-		l.log.Debug("deleting a dead queue entry failed", "entry", it.Name, "error", oneLine(err.Error()))
-	}
-}

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -46,10 +47,7 @@ func TestQueueDeepFrozenAsTheQueueMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 		slices.SortFunc(list.Items, func(a, b coordinationv1.Lease) int {
-			if ahead(&a, &b) {
-				return -1
-			}
-			return 1
+			return cmp.Or(cmp.Compare(rank(&a), rank(&b)), strings.Compare(a.Name, b.Name))
 		})
 		return list.Items
 	}
@@ -62,7 +60,7 @@ func TestQueueDeepFrozenAsTheQueueMoves(t *testing.T) {
 	cutAt := time.Now()
 	p.Cut()
 	headLeaves()
-	bound := leader.deepSilence()
+	bound := leader.queueConfig().DeepBound()
 	testsupport.WaitFor(t, bound+3*time.Second, "the frozen deep entry passed over", func() bool {
 		_, err := leader.client.Get(lockertest.Ctx(t, 5*time.Second), frozen, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/locker/queue"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
@@ -134,7 +136,7 @@ func TestQueueOrphanDeleted(t *testing.T) {
 	}
 	// Dead for longer than its ancient bound by the server's clock (its
 	// writes' times are whole seconds, and a second is added to the bound).
-	time.Sleep(leader.ancient(&coordinationv1.Lease{}) + 2500*time.Millisecond)
+	time.Sleep(leader.queueConfig().AncientAfter(toEntry(&coordinationv1.Lease{})) + 2500*time.Millisecond)
 	lockertest.AcquireAsync(t, ctx, srv.newLocker(t, key))
 	testsupport.WaitFor(t, 10*time.Second, "the orphaned entry deleted", func() bool {
 		_, err := leader.client.Get(ctx, name, metav1.GetOptions{})
@@ -173,9 +175,7 @@ func TestQueueOnlyTheNearRenewOften(t *testing.T) {
 			t.Fatal(err)
 		}
 		slices.SortFunc(list.Items, func(a, b coordinationv1.Lease) int {
-			ra, _ := place(&a)
-			rb, _ := place(&b)
-			return cmp.Compare(ra, rb)
+			return cmp.Compare(rank(&a), rank(&b))
 		})
 		return list.Items
 	}
@@ -229,7 +229,7 @@ func TestQueueOnlyTheNearRenewOften(t *testing.T) {
 	fast := ttl + observe.Allowance(ttl)
 	testsupport.WaitFor(t, fast+2*time.Second, "the entry behind the head passed over and deleted", func() bool { return gone(behind) })
 	t.Logf("the entry behind the head was deleted %v after its candidate was cut off (TTL + allowance %v)", time.Since(cutAt).Round(time.Millisecond), fast)
-	slow := leader.deepSilence()
+	slow := leader.queueConfig().DeepBound()
 	testsupport.WaitFor(t, slow+2*time.Second, "the deep entry passed over and deleted", func() bool { return gone(deep) })
 	t.Logf("the deep entry was deleted %v after its candidate was cut off (deep bound %v)", time.Since(cutAt).Round(time.Millisecond), slow)
 	after := entries()
@@ -246,11 +246,14 @@ func TestQueueOnlyTheNearRenewOften(t *testing.T) {
 	}
 }
 
-// TestEntryMode: what an entry declares decides how long its successor
-// waits on it, on its own clock and by the wall clock.
+// TestEntryMode: what an entry's annotations declare decides how long
+// its successor waits on it, on its own clock and by the server's; the
+// queue's own tests check the rules themselves.
 func TestEntryMode(t *testing.T) {
-	l := &Locker{ttl: 3 * time.Second}
+	l := &Locker{ttl: 3 * time.Second, log: hclog.NewNullLogger()}
+	q := l.queueConfig()
 	fast := l.ttl + observe.Allowance(l.ttl)
+	deep := 3*l.ttl + observe.Allowance(3*l.ttl)
 	for _, tc := range []struct {
 		name       string
 		ann        map[string]string
@@ -260,34 +263,29 @@ func TestEntryMode(t *testing.T) {
 		{"older leaderrun", nil, true, false, fast},
 		{"head", map[string]string{annAhead: "0"}, true, true, fast},
 		{"right behind", map[string]string{annAhead: "1"}, true, false, fast},
-		{"deep", map[string]string{annAhead: "?"}, false, false, l.deepSilence()},
+		{"deep", map[string]string{annAhead: "?"}, false, false, deep},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ls := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: tc.ann}}
-			f, h := entryMode(ls)
+			e := toEntry(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: tc.ann}})
+			f, h := queue.Mode(e)
 			if f != tc.fast || h != tc.head {
-				t.Errorf("entryMode = fast %v, head %v; want %v, %v", f, h, tc.fast, tc.head)
+				t.Errorf("Mode = fast %v, head %v; want %v, %v", f, h, tc.fast, tc.head)
 			}
-			d := l.silence(ls)
-			if got := d + observe.Allowance(d); got != tc.bound {
-				t.Errorf("silence bound %v, want %v", got, tc.bound)
+			d, judged := q.Silence(e)
+			if got := d + observe.Allowance(d); !judged || got != tc.bound {
+				t.Errorf("silence bound %v (judged %v), want %v", got, judged, tc.bound)
 			}
-			if got := l.ancient(ls); got != 3*tc.bound {
+			if got := q.AncientAfter(e); got != 3*tc.bound {
 				t.Errorf("ancient %v, want %v", got, 3*tc.bound)
 			}
 		})
 	}
+	if q.DeepBound() != deep {
+		t.Errorf("deep bound %v, want %v", q.DeepBound(), deep)
+	}
 	// A deep candidate on time (a write every 2 x TTL) keeps more slack
 	// beyond its beat than a fast one (every TTL/2), and a TTL at least.
-	if slack := l.deepSilence() - 2*l.ttl; slack < max(l.ttl, fast-l.ttl/2) {
+	if slack := q.DeepBound() - 2*l.ttl; slack < max(l.ttl, fast-l.ttl/2) {
 		t.Errorf("deep slack %v, want at least %v", slack, max(l.ttl, fast-l.ttl/2))
-	}
-	for _, tc := range []struct {
-		n    int64
-		want string
-	}{{0, "0"}, {1, "1"}, {2, "?"}, {noSpot, "?"}} {
-		if got := aheadValue(tc.n); got != tc.want {
-			t.Errorf("aheadValue(%d) = %q, want %q", tc.n, got, tc.want)
-		}
 	}
 }

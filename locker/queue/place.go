@@ -1,10 +1,4 @@
-// Package queueplace keeps what a waiting candidate knows of its place in
-// its backend's queue of candidates (DESIGN §1.12, "Who wakes at a
-// failover"): how many live entries are ahead of its own, which only
-// falls, and what its last write of its entry said. The head (none ahead)
-// and the candidate right behind it prove they are alive often; deeper
-// ones seldom or never, by their backend's rule.
-package queueplace
+package queue
 
 import (
 	"math"
@@ -15,12 +9,14 @@ import (
 // it joined at the tail.
 const Unknown = math.MaxInt64
 
-// Place is one candidate's knowledge of its place; safe for concurrent
-// use. The zero value is not ready: use New.
+// Place is what a waiting candidate knows of its place: how many live
+// entries are ahead of its own, which only falls, and what its last write
+// of its entry said. It is safe for concurrent use. The zero value is not
+// ready: use NewPlace.
 type Place struct{ ahead, said atomic.Int64 }
 
-// New returns the place of a candidate that has just joined at the tail.
-func New() *Place {
+// NewPlace returns the place of a candidate that has just joined at the tail.
+func NewPlace() *Place {
 	p := &Place{}
 	p.Reset()
 	return p

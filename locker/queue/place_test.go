@@ -1,4 +1,4 @@
-package queueplace
+package queue
 
 import (
 	"sync"
@@ -6,7 +6,7 @@ import (
 )
 
 func TestPlaceOnlyFalls(t *testing.T) {
-	p := New()
+	p := NewPlace()
 	if p.Ahead() != Unknown || p.Near() {
 		t.Fatalf("a new place: %d ahead, near %v; want unknown, not near", p.Ahead(), p.Near())
 	}
@@ -37,7 +37,7 @@ func TestPlaceOnlyFalls(t *testing.T) {
 }
 
 func TestLowerKeepsTheLeastUnderRaces(t *testing.T) {
-	p := New()
+	p := NewPlace()
 	var wg sync.WaitGroup
 	for i := range 64 {
 		wg.Add(1)
