@@ -60,13 +60,27 @@ var sealDir = func() string {
 // sealKey is the host's key for this user, nil where it cannot be had (a
 // directory another user made first, a read-only /run): markers are then
 // unsealed and judged by their process's user alone.
-var sealKey = sync.OnceValue(func() []byte {
-	k, err := loadSealKey(sealDir())
-	if err != nil {
-		return nil
-	}
+func sealKey() []byte {
+	k, _ := sealKeyErr()
 	return k
+}
+
+var sealKeyErr = sync.OnceValues(func() ([]byte, error) {
+	dir := sealDir()
+	k, err := loadSealKey(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s/%s: %w", dir, sealName, err)
+	}
+	return k, nil
 })
+
+// SealError says why job markers cannot be sealed (nil when they are): a
+// job that switches user in place is then not found by its marker once its
+// leaderrun and guard are dead (DESIGN §1.9).
+func SealError() error {
+	_, err := sealKeyErr()
+	return err
+}
 
 // loadSealKey reads the key in dir, making dir (0700) and the key if they
 // are missing. dir must be this user's and no one else's to write in; the

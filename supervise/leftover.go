@@ -19,6 +19,9 @@ type sweepResult struct {
 // before it campaigns, so a leftover dies at once even on a host that does
 // not win, and again before each term's first child (see startSweep).
 func (s *Supervisor) sweepLeftovers() error {
+	if err := contain.SealError(); err != nil {
+		s.log.Warn("job markers are not sealed: a job that switches to another user is not found by its marker if leaderrun and its guard are killed together", "error", err)
+	}
 	r := s.sweepNow()
 	s.logSweep(r)
 	return r.err
