@@ -365,41 +365,50 @@ func TestLeftoverForkRelaySweptBeforeTheNextChild(t *testing.T) {
 	for _, us := range []string{"1000", "5000"} {
 		t.Run(us+"us", func(t *testing.T) {
 			dir := t.TempDir()
-			beat := filepath.Join(dir, "beat")
-			args := localArgs(dir, "k", "--contain", "group")
-			relay := prog + " 1 " + us + " 15 " + beat + " </dev/null >/dev/null 2>&1 &\nexec sleep 1000"
-			a := start(t, "A", nil, withCommand(args, relay)...)
-			t.Cleanup(func() {
-				// A relay that escaped stops on its own after 15s; do
-				// not leave it to the tests that follow.
-				for end := time.Now().Add(20 * time.Second); testsupport.Growing(beat, 100*time.Millisecond) && time.Now().Before(end); {
-				}
-			})
-			waitFor(t, 10*time.Second, "the relay to run", func() bool { return testsupport.Growing(beat, 100*time.Millisecond) })
-			killBoth(t, a)
-			if !testsupport.Growing(beat, 200*time.Millisecond) {
-				t.Fatal("the relay died with its supervisors: nothing left to sweep")
-			}
-			check := `a=$(wc -c < ` + beat + `); sleep 0.3; b=$(wc -c < ` + beat + `)
-echo "$a $b" > ` + dir + `/beat-at-start
-exec sleep 1000`
-			b := start(t, "B", nil, withCommand(args, check)...)
-			var sizes []string
-			waitFor(t, 15*time.Second, "the next leader's child to look at the relay", func() bool {
-				got, _ := os.ReadFile(filepath.Join(dir, "beat-at-start"))
-				sizes = strings.Fields(string(got))
-				return len(sizes) == 2
-			})
-			if sizes[0] != sizes[1] {
-				t.Errorf("the old job's relay ran while the next leader's child ran (heartbeat %s -> %s bytes)\n%s", sizes[0], sizes[1], b.Output())
-			}
-			if !strings.Contains(b.Output(), "leftover") {
-				t.Errorf("no warning of a leftover job:\n%s", b.Output())
-			}
-			b.Signal(syscall.SIGTERM)
-			b.Wait(15 * time.Second)
+			relayLeftoverSwept(t, dir, filepath.Join(dir, "beat"), "", prog+" 1 "+us+" 15 ")
 		})
 	}
+}
+
+// relayLeftoverSwept starts, as the job of a leaderrun A in group mode in
+// dir, the relay cmd (prefix, then the program and its arguments but the
+// heartbeat file beat), kills A and its guard together, and checks that
+// the next leaderrun's child started only once the relay was gone: its
+// heartbeat must not grow while that child runs.
+func relayLeftoverSwept(t *testing.T, dir, beat, prefix, cmd string) {
+	t.Helper()
+	args := localArgs(dir, "k", "--contain", "group")
+	relay := prefix + cmd + beat + " </dev/null >/dev/null 2>&1 &\nexec sleep 1000"
+	a := start(t, "A", nil, withCommand(args, relay)...)
+	t.Cleanup(func() {
+		// A relay that escaped stops on its own after 15s; do
+		// not leave it to the tests that follow.
+		for end := time.Now().Add(20 * time.Second); testsupport.Growing(beat, 100*time.Millisecond) && time.Now().Before(end); {
+		}
+	})
+	waitFor(t, 10*time.Second, "the relay to run", func() bool { return testsupport.Growing(beat, 100*time.Millisecond) })
+	killBoth(t, a)
+	if !testsupport.Growing(beat, 200*time.Millisecond) {
+		t.Fatal("the relay died with its supervisors: nothing left to sweep")
+	}
+	check := `a=$(wc -c < ` + beat + `); sleep 0.3; b=$(wc -c < ` + beat + `)
+echo "$a $b" > ` + dir + `/beat-at-start
+exec sleep 1000`
+	b := start(t, "B", nil, withCommand(args, check)...)
+	var sizes []string
+	waitFor(t, 15*time.Second, "the next leader's child to look at the relay", func() bool {
+		got, _ := os.ReadFile(filepath.Join(dir, "beat-at-start"))
+		sizes = strings.Fields(string(got))
+		return len(sizes) == 2
+	})
+	if sizes[0] != sizes[1] {
+		t.Errorf("the old job's relay ran while the next leader's child ran (heartbeat %s -> %s bytes)\n%s", sizes[0], sizes[1], b.Output())
+	}
+	if !strings.Contains(b.Output(), "leftover") {
+		t.Errorf("no warning of a leftover job:\n%s", b.Output())
+	}
+	b.Signal(syscall.SIGTERM)
+	b.Wait(15 * time.Second)
 }
 
 // TestDaemonWithExitedMainThreadKilled: a daemon of the job (setsid, so out

@@ -94,14 +94,7 @@ func TestLocalOtherUserForgedMarkerBlocksJob(t *testing.T) {
 	testsupport.StartAsNobody(t, respawn, "120", "16", forged)
 	time.Sleep(500 * time.Millisecond)
 
-	ran := filepath.Join(dir, "ran")
-	p := start(t, "root's leaderrun", nil, withCommand(args, "echo yes > "+ran)...)
-	code := p.Wait(90 * time.Second)
-	b, _ := os.ReadFile(ran)
-	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
-		t.Fatalf("root's leaderrun beside nobody's respawned sleeps with a forged marker: exit %d, job ran: %v; want 0 and the job run\n%s",
-			code, len(b) > 0, p.Output())
-	}
+	rootJobRuns(t, dir, args, "nobody's respawned sleeps with a forged marker")
 }
 
 // TestLocalOtherUserZombieChurnBlocksJob: the sweep of leftover jobs ends
@@ -121,14 +114,7 @@ func TestLocalOtherUserZombieChurnBlocksJob(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 
 	dir := t.TempDir()
-	ran := filepath.Join(dir, "ran")
-	p := start(t, "root's leaderrun", nil, withCommand(localArgs(dir, newKey("churn")), "echo yes > "+ran)...)
-	code := p.Wait(90 * time.Second)
-	b, _ := os.ReadFile(ran)
-	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
-		t.Fatalf("root's leaderrun beside nobody's zombie churn: exit %d, job ran: %v; want 0 and the job run\n%s",
-			code, len(b) > 0, p.Output())
-	}
+	rootJobRuns(t, dir, localArgs(dir, newKey("churn")), "nobody's zombie churn")
 }
 
 // TestLeftoverThatSwitchedUserIsSwept: a job of root's may switch to
@@ -174,34 +160,7 @@ exec sleep 1000`
 			t.Fatal(err)
 		}
 		dir, shared := t.TempDir(), testsupport.SharedDir(t)
-		beat := filepath.Join(shared, "beat")
-		args := localArgs(dir, "k", "--contain", "group")
-		relay := switchUser + prog + " 1 1000 15 " + beat + " </dev/null >/dev/null 2>&1 &\nexec sleep 1000"
-		a := start(t, "A", nil, withCommand(args, relay)...)
-		t.Cleanup(func() {
-			for end := time.Now().Add(20 * time.Second); testsupport.Growing(beat, 100*time.Millisecond) && time.Now().Before(end); {
-			}
-		})
-		waitFor(t, 10*time.Second, "the relay to run", func() bool { return testsupport.Growing(beat, 100*time.Millisecond) })
-		killBoth(t, a)
-		if !testsupport.Growing(beat, 200*time.Millisecond) {
-			t.Fatal("the relay died with its supervisors: nothing left to sweep")
-		}
-		check := `a=$(wc -c < ` + beat + `); sleep 0.3; b=$(wc -c < ` + beat + `)
-echo "$a $b" > ` + dir + `/beat-at-start
-exec sleep 1000`
-		b := start(t, "B", nil, withCommand(args, check)...)
-		var sizes []string
-		waitFor(t, 15*time.Second, "the next leader's child to look at the relay", func() bool {
-			got, _ := os.ReadFile(filepath.Join(dir, "beat-at-start"))
-			sizes = strings.Fields(string(got))
-			return len(sizes) == 2
-		})
-		if sizes[0] != sizes[1] {
-			t.Errorf("the old job's relay, run as nobody, ran while the next leader's child ran (heartbeat %s -> %s bytes)\n%s", sizes[0], sizes[1], b.Output())
-		}
-		b.Signal(syscall.SIGTERM)
-		b.Wait(15 * time.Second)
+		relayLeftoverSwept(t, dir, filepath.Join(shared, "beat"), switchUser, prog+" 1 1000 15 ")
 	})
 }
 
@@ -240,14 +199,7 @@ func TestLocalOtherUserSetuidZombieChurnBlocksJob(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 
 	dir := t.TempDir()
-	ran := filepath.Join(dir, "ran")
-	p := start(t, "root's leaderrun", nil, withCommand(localArgs(dir, newKey("suidchurn")), "echo yes > "+ran)...)
-	code := p.Wait(90 * time.Second)
-	b, _ := os.ReadFile(ran)
-	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
-		t.Fatalf("root's leaderrun beside nobody's churn of set-user-ID-root zombies: exit %d, job ran: %v; want 0 and the job run\n%s",
-			code, len(b) > 0, p.Output())
-	}
+	rootJobRuns(t, dir, localArgs(dir, newKey("suidchurn")), "nobody's churn of set-user-ID-root zombies")
 }
 
 // TestLocalSealCopiedByJobsUserBlocksJob: one term of root's job runs a
@@ -292,12 +244,19 @@ func TestLocalSealCopiedByJobsUserBlocksJob(t *testing.T) {
 	testsupport.StartAsNobody(t, respawn, "120", "16", strings.TrimSpace(string(m)))
 	time.Sleep(500 * time.Millisecond)
 
+	rootJobRuns(t, dir, args, "nobody's respawned sleeps with a sealed marker copied from a finished term")
+}
+
+// rootJobRuns runs root's leaderrun under args with a job that leaves a
+// mark in dir, and fails unless it exits 0 having run the job, beside what
+// another user does (said by beside).
+func rootJobRuns(t *testing.T, dir string, args []string, beside string) {
+	t.Helper()
 	ran := filepath.Join(dir, "ran")
-	p := start(t, "root's next term", nil, withCommand(args, "echo yes > "+ran)...)
+	p := start(t, "root's leaderrun", nil, withCommand(args, "echo yes > "+ran)...)
 	code := p.Wait(90 * time.Second)
 	b, _ := os.ReadFile(ran)
 	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
-		t.Fatalf("root's leaderrun beside nobody's respawned sleeps with a sealed marker copied from a finished term: exit %d, job ran: %v; want 0 and the job run\n%s",
-			code, len(b) > 0, p.Output())
+		t.Fatalf("root's leaderrun beside %s: exit %d, job ran: %v; want 0 and the job run\n%s", beside, code, len(b) > 0, p.Output())
 	}
 }
