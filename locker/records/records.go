@@ -55,6 +55,10 @@ func (k Kind) String() string {
 type Entry struct {
 	Name  string
 	Value []byte
+	// Kept marks a record the Core reads but never deletes: one an older
+	// release left where this one no longer writes (the local backend's
+	// per-user run records).
+	Kept bool
 }
 
 // Store is one key's records on one backend. Each call is bounded by ctx
@@ -395,7 +399,7 @@ func (r *Core) RecordRun(ctx context.Context, lease locker.Lease, run locker.Run
 	}
 	now := r.c.Clock.Now()
 	for _, e := range entries {
-		if got, err := locker.ParseRun(e.Value); err == nil && !got.Live(now) {
+		if got, err := locker.ParseRun(e.Value); err == nil && !e.Kept && !got.Live(now) {
 			_ = r.c.Store.Delete(cctx, Run, e.Name)
 		}
 	}
@@ -422,7 +426,8 @@ func (r *Core) LookupRun(ctx context.Context, slot string) (locker.Run, error) {
 	return locker.Run{}, fmt.Errorf("%s: slot %s: %w", r.c.Name, slot, locker.ErrNoRun)
 }
 
-// LatestRun returns the live record with the latest At.
+// LatestRun returns the live record with the latest At among those
+// stored under their own slot.
 func (r *Core) LatestRun(ctx context.Context) (locker.Run, error) {
 	cctx, cancel := r.call(ctx)
 	defer cancel()
@@ -432,7 +437,7 @@ func (r *Core) LatestRun(ctx context.Context) (locker.Run, error) {
 	}
 	var runs []locker.Run
 	for _, e := range entries {
-		if got, err := locker.ParseRun(e.Value); err == nil {
+		if got, err := locker.ParseRun(e.Value); err == nil && got.Slot == e.Name {
 			runs = append(runs, got)
 		}
 	}

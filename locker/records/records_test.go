@@ -24,8 +24,8 @@ type memStore struct {
 	waitErr  error // returned by every native wait, while set
 	gets     int
 	waits    int
-	native   bool // WaitControl is offered (memWaiter)
 	expiring bool
+	kept     map[string]bool // run records listed as Kept
 }
 
 type memRec struct {
@@ -93,7 +93,7 @@ func (m *memStore) List(ctx context.Context, kind Kind, values bool) ([]Entry, e
 	defer m.mu.Unlock()
 	var out []Entry
 	for n, r := range m.recs[kind] {
-		e := Entry{Name: n}
+		e := Entry{Name: n, Kept: kind == Run && m.kept[n]}
 		if values {
 			e.Value = r.value
 		}
@@ -424,5 +424,28 @@ func TestRunLog(t *testing.T) {
 	}
 	if got, err := r.LatestRun(ctx); err != nil || got.Slot != "b" {
 		t.Fatalf("LatestRun = %+v, %v; want b", got, err)
+	}
+}
+
+// A Kept record is read but never pruned, and a run record under another
+// slot's name counts for none.
+func TestRunLogKeptAndMisnamed(t *testing.T) {
+	m := newMem()
+	clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	r := newCore(m, clk)
+	ctx := testCtx(t)
+	at := clk.now
+	m.write(Run, "old", locker.Run{Slot: "old", At: at, Expires: at.Add(time.Minute)}.Record())
+	m.write(Run, "other", locker.Run{Slot: "elsewhere", At: at.Add(time.Second), Expires: at.Add(time.Hour)}.Record())
+	m.kept = map[string]bool{"old": true}
+	if got, err := r.LatestRun(ctx); err != nil || got.Slot != "old" {
+		t.Fatalf("LatestRun = %+v, %v; want old (the later one is under another slot's name)", got, err)
+	}
+	clk.now = at.Add(2 * time.Minute)
+	if err := r.RecordRun(ctx, &memLease{held: true}, locker.Run{Slot: "new", At: clk.now, Expires: clk.now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.recs[Run]["old"]; !ok {
+		t.Fatal("a Kept record was pruned")
 	}
 }
