@@ -121,6 +121,14 @@ type Expiring interface {
 	RunsExpire() bool
 }
 
+// TermBatcher is a Store that keeps all of a key's term records in one
+// object (the Kubernetes history Lease): PutTerm writes the record of
+// name and cuts the records to the newest keep (keep > 0) in one write,
+// and the Core then lists and deletes nothing.
+type TermBatcher interface {
+	PutTerm(ctx context.Context, name string, value []byte, keep int) error
+}
+
 // Clock is the time the Core keeps: the real one, or a test's.
 type Clock interface {
 	Now() time.Time
@@ -308,6 +316,12 @@ func (r *Core) RecordTerm(ctx context.Context, term locker.Term, keep int) error
 	}
 	cctx, cancel := r.call(ctx)
 	defer cancel()
+	if b, ok := r.c.Store.(TermBatcher); ok {
+		if keep <= 0 {
+			keep = locker.DefaultHistoryKeep
+		}
+		return ctxErr(ctx, b.PutTerm(cctx, locker.TermName(term.Epoch), term.Record(), keep))
+	}
 	if err := r.c.Store.Put(cctx, Term, locker.TermName(term.Epoch), term.Record()); err != nil {
 		return ctxErr(ctx, err)
 	}

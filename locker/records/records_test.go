@@ -449,3 +449,34 @@ func TestRunLogKeptAndMisnamed(t *testing.T) {
 		t.Fatal("a Kept record was pruned")
 	}
 }
+
+// batchStore writes and prunes terms in one call.
+type batchStore struct {
+	*memStore
+	keeps []int
+}
+
+func (b *batchStore) PutTerm(ctx context.Context, name string, value []byte, keep int) error {
+	b.keeps = append(b.keeps, keep)
+	return b.Put(ctx, Term, name, value)
+}
+
+func (b *batchStore) List(ctx context.Context, kind Kind, values bool) ([]Entry, error) {
+	if kind == Term {
+		panic("listed the terms of a TermBatcher")
+	}
+	return b.memStore.List(ctx, kind, values)
+}
+
+func TestHistoryBatched(t *testing.T) {
+	b := &batchStore{memStore: newMem()}
+	r := newCore(b, &fakeClock{})
+	for e := uint64(1); e <= 2; e++ {
+		if err := r.RecordTerm(testCtx(t), locker.Term{Epoch: e}, int(e)-1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(b.keeps) != fmt.Sprint([]int{locker.DefaultHistoryKeep, 1}) {
+		t.Fatalf("PutTerm keeps %v, want [%d 1]", b.keeps, locker.DefaultHistoryKeep)
+	}
+}
