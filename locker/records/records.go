@@ -255,7 +255,6 @@ func (r *Core) SetControl(ctx context.Context, c locker.Control) (string, error)
 func (r *Core) WaitControl(ctx context.Context, version string) (locker.Control, error) {
 	w, native := r.c.Store.(Waiter)
 	backoff := retry.Backoff{Min: WaitRetryMin, Max: locker.ControlPoll}
-	failing := false
 	for {
 		start := r.c.Clock.Now()
 		var (
@@ -277,18 +276,12 @@ func (r *Core) WaitControl(ctx context.Context, version string) (locker.Control,
 		case err != nil && (errors.Is(err, locker.ErrRefused) || r.c.Final(err)):
 			return locker.Control{}, err
 		case err != nil:
-			if !failing {
-				r.c.Log.Warn("reading the control record failed; retrying", "key", locker.ControlKey(r.c.Key), "error", err)
-				failing = true
-			} else {
-				r.c.Log.Debug("reading the control record failed; retrying", "key", locker.ControlKey(r.c.Key), "error", err)
-			}
+			r.c.Log.Debug("reading the control record failed; retrying", "key", locker.ControlKey(r.c.Key), "error", err)
 			if !r.c.Clock.Sleep(ctx, backoff.Next()) {
 				return locker.Control{}, ctx.Err()
 			}
 			continue
 		}
-		failing = false
 		if v != version {
 			return r.parseControl(value, v, ok)
 		}
