@@ -27,6 +27,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/consul/acltoken"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // MinTTL is Consul's minimum session TTL (10s); New refuses a smaller TTL.
@@ -115,6 +116,10 @@ type Config struct {
 // Locker campaigns for one key with Consul sessions. It implements
 // locker.Locker; create it with New.
 type Locker struct {
+	// Core implements locker.Controls, locker.History and locker.RunLog
+	// on the Locker's records.Store (records.go).
+	*records.Core
+
 	ep        *endpoints
 	transport *http.Transport
 	token     string // per-request ACL token; never logged
@@ -219,7 +224,7 @@ func New(cfg Config) (*Locker, error) {
 		host, _ := os.Hostname()
 		opts.ID = host + ":" + strconv.Itoa(os.Getpid())
 	}
-	return &Locker{
+	l := &Locker{
 		ep:        ep,
 		transport: transport,
 		token:     token,
@@ -229,7 +234,9 @@ func New(cfg Config) (*Locker, error) {
 		dc:        cfg.Datacenter,
 		checks:    append([]string(nil), cfg.SessionChecks...),
 		log:       log,
-	}, nil
+	}
+	l.Core = newRecords(l)
+	return l, nil
 }
 
 // validate checks the rules of DESIGN §1.5 and §1.10 that belong to Consul.

@@ -84,7 +84,7 @@ func (l *Locker) leader(ctx context.Context) (locker.Holder, error) {
 // isRecord reports whether a KV key listed beside the lock key is a record
 // of its use. An entry in the candidates' queue is not one: a candidate
 // killed before its first acquire leaves one behind. Nor is the control
-// record (control.go): an operator may pause a key no candidate ran for.
+// record (records.go): an operator may pause a key no candidate ran for.
 func (l *Locker) isRecord(key string) bool {
 	return !strings.HasPrefix(key, l.path+queueDir) && key != l.controlPath()
 }

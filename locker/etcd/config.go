@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // DefaultEndpoint is used when Config.Endpoints is empty, as etcdctl does.
@@ -62,6 +63,10 @@ type Config struct {
 // an unreachable cluster is an error worth retrying rather than a failure at
 // start-up.
 type Locker struct {
+	// Core implements locker.Controls, locker.History and locker.RunLog
+	// on the Locker's records.Store (records.go).
+	*records.Core
+
 	opts      locker.Options
 	dir       string // "/<prefix>/<key>/@": every candidate key starts with it
 	ttl       int64  // requested TTL in whole seconds, rounded up
@@ -178,6 +183,7 @@ func New(cfg Config) (*Locker, error) {
 		}
 		l.tls = tc
 	}
+	l.Core = newRecords(l)
 	return l, nil
 }
 

@@ -33,7 +33,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		// mark (campaign.go), and once-per records live beside it.
 		// A user who may read the election keys but not the rest of the
 		// key's prefix still gets "no leader": only the mark is unknown.
-		// The control record alone is no sign of use (control.go): two
+		// The control record alone is no sign of use (records.go): two
 		// keys at most tell whether anything else is there.
 		used, err := cli.Get(ctx, l.tracePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2))
 		if err != nil {

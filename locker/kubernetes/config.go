@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // DefaultPrefix is used when Options.Prefix is empty.
@@ -56,6 +57,10 @@ type Config struct {
 // Locker campaigns for one key in a Kubernetes Lease. It implements
 // locker.Locker.
 type Locker struct {
+	// Core implements locker.Controls, locker.History and locker.RunLog
+	// on the Locker's records.Store (records.go).
+	*records.Core
+
 	opts      locker.Options
 	namespace string
 	name      string // the Lease, see LeaseName
@@ -169,6 +174,7 @@ func New(cfg Config) (*Locker, error) {
 	if l.client, err = newLeaseClient(rc, ns); err != nil {
 		return nil, refuse("Kubeconfig", "gives no usable client", err)
 	}
+	l.Core = newRecords(l)
 	return l, nil
 }
 

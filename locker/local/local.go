@@ -50,6 +50,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // pollInterval is how often a waiting candidate retries the flock when it
@@ -130,6 +131,10 @@ func (c counter) path() string { return filepath.Join(c.root, c.rel, c.name) }
 
 // Locker campaigns for a key with flock.
 type Locker struct {
+	// Core implements locker.Controls, locker.History and locker.RunLog
+	// on the Locker's records.Store (records.go).
+	*records.Core
+
 	opts     locker.Options
 	lockPath string // <dir>/<prefix>/<key>.lock
 	lockDir  string // its directory
@@ -252,6 +257,7 @@ func New(cfg Config) (*Locker, error) {
 			}
 		}
 	}
+	l.Core = newRecords(l)
 	if cfg.ReadOnly {
 		return l, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/records"
 	"github.com/leaderrun/leaderrun/locker/zookeeper/zkwire"
 )
 
@@ -59,6 +60,10 @@ type Config struct {
 // leadership never leaves anything behind in the next one; Leader and
 // ReleaseHandle share one more session, opened on first use.
 type Locker struct {
+	// Core implements locker.Controls, locker.History and locker.RunLog
+	// on the Locker's records.Store (records.go).
+	*records.Core
+
 	opts    locker.Options
 	dir     string // /<chroot>/<prefix>/<key>
 	servers []string
@@ -69,7 +74,7 @@ type Locker struct {
 
 	reader session // for Leader and ReleaseHandle, see session.go
 
-	ctlWatch controlWatch // WaitControl's watch, see control.go
+	ctlWatch controlWatch // WaitControl's watch, see records.go
 
 	margin     time.Duration // Config.SafetyMargin
 	marginOnce sync.Once     // checkMargin runs on the first campaign only
@@ -150,6 +155,7 @@ func New(cfg Config) (*Locker, error) {
 		l.log = hclog.NewNullLogger()
 	}
 	l.reader.l = l
+	l.Core = newRecords(l)
 	return l, nil
 }
 
