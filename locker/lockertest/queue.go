@@ -7,6 +7,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // Queue is what QueueContract needs of a backend whose waiting candidates
@@ -71,7 +72,7 @@ func (q Queue[L]) onlyTheHeadTries(t *testing.T) {
 		ch := AcquireAsync(t, Ctx(t, 2*time.Minute), ls[i])
 		go func() { wins <- won{i, <-ch} }()
 		// One at a time, so the queue's order is known.
-		waitFor(t, 10*time.Second, "the standby's entry", func() bool { return q.Queued(t, ls[0]) == i })
+		testsupport.WaitFor(t, 10*time.Second, "the standby's entry", func() bool { return q.Queued(t, ls[0]) == i })
 	}
 	time.Sleep(300 * time.Millisecond) // every standby follows the one ahead
 	attempts := func() (sum int64) {
@@ -123,7 +124,7 @@ func (q Queue[L]) deadEntrySkipped(t *testing.T) {
 	present := q.Stopped(t, a)
 	written := time.Now()
 	win := AcquireAsync(t, Ctx(t, time.Minute), b)
-	waitFor(t, 10*time.Second, "b's entry behind the stopped one", func() bool { return q.Queued(t, b) == 2 })
+	testsupport.WaitFor(t, 10*time.Second, "b's entry behind the stopped one", func() bool { return q.Queued(t, b) == 2 })
 	if err := la.Release(Ctx(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func (q Queue[L]) entriesGo(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	win := AcquireAsync(t, ctx, b)
-	waitFor(t, 10*time.Second, "b's entry", func() bool { return q.Queued(t, b) == 1 })
+	testsupport.WaitFor(t, 10*time.Second, "b's entry", func() bool { return q.Queued(t, b) == 1 })
 	cancel()
 	if got := <-win; got.Err == nil {
 		t.Fatal("b's Acquire returned a lease though its context ended")
@@ -196,17 +197,6 @@ func (q Queue[L]) entriesGo(t *testing.T) {
 		t.Errorf("a cancelled candidate left %d queue entries", n)
 	}
 	Release(la)
-}
-
-// waitFor polls cond every 20ms until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // OnlyTheHeadTakes follows a release with a head and a later candidate

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/tests/fence"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // TestEtcdLeaderRidesOutOneSilentMember: one of three etcd members stops
@@ -56,7 +57,7 @@ func TestEtcdLeaderRidesOutOneSilentMember(t *testing.T) {
 
 	// Find the member the client talks to: the one whose proxy carries the
 	// first renewal after leadership began.
-	waitUntil(t, time.Minute, "the child to write", func() bool {
+	testsupport.WaitFor(t, time.Minute, "the child to write", func() bool {
 		_, _, ok := f.LastAccepted()
 		return ok
 	})
@@ -69,7 +70,7 @@ func TestEtcdLeaderRidesOutOneSilentMember(t *testing.T) {
 	}
 	base := counts()
 	used := -1
-	waitUntil(t, time.Minute, "a renewal through one of the proxies", func() bool {
+	testsupport.WaitFor(t, time.Minute, "a renewal through one of the proxies", func() bool {
 		for i, n := range counts() {
 			if n > base[i] {
 				used = i
@@ -102,18 +103,6 @@ func TestEtcdLeaderRidesOutOneSilentMember(t *testing.T) {
 		}
 		t.Errorf("member %d of 3 went silent, the other two reachable: leaderrun stopped its child %v later:\n%s",
 			used, stopped.Round(time.Millisecond), strings.Join(lines, "\n"))
-	}
-}
-
-// waitUntil polls cond until it holds or fails t after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
