@@ -107,7 +107,8 @@ package-test: packages
 # the local backend, three leaderrun hosts each, a fenced resource; the
 # hosts take turns with the containment modes of CHAOS_CONTAIN, in blocks
 # of ten faults. Writes the
-# results table into docs/CHAOS.md. The backends run side by side;
+# results into a new file docs/results/chaos-DATE-BACKENDS.md and lists
+# it in docs/CHAOS.md's Results. The backends run side by side;
 # Consul, the slowest, sets the time: well over an hour with the defaults
 # on two cores. Not part of `make test`. CHAOS_HOLDERS=3 runs the holders
 # mode instead: five hosts with --holders 3, a fenced resource per slot.
@@ -125,45 +126,47 @@ CHAOS_CONTROL  ?= 0
 chaos: deps servers
 	$(GO) test -count=1 -timeout 4h -run 'TestChaos$$' -v ./tests/chaos/ -args \
 		-chaos.faults=$(CHAOS_FAULTS) -chaos.seed=$(CHAOS_SEED) -chaos.backends=$(CHAOS_BACKENDS) \
-		-chaos.contain=$(CHAOS_CONTAIN) -chaos.holders=$(CHAOS_HOLDERS) -chaos.control=$(CHAOS_CONTROL) -chaos.report=$(CURDIR)/docs/CHAOS.md \
+		-chaos.contain=$(CHAOS_CONTAIN) -chaos.holders=$(CHAOS_HOLDERS) -chaos.control=$(CHAOS_CONTROL) -chaos.report=$(CURDIR)/docs/results/ -chaos.index=$(CURDIR)/docs/CHAOS.md \
 		-chaos.command='make chaos CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_BACKENDS=$(CHAOS_BACKENDS) CHAOS_CONTAIN=$(CHAOS_CONTAIN)$(if $(filter-out 1,$(CHAOS_HOLDERS)), CHAOS_HOLDERS=$(CHAOS_HOLDERS))$(if $(filter-out 0,$(CHAOS_CONTROL)), CHAOS_CONTROL=$(CHAOS_CONTROL))'
 
 # Benchmark (tests/bench, docs/BENCHMARKS.md): leaderrun against
 # `etcdctl lock` and `consul lock` on the same real 3-server clusters, on a
 # 3-server ZooKeeper ensemble, a PostgreSQL server and a dynalite server,
 # and against client-go's leaderelection on a kube-apiserver; writes the
-# results into docs/BENCHMARKS.md. Takes about 20 minutes; not part of
+# results into a new file docs/results/bench-DATE-full.md and lists it in
+# docs/BENCHMARKS.md's Results. Takes about 20 minutes; not part of
 # `make test` (TestBenchSmoke, TestBenchZooKeeper, TestBenchKubernetes,
 # TestBenchPostgres and TestBenchDynamoDB are).
 .PHONY: bench
 bench: deps servers
 	$(GO) test -count=1 -timeout 60m -run 'TestBenchmark$$' -v ./tests/bench/ -args \
-		-bench.full -bench.report=$(CURDIR)/docs/BENCHMARKS.md -bench.command='make bench'
+		-bench.full -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md -bench.command='make bench'
 
 # The --holders 3 rows alone (leaderrun on etcd and Consul, consul lock -n 3):
-# writes the bench-holders section of docs/BENCHMARKS.md.
+# writes docs/results/bench-DATE-holders.md, listed in docs/BENCHMARKS.md.
 HOLDERS_TRIALS ?= 10
 .PHONY: bench-holders
 bench-holders: deps servers
 	$(GO) test -count=1 -timeout 60m -run 'TestBenchHolders$$' -v ./tests/bench/ -args \
-		-bench.holders=$(HOLDERS_TRIALS) -bench.report=$(CURDIR)/docs/BENCHMARKS.md \
+		-bench.holders=$(HOLDERS_TRIALS) -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md \
 		-bench.command='make bench-holders HOLDERS_TRIALS=$(HOLDERS_TRIALS)'
 
 # Step-down alone: `leaderrun step-down`, `step-down --to` and SIGTERM to
 # the leader, with two standbys, on every backend (a few minutes): writes
-# the bench-stepdown section of docs/BENCHMARKS.md.
+# docs/results/bench-DATE-stepdown.md, listed in docs/BENCHMARKS.md; the
+# rivals' rows come from the newest bench-DATE-full.md there.
 STEPDOWN_ROUNDS ?= 5
 .PHONY: bench-stepdown
 bench-stepdown: deps servers
 	$(GO) test -count=1 -timeout 30m -run 'TestStepDown$$' -v ./tests/bench/ -args \
-		-bench.stepdown=$(STEPDOWN_ROUNDS) -bench.report=$(CURDIR)/docs/BENCHMARKS.md \
+		-bench.stepdown=$(STEPDOWN_ROUNDS) -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md \
 		-bench.command='make bench-stepdown STEPDOWN_ROUNDS=$(STEPDOWN_ROUNDS)'
 
 # The failover path alone, step by step, on every backend (a few minutes):
-# writes the bench-breakdown section of docs/BENCHMARKS.md.
+# writes docs/results/bench-DATE-breakdown.md, listed in docs/BENCHMARKS.md.
 BREAKDOWN_TRIALS ?= 5
 .PHONY: bench-breakdown
 bench-breakdown: deps servers
 	$(GO) test -count=1 -timeout 20m -run 'TestBreakdown$$' -v ./tests/bench/ -args \
-		-bench.breakdown=$(BREAKDOWN_TRIALS) -bench.report=$(CURDIR)/docs/BENCHMARKS.md \
+		-bench.breakdown=$(BREAKDOWN_TRIALS) -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md \
 		-bench.command='make bench-breakdown BREAKDOWN_TRIALS=$(BREAKDOWN_TRIALS)'

@@ -26,7 +26,7 @@ import (
 // that a mapping holds privately (relocations of a dynamically linked
 // build: "Anonymous" in smaps) would be lost, so such mappings are left
 // alone. It also returns the heap garbage of start-up to the kernel.
-// docs/BENCHMARKS.md has the before and after.
+// docs/results/bench-2026-12-01-footprint.md has the before and after.
 func TrimResident() {
 	debug.FreeOSMemory()
 	var exe syscall.Stat_t

@@ -21,6 +21,6 @@ func trimResidentLater() {
 	}
 }
 
-// trimResident: see guard.TrimResident; docs/BENCHMARKS.md has the before
-// and after.
+// trimResident: see guard.TrimResident; docs/results/bench-2026-12-01-footprint.md
+// has the before and after.
 func trimResident() { guard.TrimResident() }

@@ -54,7 +54,7 @@ func newLeaseClient(cfg *rest.Config, ns string) (*leaseClient, error) {
 	// Protobuf both ways: a Lease decodes through its generated Unmarshal
 	// code where JSON walks it by reflection, touching type data and code
 	// that a settled process would otherwise keep mapped after every
-	// renewal (docs/BENCHMARKS.md, "Where the memory and the wake-ups go").
+	// renewal (docs/results/bench-2026-12-01-footprint.md).
 	// JSON stays accepted for a server or proxy that does not speak it.
 	c.ContentType = runtime.ContentTypeProtobuf
 	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON

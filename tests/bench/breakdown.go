@@ -512,7 +512,8 @@ func (dynamoCluster) Timing() chaos.Timing            { return dynamoTiming }
 func (dynamoCluster) HostServers(int) []int           { return []int{0} }
 func (dynamoCluster) LeaderrunArgs([]string) []string { return nil }
 
-// BreakdownReport is the breakdown section of docs/BENCHMARKS.md.
+// Report is the breakdown tables of a results file (make bench, make
+// bench-breakdown).
 func (s *BreakdownSet) Report() string {
 	var b strings.Builder
 	b.WriteString("#### Crash: kill -9 of the leader's leaderrun\n\n" + s.Table(KindCrash))

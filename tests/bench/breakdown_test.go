@@ -20,7 +20,7 @@ var flagBreakdown = flag.Int("bench.breakdown", 0, "run only the failover breakd
 // TestBreakdown takes failovers apart, step by step, on every backend:
 // 3-server etcd, Consul and ZooKeeper clusters, a kube-apiserver, a
 // PostgreSQL server, dynalite and a local lock directory, and writes the
-// tables to the report's bench-breakdown section. It runs only with
+// tables to a results file of its own. It runs only with
 // -bench.breakdown=N (make bench-breakdown); TestBenchSmoke covers its code
 // on etcd and the local backend.
 func TestBreakdown(t *testing.T) {
@@ -54,9 +54,7 @@ func TestBreakdown(t *testing.T) {
 	b.WriteString(set.Report())
 	t.Logf("\n%s", b.String())
 	if *flagReport != "" {
-		if err := chaos.ReplaceSection(*flagReport, "bench-breakdown", b.String()); err != nil {
-			t.Errorf("write report: %v", err)
-		}
+		writeRun(t, "breakdown", "`make bench-breakdown`, every backend", commit, b.String())
 	}
 }
 

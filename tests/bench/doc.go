@@ -11,6 +11,7 @@
 //
 // The harness (Env, Lane, Contender) is plain code so that TestBenchSmoke,
 // in the default test run, exercises every part of it; TestBenchmark (make
-// bench) runs it in full and writes docs/BENCHMARKS.md, which also explains
-// the method.
+// bench) runs it in full and writes a results file under docs/results/
+// (chaos.WriteRun), listed in docs/BENCHMARKS.md, which explains the
+// method.
 package bench

@@ -15,7 +15,8 @@ var flagFootprintOnly = flag.String("bench.footprint-only", "", "measure only th
 // TestBenchFootprintOnly measures one leaderrun leader and standby while
 // nothing happens, without the trials: the quick way to see what a change
 // does to RSS, wake-ups and requests (docs/BENCHMARKS.md, "Where the memory
-// and the wake-ups go"). It runs only with -bench.footprint-only.
+// and the wake-ups go"; the measurements: docs/results/). It runs only
+// with -bench.footprint-only.
 func TestBenchFootprintOnly(t *testing.T) {
 	backend := *flagFootprintOnly
 	if backend == "" {

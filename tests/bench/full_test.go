@@ -15,7 +15,8 @@ import (
 
 var (
 	flagFull    = flag.Bool("bench.full", false, "run the full benchmark (make bench; about 35 minutes)")
-	flagReport  = flag.String("bench.report", "", "Markdown file whose results section receives the tables (docs/BENCHMARKS.md)")
+	flagReport  = flag.String("bench.report", "", "results file to write whole, or a folder (docs/results/) that receives a new bench-DATE-KIND.md")
+	flagIndex   = flag.String("bench.index", "", "method doc whose Results list gets the run's line (docs/BENCHMARKS.md)")
 	flagTrials  = flag.Int("bench.trials", 20, "crash and graceful trials per contender")
 	flagLoss    = flag.Int("bench.loss-trials", 10, "lease-loss trials per contender and cut mode")
 	flagWindow  = flag.Duration("bench.footprint", time.Minute, "footprint measurement window")
@@ -31,8 +32,8 @@ const rivalLanes = 5
 // TestBenchmark measures leaderrun against `etcdctl lock` and `consul
 // lock` on the same 3-server clusters, on a 3-server ZooKeeper ensemble,
 // a PostgreSQL server and a dynalite server, and against client-go's
-// leaderelection on a kube-apiserver, and writes
-// docs/BENCHMARKS.md. It
+// leaderelection on a kube-apiserver, and writes a results file under
+// docs/results/, listed in docs/BENCHMARKS.md. It
 // runs only with -bench.full (make bench); TestBenchSmoke keeps the
 // harness honest in the default test run.
 func TestBenchmark(t *testing.T) {
@@ -172,13 +173,31 @@ func TestBenchmark(t *testing.T) {
 		t.Logf("trial could not start (run again): %s", err)
 	}
 	if *flagReport != "" {
-		if err := chaos.ReplaceSection(*flagReport, "bench-results", body); err != nil {
-			t.Errorf("write report: %v", err)
-		}
+		writeRun(t, "full", "`make bench`, every contender on every backend", commit, body)
 	}
 }
 
-// benchReport is the results section of docs/BENCHMARKS.md.
+// writeRun writes a run's results file under -bench.report, named after
+// kind (full, holders, stepdown, breakdown) when that is a folder, and its
+// line in -bench.index's Results list (docs/BENCHMARKS.md).
+func writeRun(t *testing.T, kind, what, tree, body string) {
+	outcome := "passed"
+	if t.Failed() {
+		outcome = "FAILED"
+	}
+	now := time.Now()
+	file, err := chaos.WriteRun(chaos.Run{Path: *flagReport, Index: *flagIndex, List: "bench-runs", Kind: "bench", Desc: kind, When: now,
+		Title: fmt.Sprintf("Benchmark run, %s: %s", now.UTC().Format("2006-01-02"), what),
+		Tree:  tree, Summary: what + "; " + outcome, Body: body})
+	if err != nil {
+		t.Errorf("write report: %v", err)
+		return
+	}
+	t.Logf("results written to %s", file)
+}
+
+// benchReport is the body of a `make bench` results file
+// (docs/results/bench-*-full.md).
 func benchReport(res *Results, bd *BreakdownSet, sd *StepDownSet, commit string, took time.Duration) string {
 	var b strings.Builder
 	cmd := *flagCommand

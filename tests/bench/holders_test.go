@@ -318,10 +318,9 @@ func TestBenchHolders(t *testing.T) {
 			cmd = fmt.Sprintf("go test ./tests/bench -run 'TestBenchHolders$' -v -args -bench.holders=%d -bench.holders-scale=%s -bench.holders-window=%v",
 				*flagHolders, *flagHoldersScale, *flagHoldersWindow)
 		}
+		commit := chaos.Commit()
 		body := fmt.Sprintf("Run on %s.\n\n- command: `%s`\n- tree: %s\n- machine: %s\n\n%s", time.Now().UTC().Format("2006-01-02 15:04 MST"),
-			cmd, chaos.Commit(), chaos.Machine(), table)
-		if err := chaos.ReplaceSection(*flagReport, "bench-holders", body); err != nil {
-			t.Errorf("write report: %v", err)
-		}
+			cmd, commit, chaos.Machine(), table)
+		writeRun(t, "holders", "`make bench-holders`, etcd and Consul", commit, body)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -485,20 +486,42 @@ func RivalRows(res *Results) [][]string {
 	return rows
 }
 
+// newestFullRun is the newest `make bench` results file
+// (bench-DATE-full.md, or -full-N.md for a later run of the day) in the
+// folder report names, or beside the file it names; "" when there is none.
+func newestFullRun(report string) string {
+	dir := report
+	if st, err := os.Stat(report); !strings.HasSuffix(report, "/") && (err != nil || !st.IsDir()) {
+		dir = filepath.Dir(report)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "bench-*-full*.md"))
+	newest := ""
+	for _, f := range files {
+		// "…-full" before "…-full-2": compare the names without ".md".
+		if newest == "" || strings.TrimSuffix(f, ".md") > strings.TrimSuffix(newest, ".md") {
+			newest = f
+		}
+	}
+	return newest
+}
+
 // rivalRowsFrom copies the rivals' graceful handoffs out of the failover
-// table in report's bench-results section (written by make bench), when
-// there is one: a step-down run alone has no rival trials of its own.
+// table of a `make bench` results file (or of the bench-results section of
+// an older doc that has one), when there is one: a step-down run alone has
+// no rival trials of its own.
 func rivalRowsFrom(report string) (rows [][]string, run string) {
+	if report == "" {
+		return nil, ""
+	}
 	b, err := os.ReadFile(report)
 	if err != nil {
 		return nil, ""
 	}
-	text := string(b)
-	begin, end := strings.Index(text, "<!-- BEGIN bench-results -->"), strings.Index(text, "<!-- END bench-results -->")
-	if begin < 0 || end < begin {
-		return nil, ""
+	section := string(b)
+	begin, end := strings.Index(section, "<!-- BEGIN bench-results -->"), strings.Index(section, "<!-- END bench-results -->")
+	if begin >= 0 && end > begin {
+		section = section[begin:end]
 	}
-	section := text[begin:end]
 	if i := strings.Index(section, "Run on "); i >= 0 {
 		run, _, _ = strings.Cut(section[i+len("Run on "):], ";")
 	}

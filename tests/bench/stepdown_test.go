@@ -5,6 +5,8 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -23,8 +25,9 @@ const stepDownRounds = 5
 // a SIGTERM to the leader, with a leader and two standbys, on every
 // backend: 3-server etcd, Consul and ZooKeeper clusters, a kube-apiserver,
 // a PostgreSQL server, dynalite and a local lock directory; and writes the
-// table to the report's bench-stepdown section, with the rivals' graceful
-// handoffs copied from its failover table. It runs only with
+// table to a results file of its own, with the rivals' graceful handoffs
+// copied from the failover table of the newest `make bench` results file
+// beside it. It runs only with
 // -bench.stepdown=N (make bench-stepdown); TestBenchSmoke runs one round of
 // each kind on etcd.
 func TestStepDown(t *testing.T) {
@@ -43,7 +46,7 @@ func TestStepDown(t *testing.T) {
 	set := runStepDowns(t, e, *flagStepDown)
 	var run string
 	if *flagReport != "" {
-		set.Rivals, run = rivalRowsFrom(*flagReport)
+		set.Rivals, run = rivalRowsFrom(newestFullRun(*flagReport))
 	}
 	var b strings.Builder
 	cmd := *flagCommand
@@ -66,9 +69,7 @@ func TestStepDown(t *testing.T) {
 	b.WriteString("\n" + set.Table())
 	t.Logf("\n%s", b.String())
 	if *flagReport != "" {
-		if err := chaos.ReplaceSection(*flagReport, "bench-stepdown", b.String()); err != nil {
-			t.Errorf("write report: %v", err)
-		}
+		writeRun(t, "stepdown", "`make bench-stepdown`, every backend", commit, b.String())
 	}
 }
 
@@ -146,7 +147,8 @@ func TestControlArgv(t *testing.T) {
 }
 
 // TestRivalRows: the rivals' graceful trials become step-down rows, from a
-// run's results or from the failover table of docs/BENCHMARKS.md.
+// run's results or from the failover table of the newest `make bench`
+// results file in docs/results/.
 func TestRivalRows(t *testing.T) {
 	rival := contender(t, "consul lock", "consul", "(-shell=false)")
 	res := NewResults([]*Contender{contender(t, "leaderrun", "etcd", ""), rival})
@@ -162,7 +164,8 @@ func TestRivalRows(t *testing.T) {
 		t.Errorf("RivalRows = %q, want [%q]", rows, want)
 	}
 
-	rows, run := rivalRowsFrom("../../docs/BENCHMARKS.md")
+	full := newestFullRun("../../docs/results/")
+	rows, run := rivalRowsFrom(full)
 	backends := map[string]int{}
 	for _, r := range rows {
 		backends[r[0]]++
@@ -171,6 +174,27 @@ func TestRivalRows(t *testing.T) {
 		}
 	}
 	if run == "" || backends["etcd"] == 0 || backends["consul"] == 0 || backends["kubernetes"] == 0 {
-		t.Errorf("rival rows from docs/BENCHMARKS.md (run %q): %q", run, rows)
+		t.Errorf("rival rows from %s (run %q): %q", full, run, rows)
+	}
+}
+
+// TestReportNewestFullRun: the step-down run takes its rival rows from the
+// newest `make bench` results file, a later run of a day ("-full-2")
+// included, whether it is given the results folder or a file in it.
+func TestReportNewestFullRun(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"bench-2026-12-01-full.md", "bench-2026-12-02-full.md", "bench-2026-12-02-full-2.md", "bench-2026-12-03-stepdown.md"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := filepath.Join(dir, "bench-2026-12-02-full-2.md")
+	for _, report := range []string{dir, dir + "/", filepath.Join(dir, "bench-2026-12-04-stepdown.md")} {
+		if got := newestFullRun(report); got != want {
+			t.Errorf("newestFullRun(%s) = %s, want %s", report, got, want)
+		}
+	}
+	if got := newestFullRun(t.TempDir() + "/"); got != "" {
+		t.Errorf("newestFullRun of an empty folder = %q", got)
 	}
 }

@@ -20,7 +20,8 @@ var (
 	flagBackends = flag.String("chaos.backends", "etcd,consul,zookeeper,kubernetes,postgres,dynamodb,local", "comma-separated backends to torment")
 	flagOnly     = flag.String("chaos.only", "", "comma-separated fault types to inject (default: all)")
 	flagContain  = flag.String("chaos.contain", "cgroup,group", "comma-separated --contain modes the hosts take turns with, in blocks of faults (cgroup, group, auto)")
-	flagReport   = flag.String("chaos.report", "", "Markdown file whose results section receives the summary (docs/CHAOS.md)")
+	flagReport   = flag.String("chaos.report", "", "results file to write whole, or a folder (docs/results/) that receives a new chaos-DATE-BACKENDS.md")
+	flagIndex    = flag.String("chaos.index", "", "method doc whose Results list gets the run's line (docs/CHAOS.md)")
 	flagCommand  = flag.String("chaos.command", "", "the command line to quote in the report")
 	flagLogs     = flag.String("chaos.logs", "", "folder that receives every host's leaderrun log (backend-host.log) when the run ends")
 )
@@ -87,7 +88,8 @@ type backendRun struct {
 // checks after every fault that no two children's writes overlapped, that
 // epochs never went down, that every stale write was rejected, and that no
 // process was left behind. The short default run takes a few minutes;
-// `make chaos` runs hundreds of faults and writes docs/CHAOS.md.
+// `make chaos` runs hundreds of faults and writes a results file under
+// docs/results/, listed in docs/CHAOS.md.
 func TestChaos(t *testing.T) {
 	startCommit = Commit() // the tree as built, before the long run
 	seed := *flagSeed
@@ -116,14 +118,57 @@ func TestChaos(t *testing.T) {
 	table := summary(runs)
 	t.Logf("chaos summary (seed %d):\n%s", seed, table)
 	if *flagReport != "" {
-		section := "chaos-results"
+		desc := backendsDesc()
 		if controlling() {
-			section = "chaos-control-results" // the control faults' own section
+			desc = "control-" + desc // CHAOS_CONTROL
 		}
-		if err := ReplaceSection(*flagReport, section, report(runs, seed, table, t.Failed())); err != nil {
-			t.Errorf("write report: %v", err)
-		}
+		writeRun(t, desc, report(runs, seed, table, t.Failed()))
 	}
+}
+
+// allBackends are the backends `make chaos` runs by default, which a
+// results file's name calls "all".
+const allBackends = "etcd,consul,zookeeper,kubernetes,postgres,dynamodb,local"
+
+// backendsDesc names the run's backends for its results file.
+func backendsDesc() string {
+	names := strings.Split(*flagBackends, ",")
+	for i := range names {
+		names[i] = strings.TrimSpace(names[i])
+	}
+	all := strings.Split(allBackends, ",")
+	if len(names) == len(all) && !slices.ContainsFunc(all, func(b string) bool { return !slices.Contains(names, b) }) {
+		return "all"
+	}
+	return strings.Join(names, "-")
+}
+
+// writeRun writes the run's results file under -chaos.report and its line
+// in -chaos.index's Results list (docs/CHAOS.md).
+func writeRun(t *testing.T, desc, body string) {
+	faults := "the short run"
+	if *flagFaults > 0 {
+		faults = fmt.Sprintf("%d faults each", *flagFaults)
+	}
+	what := strings.ReplaceAll(*flagBackends, ",", ", ")
+	if *flagHolders > 1 {
+		what = fmt.Sprintf("holders mode (--holders %d), %s", *flagHolders, what)
+	} else if controlling() {
+		what = fmt.Sprintf("control faults (CHAOS_CONTROL=%d), %s", *flagControl, what)
+	}
+	outcome := "passed"
+	if t.Failed() {
+		outcome = "FAILED"
+	}
+	now := time.Now()
+	file, err := WriteRun(Run{Path: *flagReport, Index: *flagIndex, List: "chaos-runs", Kind: "chaos", Desc: desc, When: now,
+		Title: fmt.Sprintf("Chaos run, %s: %s, %s", now.UTC().Format("2006-01-02"), what, faults),
+		Tree:  startCommit, Summary: fmt.Sprintf("%s, %s; %s", what, faults, outcome), Body: body})
+	if err != nil {
+		t.Errorf("write report: %v", err)
+		return
+	}
+	t.Logf("results written to %s", file)
 }
 
 func runBackend(t *testing.T, r *backendRun, seed uint64) {
@@ -473,7 +518,7 @@ func resumeNotes(runs []*backendRun) string {
 	return b.String() + "\n"
 }
 
-// report is the results section of docs/CHAOS.md.
+// report is the body of a run's results file (docs/results/chaos-*.md).
 func report(runs []*backendRun, seed uint64, table string, failed bool) string {
 	commit := startCommit
 	var b strings.Builder

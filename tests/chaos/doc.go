@@ -9,8 +9,10 @@
 // host's requests (Proxy, Link); the backend clusters with the faults the
 // suite injects (Cluster, over tests/testcluster); processes in their own
 // process groups (Proc); /proc readings to find leftovers and measure
-// footprint (Scan, Stat, RSS); and the report helpers (ReplaceSection,
-// Durations, Table). The fenced resource itself is package fence.
+// footprint (Scan, Stat, RSS); and the report helpers (WriteRun, AddToList,
+// ReplaceSection, Durations, Table). The fenced resource itself is package
+// fence.
 //
-// docs/CHAOS.md explains the method and holds the latest results.
+// docs/CHAOS.md explains the method and lists the runs; each run's results
+// are a file of their own under docs/results/ (WriteRun).
 package chaos

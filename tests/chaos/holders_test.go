@@ -95,9 +95,7 @@ func testHolders(t *testing.T, seed uint64) {
 	table := holdersSummary(runs)
 	t.Logf("chaos --holders %d summary (seed %d):\n%s", *flagHolders, seed, table)
 	if *flagReport != "" {
-		if err := ReplaceSection(*flagReport, "chaos-holders-results", holdersReport(runs, seed, table, t.Failed())); err != nil {
-			t.Errorf("write report: %v", err)
-		}
+		writeRun(t, fmt.Sprintf("holders-%d-%s", *flagHolders, backendsDesc()), holdersReport(runs, seed, table, t.Failed()))
 	}
 }
 
@@ -677,7 +675,8 @@ func holdersSummary(runs []*holdersRun) string {
 	return Table(header, rows)
 }
 
-// holdersReport is the holders results section of docs/CHAOS.md.
+// holdersReport is the body of a holders run's results file
+// (docs/results/chaos-*-holders-*.md).
 func holdersReport(runs []*holdersRun, seed uint64, table string, failed bool) string {
 	var b strings.Builder
 	cmd := *flagCommand

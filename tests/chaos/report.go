@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +33,105 @@ func ReplaceSection(path, name, content string) error {
 		s = s[:i] + block + s[j+len(end):]
 	}
 	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// Run is one run's results, written as a Markdown file of its own (under
+// docs/results/) and listed by a line in its method doc's Results list.
+type Run struct {
+	// Path is the file to write whole or, when it ends in "/" or names a
+	// directory, the directory that receives a new file named
+	// KIND-DATE-DESC.md, with "-2", "-3" … before ".md" when the name is
+	// taken: a run never overwrites another's file.
+	Path string
+	// Index is the method doc (docs/CHAOS.md) whose list named List
+	// receives the run's line; none when empty.
+	Index, List string
+	Kind, Desc  string    // "chaos", "bench"; what ran: "etcd-postgres", "full"
+	When        time.Time // when the run ended; its UTC day names the file
+	Title       string    // the file's heading
+	Tree        string    // the commit the run started from
+	Summary     string    // the list line's what ran and the outcome
+	Body        string    // the report: command, seed, tree, machine, tables
+}
+
+// WriteRun writes r's file and adds its line at the top of r.Index's list
+// (newest first): "- [DATE TIME UTC](FILE), tree TREE: SUMMARY", FILE
+// relative to the index's folder. It returns the file written.
+func WriteRun(r Run) (string, error) {
+	file := r.Path
+	if st, err := os.Stat(r.Path); strings.HasSuffix(r.Path, "/") || (err == nil && st.IsDir()) {
+		if err := os.MkdirAll(r.Path, 0o755); err != nil {
+			return "", err
+		}
+		base := r.Kind + "-" + r.When.UTC().Format("2006-01-02") + "-" + Slug(r.Desc)
+		file = filepath.Join(r.Path, base+".md")
+		for n := 2; ; n++ {
+			if _, err := os.Stat(file); os.IsNotExist(err) {
+				break
+			} else if err != nil {
+				return "", err
+			}
+			file = filepath.Join(r.Path, fmt.Sprintf("%s-%d.md", base, n))
+		}
+	}
+	var b strings.Builder
+	b.WriteString("# " + r.Title + "\n\n")
+	if r.Index != "" {
+		if rel, err := filepath.Rel(filepath.Dir(file), r.Index); err == nil {
+			fmt.Fprintf(&b, "Method: [%s](%s).\n\n", filepath.Base(r.Index), filepath.ToSlash(rel))
+		}
+	}
+	b.WriteString(strings.TrimRight(r.Body, "\n") + "\n")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		return "", err
+	}
+	if r.Index == "" {
+		return file, nil
+	}
+	rel, err := filepath.Rel(filepath.Dir(r.Index), file)
+	if err != nil {
+		return file, err
+	}
+	line := fmt.Sprintf("- [%s](%s), tree %s: %s", r.When.UTC().Format("2006-01-02 15:04 MST"), filepath.ToSlash(rel), r.Tree, r.Summary)
+	return file, AddToList(r.Index, r.List, line)
+}
+
+// AddToList puts line first between the lines "<!-- BEGIN name -->" and
+// "<!-- END name -->" of the Markdown file at path, keeping the rest.
+// Missing markers are appended at the end, around the line.
+func AddToList(path, name, line string) error {
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	begin, end := "<!-- BEGIN "+name+" -->", "<!-- END "+name+" -->"
+	s := string(b)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		return ReplaceSection(path, name, line)
+	}
+	at := i + len(begin)
+	s = s[:at] + "\n" + line + s[at:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// Slug makes s a file name's part: lower case, runs of anything but
+// letters and digits as one "-".
+func Slug(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(r)
+			dash = false
+		} else {
+			dash = true
+		}
+	}
+	return b.String()
 }
 
 // Commit describes the checked-out tree for reports: the commit, and

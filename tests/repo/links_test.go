@@ -128,13 +128,20 @@ func relativeLinks(d *mdDoc) []mdLink {
 	return links
 }
 
-// markdownDocs is README.md and every docs/*.md, relative to root.
+// markdownDocs is README.md, every docs/*.md and docs/results/*.md,
+// relative to root.
 func markdownDocs(t *testing.T) []string {
 	t.Helper()
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The chaos suite's and the benchmark's runs, one file each.
+	results, err := filepath.Glob(filepath.Join(root, "docs", "results", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, results...)
 	out := []string{"README.md"}
 	for _, p := range docs {
 		rel, err := filepath.Rel(root, p)
