@@ -36,8 +36,7 @@ func advanceUntilDone(t *testing.T, clock *fakeClock, done <-chan int, step time
 			return code
 		default:
 		}
-		clock.settle(t)
-		clock.Advance(step)
+		clock.Step(t, step, time.Time{})
 	}
 	t.Fatal("supervisor did not finish")
 	return 0
@@ -143,12 +142,11 @@ func TestRenewalsDoNotDriftByTheRoundTrip(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "exec sleep 1000")
 	t0 := stepFor(t, clock, 5*time.Second, 100*time.Millisecond)
 	waitUntil(t, "the second renewal", func() bool { return len(lease.sends()) >= 2 })
-	clock.settle(t)
+	clock.Settle(t)
 	clock.Advance(2 * time.Second)
 	close(slow)
 	for len(lease.sends()) < 3 && clock.Now().Sub(t0) < 20*time.Second {
-		clock.settle(t)
-		clock.Advance(100 * time.Millisecond)
+		clock.Step(t, 100*time.Millisecond, t0.Add(20*time.Second))
 	}
 	s := lease.sends()
 	if len(s) < 3 {
@@ -178,8 +176,7 @@ func TestShortGrantBringsTheNextRenewalForward(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "exec sleep 1000")
 	t0 := clock.Now()
 	for len(lease.sends()) < 4 && clock.Now().Sub(t0) < 20*time.Second {
-		clock.settle(t)
-		clock.Advance(50 * time.Millisecond)
+		clock.Step(t, 50*time.Millisecond, t0.Add(20*time.Second))
 	}
 	s := lease.sends()
 	if len(s) < 4 {
@@ -516,8 +513,7 @@ func stepFor(t *testing.T, clock *fakeClock, d, step time.Duration) time.Time {
 	t.Helper()
 	t0 := clock.Now()
 	for clock.Now().Sub(t0) < d {
-		clock.settle(t)
-		clock.Advance(step)
+		clock.Step(t, step, t0.Add(d))
 	}
 	return t0
 }

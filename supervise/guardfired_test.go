@@ -68,14 +68,13 @@ func fireGuard(t *testing.T, dir string) {
 // code, or reports false when the supervisor still runs after that.
 func advanceFor(t *testing.T, clock *fakeClock, done <-chan int, d, step time.Duration) (int, bool) {
 	t.Helper()
-	for range d / step {
+	for end := clock.Now().Add(d); clock.Now().Before(end); {
 		select {
 		case code := <-done:
 			return code, true
 		default:
 		}
-		clock.settle(t)
-		clock.Advance(step)
+		clock.Step(t, step, end)
 	}
 	select {
 	case code := <-done:
@@ -92,7 +91,7 @@ func advanceFor(t *testing.T, clock *fakeClock, done <-chan int, d, step time.Du
 func stallLoop(t *testing.T, clock *fakeClock, stall *atomic.Bool, stalled <-chan struct{}) (resume func()) {
 	t.Helper()
 	stall.Store(true)
-	clock.settle(t)
+	clock.Settle(t)
 	clock.Advance(HeartbeatInterval) // a turn of the loop
 	select {
 	case <-stalled:
@@ -212,7 +211,7 @@ func TestRenewalAnsweredAfterTheGuardFiredIsALoss(t *testing.T) {
 		c.Guard = standInGuard(dir, false)
 	})
 	waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
-	clock.settle(t)
+	clock.Settle(t)
 	clock.Advance(5 * time.Second) // the renewal goes out and waits in the gate
 	resume := stallLoop(t, clock, stall, stalled)
 	fireGuard(t, dir)
@@ -280,11 +279,11 @@ func TestGuardHearsLeaderrunsOwnKillPoint(t *testing.T) {
 			waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
 			const renewals = 4
 			for i := 1; i <= renewals; i++ {
-				clock.settle(t)
+				clock.Settle(t)
 				before := guard.MonoNow()
 				clock.Advance(5 * time.Second) // the renew interval
 				waitUntil(t, "the renewal", func() bool { return rec.count("renewed") == i })
-				clock.settle(t)
+				clock.Settle(t)
 				after := guard.MonoNow()
 				// The stand-in writes down what it heard a moment later.
 				points := guardKillPoints(t, dir)
@@ -334,7 +333,7 @@ func TestGuardHearsAnEarlierKillPointThatEndsTheTerm(t *testing.T) {
 		c.Guard = standInGuard(dir, false)
 	})
 	waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
-	clock.settle(t)
+	clock.Settle(t)
 	before := guard.MonoNow()
 	clock.Advance(5 * time.Second) // the renewal that shrinks the lease
 	waitUntil(t, "the stop", func() bool { return rec.count("stopping") > 0 })

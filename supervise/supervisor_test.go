@@ -223,9 +223,8 @@ func TestStopTimelineOnFailedRenewals(t *testing.T) {
 
 	var code int
 	finished := false
-	for step := 0; step < 200 && !finished; step++ {
-		clock.settle(t)
-		clock.Advance(100 * time.Millisecond)
+	for !finished && clock.Now().Sub(t0) < 20*time.Second {
+		clock.Step(t, 100*time.Millisecond, t0.Add(20*time.Second))
 		select {
 		case code = <-done:
 			finished = true
@@ -270,9 +269,9 @@ func TestLateRenewalDoesNotRestartChild(t *testing.T) {
 	lease := newTestLease(3, 15*time.Second)
 	lease.gate = make(chan struct{})
 	clock, rec, done := harness(t, "exec sleep 1000", lease)
-	clock.settle(t)
+	clock.Settle(t)
 	clock.Advance(5 * time.Second) // the renewal goes out and hangs in the gate
-	clock.settle(t)
+	clock.Settle(t)
 	lease.markLost()
 	deadline := time.Now().Add(10 * time.Second)
 	for rec.count("stopping") == 0 {
@@ -309,9 +308,8 @@ func TestLateRenewalDoesNotRestartChild(t *testing.T) {
 func TestRenewalsKeepChildRunning(t *testing.T) {
 	lease := newTestLease(1, 15*time.Second)
 	clock, rec, done := harness(t, "exec sleep 1000", lease)
-	for i := 0; i < 120; i++ { // one minute of fake time, four TTLs
-		clock.settle(t)
-		clock.Advance(500 * time.Millisecond)
+	for end := clock.Now().Add(time.Minute); clock.Now().Before(end); { // four TTLs
+		clock.Step(t, 500*time.Millisecond, end)
 	}
 	if n := rec.count("SIG"); n != 0 {
 		t.Fatalf("%d signals sent to a child whose lease was renewed", n)
@@ -355,15 +353,13 @@ func TestRestartBackoffDoublesAndResetsAfterALongRun(t *testing.T) {
 			if clock.Now().Sub(t0) > limit {
 				t.Fatalf("only %d starts by t0+%v", len(rec.startTimes()), limit)
 			}
-			clock.settle(t)
-			clock.Advance(100 * time.Millisecond)
+			clock.Step(t, 100*time.Millisecond, t0.Add(limit))
 		}
 	}
 	advanceUntil(4, 20*time.Second)
 	long := readPIDFile(t, filepath.Join(dir, "long.pid"))
-	for range 350 { // 35s of a healthy run
-		clock.settle(t)
-		clock.Advance(100 * time.Millisecond)
+	for end := clock.Now().Add(35 * time.Second); clock.Now().Before(end); { // a healthy run
+		clock.Step(t, 100*time.Millisecond, end)
 	}
 	_ = syscall.Kill(long, syscall.SIGKILL)
 	advanceUntil(6, 60*time.Second)
