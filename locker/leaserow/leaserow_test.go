@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/internal/clock"
+	"github.com/leaderrun/leaderrun/internal/clock/fakeclock"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
@@ -35,9 +37,13 @@ func (c *jumpClock) jump(d time.Duration) {
 
 const testTTL = 10 * time.Second
 
+// testControlPoll is the tests' pace of WaitControl's reads: the control
+// contract's waits scale with it (lockertest.ControlContractPoll).
+const testControlPoll = 20 * time.Millisecond
+
 func newTestLocker(t *testing.T, db *memDB, key, id string, mods ...func(*Config)) *Locker {
 	t.Helper()
-	cfg := Config{Options: locker.Options{Key: key, ID: id, TTL: testTTL}, Store: memStore{db, key}, Name: "mem", Poll: 5 * time.Millisecond}
+	cfg := Config{Options: locker.Options{Key: key, ID: id, TTL: testTTL}, Store: memStore{db, key}, Name: "mem", Poll: 5 * time.Millisecond, ControlPoll: testControlPoll}
 	for _, m := range mods {
 		m(&cfg)
 	}
@@ -255,7 +261,7 @@ func TestRecordRunNeedsTheRow(t *testing.T) {
 
 func TestRunLogContractInMemory(t *testing.T) {
 	db := newMemDB()
-	lockertest.RunLogContract(t, func(t *testing.T, key string) locker.Locker {
+	lockertest.RunLogContractLifetime(t, 500*time.Millisecond, func(t *testing.T, key string) locker.Locker {
 		return newTestLocker(t, db, key, "c")
 	})
 }
@@ -267,16 +273,87 @@ func TestHistoryContractInMemory(t *testing.T) {
 	})
 }
 
+// rateClock runs rate times as fast as base, from start: the clock of a
+// standby whose oscillator is fast (rate > 1) or slow, on fake time.
+type rateClock struct {
+	base  *fakeclock.Clock
+	start time.Time
+	rate  float64
+}
+
+func (c rateClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(c.base.Now().Sub(c.start)) * c.rate))
+}
+func (c rateClock) scale(d time.Duration) time.Duration { return time.Duration(float64(d) / c.rate) }
+func (c rateClock) NewTimer(d time.Duration) clock.Timer {
+	return c.base.NewTimer(c.scale(d))
+}
+func (c rateClock) NewTicker(d time.Duration) clock.Ticker {
+	return c.base.NewTicker(c.scale(d))
+}
+func (c rateClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.base.AfterFunc(c.scale(d), f)
+}
+
 // TestFastStandbyClockNeverTakesOverEarly: a standby whose clock runs 5%
 // fast or slow takes over no earlier than the holder's TTL after its last
-// renewal, in real time; one 30% fast would (lockertest.StandbyClockRates).
+// renewal, in the holder's time; one 30% fast would. This is
+// lockertest.StandbyClockRates (which the backends run in real time) on
+// fake time: the standby's watch and its polls run on its own clock.
 func TestFastStandbyClockNeverTakesOverEarly(t *testing.T) {
 	const ttl = 2 * time.Second
-	lockertest.StandbyClockRates(t, ttl, func(now func() time.Time) (locker.Locker, locker.Locker) {
+	for _, tc := range []struct {
+		rate  float64
+		early bool
+	}{{1.05, false}, {0.95, false}, {1.3, true}} {
+		fc := fakeclock.New()
 		db := newMemDB()
-		return newTestLocker(t, db, "k", "a", func(c *Config) { c.TTL = ttl }),
-			newTestLocker(t, db, "k", "b", func(c *Config) { c.TTL = ttl; c.Now = now })
-	})
+		holder := newTestLocker(t, db, "k", "a", func(c *Config) { c.TTL = ttl })
+		standby := newTestLocker(t, db, "k", "b", func(c *Config) {
+			// A poll as long as the TTL: the standby still wakes when its
+			// count says the key is free, and reads less in between.
+			c.TTL, c.Poll, c.Clock = ttl, ttl, rateClock{fc, fc.Now(), tc.rate}
+		})
+		ls := lockertest.MustAcquire(t, holder)
+		if _, err := ls.Renew(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		lastSend := fc.Now()
+		// The fake time when Acquire returned.
+		type acquired struct {
+			ls  locker.Lease
+			err error
+			at  time.Time
+		}
+		got := make(chan acquired, 1)
+		actx := ctx(t)
+		go func() {
+			ls, err := standby.Acquire(actx)
+			got <- acquired{ls, err, fc.Now()}
+		}()
+		var r acquired
+		for done := false; !done; {
+			select {
+			case r = <-got:
+				done = true
+				continue
+			default:
+			}
+			if fc.Now().Sub(lastSend) > 10*ttl {
+				t.Fatalf("rate %.2f: no takeover 10 TTLs after the last renewal", tc.rate)
+			}
+			fc.Step(t, 10*time.Millisecond, time.Time{})
+		}
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		lockertest.Release(r.ls)
+		took := r.at.Sub(lastSend)
+		t.Logf("standby clock rate %.2f: took over %v after the last renewal (TTL %v)", tc.rate, took, ttl)
+		if early := took < ttl; early != tc.early {
+			t.Errorf("rate %.2f: took over %v after the last renewal; early = %v, want %v", tc.rate, took, early, tc.early)
+		}
+	}
 }
 
 // TestClaimWhoseAnswerWasLost: a claim written but answered with an
@@ -308,7 +385,7 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 // on their servers.
 func TestControlContract(t *testing.T) {
 	db := newMemDB()
-	lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
+	lockertest.ControlContractPoll(t, testControlPoll, func(t *testing.T, key string) locker.Locker {
 		return newTestLocker(t, db, key, "c")
 	})
 }
