@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,26 +13,6 @@ import (
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
-
-// jumpClock is the real monotonic clock plus an offset a test moves
-// forward: time passing on the standby's own clock without the test
-// waiting for it.
-type jumpClock struct {
-	mu  sync.Mutex
-	off time.Duration
-}
-
-func (c *jumpClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.off)
-}
-
-func (c *jumpClock) jump(d time.Duration) {
-	c.mu.Lock()
-	c.off += d
-	c.mu.Unlock()
-}
 
 const testTTL = 10 * time.Second
 
@@ -122,38 +101,23 @@ func TestTakeoverOnlyAfterTTLAndAllowanceOnOurClock(t *testing.T) {
 	db := newMemDB()
 	a := newTestLocker(t, db, "k", "a")
 	old := lockertest.MustAcquire(t, a)
-	clock := &jumpClock{}
-	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Now = clock.Now })
+	clock := fakeclock.New()
+	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Clock = clock })
 	got := lockertest.AcquireAsync(t, ctx(t), b)
 	due := testTTL + observe.Allowance(testTTL)
 
-	time.Sleep(50 * time.Millisecond) // b has seen the row
-	clock.jump(due - 200*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case r := <-got:
-		t.Fatalf("took over before TTL + allowance: %+v", r)
-	default:
-	}
+	pending(t, clock, got, "from a live holder") // b has seen the row
+	clock.Advance(due - 200*time.Millisecond)
+	pending(t, clock, got, "before TTL + allowance")
 	// A renewal starts the wait over.
 	if _, err := old.Renew(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
-	clock.jump(due - 200*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case r := <-got:
-		t.Fatalf("took over a holder that renewed: %+v", r)
-	default:
-	}
-	clock.jump(250 * time.Millisecond)
-	var r lockertest.Acquired
-	select {
-	case r = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no takeover after TTL + allowance unchanged")
-	}
+	pending(t, clock, got, "right after a renewal") // b has seen it
+	clock.Advance(due - 200*time.Millisecond)
+	pending(t, clock, got, "from a holder that renewed")
+	clock.Advance(250 * time.Millisecond)
+	r, _ := awaitAcquired(t, clock, got, "no takeover after TTL + allowance unchanged")
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -177,27 +141,18 @@ func TestHolderWithoutContractIsOnlyWaitedFor(t *testing.T) {
 	db := newMemDB()
 	db.rows["k"] = &Row{Term: "other", Holder: locker.Holder{ID: "other-tool"}, TTL: time.Second, Epoch: 5, Version: "v1"}
 	db.counter = 5
-	clock := &jumpClock{}
-	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Now = clock.Now })
+	clock := fakeclock.New()
+	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Clock = clock })
 	got := lockertest.AcquireAsync(t, ctx(t), b)
-	time.Sleep(30 * time.Millisecond)
-	clock.jump(time.Hour)
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case r := <-got:
-		t.Fatalf("took over a holder without the contract: %+v", r)
-	default:
-	}
+	pending(t, clock, got, "at once")
+	clock.Advance(time.Hour)
+	pending(t, clock, got, "from a holder without the contract, an hour on")
 	db.edit("k", func(r *Row) { r.Term, r.Holder = "", locker.Holder{} })
-	select {
-	case r := <-got:
-		if r.Err != nil || r.Lease.Epoch() != 6 {
-			t.Fatalf("after the release: %+v, want epoch 6", r)
-		}
-		lockertest.Release(r.Lease)
-	case <-time.After(5 * time.Second):
-		t.Fatal("a freed row was not taken")
+	r, _ := awaitAcquired(t, clock, got, "a freed row was not taken")
+	if r.Err != nil || r.Lease.Epoch() != 6 {
+		t.Fatalf("after the release: %+v, want epoch 6", r)
 	}
+	lockertest.Release(r.Lease)
 }
 
 func TestEpochGrowsAcrossReleaseAndReacquire(t *testing.T) {
