@@ -84,6 +84,10 @@ func advanceFor(t *testing.T, clock *fakeClock, done <-chan int, d, step time.Du
 	}
 }
 
+// heartbeat makes the event loop turn every HeartbeatInterval, as under a
+// systemd watchdog: stallLoop turns it so.
+func heartbeat(c *Config) { c.Events.Tick = func() {} }
+
 // stallLoop makes the leader's event loop hang at its next turn, as a
 // stopped or swapped-out leaderrun would, while the rest of the process
 // (the reaper, the guard's reply reader) runs on. It returns once the loop
@@ -150,6 +154,7 @@ func TestGuardThatFiredEndsTheTerm(t *testing.T) {
 			clock, rec, done := harness(t, "echo $$ > "+dir+"/child.pid; exec sleep 1000", lease, func(c *Config) {
 				c.Guard = standInGuard(dir, true)
 				c.Restart = restart
+				heartbeat(c)
 			})
 			fireWhileStalled(t, dir, clock, stall, stalled)
 			// Past the restart delay (1s), well inside the deadline (9s
@@ -185,6 +190,7 @@ func TestGuardThatFiredRejoins(t *testing.T) {
 		c.Locker = &testLocker{leases: leases}
 		c.Guard = standInGuard(dir, true)
 		c.OnLost = LostRejoin
+		heartbeat(c)
 	})
 	fireWhileStalled(t, dir, clock, stall, stalled)
 	code, exited := advanceFor(t, clock, done, 5*time.Second, 100*time.Millisecond)
@@ -209,6 +215,7 @@ func TestRenewalAnsweredAfterTheGuardFiredIsALoss(t *testing.T) {
 	lease.gate = make(chan struct{})
 	clock, rec, done := harness(t, "exec sleep 1000", lease, func(c *Config) {
 		c.Guard = standInGuard(dir, false)
+		heartbeat(c)
 	})
 	waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
 	clock.Settle(t)
