@@ -85,16 +85,28 @@ func Sleep(ctx context.Context, c Clock, d time.Duration, woken <-chan struct{})
 }
 
 // WithTimeout is context.WithTimeout on c: the real one on Real, else a
-// context that ends with context.DeadlineExceeded as its cause once c
-// has moved d on.
+// context that ends, with the error context.DeadlineExceeded, once c has
+// moved d on.
 func WithTimeout(ctx context.Context, c Clock, d time.Duration) (context.Context, context.CancelFunc) {
 	if _, ok := c.(Real); ok {
 		return context.WithTimeout(ctx, d)
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	t := c.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
-	return cctx, func() {
+	return timeoutCtx{cctx}, func() {
 		t.Stop()
 		cancel(context.Canceled)
 	}
+}
+
+// timeoutCtx reports the end of a WithTimeout on a clock that is not Real
+// as context.DeadlineExceeded, as a real timeout's.
+type timeoutCtx struct{ context.Context }
+
+func (c timeoutCtx) Err() error {
+	err := c.Context.Err()
+	if err != nil && context.Cause(c.Context) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return err
 }
