@@ -107,7 +107,9 @@ func TestShorterGrantedTTLMovesTheDeadlineEarlier(t *testing.T) {
 	rec := &recorder{clock: clock}
 	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
 	t0 := clock.Now()
-	code := advanceUntilDone(t, clock, done, 100*time.Millisecond)
+	// The job is polled every 10ms while it is stopped: steps of 250ms
+	// keep the kill grace short in real time.
+	code := advanceUntilDone(t, clock, done, 250*time.Millisecond)
 	term, ok := rec.find(syscall.SIGTERM.String())
 	if !ok {
 		t.Fatal("no SIGTERM")
@@ -444,7 +446,8 @@ func TestEarlyRenewalAnsweredAfterTheStopBeganChangesNothing(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
 	t0 := stepFor(t, clock, 6*time.Second, 50*time.Millisecond)
 	close(answer)
-	code := advanceUntilDone(t, clock, done, 50*time.Millisecond)
+	// Steps of 250ms from t0+6s land on the kill point, t0+10.5s.
+	code := advanceUntilDone(t, clock, done, 250*time.Millisecond)
 	s := lease.sends()
 	if len(s) < 3 || s[2].Sub(t0) != 5050*time.Millisecond {
 		t.Fatalf("renewals sent at %v, want the third at t0+5.05s (t0 %v)", s, t0)
