@@ -27,8 +27,8 @@ type HistoryConfig struct {
 	Period time.Duration
 }
 
-// historyTimeout bounds each history write, on the supervisor's clock. A write that fails or takes
-// longer is a warning and nothing else.
+// historyTimeout bounds each history write, on the supervisor's clock. A
+// write that fails or takes longer is a warning and nothing else.
 const historyTimeout = 3 * time.Second
 
 // stopRequested is finish's reason when leaderrun itself was asked to stop.
