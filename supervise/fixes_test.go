@@ -36,8 +36,7 @@ func advanceUntilDone(t *testing.T, clock *fakeClock, done <-chan int, step time
 			return code
 		default:
 		}
-		clock.settle(t)
-		clock.Advance(step)
+		clock.Step(t, step, time.Time{})
 	}
 	t.Fatal("supervisor did not finish")
 	return 0
@@ -108,7 +107,9 @@ func TestShorterGrantedTTLMovesTheDeadlineEarlier(t *testing.T) {
 	rec := &recorder{clock: clock}
 	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
 	t0 := clock.Now()
-	code := advanceUntilDone(t, clock, done, 100*time.Millisecond)
+	// The job is polled every 10ms while it is stopped: steps of 250ms
+	// keep the kill grace short in real time.
+	code := advanceUntilDone(t, clock, done, 250*time.Millisecond)
 	term, ok := rec.find(syscall.SIGTERM.String())
 	if !ok {
 		t.Fatal("no SIGTERM")
@@ -143,12 +144,11 @@ func TestRenewalsDoNotDriftByTheRoundTrip(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "exec sleep 1000")
 	t0 := stepFor(t, clock, 5*time.Second, 100*time.Millisecond)
 	waitUntil(t, "the second renewal", func() bool { return len(lease.sends()) >= 2 })
-	clock.settle(t)
+	clock.Settle(t)
 	clock.Advance(2 * time.Second)
 	close(slow)
 	for len(lease.sends()) < 3 && clock.Now().Sub(t0) < 20*time.Second {
-		clock.settle(t)
-		clock.Advance(100 * time.Millisecond)
+		clock.Step(t, 100*time.Millisecond, t0.Add(20*time.Second))
 	}
 	s := lease.sends()
 	if len(s) < 3 {
@@ -178,8 +178,7 @@ func TestShortGrantBringsTheNextRenewalForward(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "exec sleep 1000")
 	t0 := clock.Now()
 	for len(lease.sends()) < 4 && clock.Now().Sub(t0) < 20*time.Second {
-		clock.settle(t)
-		clock.Advance(50 * time.Millisecond)
+		clock.Step(t, 50*time.Millisecond, t0.Add(20*time.Second))
 	}
 	s := lease.sends()
 	if len(s) < 4 {
@@ -447,7 +446,8 @@ func TestEarlyRenewalAnsweredAfterTheStopBeganChangesNothing(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
 	t0 := stepFor(t, clock, 6*time.Second, 50*time.Millisecond)
 	close(answer)
-	code := advanceUntilDone(t, clock, done, 50*time.Millisecond)
+	// Steps of 250ms from t0+6s land on the kill point, t0+10.5s.
+	code := advanceUntilDone(t, clock, done, 250*time.Millisecond)
 	s := lease.sends()
 	if len(s) < 3 || s[2].Sub(t0) != 5050*time.Millisecond {
 		t.Fatalf("renewals sent at %v, want the third at t0+5.05s (t0 %v)", s, t0)
@@ -516,8 +516,7 @@ func stepFor(t *testing.T, clock *fakeClock, d, step time.Duration) time.Time {
 	t.Helper()
 	t0 := clock.Now()
 	for clock.Now().Sub(t0) < d {
-		clock.settle(t)
-		clock.Advance(step)
+		clock.Step(t, step, t0.Add(d))
 	}
 	return t0
 }

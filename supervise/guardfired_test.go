@@ -68,14 +68,13 @@ func fireGuard(t *testing.T, dir string) {
 // code, or reports false when the supervisor still runs after that.
 func advanceFor(t *testing.T, clock *fakeClock, done <-chan int, d, step time.Duration) (int, bool) {
 	t.Helper()
-	for range d / step {
+	for end := clock.Now().Add(d); clock.Now().Before(end); {
 		select {
 		case code := <-done:
 			return code, true
 		default:
 		}
-		clock.settle(t)
-		clock.Advance(step)
+		clock.Step(t, step, end)
 	}
 	select {
 	case code := <-done:
@@ -85,6 +84,10 @@ func advanceFor(t *testing.T, clock *fakeClock, done <-chan int, d, step time.Du
 	}
 }
 
+// heartbeat makes the event loop turn every HeartbeatInterval, as under a
+// systemd watchdog: stallLoop turns it so.
+func heartbeat(c *Config) { c.Events.Tick = func() {} }
+
 // stallLoop makes the leader's event loop hang at its next turn, as a
 // stopped or swapped-out leaderrun would, while the rest of the process
 // (the reaper, the guard's reply reader) runs on. It returns once the loop
@@ -92,7 +95,7 @@ func advanceFor(t *testing.T, clock *fakeClock, done <-chan int, d, step time.Du
 func stallLoop(t *testing.T, clock *fakeClock, stall *atomic.Bool, stalled <-chan struct{}) (resume func()) {
 	t.Helper()
 	stall.Store(true)
-	clock.settle(t)
+	clock.Settle(t)
 	clock.Advance(HeartbeatInterval) // a turn of the loop
 	select {
 	case <-stalled:
@@ -151,6 +154,7 @@ func TestGuardThatFiredEndsTheTerm(t *testing.T) {
 			clock, rec, done := harness(t, "echo $$ > "+dir+"/child.pid; exec sleep 1000", lease, func(c *Config) {
 				c.Guard = standInGuard(dir, true)
 				c.Restart = restart
+				heartbeat(c)
 			})
 			fireWhileStalled(t, dir, clock, stall, stalled)
 			// Past the restart delay (1s), well inside the deadline (9s
@@ -186,6 +190,7 @@ func TestGuardThatFiredRejoins(t *testing.T) {
 		c.Locker = &testLocker{leases: leases}
 		c.Guard = standInGuard(dir, true)
 		c.OnLost = LostRejoin
+		heartbeat(c)
 	})
 	fireWhileStalled(t, dir, clock, stall, stalled)
 	code, exited := advanceFor(t, clock, done, 5*time.Second, 100*time.Millisecond)
@@ -210,9 +215,10 @@ func TestRenewalAnsweredAfterTheGuardFiredIsALoss(t *testing.T) {
 	lease.gate = make(chan struct{})
 	clock, rec, done := harness(t, "exec sleep 1000", lease, func(c *Config) {
 		c.Guard = standInGuard(dir, false)
+		heartbeat(c)
 	})
 	waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
-	clock.settle(t)
+	clock.Settle(t)
 	clock.Advance(5 * time.Second) // the renewal goes out and waits in the gate
 	resume := stallLoop(t, clock, stall, stalled)
 	fireGuard(t, dir)
@@ -280,11 +286,11 @@ func TestGuardHearsLeaderrunsOwnKillPoint(t *testing.T) {
 			waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
 			const renewals = 4
 			for i := 1; i <= renewals; i++ {
-				clock.settle(t)
+				clock.Settle(t)
 				before := guard.MonoNow()
 				clock.Advance(5 * time.Second) // the renew interval
 				waitUntil(t, "the renewal", func() bool { return rec.count("renewed") == i })
-				clock.settle(t)
+				clock.Settle(t)
 				after := guard.MonoNow()
 				// The stand-in writes down what it heard a moment later.
 				points := guardKillPoints(t, dir)
@@ -334,7 +340,7 @@ func TestGuardHearsAnEarlierKillPointThatEndsTheTerm(t *testing.T) {
 		c.Guard = standInGuard(dir, false)
 	})
 	waitUntil(t, "the guard to be told the job", func() bool { return strings.Contains(guardHeard(dir), "watch ") })
-	clock.settle(t)
+	clock.Settle(t)
 	before := guard.MonoNow()
 	clock.Advance(5 * time.Second) // the renewal that shrinks the lease
 	waitUntil(t, "the stop", func() bool { return rec.count("stopping") > 0 })

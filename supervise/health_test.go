@@ -55,7 +55,7 @@ func TestHealthCheckDaemonContained(t *testing.T) {
 			}{
 				{name: "passes", script: "echo fine; sleep 0.2; exit 0", timeout: 5 * time.Second, ok: true, out: "fine"},
 				{name: "fails", script: "echo sick; sleep 0.2; exit 1", timeout: 5 * time.Second, err: "exited 1", out: "sick"},
-				{name: "times out", script: "sleep 30", timeout: time.Second, err: "timed out after 1s"},
+				{name: "times out", script: "sleep 30", timeout: 300 * time.Millisecond, err: "timed out after 300ms"},
 				{name: "stopped", script: "sleep 30", timeout: time.Minute, cancelAfter: 300 * time.Millisecond, err: "context canceled"},
 			} {
 				t.Run(tc.name, func(t *testing.T) {

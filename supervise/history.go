@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/leaderrun/leaderrun/internal/clock"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
 )
@@ -26,8 +27,8 @@ type HistoryConfig struct {
 	Period time.Duration
 }
 
-// historyTimeout bounds each history write. A write that fails or takes
-// longer is a warning and nothing else.
+// historyTimeout bounds each history write, on the supervisor's clock. A
+// write that fails or takes longer is a warning and nothing else.
 const historyTimeout = 3 * time.Second
 
 // stopRequested is finish's reason when leaderrun itself was asked to stop.
@@ -119,7 +120,7 @@ func (w *historyWriter) ended(l *leadership) {
 const SlotFailed = "failed"
 
 func (w *historyWriter) write(t locker.Term, what string) {
-	ctx, cancel := context.WithTimeout(context.Background(), historyTimeout)
+	ctx, cancel := clock.WithTimeout(context.Background(), w.s.clock, historyTimeout)
 	defer cancel()
 	if err := w.h.RecordTerm(ctx, t, w.s.cfg.History.Keep); err != nil {
 		w.s.log.Warn("cannot write the run history; the run goes on", "record", what, "epoch", t.Epoch, "error", err)

@@ -38,17 +38,21 @@ func (l *waitingLocker) Close() error                                { return ni
 func runWaiting(t *testing.T, lk locker.Locker) (int, string) {
 	t.Helper()
 	var buf testsupport.SyncBuffer
+	clock := newFakeClock() // the acquire timeout passes on it
 	sh, _ := ResolveCommand("sh")
 	s, err := New(Config{
 		Locker: lk, Target: "10.0.0.1:2379", Command: Command{Path: sh, Args: []string{"sh", "-c", "true"}, Env: os.Environ()},
 		TTL: 15 * time.Second, RenewInterval: 200 * time.Millisecond, KillGrace: 5 * time.Second, SafetyMargin: time.Second,
 		StopSignal: syscall.SIGTERM, RestartDelay: time.Second, Restart: RestartNever, OnLost: LostExit,
 		AcquireTimeout: time.Second, Logger: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info}),
+		Clock: clock,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Run(context.Background()), buf.String()
+	done := make(chan int, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	return advanceUntilDone(t, clock, done, 100*time.Millisecond), buf.String()
 }
 
 // TestAcquireTimeoutIsAConflictOnlyWithAHolderSeen: a holder read during the

@@ -77,7 +77,7 @@ type leadership struct {
 func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time.Time) (code int, lost, again, handover bool) {
 	l := &leadership{
 		lease:      lease,
-		timeline:   StopTimeline{Deadline: deadline, SafetyMargin: s.cfg.SafetyMargin, KillGrace: s.cfg.KillGrace},
+		timeline:   s.cfg.Timeline(deadline),
 		restarts:   retry.Backoff{Min: s.cfg.RestartDelay, Max: MaxRestartDelay},
 		stopSignal: s.cfg.StopSignal,
 		guard:      guardTerm{now: s.clock.Now},
@@ -305,7 +305,7 @@ func (s *Supervisor) renewLoop(ctx context.Context, lease locker.Lease, deadline
 // counts (NewDeadline: a grant of 0 or less reported nothing).
 func (s *Supervisor) nextRenewal(sent, deadline time.Time) time.Time {
 	next := sent.Add(s.cfg.RenewInterval)
-	latest := deadline.Add(-s.cfg.SafetyMargin - s.cfg.KillGrace - s.renewTimeout())
+	latest := s.cfg.Timeline(deadline).RenewBy(s.renewTimeout())
 	if latest.Before(next) {
 		next = latest
 		if floor := s.clock.Now().Add(min(shortGrantPause, s.cfg.RenewInterval)); next.Before(floor) {

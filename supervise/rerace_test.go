@@ -17,7 +17,7 @@ func TestRerace(t *testing.T) {
 		c.OnLost, c.Rerace = LostRejoin, true
 		lk = c.Locker.(*testLocker)
 	})
-	clock.settle(t)
+	clock.Settle(t)
 	lk.leases <- second
 	first.markLost()
 	var code int

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/internal/clock"
 	"github.com/leaderrun/leaderrun/internal/exitcode"
 	"github.com/leaderrun/leaderrun/internal/logline"
 	"github.com/leaderrun/leaderrun/internal/retry"
@@ -186,7 +187,7 @@ func (s *Supervisor) sleep(ctx context.Context, d time.Duration) bool {
 func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline time.Time, code int, ok bool) {
 	actx, cancel := ctx, context.CancelFunc(func() {})
 	if s.cfg.AcquireTimeout > 0 {
-		actx, cancel = context.WithTimeout(ctx, s.cfg.AcquireTimeout)
+		actx, cancel = clock.WithTimeout(ctx, s.clock, s.cfg.AcquireTimeout)
 	}
 	defer cancel()
 

@@ -137,15 +137,25 @@ func (r *recorder) events_() Events {
 		Released:       func() { r.add("released") },
 		ChildExited:    func(code int) { r.add("exited " + strconv.Itoa(code)) },
 		Renewed:        func(time.Time) { r.add("renewed") },
-		Tick:           func() { r.ticks.Add(1) },
 	}
 }
+
+// withTicks watches the heartbeat (Events.Tick): the event loop then turns
+// every HeartbeatInterval, as under a systemd watchdog, and r counts the
+// turns. Without it the loop turns only on events, as in a run without a
+// watchdog, and fake time skips straight to the next timer.
+func (r *recorder) withTicks(c *Config) { c.Events.Tick = func() { r.ticks.Add(1) } }
 
 // harness runs a supervisor with a fake clock over a real child.
 func harness(t *testing.T, script string, lease *testLease, change ...func(*Config)) (*fakeClock, *recorder, <-chan int) {
 	t.Helper()
-	clock := newFakeClock()
-	rec := &recorder{clock: clock}
+	return harnessWith(t, &recorder{clock: newFakeClock()}, script, lease, change...)
+}
+
+// harnessWith is harness with a recorder of the caller's, on its clock.
+func harnessWith(t *testing.T, rec *recorder, script string, lease *testLease, change ...func(*Config)) (*fakeClock, *recorder, <-chan int) {
+	t.Helper()
+	clock := rec.clock.(*fakeClock)
 	lk := &testLocker{leases: make(chan *testLease, 1)}
 	lk.leases <- lease
 	sh, err := ResolveCommand("sh")
@@ -223,9 +233,10 @@ func TestStopTimelineOnFailedRenewals(t *testing.T) {
 
 	var code int
 	finished := false
-	for step := 0; step < 200 && !finished; step++ {
-		clock.settle(t)
-		clock.Advance(100 * time.Millisecond)
+	// Steps of 500ms land on both stop points; the job is polled every
+	// 10ms while it is stopped, so smaller steps only cost real time.
+	for !finished && clock.Now().Sub(t0) < 20*time.Second {
+		clock.Step(t, 500*time.Millisecond, t0.Add(20*time.Second))
 		select {
 		case code = <-done:
 			finished = true
@@ -269,10 +280,11 @@ func TestStopTimelineOnFailedRenewals(t *testing.T) {
 func TestLateRenewalDoesNotRestartChild(t *testing.T) {
 	lease := newTestLease(3, 15*time.Second)
 	lease.gate = make(chan struct{})
-	clock, rec, done := harness(t, "exec sleep 1000", lease)
-	clock.settle(t)
+	rec := &recorder{clock: newFakeClock()}
+	clock, rec, done := harnessWith(t, rec, "exec sleep 1000", lease, rec.withTicks)
+	clock.Settle(t)
 	clock.Advance(5 * time.Second) // the renewal goes out and hangs in the gate
-	clock.settle(t)
+	clock.Settle(t)
 	lease.markLost()
 	deadline := time.Now().Add(10 * time.Second)
 	for rec.count("stopping") == 0 {
@@ -309,9 +321,8 @@ func TestLateRenewalDoesNotRestartChild(t *testing.T) {
 func TestRenewalsKeepChildRunning(t *testing.T) {
 	lease := newTestLease(1, 15*time.Second)
 	clock, rec, done := harness(t, "exec sleep 1000", lease)
-	for i := 0; i < 120; i++ { // one minute of fake time, four TTLs
-		clock.settle(t)
-		clock.Advance(500 * time.Millisecond)
+	for end := clock.Now().Add(time.Minute); clock.Now().Before(end); { // four TTLs
+		clock.Step(t, 500*time.Millisecond, end)
 	}
 	if n := rec.count("SIG"); n != 0 {
 		t.Fatalf("%d signals sent to a child whose lease was renewed", n)
@@ -355,15 +366,19 @@ func TestRestartBackoffDoublesAndResetsAfterALongRun(t *testing.T) {
 			if clock.Now().Sub(t0) > limit {
 				t.Fatalf("only %d starts by t0+%v", len(rec.startTimes()), limit)
 			}
-			clock.settle(t)
+			// Step by step, skipping nothing: a real child exits on
+			// its own while the clock moves, and the next timer may be
+			// a renewal seconds away.
+			clock.Settle(t)
 			clock.Advance(100 * time.Millisecond)
 		}
 	}
 	advanceUntil(4, 20*time.Second)
 	long := readPIDFile(t, filepath.Join(dir, "long.pid"))
-	for range 350 { // 35s of a healthy run
-		clock.settle(t)
-		clock.Advance(100 * time.Millisecond)
+	// A healthy run: nothing real happens until the test kills it, so the
+	// steps between renewals can be skipped.
+	for end := clock.Now().Add(35 * time.Second); clock.Now().Before(end); {
+		clock.Step(t, 100*time.Millisecond, end)
 	}
 	_ = syscall.Kill(long, syscall.SIGKILL)
 	advanceUntil(6, 60*time.Second)
@@ -379,5 +394,6 @@ func TestRestartBackoffDoublesAndResetsAfterALongRun(t *testing.T) {
 		}
 	}
 	lease.markLost()
-	<-done
+	// The stop polls the job on the fake clock.
+	advanceUntilDone(t, clock, done, 100*time.Millisecond)
 }

@@ -10,7 +10,9 @@ import "time"
 //	TermAt = Deadline - SafetyMargin - KillGrace   stop signal to the group
 //	KillAt = Deadline - SafetyMargin               SIGKILL to the group
 //
-// It is pure arithmetic; the supervisor arms timers from it.
+// It is pure arithmetic, and the only place where a deadline becomes stop
+// points: the term's timers, the renewal schedule (RenewBy) and the stop
+// point published to the job (Config.Timeline) all read it from here.
 type StopTimeline struct {
 	// Deadline is the send time of the last successful renewal plus
 	// min(requested TTL, granted TTL) (DESIGN §1.2).
@@ -19,6 +21,12 @@ type StopTimeline struct {
 	SafetyMargin time.Duration
 	// KillGrace is how long the stop signal is given before SIGKILL.
 	KillGrace time.Duration
+}
+
+// Timeline is the stop timeline of deadline under c's safety margin and
+// kill grace.
+func (c Config) Timeline(deadline time.Time) StopTimeline {
+	return StopTimeline{Deadline: deadline, SafetyMargin: c.SafetyMargin, KillGrace: c.KillGrace}
 }
 
 // NewDeadline computes the lease deadline from the moment a successful
@@ -41,6 +49,13 @@ func (s StopTimeline) TermAt() time.Time {
 // KillAt is when SIGKILL goes to the child's group.
 func (s StopTimeline) KillAt() time.Time {
 	return s.Deadline.Add(-s.SafetyMargin)
+}
+
+// RenewBy is the latest moment a renewal that may take timeout to answer
+// can be sent and still extend the lease before TermAt: a renewal sent
+// later could time out past the stop point.
+func (s StopTimeline) RenewBy(timeout time.Duration) time.Time {
+	return s.TermAt().Add(-timeout)
 }
 
 // StartedAt is the timeline of a stop that begins at now for a reason other

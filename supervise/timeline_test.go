@@ -68,3 +68,35 @@ func TestRenewTimeout(t *testing.T) {
 		}
 	}
 }
+
+// The one calculation of stop points: a Config's margins turn a deadline
+// into the timeline the term arms, the latest send of a renewal, and (in
+// the deadline file) the stop point the job reads.
+func TestConfigTimelineAndRenewBy(t *testing.T) {
+	d := time.Unix(1000, 0)
+	cfg := Config{TTL: 15 * time.Second, RenewInterval: 5 * time.Second, SafetyMargin: time.Second, KillGrace: 2 * time.Second}
+	tl := cfg.Timeline(d)
+	if tl != (StopTimeline{Deadline: d, SafetyMargin: time.Second, KillGrace: 2 * time.Second}) {
+		t.Fatalf("Timeline = %+v", tl)
+	}
+	if got := d.Sub(tl.TermAt()); got != 3*time.Second {
+		t.Errorf("TermAt = deadline - %v, want deadline - 3s (margin + grace)", got)
+	}
+	if got := d.Sub(tl.RenewBy(500 * time.Millisecond)); got != 3500*time.Millisecond {
+		t.Errorf("RenewBy(500ms) = deadline - %v, want deadline - 3.5s", got)
+	}
+
+	// nextRenewal brings a renewal forward to exactly RenewBy after a
+	// short grant, and keeps the interval after a full one.
+	clk := newFakeClock()
+	s := &Supervisor{cfg: cfg, clock: clk}
+	sent := clk.Now()
+	short := NewDeadline(sent, cfg.TTL, 6*time.Second)
+	if got, want := s.nextRenewal(sent, short), cfg.Timeline(short).RenewBy(s.renewTimeout()); !got.Equal(want) {
+		t.Errorf("after a 6s grant: next renewal at send + %v, want send + %v", got.Sub(sent), want.Sub(sent))
+	}
+	full := NewDeadline(sent, cfg.TTL, cfg.TTL)
+	if got := s.nextRenewal(sent, full).Sub(sent); got != cfg.RenewInterval {
+		t.Errorf("after a full grant: next renewal at send + %v, want send + the interval", got)
+	}
+}

@@ -90,7 +90,7 @@ func leaseLeft(path string, epoch uint64, h locker.Holder) (time.Duration, strin
 // job whose leaderrun died reads nothing rather than an old deadline.
 type deadlineFile struct {
 	f                  *os.File
-	margin, killGrace  time.Duration
+	timeline           func(deadline time.Time) supervise.StopTimeline
 	epoch              uint64
 	writeErrorReported bool
 }
@@ -101,7 +101,7 @@ func openDeadlineFile(sup *supervise.Config) (*deadlineFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deadline file: %w", err)
 	}
-	d := &deadlineFile{f: os.NewFile(uintptr(fd), "leaderrun-deadline"), margin: sup.SafetyMargin, killGrace: sup.KillGrace}
+	d := &deadlineFile{f: os.NewFile(uintptr(fd), "leaderrun-deadline"), timeline: sup.Timeline}
 	d.put(0, 0)
 	return d, nil
 }
@@ -125,11 +125,11 @@ func (d *deadlineFile) events() supervise.Events {
 	}
 }
 
-// publish writes the stop point of deadline (deadline - safety margin -
-// kill grace, when the job gets its stop signal) on CLOCK_MONOTONIC, the
-// clock Go's monotonic readings come from.
+// publish writes the stop point of deadline (its timeline's TermAt, when
+// the job gets its stop signal) on CLOCK_MONOTONIC, the clock Go's
+// monotonic readings come from.
 func (d *deadlineFile) publish(deadline time.Time) {
-	stop := deadline.Add(-d.margin - d.killGrace)
+	stop := d.timeline(deadline).TermAt()
 	d.put(d.epoch, max(1, monoNow()+int64(time.Until(stop))))
 }
 

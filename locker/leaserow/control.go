@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/leaderrun/leaderrun/internal/retry"
+	"github.com/leaderrun/leaderrun/internal/clock"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -18,7 +18,7 @@ import (
 // their own. A store that can be told of a write (ControlNotifier:
 // PostgreSQL's LISTEN/NOTIFY) has WaitControl read once per notification,
 // plus a slow backstop read of its choosing; the others are read every
-// locker.ControlPoll, with a cheaper read when the store has one
+// Config.ControlPoll, with a cheaper read when the store has one
 // (ControlProber: DynamoDB's eventually consistent GetItem).
 
 // ControlNotifier is a Store that can be told when the key's control
@@ -29,7 +29,7 @@ type ControlNotifier interface {
 	// record. A write that succeeds after it returns is noticed by the
 	// listen's Wait. An error wrapping locker.ErrRefused means the store
 	// cannot listen (it said so in the log, once): WaitControl reads
-	// every locker.ControlPoll instead.
+	// every Config.ControlPoll instead.
 	ListenControl(ctx context.Context) (ControlListen, error)
 }
 
@@ -104,7 +104,7 @@ func (l *Locker) SetControl(ctx context.Context, c locker.Control) (string, erro
 // Wait's return, so a write made before the listen began is read and one
 // made after it is noticed; a listen that breaks is begun again, and one
 // that cannot begin leaves this wait to the poll below. A read that fails
-// in a way worth retrying is retried every locker.ControlPoll (logged
+// in a way worth retrying is retried every Config.ControlPoll (logged
 // once); a refusal ends the wait.
 func (l *Locker) WaitControl(ctx context.Context, version string) (locker.Control, error) {
 	n, ok := l.store.(ControlNotifier)
@@ -154,7 +154,7 @@ func (l *Locker) waitListening(ctx context.Context, lis ControlListen, version s
 			return locker.Control{}, true, err
 		default:
 			l.readFailed(err, &failing)
-			if !retry.Sleep(ctx, locker.ControlPoll) {
+			if !clock.Sleep(ctx, l.clock, l.ctlPoll, nil) {
 				return locker.Control{}, true, ctx.Err()
 			}
 			continue
@@ -169,7 +169,7 @@ func (l *Locker) waitListening(ctx context.Context, lis ControlListen, version s
 	}
 }
 
-// pollControl reads the record every locker.ControlPoll until its version
+// pollControl reads the record every Config.ControlPoll until its version
 // is not version.
 func (l *Locker) pollControl(ctx context.Context, version string, failing bool) (locker.Control, error) {
 	for {
@@ -184,7 +184,7 @@ func (l *Locker) pollControl(ctx context.Context, version string, failing bool) 
 // controlStep is one step of the poll: a read (through the store's
 // ControlProber first when it has one), and when the version is still
 // version, or the read failed in a way worth retrying, a sleep of
-// locker.ControlPoll (not done, with the read's error). quiet keeps a
+// Config.ControlPoll (not done, with the read's error). quiet keeps a
 // failure at Debug (one was logged already).
 func (l *Locker) controlStep(ctx context.Context, version string, quiet bool) (locker.Control, bool, error) {
 	c, same, err := l.probeControl(ctx, version)
@@ -200,7 +200,7 @@ func (l *Locker) controlStep(ctx context.Context, version string, quiet bool) (l
 	default:
 		l.readFailed(err, &quiet)
 	}
-	if !retry.Sleep(ctx, locker.ControlPoll) {
+	if !clock.Sleep(ctx, l.clock, l.ctlPoll, nil) {
 		return locker.Control{}, true, ctx.Err()
 	}
 	return locker.Control{}, false, err

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/leaderrun/leaderrun/internal/clock/fakeclock"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 )
@@ -34,7 +36,7 @@ func TestControlWithoutListen(t *testing.T) {
 		t.Run(fmt.Sprintf("refused=%v", refused), func(t *testing.T) {
 			db := newMemDB()
 			var listens atomic.Int64
-			lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
+			lockertest.ControlContractPoll(t, testControlPoll, func(t *testing.T, key string) locker.Locker {
 				st := noListenStore{memStore: memStore{db, key}, refused: refused, listens: &listens}
 				return newTestLocker(t, db, key, "c", func(c *Config) { c.Store = st })
 			})
@@ -67,21 +69,51 @@ func (s probeStore) ReadControl(ctx context.Context) ([]byte, uint64, error) {
 func TestControlProbe(t *testing.T) {
 	db := newMemDB()
 	var probes, reads atomic.Int64
-	lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
+	lockertest.ControlContractPoll(t, testControlPoll, func(t *testing.T, key string) locker.Locker {
 		return newTestLocker(t, db, key, "c", func(c *Config) { c.Store = probeStore{memStore{db, key}, &probes, &reads} })
 	})
-	l := newTestLocker(t, db, "probe-idle", "c", func(c *Config) { c.Store = probeStore{memStore{db, "probe-idle"}, &probes, &reads} })
+	// Idle, on a fake clock at the real pace: one probe per
+	// locker.ControlPoll, and no full read.
+	clk := fakeclock.New()
+	l := newTestLocker(t, db, "probe-idle", "c", func(c *Config) {
+		c.Store = probeStore{memStore{db, "probe-idle"}, &probes, &reads}
+		c.Clock, c.ControlPoll = clk, 0
+	})
 	if _, err := l.SetControl(ctx(t), locker.Control{}); err != nil {
 		t.Fatal(err)
 	}
 	probes.Store(0)
 	reads.Store(0)
-	wctx, cancel := context.WithTimeout(ctx(t), 2*locker.ControlPoll+locker.ControlPoll/2)
+	wctx, cancel := context.WithCancel(ctx(t))
 	defer cancel()
-	if _, err := l.WaitControl(wctx, "1"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("WaitControl on an unchanged record: %v", err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.WaitControl(wctx, "1")
+		done <- err
+	}()
+	clk.Settle(t)
+	if p := probes.Load(); p != 1 {
+		t.Fatalf("WaitControl began with %d probes, want 1", p)
 	}
-	if p, r := probes.Load(), reads.Load(); p < 2 || r != 0 {
-		t.Fatalf("an idle WaitControl made %d probes and %d full reads; want at least 2 probes and no full read", p, r)
+	clk.Advance(locker.ControlPoll - time.Millisecond)
+	clk.Settle(t)
+	if p := probes.Load(); p != 1 {
+		t.Fatalf("%d probes before a poll passed, want 1", p)
+	}
+	for range 3 {
+		clk.Step(t, locker.ControlPoll, time.Time{})
+	}
+	clk.Settle(t)
+	select {
+	case err := <-done:
+		t.Fatalf("WaitControl on an unchanged record returned: %v", err)
+	default:
+	}
+	if p, r := probes.Load(), reads.Load(); p != 4 || r != 0 {
+		t.Fatalf("an idle WaitControl made %d probes and %d full reads over 3 polls; want 4 probes and no full read", p, r)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitControl after its context ended: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/internal/clock/fakeclock"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
@@ -29,14 +30,41 @@ var handEdits = map[string]func(db *memDB, key string){
 	},
 }
 
-// pending fails the test when got has delivered.
-func pending(t *testing.T, got <-chan lockertest.Acquired, when string) {
+// testPoll is newTestLocker's Poll.
+const testPoll = 5 * time.Millisecond
+
+// pending fails the test when got has delivered after a few polls of the
+// standby's fake clock.
+func pending(t *testing.T, clock *fakeclock.Clock, got <-chan lockertest.Acquired, when string) {
 	t.Helper()
-	time.Sleep(60 * time.Millisecond) // a few polls
+	for range 3 {
+		clock.Settle(t)
+		clock.Advance(testPoll)
+	}
+	clock.Settle(t)
 	select {
 	case r := <-got:
 		t.Fatalf("took the key %s: %+v", when, r)
 	default:
+	}
+}
+
+// awaitAcquired moves the standby's fake clock on, a poll at a time, until
+// got delivers, and returns it with how much fake time that took.
+func awaitAcquired(t *testing.T, clock *fakeclock.Clock, got <-chan lockertest.Acquired, what string) (lockertest.Acquired, time.Duration) {
+	t.Helper()
+	t0 := clock.Now()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		select {
+		case r := <-got:
+			return r, clock.Now().Sub(t0)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		clock.Step(t, testPoll, time.Time{})
 	}
 }
 
@@ -50,31 +78,27 @@ func TestHandEditIsAHolderGoneSilent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			db := newMemDB()
 			a := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
-			clock := &jumpClock{}
-			b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Now = clock.Now })
+			clock := fakeclock.New()
+			b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Clock = clock })
 			got := lockertest.AcquireAsync(t, ctx(t), b)
-			pending(t, got, "from a live holder")
-			clock.jump(due / 2)
+			pending(t, clock, got, "from a live holder")
+			clock.Advance(due / 2)
 			edit(db, "k")
-			pending(t, got, "at once after the edit")
-			clock.jump(due - time.Second)
-			pending(t, got, "before the holder's TTL after the edit")
+			pending(t, clock, got, "at once after the edit")
+			clock.Advance(due - time.Second)
+			pending(t, clock, got, "before the holder's TTL after the edit")
 			if _, err := a.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) {
 				t.Fatalf("the holder's renewal after the edit: %v, want ErrLost", err)
 			}
-			clock.jump(1100 * time.Millisecond)
-			select {
-			case r := <-got:
-				if r.Err != nil {
-					t.Fatal(r.Err)
-				}
-				if r.Lease.Epoch() <= a.Epoch() {
-					t.Fatalf("epoch %d after %d", r.Lease.Epoch(), a.Epoch())
-				}
-				lockertest.Release(r.Lease)
-			case <-time.After(5 * time.Second):
-				t.Fatal("no takeover once the TTL passed")
+			clock.Advance(1100 * time.Millisecond)
+			r, _ := awaitAcquired(t, clock, got, "no takeover once the TTL passed")
+			if r.Err != nil {
+				t.Fatal(r.Err)
 			}
+			if r.Lease.Epoch() <= a.Epoch() {
+				t.Fatalf("epoch %d after %d", r.Lease.Epoch(), a.Epoch())
+			}
+			lockertest.Release(r.Lease)
 		})
 	}
 }
@@ -84,9 +108,10 @@ func TestHandEditIsAHolderGoneSilent(t *testing.T) {
 func TestReleaseIsFreeAtOnce(t *testing.T) {
 	db := newMemDB()
 	a := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
-	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Now = (&jumpClock{}).Now })
+	clock := fakeclock.New()
+	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Clock = clock })
 	got := lockertest.AcquireAsync(t, ctx(t), b)
-	pending(t, got, "from a live holder")
+	pending(t, clock, got, "from a live holder")
 	if err := a.Release(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +119,13 @@ func TestReleaseIsFreeAtOnce(t *testing.T) {
 	if r.Term != "" || r.Contract != Released {
 		t.Fatalf("released row: term %q contract %q, want empty and %q", r.Term, r.Contract, Released)
 	}
-	select {
-	case r := <-got:
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-		lockertest.Release(r.Lease)
-	case <-time.After(5 * time.Second):
-		t.Fatal("a released row was not taken at once")
+	acq, took := awaitAcquired(t, clock, got, "a released row was not taken")
+	if acq.Err != nil {
+		t.Fatal(acq.Err)
+	}
+	lockertest.Release(acq.Lease)
+	if took > 2*testPoll {
+		t.Fatalf("a released row was taken after %v of the standby's time, want at its next read", took)
 	}
 }
 
@@ -125,22 +149,18 @@ func TestLateCandidateOnAnEditedKey(t *testing.T) {
 			if _, err := once.Acquire(ctx(t)); !errors.Is(err, locker.ErrHeld) || !strings.Contains(err.Error(), "without a release") {
 				t.Fatalf("single attempt: %v, want ErrHeld naming the missing release", err)
 			}
-			clock := &jumpClock{}
-			b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Now = clock.Now })
+			clock := fakeclock.New()
+			b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Clock = clock })
 			got := lockertest.AcquireAsync(t, ctx(t), b)
-			pending(t, got, "at once")
-			clock.jump(due - time.Second)
-			pending(t, got, "before its TTL")
-			clock.jump(1100 * time.Millisecond)
-			select {
-			case r := <-got:
-				if r.Err != nil || r.Lease.Epoch() <= a.Epoch() {
-					t.Fatalf("%+v after epoch %d", r, a.Epoch())
-				}
-				lockertest.Release(r.Lease)
-			case <-time.After(5 * time.Second):
-				t.Fatal("no acquire once its TTL passed")
+			pending(t, clock, got, "at once")
+			clock.Advance(due - time.Second)
+			pending(t, clock, got, "before its TTL")
+			clock.Advance(1100 * time.Millisecond)
+			r, _ := awaitAcquired(t, clock, got, "no acquire once its TTL passed")
+			if r.Err != nil || r.Lease.Epoch() <= a.Epoch() {
+				t.Fatalf("%+v after epoch %d", r, a.Epoch())
 			}
+			lockertest.Release(r.Lease)
 		})
 	}
 	t.Run("fresh key", func(t *testing.T) {

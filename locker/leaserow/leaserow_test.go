@@ -4,40 +4,25 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/leaderrun/leaderrun/internal/clock"
+	"github.com/leaderrun/leaderrun/internal/clock/fakeclock"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
 )
 
-// jumpClock is the real monotonic clock plus an offset a test moves
-// forward: time passing on the standby's own clock without the test
-// waiting for it.
-type jumpClock struct {
-	mu  sync.Mutex
-	off time.Duration
-}
-
-func (c *jumpClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.off)
-}
-
-func (c *jumpClock) jump(d time.Duration) {
-	c.mu.Lock()
-	c.off += d
-	c.mu.Unlock()
-}
-
 const testTTL = 10 * time.Second
+
+// testControlPoll is the tests' pace of WaitControl's reads: the control
+// contract's waits scale with it (lockertest.ControlContractPoll).
+const testControlPoll = 20 * time.Millisecond
 
 func newTestLocker(t *testing.T, db *memDB, key, id string, mods ...func(*Config)) *Locker {
 	t.Helper()
-	cfg := Config{Options: locker.Options{Key: key, ID: id, TTL: testTTL}, Store: memStore{db, key}, Name: "mem", Poll: 5 * time.Millisecond}
+	cfg := Config{Options: locker.Options{Key: key, ID: id, TTL: testTTL}, Store: memStore{db, key}, Name: "mem", Poll: 5 * time.Millisecond, ControlPoll: testControlPoll}
 	for _, m := range mods {
 		m(&cfg)
 	}
@@ -116,38 +101,23 @@ func TestTakeoverOnlyAfterTTLAndAllowanceOnOurClock(t *testing.T) {
 	db := newMemDB()
 	a := newTestLocker(t, db, "k", "a")
 	old := lockertest.MustAcquire(t, a)
-	clock := &jumpClock{}
-	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Now = clock.Now })
+	clock := fakeclock.New()
+	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Clock = clock })
 	got := lockertest.AcquireAsync(t, ctx(t), b)
 	due := testTTL + observe.Allowance(testTTL)
 
-	time.Sleep(50 * time.Millisecond) // b has seen the row
-	clock.jump(due - 200*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case r := <-got:
-		t.Fatalf("took over before TTL + allowance: %+v", r)
-	default:
-	}
+	pending(t, clock, got, "from a live holder") // b has seen the row
+	clock.Advance(due - 200*time.Millisecond)
+	pending(t, clock, got, "before TTL + allowance")
 	// A renewal starts the wait over.
 	if _, err := old.Renew(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
-	clock.jump(due - 200*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case r := <-got:
-		t.Fatalf("took over a holder that renewed: %+v", r)
-	default:
-	}
-	clock.jump(250 * time.Millisecond)
-	var r lockertest.Acquired
-	select {
-	case r = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no takeover after TTL + allowance unchanged")
-	}
+	pending(t, clock, got, "right after a renewal") // b has seen it
+	clock.Advance(due - 200*time.Millisecond)
+	pending(t, clock, got, "from a holder that renewed")
+	clock.Advance(250 * time.Millisecond)
+	r, _ := awaitAcquired(t, clock, got, "no takeover after TTL + allowance unchanged")
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -171,27 +141,18 @@ func TestHolderWithoutContractIsOnlyWaitedFor(t *testing.T) {
 	db := newMemDB()
 	db.rows["k"] = &Row{Term: "other", Holder: locker.Holder{ID: "other-tool"}, TTL: time.Second, Epoch: 5, Version: "v1"}
 	db.counter = 5
-	clock := &jumpClock{}
-	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Now = clock.Now })
+	clock := fakeclock.New()
+	b := newTestLocker(t, db, "k", "b", func(c *Config) { c.Clock = clock })
 	got := lockertest.AcquireAsync(t, ctx(t), b)
-	time.Sleep(30 * time.Millisecond)
-	clock.jump(time.Hour)
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case r := <-got:
-		t.Fatalf("took over a holder without the contract: %+v", r)
-	default:
-	}
+	pending(t, clock, got, "at once")
+	clock.Advance(time.Hour)
+	pending(t, clock, got, "from a holder without the contract, an hour on")
 	db.edit("k", func(r *Row) { r.Term, r.Holder = "", locker.Holder{} })
-	select {
-	case r := <-got:
-		if r.Err != nil || r.Lease.Epoch() != 6 {
-			t.Fatalf("after the release: %+v, want epoch 6", r)
-		}
-		lockertest.Release(r.Lease)
-	case <-time.After(5 * time.Second):
-		t.Fatal("a freed row was not taken")
+	r, _ := awaitAcquired(t, clock, got, "a freed row was not taken")
+	if r.Err != nil || r.Lease.Epoch() != 6 {
+		t.Fatalf("after the release: %+v, want epoch 6", r)
 	}
+	lockertest.Release(r.Lease)
 }
 
 func TestEpochGrowsAcrossReleaseAndReacquire(t *testing.T) {
@@ -255,7 +216,7 @@ func TestRecordRunNeedsTheRow(t *testing.T) {
 
 func TestRunLogContractInMemory(t *testing.T) {
 	db := newMemDB()
-	lockertest.RunLogContract(t, func(t *testing.T, key string) locker.Locker {
+	lockertest.RunLogContractLifetime(t, 500*time.Millisecond, func(t *testing.T, key string) locker.Locker {
 		return newTestLocker(t, db, key, "c")
 	})
 }
@@ -267,16 +228,87 @@ func TestHistoryContractInMemory(t *testing.T) {
 	})
 }
 
+// rateClock runs rate times as fast as base, from start: the clock of a
+// standby whose oscillator is fast (rate > 1) or slow, on fake time.
+type rateClock struct {
+	base  *fakeclock.Clock
+	start time.Time
+	rate  float64
+}
+
+func (c rateClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(c.base.Now().Sub(c.start)) * c.rate))
+}
+func (c rateClock) scale(d time.Duration) time.Duration { return time.Duration(float64(d) / c.rate) }
+func (c rateClock) NewTimer(d time.Duration) clock.Timer {
+	return c.base.NewTimer(c.scale(d))
+}
+func (c rateClock) NewTicker(d time.Duration) clock.Ticker {
+	return c.base.NewTicker(c.scale(d))
+}
+func (c rateClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.base.AfterFunc(c.scale(d), f)
+}
+
 // TestFastStandbyClockNeverTakesOverEarly: a standby whose clock runs 5%
 // fast or slow takes over no earlier than the holder's TTL after its last
-// renewal, in real time; one 30% fast would (lockertest.StandbyClockRates).
+// renewal, in the holder's time; one 30% fast would. This is
+// lockertest.StandbyClockRates (which the backends run in real time) on
+// fake time: the standby's watch and its polls run on its own clock.
 func TestFastStandbyClockNeverTakesOverEarly(t *testing.T) {
 	const ttl = 2 * time.Second
-	lockertest.StandbyClockRates(t, ttl, func(now func() time.Time) (locker.Locker, locker.Locker) {
+	for _, tc := range []struct {
+		rate  float64
+		early bool
+	}{{1.05, false}, {0.95, false}, {1.3, true}} {
+		fc := fakeclock.New()
 		db := newMemDB()
-		return newTestLocker(t, db, "k", "a", func(c *Config) { c.TTL = ttl }),
-			newTestLocker(t, db, "k", "b", func(c *Config) { c.TTL = ttl; c.Now = now })
-	})
+		holder := newTestLocker(t, db, "k", "a", func(c *Config) { c.TTL = ttl })
+		standby := newTestLocker(t, db, "k", "b", func(c *Config) {
+			// A poll as long as the TTL: the standby still wakes when its
+			// count says the key is free, and reads less in between.
+			c.TTL, c.Poll, c.Clock = ttl, ttl, rateClock{fc, fc.Now(), tc.rate}
+		})
+		ls := lockertest.MustAcquire(t, holder)
+		if _, err := ls.Renew(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		lastSend := fc.Now()
+		// The fake time when Acquire returned.
+		type acquired struct {
+			ls  locker.Lease
+			err error
+			at  time.Time
+		}
+		got := make(chan acquired, 1)
+		actx := ctx(t)
+		go func() {
+			ls, err := standby.Acquire(actx)
+			got <- acquired{ls, err, fc.Now()}
+		}()
+		var r acquired
+		for done := false; !done; {
+			select {
+			case r = <-got:
+				done = true
+				continue
+			default:
+			}
+			if fc.Now().Sub(lastSend) > 10*ttl {
+				t.Fatalf("rate %.2f: no takeover 10 TTLs after the last renewal", tc.rate)
+			}
+			fc.Step(t, 10*time.Millisecond, time.Time{})
+		}
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		lockertest.Release(r.ls)
+		took := r.at.Sub(lastSend)
+		t.Logf("standby clock rate %.2f: took over %v after the last renewal (TTL %v)", tc.rate, took, ttl)
+		if early := took < ttl; early != tc.early {
+			t.Errorf("rate %.2f: took over %v after the last renewal; early = %v, want %v", tc.rate, took, early, tc.early)
+		}
+	}
 }
 
 // TestClaimWhoseAnswerWasLost: a claim written but answered with an
@@ -308,7 +340,7 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 // on their servers.
 func TestControlContract(t *testing.T) {
 	db := newMemDB()
-	lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
+	lockertest.ControlContractPoll(t, testControlPoll, func(t *testing.T, key string) locker.Locker {
 		return newTestLocker(t, db, key, "c")
 	})
 }

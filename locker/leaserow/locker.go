@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leaderrun/leaderrun/internal/clock"
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
@@ -35,8 +36,17 @@ type Config struct {
 	Timeout time.Duration
 	// Logger receives the Locker's logs; nil: none.
 	Logger hclog.Logger
-	// Now replaces the monotonic clock of the standby's watch (tests).
+	// Clock is the core's time: the standby's watch, the polls of the row
+	// and of the control record, and the pauses between retries; nil:
+	// Go's monotonic clock. Tests inject a fake one. The times written to
+	// the store (RenewedAt, run records) stay wall-clock readings.
+	Clock clock.Clock
+	// Now, when set, replaces Clock's Now for the standby's watch alone
+	// (tests of a standby whose clock runs fast or slow).
 	Now func() time.Time
+	// ControlPoll is the pace of WaitControl's reads where the store has
+	// no notice of writes, and of its retries; 0: locker.ControlPoll.
+	ControlPoll time.Duration
 }
 
 // Locker campaigns for one key through a Store. It implements
@@ -49,7 +59,9 @@ type Locker struct {
 	poll    time.Duration
 	timeout time.Duration
 	log     hclog.Logger
-	now     func() time.Time
+	clock   clock.Clock
+	now     func() time.Time // the standby's watch
+	ctlPoll time.Duration    // WaitControl's pace (Config.ControlPoll)
 }
 
 var (
@@ -68,7 +80,14 @@ func New(cfg Config) (*Locker, error) {
 	if cfg.TTL <= 0 {
 		return nil, &locker.ConfigError{Field: "TTL", Rule: "must be positive"}
 	}
-	l := &Locker{opts: cfg.Options, store: cfg.Store, name: cfg.Name, poll: cfg.Poll, timeout: cfg.Timeout, log: cfg.Logger, now: cfg.Now}
+	l := &Locker{opts: cfg.Options, store: cfg.Store, name: cfg.Name, poll: cfg.Poll, timeout: cfg.Timeout, log: cfg.Logger,
+		clock: clock.Or(cfg.Clock), now: cfg.Now, ctlPoll: cfg.ControlPoll}
+	if l.now == nil {
+		l.now = l.clock.Now
+	}
+	if l.ctlPoll <= 0 {
+		l.ctlPoll = locker.ControlPoll
+	}
 	if l.name == "" {
 		l.name = "leaserow"
 	}
@@ -145,9 +164,6 @@ var errTaken = errors.New("another candidate wrote first")
 func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	term := token()
 	sb := &standby{now: l.now, own: l.opts.TTL}
-	if sb.now == nil {
-		sb.now = time.Now
-	}
 	backoff := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	warned, failing := false, false
 	for {
@@ -171,7 +187,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			} else {
 				l.log.Debug("reading the lease row failed; retrying", "error", err)
 			}
-			if !retry.Sleep(ctx, backoff.Next()) {
+			if !clock.Sleep(ctx, l.clock, backoff.Next(), nil) {
 				return nil, ctx.Err()
 			}
 			continue
@@ -215,7 +231,7 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 			}
 			continue
 		}
-		if !retry.SleepUnless(ctx, wait, freed) {
+		if !clock.Sleep(ctx, l.clock, wait, freed) {
 			return nil, ctx.Err()
 		}
 	}
