@@ -31,7 +31,7 @@ func visibleCommands() []string {
 // namesCommand says whether text names cmd as a word of a command list:
 // "leaderrun pause", "status|pause|resume", "[all|pause]".
 func namesCommand(text, cmd string) bool {
-	return regexp.MustCompile(`(^|[\s|\[,])` + regexp.QuoteMeta(cmd) + `($|[\s|\],])`).MatchString(text)
+	return regexp.MustCompile(`(^|[\s|\[,])` + regexp.QuoteMeta(cmd) + `($|[\s|\],;.])`).MatchString(text)
 }
 
 // TestUnknownCommandListsEveryCommand: a word that is no command lists
