@@ -291,7 +291,7 @@ func noEnvText() string {
 
 // dashRule says what a first word without "--" before it is.
 const dashRule = "COMMAND: put -- before it. Without --, the first word that is not an " +
-	"option names a command of leaderrun (status, check, help, version); one a typo " +
+	"option names a command of leaderrun (" + commandList + "); one a typo " +
 	"away from those is refused with a suggestion, and any other is run as COMMAND " +
 	"when --key is given, refused when it is not."
 

@@ -163,7 +163,7 @@ func TestTyposGetASuggestion(t *testing.T) {
 	}{
 		{"command", []string{"stauts", "x"}, `unknown command "stauts"; did you mean "status"?`},
 		{"command with a key", append(local, "--key", "k", "chek"), `unknown command "chek"; did you mean "check"?`},
-		{"no command, no key", []string{"nightly-report"}, `unknown command "nightly-report": the commands are status, history, check, help, version; a program to run goes after --`},
+		{"no command, no key", []string{"nightly-report"}, `unknown command "nightly-report": the commands are status, history, check, step-down, pause, resume, help, version; a program to run goes after --`},
 		{"run option", append(local, "--ttll", "5s", "--key", "k", "--", "true"), "unknown option --ttll (did you mean --ttl?)"},
 		{"run option prefix", []string{"--acquire", "5s"}, "unknown option --acquire (did you mean --acquire-timeout?)"},
 		{"status option", []string{"status", "k", "--jsn"}, "unknown option --jsn (did you mean --json?)"},
