@@ -262,7 +262,13 @@ const (
 	synopsisPause    = "leaderrun pause [KEY] --reason TEXT [--timeout D] [options]"
 	synopsisResume   = "leaderrun resume [KEY] [options]"
 	synopsisOther    = "leaderrun step-down|pause|resume KEY | help [all|BACKEND|CMD] | version"
+	synopsisHelp     = "leaderrun help [all|COMMAND|BACKEND]"
+	synopsisVersion  = "leaderrun version"
 )
+
+// synopses are the forms of every command, as the man page lists them.
+var synopses = []string{synopsisRun, synopsisStatus, synopsisHistory, synopsisCheck,
+	synopsisStepDown, synopsisPause, synopsisResume, synopsisHelp, synopsisVersion}
 
 // summary is the help's first paragraph.
 func summary() string {
@@ -414,8 +420,8 @@ func writeCommandHelp(w io.Writer, cmd *cli.Command) {
 
 // writeShortUsage is what a bare `leaderrun` prints on stderr.
 func writeShortUsage(w io.Writer, missing string) {
-	fmt.Fprintf(w, "leaderrun: %s\nUsage: %s\n       %s\n       %s\nRun 'leaderrun --help' for the options.\n",
-		missing, synopsisRun, synopsisStatus, synopsisCheck)
+	fmt.Fprintf(w, "leaderrun: %s\nUsage: %s\n       %s\n       %s | %s\nRun 'leaderrun --help' for the options.\n",
+		missing, synopsisRun, "leaderrun status|history|check|step-down|pause|resume [KEY] [options]", synopsisHelp, strings.TrimPrefix(synopsisVersion, "leaderrun "))
 }
 
 // version and commit are set with -ldflags "-X <this package>.version=...
