@@ -92,6 +92,7 @@ var (
 	reBadValue  = regexp.MustCompile(`^invalid value "(.*)" for flag -([\w-]+): (.*)$`)
 	reBadBool   = regexp.MustCompile(`^invalid boolean value "(.*)" for -([\w-]+): (.*)$`)
 	reBadEnv    = regexp.MustCompile(`^could not parse "(.*)" as (\w+) value from environment variable "(\w+)" for flag ([\w-]+): (.*)$`)
+	reBadEnvGen = regexp.MustCompile(`^could not parse "(.*)" from environment variable "(\w+)" as value for flag ([\w-]+): (.*)$`)
 	reUndefined = regexp.MustCompile(`^flag provided but not defined: -+([\w-]+)$`)
 	reNeedsArg  = regexp.MustCompile(`^flag needs an argument: -+([\w-]+)$`)
 	reNumber    = regexp.MustCompile(`^[0-9.]+$`)
@@ -111,6 +112,8 @@ func flagError(err error) error {
 		return fmt.Errorf("--%s takes no value (or true/false), got %q", m.sub[2], m.sub[1])
 	case m.re == reBadEnv:
 		return errors.New(badValue(m.sub[3]+"="+m.sub[1]+" (--"+m.sub[4]+")", m.sub[1], m.sub[2]+" "+m.sub[5]))
+	case m.re == reBadEnvGen:
+		return errors.New(badValue(m.sub[2]+"="+m.sub[1]+" (--"+m.sub[3]+")", m.sub[1], m.sub[4]))
 	case m.re == reUndefined:
 		return fmt.Errorf("unknown option --%s (leaderrun help all lists them)", m.sub[1])
 	case m.re == reNeedsArg:
@@ -125,7 +128,7 @@ type match struct {
 }
 
 func matchAny(msg string) match {
-	for _, re := range []*regexp.Regexp{reBadValue, reBadBool, reBadEnv, reUndefined, reNeedsArg} {
+	for _, re := range []*regexp.Regexp{reBadValue, reBadBool, reBadEnv, reBadEnvGen, reUndefined, reNeedsArg} {
 		if sub := re.FindStringSubmatch(msg); sub != nil {
 			return match{re, sub}
 		}
@@ -144,6 +147,11 @@ func badValue(subject, value, kind string) string {
 		}
 	}
 	f := flagOf(subject)
+	if g, ok := f.(*cli.GenericFlag); ok {
+		if _, ok := g.Value.(*periodValue); ok {
+			return fmt.Sprintf("%s: not a period; write it %s", subject, periodFormat)
+		}
+	}
 	if _, ok := f.(*cli.DurationFlag); ok || strings.Contains(kind, "duration") {
 		if reNumber.MatchString(value) {
 			return fmt.Sprintf("%s: a duration needs a unit, as in %ss or %sm", strings.ReplaceAll(subject, `"`, ""), value, value)
@@ -174,7 +182,7 @@ func flagOf(subject string) cli.Flag {
 
 // allFlags are every flag of every command, for looking up a flag's type.
 func allFlags() []cli.Flag {
-	return slices.Concat(backendFlags(), runFlags(), queryFlags(), historyFlags(), commonFlags(), []cli.Flag{epochFlag()})
+	return slices.Concat(backendFlags(), runFlags(), onceFlags(), queryFlags(), historyFlags(), commonFlags(), []cli.Flag{epochFlag()})
 }
 
 // helpCommand is `leaderrun help [COMMAND]`. It is hidden from the command
