@@ -194,6 +194,16 @@ func helpCommand() *cli.Command {
 		Usage:     "show help for leaderrun or one command",
 		ArgsUsage: "[all|BACKEND|status|history|check]",
 		Before:    divertDoubleDash,
+		// `leaderrun help <TAB>` offers help's topics, not help's own
+		// help subcommand urfave/cli would list.
+		BashComplete: func(c *cli.Context) {
+			if c.NArg() > 0 {
+				return // help takes one topic
+			}
+			for _, t := range helpTopics(c.App) {
+				fmt.Println(t)
+			}
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
 				return usage(fmt.Errorf("help takes one command name, got %q", c.Args().Slice()))
@@ -210,17 +220,13 @@ func helpCommand() *cli.Command {
 				writeBackendHelp(os.Stdout, backendNamed(name))
 				return nil
 			}
-			topics := []string{"all"}
 			for _, cmd := range c.App.Commands {
 				if cmd.Name == name && !cmd.Hidden {
 					writeCommandHelp(os.Stdout, cmd)
 					return nil
 				}
-				if !cmd.Hidden {
-					topics = append(topics, cmd.Name)
-				}
 			}
-			topics = append(topics, backendNames()...)
+			topics := helpTopics(c.App)
 			msg := fmt.Sprintf("help: no command or backend %q; help knows %s", name, strings.Join(topics, ", "))
 			if near := nearest(name, topics); near != "" {
 				msg = fmt.Sprintf("help: no command or backend %q; did you mean %q?", name, near)
@@ -228,6 +234,17 @@ func helpCommand() *cli.Command {
 			return usage(errors.New(msg))
 		},
 	}
+}
+
+// helpTopics are what help shows: all, each command, each backend.
+func helpTopics(app *cli.App) []string {
+	topics := []string{"all"}
+	for _, cmd := range app.Commands {
+		if !cmd.Hidden {
+			topics = append(topics, cmd.Name)
+		}
+	}
+	return append(topics, backendNames()...)
 }
 
 // versionCommand is `leaderrun version`, the same line as --version.
