@@ -407,11 +407,28 @@ func writeBackendHelp(w io.Writer, b *backend) {
 func writeCommandHelp(w io.Writer, cmd *cli.Command) {
 	fmt.Fprintf(w, "Usage: %s\n\n", cmd.UsageText)
 	writeParagraph(w, cmd.Description)
-	flags := cmd.Flags
+	// The backends' own options (addresses, TLS, credentials) are the
+	// same for every command; help BACKEND and help all show them.
+	var flags []cli.Flag
+	backendOpts := false
+	for _, f := range cmd.Flags {
+		c, ok := f.(cli.CategorizableFlag)
+		if ok && slices.Contains(backendCategories(), c.GetCategory()) {
+			backendOpts = true
+			continue
+		}
+		flags = append(flags, f)
+	}
 	if !slices.ContainsFunc(flags, func(f cli.Flag) bool { return f.Names()[0] == "help" }) {
-		flags = append(slices.Clip(flags), cli.HelpFlag) // urfave/cli adds it only when the command runs
+		flags = append(flags, cli.HelpFlag) // urfave/cli adds it only when the command runs
 	}
 	writeOptions(w, flags)
+	if backendOpts {
+		fmt.Fprintln(w)
+		writeParagraph(w, "The backend's options (addresses, TLS, credentials) apply too: "+
+			"'leaderrun help BACKEND' shows one backend's ("+strings.Join(backendNames(), ", ")+
+			"), 'leaderrun help all' every option.")
+	}
 	fmt.Fprintln(w)
 	writeParagraph(w, envRule())
 	fmt.Fprintln(w)
