@@ -338,6 +338,34 @@ var examples = []string{
 	"leaderrun check || exit 1",
 }
 
+// examplesTitle heads --help's examples: a line broken with "\" suits a
+// shell, not a crontab.
+const examplesTitle = "Examples (README.md explains each; a crontab needs each on one line):"
+
+// wrapCommand breaks a command line wider than width at single spaces,
+// ending each line but the last with " \" and indenting the next ones by
+// four, as a shell reads them: the lines joined again are line.
+func wrapCommand(line string, width int) []string {
+	const indent = "    "
+	var out []string
+	for prefix := ""; ; prefix = indent {
+		if len(prefix)+len(line) <= width {
+			return append(out, prefix+line)
+		}
+		cut := -1
+		for i := 1; i < len(line)-1; i++ {
+			if line[i] == ' ' && line[i-1] != ' ' && line[i+1] != ' ' && len(prefix)+i+2 <= width {
+				cut = i
+			}
+		}
+		if cut < 0 {
+			return append(out, prefix+line) // one word wider than width
+		}
+		out = append(out, prefix+line[:cut]+" \\")
+		line = line[cut+1:]
+	}
+}
+
 // writeAppHelp is `leaderrun --help` and `leaderrun help`: one screen for
 // the common case.
 func writeAppHelp(w io.Writer, app *cli.App) {
@@ -368,9 +396,11 @@ func writeAppHelp(w io.Writer, app *cli.App) {
 			fmt.Fprintf(w, "%-*s%s\n", column, "  "+d.Head(), text)
 		}
 	}
-	fmt.Fprintln(w, "\nExamples (README.md explains each):")
+	fmt.Fprintln(w, "\n"+examplesTitle)
 	for _, e := range examples {
-		fmt.Fprintln(w, "  "+e)
+		for _, l := range wrapCommand(e, helpWidth-2) {
+			fmt.Fprintln(w, "  "+l)
+		}
 	}
 	fmt.Fprintln(w)
 	writeParagraph(w, "More: 'leaderrun help all' (every option, the environment, exit codes), "+

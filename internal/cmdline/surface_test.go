@@ -326,7 +326,7 @@ func TestShortHelp(t *testing.T) {
 	if _, ok := entries["--consul-addr"]; ok {
 		t.Error("--help lists a backend's options")
 	}
-	for _, title := range []string{"Leadership:", "Timing:", "Child:", "Output:", "Examples (README.md explains each):"} {
+	for _, title := range []string{"Leadership:", "Timing:", "Child:", "Output:", examplesTitle} {
 		if !strings.Contains(help, "\n"+title+"\n") {
 			t.Errorf("--help lacks the group %q", title)
 		}
@@ -492,9 +492,17 @@ func helpExamples(t *testing.T) []string {
 	if j := strings.Index(block, "\n\n"); j >= 0 {
 		block = block[:j]
 	}
+	// A line ending in " \" goes on on the next.
 	var lines []string
+	joined := ""
 	for _, l := range strings.Split(block, "\n") {
-		lines = append(lines, strings.TrimSpace(l))
+		l = strings.TrimSpace(l)
+		if more, ok := strings.CutSuffix(l, " \\"); ok {
+			joined += more + " "
+			continue
+		}
+		lines = append(lines, joined+l)
+		joined = ""
 	}
 	return lines
 }
