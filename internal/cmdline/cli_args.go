@@ -192,7 +192,7 @@ func helpCommand() *cli.Command {
 		Name:      "help",
 		Hidden:    true,
 		Usage:     "show help for leaderrun or one command",
-		ArgsUsage: "[all|BACKEND|status|history|check]",
+		ArgsUsage: "[all|COMMAND|BACKEND]",
 		Before:    divertDoubleDash,
 		// `leaderrun help <TAB>` offers help's topics, not help's own
 		// help subcommand urfave/cli would list.
