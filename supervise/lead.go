@@ -193,6 +193,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			s.overdue(l) // the guard first: it may have fired already
 		case <-timerC(l.killAt):
 			l.killAt = nil
+			s.log.Warn("the job did not stop within --kill-grace; killing it", "stop_signal", signals.Name(l.stopSignal))
 			s.kill(l)
 		case <-lostC:
 			lostC = nil

@@ -92,6 +92,7 @@ var (
 	reBadValue  = regexp.MustCompile(`^invalid value "(.*)" for flag -([\w-]+): (.*)$`)
 	reBadBool   = regexp.MustCompile(`^invalid boolean value "(.*)" for -([\w-]+): (.*)$`)
 	reBadEnv    = regexp.MustCompile(`^could not parse "(.*)" as (\w+) value from environment variable "(\w+)" for flag ([\w-]+): (.*)$`)
+	reBadEnvGen = regexp.MustCompile(`^could not parse "(.*)" from environment variable "(\w+)" as value for flag ([\w-]+): (.*)$`)
 	reUndefined = regexp.MustCompile(`^flag provided but not defined: -+([\w-]+)$`)
 	reNeedsArg  = regexp.MustCompile(`^flag needs an argument: -+([\w-]+)$`)
 	reNumber    = regexp.MustCompile(`^[0-9.]+$`)
@@ -111,6 +112,8 @@ func flagError(err error) error {
 		return fmt.Errorf("--%s takes no value (or true/false), got %q", m.sub[2], m.sub[1])
 	case m.re == reBadEnv:
 		return errors.New(badValue(m.sub[3]+"="+m.sub[1]+" (--"+m.sub[4]+")", m.sub[1], m.sub[2]+" "+m.sub[5]))
+	case m.re == reBadEnvGen:
+		return errors.New(badValue(m.sub[2]+"="+m.sub[1]+" (--"+m.sub[3]+")", m.sub[1], m.sub[4]))
 	case m.re == reUndefined:
 		return fmt.Errorf("unknown option --%s (leaderrun help all lists them)", m.sub[1])
 	case m.re == reNeedsArg:
@@ -125,7 +128,7 @@ type match struct {
 }
 
 func matchAny(msg string) match {
-	for _, re := range []*regexp.Regexp{reBadValue, reBadBool, reBadEnv, reUndefined, reNeedsArg} {
+	for _, re := range []*regexp.Regexp{reBadValue, reBadBool, reBadEnv, reBadEnvGen, reUndefined, reNeedsArg} {
 		if sub := re.FindStringSubmatch(msg); sub != nil {
 			return match{re, sub}
 		}
@@ -144,6 +147,11 @@ func badValue(subject, value, kind string) string {
 		}
 	}
 	f := flagOf(subject)
+	if g, ok := f.(*cli.GenericFlag); ok {
+		if _, ok := g.Value.(*periodValue); ok {
+			return fmt.Sprintf("%s: not a period; write it %s", subject, periodFormat)
+		}
+	}
 	if _, ok := f.(*cli.DurationFlag); ok || strings.Contains(kind, "duration") {
 		if reNumber.MatchString(value) {
 			return fmt.Sprintf("%s: a duration needs a unit, as in %ss or %sm", strings.ReplaceAll(subject, `"`, ""), value, value)
@@ -174,7 +182,7 @@ func flagOf(subject string) cli.Flag {
 
 // allFlags are every flag of every command, for looking up a flag's type.
 func allFlags() []cli.Flag {
-	return slices.Concat(backendFlags(), runFlags(), queryFlags(), historyFlags(), commonFlags(), []cli.Flag{epochFlag()})
+	return slices.Concat(backendFlags(), runFlags(), onceFlags(), queryFlags(), historyFlags(), commonFlags(), []cli.Flag{epochFlag()})
 }
 
 // helpCommand is `leaderrun help [COMMAND]`. It is hidden from the command
@@ -184,8 +192,18 @@ func helpCommand() *cli.Command {
 		Name:      "help",
 		Hidden:    true,
 		Usage:     "show help for leaderrun or one command",
-		ArgsUsage: "[all|BACKEND|status|history|check]",
+		ArgsUsage: "[all|COMMAND|BACKEND]",
 		Before:    divertDoubleDash,
+		// `leaderrun help <TAB>` offers help's topics, not help's own
+		// help subcommand urfave/cli would list.
+		BashComplete: func(c *cli.Context) {
+			if c.NArg() > 0 {
+				return // help takes one topic
+			}
+			for _, t := range helpTopics(c.App) {
+				fmt.Println(t)
+			}
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
 				return usage(fmt.Errorf("help takes one command name, got %q", c.Args().Slice()))
@@ -202,17 +220,13 @@ func helpCommand() *cli.Command {
 				writeBackendHelp(os.Stdout, backendNamed(name))
 				return nil
 			}
-			topics := []string{"all"}
 			for _, cmd := range c.App.Commands {
 				if cmd.Name == name && !cmd.Hidden {
 					writeCommandHelp(os.Stdout, cmd)
 					return nil
 				}
-				if !cmd.Hidden {
-					topics = append(topics, cmd.Name)
-				}
 			}
-			topics = append(topics, backendNames()...)
+			topics := helpTopics(c.App)
 			msg := fmt.Sprintf("help: no command or backend %q; help knows %s", name, strings.Join(topics, ", "))
 			if near := nearest(name, topics); near != "" {
 				msg = fmt.Sprintf("help: no command or backend %q; did you mean %q?", name, near)
@@ -220,6 +234,17 @@ func helpCommand() *cli.Command {
 			return usage(errors.New(msg))
 		},
 	}
+}
+
+// helpTopics are what help shows: all, each command, each backend.
+func helpTopics(app *cli.App) []string {
+	topics := []string{"all"}
+	for _, cmd := range app.Commands {
+		if !cmd.Hidden {
+			topics = append(topics, cmd.Name)
+		}
+	}
+	return append(topics, backendNames()...)
 }
 
 // versionCommand is `leaderrun version`, the same line as --version.

@@ -197,6 +197,8 @@ func withRuleEnv(flags []cli.Flag) []cli.Flag {
 			f.EnvVars = appendNew(f.EnvVars, env)
 		case *cli.StringSliceFlag:
 			f.EnvVars = appendNew(f.EnvVars, env)
+		case *cli.GenericFlag:
+			f.EnvVars = appendNew(f.EnvVars, env)
 		default:
 			panic(fmt.Sprintf("withRuleEnv: --%s is a %T; add its type", name, f))
 		}

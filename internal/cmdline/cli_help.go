@@ -262,7 +262,13 @@ const (
 	synopsisPause    = "leaderrun pause [KEY] --reason TEXT [--timeout D] [options]"
 	synopsisResume   = "leaderrun resume [KEY] [options]"
 	synopsisOther    = "leaderrun step-down|pause|resume KEY | help [all|BACKEND|CMD] | version"
+	synopsisHelp     = "leaderrun help [all|COMMAND|BACKEND]"
+	synopsisVersion  = "leaderrun version"
 )
+
+// synopses are the forms of every command, as the man page lists them.
+var synopses = []string{synopsisRun, synopsisStatus, synopsisHistory, synopsisCheck,
+	synopsisStepDown, synopsisPause, synopsisResume, synopsisHelp, synopsisVersion}
 
 // summary is the help's first paragraph.
 func summary() string {
@@ -291,7 +297,7 @@ func noEnvText() string {
 
 // dashRule says what a first word without "--" before it is.
 const dashRule = "COMMAND: put -- before it. Without --, the first word that is not an " +
-	"option names a command of leaderrun (status, check, help, version); one a typo " +
+	"option names a command of leaderrun (" + commandList + "); one a typo " +
 	"away from those is refused with a suggestion, and any other is run as COMMAND " +
 	"when --key is given, refused when it is not."
 
@@ -332,6 +338,34 @@ var examples = []string{
 	"leaderrun check || exit 1",
 }
 
+// examplesTitle heads --help's examples: a line broken with "\" suits a
+// shell, not a crontab.
+const examplesTitle = "Examples (README.md explains each; a crontab needs each on one line):"
+
+// wrapCommand breaks a command line wider than width at single spaces,
+// ending each line but the last with " \" and indenting the next ones by
+// four, as a shell reads them: the lines joined again are line.
+func wrapCommand(line string, width int) []string {
+	const indent = "    "
+	var out []string
+	for prefix := ""; ; prefix = indent {
+		if len(prefix)+len(line) <= width {
+			return append(out, prefix+line)
+		}
+		cut := -1
+		for i := 1; i < len(line)-1; i++ {
+			if line[i] == ' ' && line[i-1] != ' ' && line[i+1] != ' ' && len(prefix)+i+2 <= width {
+				cut = i
+			}
+		}
+		if cut < 0 {
+			return append(out, prefix+line) // one word wider than width
+		}
+		out = append(out, prefix+line[:cut]+" \\")
+		line = line[cut+1:]
+	}
+}
+
 // writeAppHelp is `leaderrun --help` and `leaderrun help`: one screen for
 // the common case.
 func writeAppHelp(w io.Writer, app *cli.App) {
@@ -362,9 +396,11 @@ func writeAppHelp(w io.Writer, app *cli.App) {
 			fmt.Fprintf(w, "%-*s%s\n", column, "  "+d.Head(), text)
 		}
 	}
-	fmt.Fprintln(w, "\nExamples (README.md explains each):")
+	fmt.Fprintln(w, "\n"+examplesTitle)
 	for _, e := range examples {
-		fmt.Fprintln(w, "  "+e)
+		for _, l := range wrapCommand(e, helpWidth-2) {
+			fmt.Fprintln(w, "  "+l)
+		}
 	}
 	fmt.Fprintln(w)
 	writeParagraph(w, "More: 'leaderrun help all' (every option, the environment, exit codes), "+
@@ -401,11 +437,28 @@ func writeBackendHelp(w io.Writer, b *backend) {
 func writeCommandHelp(w io.Writer, cmd *cli.Command) {
 	fmt.Fprintf(w, "Usage: %s\n\n", cmd.UsageText)
 	writeParagraph(w, cmd.Description)
-	flags := cmd.Flags
+	// The backends' own options (addresses, TLS, credentials) are the
+	// same for every command; help BACKEND and help all show them.
+	var flags []cli.Flag
+	backendOpts := false
+	for _, f := range cmd.Flags {
+		c, ok := f.(cli.CategorizableFlag)
+		if ok && slices.Contains(backendCategories(), c.GetCategory()) {
+			backendOpts = true
+			continue
+		}
+		flags = append(flags, f)
+	}
 	if !slices.ContainsFunc(flags, func(f cli.Flag) bool { return f.Names()[0] == "help" }) {
-		flags = append(slices.Clip(flags), cli.HelpFlag) // urfave/cli adds it only when the command runs
+		flags = append(flags, cli.HelpFlag) // urfave/cli adds it only when the command runs
 	}
 	writeOptions(w, flags)
+	if backendOpts {
+		fmt.Fprintln(w)
+		writeParagraph(w, "The backend's options (addresses, TLS, credentials) apply too: "+
+			"'leaderrun help BACKEND' shows one backend's ("+strings.Join(backendNames(), ", ")+
+			"), 'leaderrun help all' every option.")
+	}
 	fmt.Fprintln(w)
 	writeParagraph(w, envRule())
 	fmt.Fprintln(w)
@@ -414,8 +467,8 @@ func writeCommandHelp(w io.Writer, cmd *cli.Command) {
 
 // writeShortUsage is what a bare `leaderrun` prints on stderr.
 func writeShortUsage(w io.Writer, missing string) {
-	fmt.Fprintf(w, "leaderrun: %s\nUsage: %s\n       %s\n       %s\nRun 'leaderrun --help' for the options.\n",
-		missing, synopsisRun, synopsisStatus, synopsisCheck)
+	fmt.Fprintf(w, "leaderrun: %s\nUsage: %s\n       %s\n       %s | %s\nRun 'leaderrun --help' for the options.\n",
+		missing, synopsisRun, "leaderrun status|history|check|step-down|pause|resume [KEY] [options]", synopsisHelp, strings.TrimPrefix(synopsisVersion, "leaderrun "))
 }
 
 // version and commit are set with -ldflags "-X <this package>.version=...

@@ -15,7 +15,11 @@ import (
 
 // commandNames are the words that, first after the options and without a
 // "--" before them, name a command of leaderrun rather than one to run.
-var commandNames = []string{"status", "history", "check", "help", "version"}
+// They are every command the app shows, and help (a test holds them to it).
+var commandNames = strings.Split(commandList, ", ")
+
+// commandList names the commands in the order help shows them.
+const commandList = "status, history, check, step-down, pause, resume, help, version"
 
 // nearest is the candidate closest to word: at most one edit away for a
 // word of up to 5 characters, two for a longer one, or the only candidate

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -54,17 +55,11 @@ func manPage(app *cli.App) (string, error) {
 	w(".SH NAME\nleaderrun \\- run a command only while this host leads a key\n")
 
 	w(".SH SYNOPSIS\n")
-	for i, syn := range []string{
-		`\fBleaderrun\fR [\fIoptions\fR] \fB\-\-key\fR \fIKEY\fR \fB\-\-\fR \fICOMMAND\fR [\fIARG\fR...]`,
-		`\fBleaderrun status\fR [\fIKEY\fR] [\fB\-\-json\fR] [\fIoptions\fR]`,
-		`\fBleaderrun check\fR [\fIKEY\fR] [\fB\-\-epoch\fR \fIN\fR] [\fIoptions\fR]`,
-		`\fBleaderrun help\fR [\fBall\fR|\fIBACKEND\fR|\fBstatus\fR|\fBcheck\fR]`,
-		`\fBleaderrun version\fR`,
-	} {
+	for i, syn := range synopses {
 		if i > 0 {
 			w(".br\n")
 		}
-		w("%s\n", syn)
+		w("%s\n", roffSynopsis(syn))
 	}
 
 	w(".SH DESCRIPTION\n")
@@ -143,6 +138,19 @@ func writeManFlag(b *strings.Builder, d flagDoc) {
 		head += ` \fI` + roffText(d.Arg) + `\fR`
 	}
 	fmt.Fprintf(b, ".TP\n%s\n%s\n", head, roffText(d.describe()))
+}
+
+// roffSynopsis sets a synopsis line for roff: what is typed as it stands
+// in bold (leaderrun, the command, options), what is replaced in italics
+// (KEY, options), the brackets and bars plain.
+func roffSynopsis(syn string) string {
+	word := regexp.MustCompile(`-{0,2}[A-Za-z][A-Za-z0-9-]*|--`)
+	return word.ReplaceAllStringFunc(syn, func(w string) string {
+		if w == "options" || w == strings.ToUpper(w) && !strings.HasPrefix(w, "-") {
+			return `\fI` + roffText(w) + `\fR`
+		}
+		return `\fB` + roffText(w) + `\fR`
+	})
 }
 
 // roffText escapes text for roff: backslashes, dashes (so options can be

@@ -306,7 +306,7 @@ func readOnce(c *cli.Context) (*onceSettings, error) {
 		return nil, nil // --once-record alone: see checkCombinations
 	}
 	if c.IsSet("once-per") {
-		o.period = c.Duration("once-per")
+		o.period = oncePeriod(c)
 		if err := once.ValidatePeriod(o.period); err != nil {
 			return nil, fmt.Errorf("--once-per %w", err)
 		}

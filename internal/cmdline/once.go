@@ -3,7 +3,11 @@
 package cmdline
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,8 +20,8 @@ import (
 // onceFlags are the options of once-per mode (distributed cron).
 func onceFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: "once-per", Category: catLeadership, EnvVars: []string{"LEADERRUN_ONCE_PER"},
-			Usage: "run the job once per `PERIOD` across hosts; periods are aligned to the Unix epoch in UTC (24h = each UTC day)"},
+		&cli.GenericFlag{Name: "once-per", Category: catLeadership, EnvVars: []string{"LEADERRUN_ONCE_PER"}, Value: new(periodValue),
+			Usage: "run the job once per `PERIOD` across hosts (" + periodFormat + "); periods are aligned to the Unix epoch in UTC (1d = each UTC day)"},
 		&cli.StringFlag{Name: "run-id", Category: catLeadership, EnvVars: []string{"LEADERRUN_RUN_ID"},
 			Usage: "name the slot explicitly, as in \"$(date +%F)\" (instead of, or with, --once-per)"},
 		&cli.StringFlag{Name: "once-record", Category: catLeadership, EnvVars: []string{"LEADERRUN_ONCE_RECORD"}, Value: once.RecordSuccess,
@@ -46,4 +50,83 @@ func onceGate(cfg *runConfig, lk locker.Locker, log hclog.Logger) (*once.Gate, e
 	}
 	g.Log = rl
 	return g, nil
+}
+
+// periodFormat says how a --once-per PERIOD is written.
+const periodFormat = "as 30m, 6h, 1d, 2w or 1d12h: d is 24h, w 7d"
+
+// periodValue is --once-per's value: a Go duration that may also count
+// days (d, 24h) and weeks (w, 7d), as people who write crontabs do. 1d is
+// exactly 24h: the slots are counted in UTC, where no day is longer.
+type periodValue struct{ d time.Duration }
+
+// periodPart is one number and its unit; a period is one or more of them.
+var periodPart = regexp.MustCompile(`([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h|d|w)`)
+
+// Set parses a period: "1d12h" is 36h, "2w" 336h.
+func (p *periodValue) Set(s string) error {
+	parts := periodPart.FindAllStringSubmatchIndex(s, -1)
+	end := 0
+	var total time.Duration
+	for _, m := range parts {
+		if m[0] != end {
+			break
+		}
+		end = m[1]
+		num, unit := s[m[2]:m[3]], s[m[4]:m[5]]
+		var d time.Duration
+		switch unit {
+		case "d", "w":
+			n, err := strconv.ParseFloat(num, 64)
+			if err != nil {
+				return errBadPeriod
+			}
+			day := 24 * time.Hour
+			if unit == "w" {
+				day *= 7
+			}
+			d = time.Duration(n * float64(day))
+		default:
+			var err error
+			if d, err = time.ParseDuration(num + unit); err != nil {
+				return errBadPeriod
+			}
+		}
+		total += d
+	}
+	if len(parts) == 0 || end != len(s) {
+		return errBadPeriod
+	}
+	p.d = total
+	return nil
+}
+
+// errBadPeriod is what Set returns; badValue words it with the flag.
+var errBadPeriod = errors.New("not a period")
+
+// String is the period as Go writes a duration, "" when unset (so that
+// help shows no default).
+func (p *periodValue) String() string {
+	if p == nil || p.d == 0 {
+		return ""
+	}
+	s := p.d.String() // "24h0m0s"
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// Get is the period as a time.Duration (flag.Getter).
+func (p *periodValue) Get() any { return p.d }
+
+// oncePeriod is --once-per's value.
+func oncePeriod(c *cli.Context) time.Duration {
+	if p, ok := c.Generic("once-per").(*periodValue); ok {
+		return p.d
+	}
+	return 0
 }

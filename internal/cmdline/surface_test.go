@@ -163,7 +163,7 @@ func TestTyposGetASuggestion(t *testing.T) {
 	}{
 		{"command", []string{"stauts", "x"}, `unknown command "stauts"; did you mean "status"?`},
 		{"command with a key", append(local, "--key", "k", "chek"), `unknown command "chek"; did you mean "check"?`},
-		{"no command, no key", []string{"nightly-report"}, `unknown command "nightly-report": the commands are status, history, check, help, version; a program to run goes after --`},
+		{"no command, no key", []string{"nightly-report"}, `unknown command "nightly-report": the commands are status, history, check, step-down, pause, resume, help, version; a program to run goes after --`},
 		{"run option", append(local, "--ttll", "5s", "--key", "k", "--", "true"), "unknown option --ttll (did you mean --ttl?)"},
 		{"run option prefix", []string{"--acquire", "5s"}, "unknown option --acquire (did you mean --acquire-timeout?)"},
 		{"status option", []string{"status", "k", "--jsn"}, "unknown option --jsn (did you mean --json?)"},
@@ -326,7 +326,7 @@ func TestShortHelp(t *testing.T) {
 	if _, ok := entries["--consul-addr"]; ok {
 		t.Error("--help lists a backend's options")
 	}
-	for _, title := range []string{"Leadership:", "Timing:", "Child:", "Output:", "Examples (README.md explains each):"} {
+	for _, title := range []string{"Leadership:", "Timing:", "Child:", "Output:", examplesTitle} {
 		if !strings.Contains(help, "\n"+title+"\n") {
 			t.Errorf("--help lacks the group %q", title)
 		}
@@ -389,8 +389,8 @@ func TestQueryHelpListsWhatItUses(t *testing.T) {
 				t.Errorf("help %s lists --%s, which only a run uses", cmd, name)
 			}
 		}
-		if _, ok := entries["--consul-addr"]; !ok {
-			t.Errorf("help %s lacks --consul-addr", cmd)
+		if !strings.Contains(strings.Join(strings.Fields(help), " "), "'leaderrun help BACKEND'") {
+			t.Errorf("help %s does not say where the backend's options are", cmd)
 		}
 	}
 	dir := t.TempDir()
@@ -492,9 +492,17 @@ func helpExamples(t *testing.T) []string {
 	if j := strings.Index(block, "\n\n"); j >= 0 {
 		block = block[:j]
 	}
+	// A line ending in " \" goes on on the next.
 	var lines []string
+	joined := ""
 	for _, l := range strings.Split(block, "\n") {
-		lines = append(lines, strings.TrimSpace(l))
+		l = strings.TrimSpace(l)
+		if more, ok := strings.CutSuffix(l, " \\"); ok {
+			joined += more + " "
+			continue
+		}
+		lines = append(lines, joined+l)
+		joined = ""
 	}
 	return lines
 }
