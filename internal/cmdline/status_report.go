@@ -51,6 +51,13 @@ type statusReport struct {
 	// any leaderrun writes one (locker.MaxReservation): candidates ignore
 	// it, and resume clears it.
 	StepDownVoid bool `json:"step_down_void,omitempty"`
+	// Holders is how many slots the key is run with (--holders), when
+	// more than one: the larger of the control record's bound and the
+	// --holders its holder names; absent otherwise. Leader is slot 0.
+	Holders int `json:"holders,omitempty"`
+	// Slots are the key's slots when Holders is set, as in `status
+	// --holders N` (slot, leader, holder_holders).
+	Slots []slotReport `json:"slots,omitempty"`
 }
 
 // leaderReport describes the holder, from the record it stored on the
@@ -123,6 +130,11 @@ func (r statusReport) writeText(w io.Writer, now time.Time) error {
 		r.lastRunRow(row)
 		return tw.Flush()
 	}
+	if l == nil && r.Holders > 1 {
+		row("leader", "no leader in slot 0")
+		r.lastRunRow(row)
+		return tw.Flush()
+	}
 	if l == nil {
 		row("leader", "no leader")
 		r.lastRunRow(row)
@@ -186,6 +198,9 @@ func fieldsAsFlags(b *backend, fields []string) []string {
 // lastRunRow adds the once-per record, the pause and a step-down under
 // way, if any.
 func (r statusReport) lastRunRow(row func(k, v string)) {
+	if r.Holders > 1 {
+		row("holders", r.slotsText())
+	}
 	if r.LastRun != nil {
 		row("last run", r.LastRun.Describe()+" ("+r.LastRun.Outcome+")")
 	}
@@ -199,6 +214,24 @@ func (r statusReport) lastRunRow(row func(k, v string)) {
 		}
 		row("step-down", v)
 	}
+}
+
+// slotsText says that the key has slots, who holds each, and how to see
+// them in full.
+func (r statusReport) slotsText() string {
+	var each []string
+	for _, sl := range r.Slots {
+		who := "free"
+		if sl.Leader != nil {
+			who = sl.Leader.ID
+		}
+		each = append(each, fmt.Sprintf("slot %d %s", sl.Slot, who))
+	}
+	v := fmt.Sprintf("%d (--holders %d", r.Holders, r.Holders)
+	if len(each) > 0 {
+		v += ": " + strings.Join(each, ", ")
+	}
+	return v + fmt.Sprintf("); leaderrun status --holders %d %s shows each slot", r.Holders, r.Key)
 }
 
 // stepDownText says what a step-down asks: "N of KEY to ID, asked by
