@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
 // holdersPair starts two candidates of key with --holders 2 on the local
@@ -118,5 +120,36 @@ func TestStepDownToCurrentLeader(t *testing.T) {
 	time.Sleep(time.Second)
 	if id, e := leaderChild(mark); id != "a" || e != epoch {
 		t.Errorf("step-down --to the leader changed the term: %q epoch %d, was a epoch %d", id, e, epoch)
+	}
+}
+
+// TestStatusAcquiredIsTakeover: on etcd, status's acquired time of a
+// candidate that waited is when it took the key over, not when it began
+// to wait.
+func TestStatusAcquiredIsTakeover(t *testing.T) {
+	t.Parallel()
+	e := testcluster.StartEtcd(t, 1)
+	eps := e.Endpoints()
+	key, mark, env := markedKey("acquired-at")
+	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a"), "exec sleep 1000")...)
+	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	b := start(t, "b", env, withCommand(append(etcdArgs(eps, key), "--id", "b"), "exec sleep 1000")...)
+	defer stopAll(b)
+	time.Sleep(3 * time.Second) // b waits for a while
+	// The record's time is the holder's wall clock at millisecond
+	// precision; status shows whole seconds of it in text, all of it in
+	// JSON.
+	handover := time.Now().Truncate(time.Millisecond)
+	a.Signal(syscall.SIGTERM)
+	a.Wait(20 * time.Second)
+	waitFor(t, 20*time.Second, "b leading", func() bool { id, _ := leaderChild(mark); return id == "b" })
+	code, out, errOut, _ := runOnce(t, nil, append([]string{"status", "--json"}, queryArgs(etcdArgs(eps, key))...)...)
+	var doc statusJSON
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || doc.Leader == nil || doc.Leader.ID != "b" {
+		t.Fatalf("status: exit %d (%v)\n%s%s", code, err, out, errOut)
+	}
+	if doc.Leader.AcquiredAt.Before(handover) {
+		t.Errorf("status says b acquired the key at %s, before a was stopped at %s: that is when b began to wait",
+			doc.Leader.AcquiredAt.Format(time.RFC3339Nano), handover.UTC().Format(time.RFC3339Nano))
 	}
 }
