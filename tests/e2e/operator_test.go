@@ -153,3 +153,28 @@ func TestStatusAcquiredIsTakeover(t *testing.T) {
 			doc.Leader.AcquiredAt.Format(time.RFC3339Nano), handover.UTC().Format(time.RFC3339Nano))
 	}
 }
+
+// TestStatusLeaseRowTTL: on PostgreSQL, whose lease row keeps no expiry
+// of its own, status says the TTL its holder keeps it by, not "unknown".
+func TestStatusLeaseRowTTL(t *testing.T) {
+	t.Parallel()
+	pg := testcluster.StartPostgres(t)
+	key, mark, env := markedKey("pg-ttl")
+	a := start(t, "a", env, withCommand(append(pgArgs(pg.DSN(), key), "--id", "a"), "exec sleep 1000")...)
+	defer stopAll(a)
+	waitFor(t, 30*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	q := append([]string{"status"}, queryArgs(pgArgs(pg.DSN(), key))...)
+	code, out, errOut, _ := runOnce(t, nil, q...)
+	if code != 0 || strings.Contains(out, "unknown") || !strings.Contains(out, "3s TTL") {
+		t.Errorf("status of a PostgreSQL key: exit %d, want the lease's 3s TTL:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut, _ = runOnce(t, nil, append(q, "--json")...)
+	var doc struct {
+		Leader *struct {
+			TTL *float64 `json:"lease_ttl_seconds"`
+		} `json:"leader"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || doc.Leader == nil || doc.Leader.TTL == nil || *doc.Leader.TTL != 3 {
+		t.Errorf("status --json of a PostgreSQL key: exit %d (%v), want lease_ttl_seconds 3:\n%s%s", code, err, out, errOut)
+	}
+}
