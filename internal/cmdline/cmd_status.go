@@ -49,6 +49,10 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return usage(fmt.Errorf("status of key %q: %w", read.Key, err))
 	}
+	if report.Leader != nil && report.Leader.LeaseRemainingSeconds == nil && read.TTL > 0 {
+		ttl := read.TTL.Seconds()
+		report.Leader.LeaseTTLSeconds = &ttl
+	}
 	report.LastRun = read.LastRun
 	report.withControl(read.Control, time.Now())
 	if err := report.withSlots(c, read); err != nil {

@@ -84,6 +84,11 @@ type leaderReport struct {
 	// left. Null for the local backend, whose flock lasts as long as the
 	// holder's process, and when the backend could not tell.
 	LeaseRemainingSeconds *float64 `json:"lease_remaining_seconds"`
+	// LeaseTTLSeconds is the TTL the holder declared, where the backend
+	// keeps no expiry of its own (PostgreSQL, DynamoDB: the holder's
+	// clock keeps its lease, and a standby takes over once the row stayed
+	// unrenewed for that TTL and an allowance); absent elsewhere.
+	LeaseTTLSeconds *float64 `json:"lease_ttl_seconds,omitempty"`
 }
 
 // newStatusReport turns the result of Locker.Leader into a report. An error
@@ -279,6 +284,9 @@ func (r statusReport) leaseText() string {
 			return fmt.Sprintf("held while pid %d lives (%s)", l.PID, b.NoExpiry)
 		}
 		return "held while its process lives (" + b.NoExpiry + ")"
+	case l.LeaseRemainingSeconds == nil && l.LeaseTTLSeconds != nil:
+		return fmt.Sprintf("%s TTL, kept by the holder's clock (the %s row has no expiry of its own: a standby takes over once it stays unrenewed for the TTL and an allowance)",
+			secs(*l.LeaseTTLSeconds), r.Backend)
 	case l.LeaseRemainingSeconds == nil:
 		return "unknown"
 	case b != nil && b.LeaseLeft != nil:
