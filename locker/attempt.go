@@ -106,3 +106,12 @@ func (e attemptError) Error() string {
 	return "one attempt at " + e.addr + " failed, not retried: " + e.err.Error()
 }
 func (e attemptError) Unwrap() []error { return []error{ErrRefused, e.err} }
+
+// Unreached reports whether err is a single attempt's failure that is no
+// refusal by the backend (ACL, authentication, TLS): the backend could
+// not be reached or did not answer. Such an error still wraps ErrRefused,
+// so nothing retries it, but it is not to be logged as a refusal.
+func Unreached(err error) bool {
+	var ae attemptError
+	return errors.As(err, &ae) && !errors.Is(ae.err, ErrRefused)
+}

@@ -271,6 +271,9 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 		case errors.Is(err, locker.ErrHeld):
 			s.log.Info("not acquired", "reason", err)
 			return nil, time.Time{}, ExitNotHeld, false
+		case locker.Unreached(err):
+			s.log.Error("backend could not be reached", "error", err)
+			return nil, time.Time{}, ExitInternal, false
 		case errors.Is(err, locker.ErrRefused):
 			s.log.Error("backend refused", "error", err)
 			return nil, time.Time{}, ExitInternal, false

@@ -68,6 +68,10 @@ type leaderRead struct {
 	// Control is the key's control record, when the backend keeps one
 	// and it could be read.
 	Control locker.Control
+	// TTL is the TTL the holder declared, on a backend that keeps no
+	// expiry of its own for it (a lease row: PostgreSQL, DynamoDB), when
+	// asked for; 0 when unknown.
+	TTL time.Duration
 }
 
 // readLeader reads the key's holder once, within --timeout. Its own error
@@ -86,6 +90,13 @@ func readLeader(c *cli.Context, lastRun bool) (leaderRead, error) {
 	if rl, ok := locker.RunLogOf(lk); ok && lastRun {
 		if run, err := rl.LatestRun(ctx); err == nil {
 			read.LastRun = &run
+		}
+	}
+	if hv, ok := locker.As[locker.HolderVersions](lk); ok && lastRun && err == nil && h.LeaseRemaining == 0 {
+		// Only the holder's clock keeps its lease: the TTL it declared
+		// is what status can say of it.
+		if again, _, ttl, err := hv.HolderVersion(ctx); err == nil && again.Epoch == h.Epoch {
+			read.TTL = ttl
 		}
 	}
 	if ctl, ok := locker.ControlsOf(lk); ok && lastRun {

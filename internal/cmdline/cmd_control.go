@@ -46,7 +46,8 @@ func stepDownCommand() *cli.Command {
 		UsageText: synopsisStepDown,
 		Description: "Asks the current term of KEY to hand over: its leaderrun stops the job as on SIGTERM, " +
 			"releases, and goes back to waiting. With --to ID only candidate ID may take the key until " +
-			"--timeout passes (at most 1h: a longer hold is a pause; resume ends it sooner). Exits 0 once another term has begun, printing its holder and epoch; 1 when " +
+			"--timeout passes (at most 1h: a longer hold is a pause; resume ends it sooner). Exits 0 once another term has begun, printing its holder and epoch, " +
+			"and at once, saying so, when ID already leads; 1 when " +
 			"no other candidate took the key within --timeout (an older leaderrun ignores the request); " +
 			"125 on bad input, an unknown key or a key nobody leads.",
 		Flags: controlFlags("how long to wait for another candidate to lead, and to keep the key for it (at most 1h)",
@@ -65,7 +66,7 @@ func pauseCommand() *cli.Command {
 		UsageText: synopsisPause,
 		Description: "Pauses KEY: its leaders stop their jobs and release, and no candidate campaigns until " +
 			"`leaderrun resume KEY`; candidates keep running and waiting. status shows who paused it, " +
-			"since when and why. Exits 0 once nobody leads the key, 1 when a leader still holds it after " +
+			"since when and why. Exits 0 once nobody leads the key or any of its slots (--holders: as many as its control record or a holder names, at least --holders N), 1 when a leader still holds one after " +
 			"--timeout (an older leaderrun ignores the pause), 125 on bad input.",
 		Flags: controlFlags("how long to wait for the leaders to stop",
 			&cli.StringFlag{Name: "reason", Category: catQuery, Usage: "why the key is paused, shown by status (required)"},
@@ -183,7 +184,9 @@ func stepDownAction(c *cli.Context) error {
 	case err != nil:
 		return usage(fmt.Errorf("step-down: read the leader of %q: %w", t.opts.Key, err))
 	case to != "" && h.ID == to:
-		return usage(fmt.Errorf("--to %s already leads key %q (epoch %d)", to, t.opts.Key, h.Epoch))
+		// Nothing to do, as starting a unit that runs already: not an error.
+		fmt.Printf("%s already leads %s with epoch %d\n", printable(to), printable(t.opts.Key), h.Epoch)
+		return nil
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	req := &locker.StepDown{Key: t.opts.Key, Epoch: h.Epoch, To: to, By: operator(), At: now, Until: now.Add(timeout)}
@@ -263,6 +266,9 @@ func pauseAction(c *cli.Context) error {
 			p.Since = rec.Pause.Since // paused already: keep since when
 		}
 		rec.Pause = p
+		// The record's bound says how many slots a candidate of the key
+		// ran with (DESIGN §1.15): slot 0 may be free while another runs.
+		n = max(n, rec.Holders)
 		return nil
 	})
 	if err != nil {
@@ -275,8 +281,8 @@ func pauseAction(c *cli.Context) error {
 			lk.Close()
 		}
 	}()
-	// More slots than --holders says, when a holder says so: pause
-	// returns only once none of them has a holder.
+	// More slots than --holders says, when the control record or a
+	// holder says so: pause returns only once none of them has a holder.
 	addSlots := func(n int) error {
 		for s := len(slots); s < min(n, locker.MaxHolders); s++ {
 			o := t.opts

@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/leaderrun/leaderrun/internal/exitcode"
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -29,9 +30,10 @@ func historyCommand() *cli.Command {
 			"holders recorded) and prints it newest first, as a table or as JSON with --json. A term " +
 			"whose holder died before recording its end has no end (\"unknown\"; \"running\" for the " +
 			"current holder). For --once-per runs, a period between two recorded slots, or between the " +
-			"newest and the last complete period, that no term ran is shown as missed. A key the " +
-			"backend has no trace of, a backend that keeps no history, or a bad --limit or --since " +
-			"exits 125. --prometheus prints, for a once-per key, the start of the newest slot that ran, " +
+			"newest and the last complete period, that no term ran is shown as missed. --since keeps " +
+			"what happened in the window: a term that started, ended or still runs in it, a missed " +
+			"period that overlaps it. A key the backend has no trace of exits 3, as status does; a " +
+			"backend that keeps no history, or a bad --limit or --since, exits 125. --prometheus prints, for a once-per key, the start of the newest slot that ran, " +
 			"its period and the missed slots as gauges, for the LeaderrunOncePerSlotMissed alert " +
 			"(docs/OPERATING.md).",
 		Flags:        slices.Concat(queryFlags(), historyFlags(), []cli.Flag{slotFlag()}, commonFlags()),
@@ -83,7 +85,12 @@ type historyRow struct {
 	PeriodSeconds int64      `json:"period_seconds,omitempty"`
 	Missed        bool       `json:"missed,omitempty"`
 
-	at time.Time // the row's place in time, for the order and --since
+	at time.Time // the row's place in time, for the order
+	// last is the last moment the row covers, for --since: a term's end,
+	// now while it runs, its start when its end is unknown; the end of a
+	// missed slot's period. A once-per term's at is its slot's start,
+	// which may lie long before it ran.
+	last time.Time
 }
 
 // slotMissed is the slot outcome of a missed row.
@@ -120,8 +127,10 @@ func historyAction(c *cli.Context) error {
 	holder, lerr := lk.Leader(ctx)
 	var nu *locker.NeverUsedError
 	if len(terms) == 0 && errors.As(lerr, &nu) {
+		// As status says it: exit 3, a key the backend has no trace of.
 		r, _ := newStatusReport(opts.Key, c.String("backend"), holder, lerr)
-		return usage(errors.New(r.neverUsedLine()))
+		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", printable(r.neverUsedLine()))
+		return exitCode(exitcode.StatusNeverUsed)
 	}
 	var leading uint64
 	if lerr == nil {
@@ -130,7 +139,7 @@ func historyAction(c *cli.Context) error {
 	now := time.Now()
 	report := historyReport{Key: opts.Key, Backend: c.String("backend"), Terms: historyRows(terms, leading, now)}
 	if c.IsSet("since") {
-		report.Terms = slices.DeleteFunc(report.Terms, func(r historyRow) bool { return r.at.Before(now.Add(-since)) })
+		report.Terms = slices.DeleteFunc(report.Terms, func(r historyRow) bool { return r.last.Before(now.Add(-since)) })
 	}
 	if c.Bool("prometheus") {
 		return writeHistoryMetrics(os.Stdout, opts.Key, terms, report.Terms)
@@ -156,6 +165,7 @@ func historyRows(terms []locker.Term, leading uint64, now time.Time) []historyRo
 		} else if t.Epoch == leading {
 			r.Leading, r.at = true, now
 		}
+		r.last = r.at
 		if s, ok := slotStart(t); ok {
 			r.at = s
 			if !t.End.IsZero() && t.End.After(s) {
@@ -207,7 +217,7 @@ func missedSlots(terms []locker.Term, now time.Time) []historyRow {
 		for s := last; s.After(oldest) && len(out) < maxMissedRows; s = s.Add(-period) {
 			if !slots[s] {
 				out = append(out, historyRow{Slot: s.Format(time.RFC3339), SlotOutcome: slotMissed,
-					PeriodSeconds: p, Missed: true, at: s})
+					PeriodSeconds: p, Missed: true, at: s, last: s.Add(period)})
 			}
 		}
 	}

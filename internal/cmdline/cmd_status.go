@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/locker"
 )
 
 // statusCommand is `leaderrun status`: who leads a key, read from the
@@ -48,8 +49,15 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return usage(fmt.Errorf("status of key %q: %w", read.Key, err))
 	}
+	if report.Leader != nil && report.Leader.LeaseRemainingSeconds == nil && read.TTL > 0 {
+		ttl := read.TTL.Seconds()
+		report.Leader.LeaseTTLSeconds = &ttl
+	}
 	report.LastRun = read.LastRun
 	report.withControl(read.Control, time.Now())
+	if err := report.withSlots(c, read); err != nil {
+		return usage(err)
+	}
 	if c.Bool("json") {
 		err = writeJSON(os.Stdout, report)
 	} else {
@@ -60,4 +68,32 @@ func statusAction(c *cli.Context) error {
 	}
 	fmt.Fprintf(errorOutput(), "leaderrun: %s\n", printable(report.neverUsedLine()))
 	return exitCode(exitcode.StatusNeverUsed)
+}
+
+// withSlots adds the slots of a key run with --holders N above 1, as its
+// control record's bound or its slot 0's holder says N: plain status then
+// shows every slot, not slot 0 alone (DESIGN §1.15).
+func (r *statusReport) withSlots(c *cli.Context, read leaderRead) error {
+	n := read.Control.Holders
+	if read.Err == nil {
+		n = max(n, read.Holder.Holders)
+	}
+	if _, slot, ok := locker.SplitSlotKey(read.Key); n <= 1 || !ok || slot != 0 {
+		return nil
+	}
+	opts, err := lockerOptions(c, read.Key)
+	if err != nil {
+		return err
+	}
+	b, settings, err := readBackend(c, opts)
+	if err != nil {
+		return err
+	}
+	r.Holders = min(n, locker.MaxHolders)
+	// A slot that cannot be read leaves the list out, not the status.
+	if r.Slots, _, err = readSlots(c, settings.New, b, opts, r.Holders); err != nil {
+		r.Slots = nil
+		fmt.Fprintf(errorOutput(), "leaderrun: the key runs with --holders %d, but its slots could not be read: %s\n", r.Holders, printable(oneLine(err)))
+	}
+	return nil
 }

@@ -321,6 +321,9 @@ func slotCampaignExit(ctx context.Context, cfg *runConfig, err error, seen func(
 		// No holder could be read: an outage, not a conflict (DESIGN §4).
 		log.Warn("no slot acquired within --acquire-timeout, and no holder of any slot was read", "timeout", cfg.sup.AcquireTimeout, "address", target)
 		return exitCode(exitcode.Internal)
+	case locker.Unreached(err):
+		log.Error("backend could not be reached", "error", err)
+		return exitCode(exitcode.Internal)
 	case errors.Is(err, locker.ErrRefused):
 		log.Error("backend refused", "error", err)
 		return exitCode(exitcode.Internal)

@@ -4,6 +4,7 @@ package cmdline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
 	"github.com/leaderrun/leaderrun/locker"
@@ -44,6 +46,11 @@ type slotsReport struct {
 	Slots   []slotReport `json:"slots"`
 	// Free are the slots nobody holds.
 	Free []int `json:"free"`
+	// Paused, StepDown and StepDownVoid are the key's control record, as
+	// in statusReport: one record for all the slots.
+	Paused       *locker.Pause    `json:"paused,omitempty"`
+	StepDown     *locker.StepDown `json:"step_down,omitempty"`
+	StepDownVoid bool             `json:"step_down_void,omitempty"`
 }
 
 // slotReport is one slot: its holder, or null when free.
@@ -76,13 +83,37 @@ func statusSlots(c *cli.Context) error {
 	if err != nil {
 		return usage(err)
 	}
-	report := slotsReport{Key: key, Backend: b.Name, Holders: n, Slots: []slotReport{}, Free: []int{}}
-	for s := range n {
+	report := slotsReport{Key: key, Backend: b.Name, Holders: n}
+	if report.Slots, report.Free, err = readSlots(c, settings.New, b, opts, n); err != nil {
+		return usage(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
+	defer cancel()
+	if ctl, err := readControlRecord(ctx, settings.New, opts); err == nil {
+		var sr statusReport
+		sr.withControl(ctl, time.Now())
+		report.Paused, report.StepDown, report.StepDownVoid = sr.Paused, sr.StepDown, sr.StepDownVoid
+	}
+	if c.Bool("json") {
+		return writeJSON(os.Stdout, report)
+	}
+	return report.writeText(os.Stdout, time.Now())
+}
+
+// newLocker builds a read-only Locker of the backend for opts.
+type newLocker func(locker.Options, bool, hclog.Logger) (locker.Locker, error)
+
+// readSlots reads the holder of each of the n slots of opts.Key once,
+// each within --timeout: the slots, and those nobody holds.
+func readSlots(c *cli.Context, newLk newLocker, b *backend, opts locker.Options, n int) ([]slotReport, []int, error) {
+	key := opts.Key
+	slots, free := []slotReport{}, []int{}
+	for s := range min(n, locker.MaxHolders) {
 		o := opts
 		o.Key = locker.SlotKey(key, s)
-		lk, err := settings.New(o, true, newQuietLogger())
+		lk, err := newLk(o, true, newQuietLogger())
 		if err != nil {
-			return usage(configError(b, err))
+			return nil, nil, configError(b, err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
 		h, lerr := lk.Leader(ctx)
@@ -90,20 +121,31 @@ func statusSlots(c *cli.Context) error {
 		lk.Close()
 		r, err := newStatusReport(o.Key, b.Name, h, lerr)
 		if err != nil {
-			return usage(fmt.Errorf("status of slot %d of key %q: %w", s, key, err))
+			return nil, nil, fmt.Errorf("status of slot %d of key %q: %w", s, key, err)
 		}
 		sr := slotReport{Slot: s, Leader: r.Leader}
 		if r.Leader == nil {
-			report.Free = append(report.Free, s)
+			free = append(free, s)
 		} else if max(h.Holders, 1) != n {
 			sr.HolderHolders = max(h.Holders, 1)
 		}
-		report.Slots = append(report.Slots, sr)
+		slots = append(slots, sr)
 	}
-	if c.Bool("json") {
-		return writeJSON(os.Stdout, report)
+	return slots, free, nil
+}
+
+// readControlRecord reads the key's control record, where the backend keeps one.
+func readControlRecord(ctx context.Context, newLk newLocker, opts locker.Options) (locker.Control, error) {
+	lk, err := newLk(opts, true, newQuietLogger())
+	if err != nil {
+		return locker.Control{}, err
 	}
-	return report.writeText(os.Stdout, time.Now())
+	defer lk.Close()
+	ctl, ok := locker.ControlsOf(lk)
+	if !ok {
+		return locker.Control{}, errors.New("no control record")
+	}
+	return ctl.Control(ctx)
 }
 
 // writeText prints one row per slot for people.
@@ -140,6 +182,12 @@ func (r slotsReport) writeText(w io.Writer, now time.Time) error {
 	if len(free) == 0 {
 		free = []string{"none"}
 	}
-	_, err := fmt.Fprintf(w, "free slots: %s\n", strings.Join(free, ", "))
-	return err
+	if _, err := fmt.Fprintf(w, "free slots: %s\n", strings.Join(free, ", ")); err != nil {
+		return err
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	statusReport{Paused: r.Paused, StepDown: r.StepDown, StepDownVoid: r.StepDownVoid}.lastRunRow(func(k, v string) {
+		fmt.Fprintf(tw, "%s\t%s\n", k, printable(v))
+	})
+	return tw.Flush()
 }

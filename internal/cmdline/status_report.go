@@ -51,6 +51,13 @@ type statusReport struct {
 	// any leaderrun writes one (locker.MaxReservation): candidates ignore
 	// it, and resume clears it.
 	StepDownVoid bool `json:"step_down_void,omitempty"`
+	// Holders is how many slots the key is run with (--holders), when
+	// more than one: the larger of the control record's bound and the
+	// --holders its holder names; absent otherwise. Leader is slot 0.
+	Holders int `json:"holders,omitempty"`
+	// Slots are the key's slots when Holders is set, as in `status
+	// --holders N` (slot, leader, holder_holders).
+	Slots []slotReport `json:"slots,omitempty"`
 }
 
 // leaderReport describes the holder, from the record it stored on the
@@ -77,6 +84,11 @@ type leaderReport struct {
 	// left. Null for the local backend, whose flock lasts as long as the
 	// holder's process, and when the backend could not tell.
 	LeaseRemainingSeconds *float64 `json:"lease_remaining_seconds"`
+	// LeaseTTLSeconds is the TTL the holder declared, where the backend
+	// keeps no expiry of its own (PostgreSQL, DynamoDB: the holder's
+	// clock keeps its lease, and a standby takes over once the row stayed
+	// unrenewed for that TTL and an allowance); absent elsewhere.
+	LeaseTTLSeconds *float64 `json:"lease_ttl_seconds,omitempty"`
 }
 
 // newStatusReport turns the result of Locker.Leader into a report. An error
@@ -120,6 +132,11 @@ func (r statusReport) writeText(w io.Writer, now time.Time) error {
 	if l == nil && r.NeverUsed {
 		row("leader", "no leader, key never used")
 		row("looked at", r.LookedAt)
+		r.lastRunRow(row)
+		return tw.Flush()
+	}
+	if l == nil && r.Holders > 1 {
+		row("leader", "no leader in slot 0")
 		r.lastRunRow(row)
 		return tw.Flush()
 	}
@@ -186,6 +203,9 @@ func fieldsAsFlags(b *backend, fields []string) []string {
 // lastRunRow adds the once-per record, the pause and a step-down under
 // way, if any.
 func (r statusReport) lastRunRow(row func(k, v string)) {
+	if r.Holders > 1 {
+		row("holders", r.slotsText())
+	}
 	if r.LastRun != nil {
 		row("last run", r.LastRun.Describe()+" ("+r.LastRun.Outcome+")")
 	}
@@ -199,6 +219,24 @@ func (r statusReport) lastRunRow(row func(k, v string)) {
 		}
 		row("step-down", v)
 	}
+}
+
+// slotsText says that the key has slots, who holds each, and how to see
+// them in full.
+func (r statusReport) slotsText() string {
+	var each []string
+	for _, sl := range r.Slots {
+		who := "free"
+		if sl.Leader != nil {
+			who = sl.Leader.ID
+		}
+		each = append(each, fmt.Sprintf("slot %d %s", sl.Slot, who))
+	}
+	v := fmt.Sprintf("%d (--holders %d", r.Holders, r.Holders)
+	if len(each) > 0 {
+		v += ": " + strings.Join(each, ", ")
+	}
+	return v + fmt.Sprintf("); leaderrun status --holders %d %s shows each slot", r.Holders, r.Key)
 }
 
 // stepDownText says what a step-down asks: "N of KEY to ID, asked by
@@ -246,6 +284,9 @@ func (r statusReport) leaseText() string {
 			return fmt.Sprintf("held while pid %d lives (%s)", l.PID, b.NoExpiry)
 		}
 		return "held while its process lives (" + b.NoExpiry + ")"
+	case l.LeaseRemainingSeconds == nil && l.LeaseTTLSeconds != nil:
+		return fmt.Sprintf("%s TTL, kept by the holder's clock (the %s row has no expiry of its own: a standby takes over once it stays unrenewed for the TTL and an allowance)",
+			secs(*l.LeaseTTLSeconds), r.Backend)
 	case l.LeaseRemainingSeconds == nil:
 		return "unknown"
 	case b != nil && b.LeaseLeft != nil:

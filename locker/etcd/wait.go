@@ -299,14 +299,19 @@ func (c *candidate) waitDelete(ctx context.Context, key string, rev int64, expir
 // without a key. In the same transaction as the check of our key, it
 // names our key in the last winner's record (lastKey), before we lead:
 // a candidate that starts after our key is deleted by hand then still
-// waits for our lease to end.
+// waits for our lease to end. It also writes our holder record again, so
+// that its acquired time is now, when we take over, not when we entered
+// the election and began to wait; the put keeps the key's create
+// revision (our epoch) and lease, and our watch starts after it.
 func (c *candidate) verify(ctx context.Context) (*lease, error) {
 	vctx, cancel := context.WithTimeout(ctx, c.l.timeout)
 	defer cancel()
+	record := string(locker.NewHolder(c.l.opts).Record())
 	txn, err := c.cli.Txn(vctx).
 		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.rev),
 			clientv3.Compare(clientv3.LeaseValue(c.key), "=", c.id)).
-		Then(clientv3.OpPut(c.l.lastKey(), c.key)).
+		Then(clientv3.OpPut(c.l.lastKey(), c.key),
+			clientv3.OpPut(c.key, record, clientv3.WithLease(c.id))).
 		Else(clientv3.OpGet(c.key)).
 		Commit()
 	if err != nil {
