@@ -87,6 +87,12 @@ func TestLeaseRowContract(t *testing.T) {
 	rowtest.ServerContract(t, server(t))
 }
 
+// TestLockContract: the core lock contract (lockertest.LockContract) on
+// dynalite; the hand delete is a raw DeleteItem of the lease item.
+func TestLockContract(t *testing.T) {
+	lockertest.LockContract(t, server(t).Lock())
+}
+
 // storeOf builds the bare Store for key, for the conditional writes.
 func storeOf(t *testing.T, endpoint, key string) *store {
 	t.Helper()

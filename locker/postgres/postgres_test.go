@@ -67,6 +67,12 @@ func TestLeaseRowContract(t *testing.T) {
 	rowtest.ServerContract(t, server(t))
 }
 
+// TestLockContract: the core lock contract (lockertest.LockContract) on
+// PostgreSQL; the hand delete is a plain SQL DELETE of the row.
+func TestLockContract(t *testing.T) {
+	lockertest.LockContract(t, server(t).Lock())
+}
+
 // attempt builds a Locker for dsn and acquires once: the error of New,
 // else Acquire's.
 func attempt(t *testing.T, dsn string, mods ...func(*Config)) error {

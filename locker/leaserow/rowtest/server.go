@@ -153,3 +153,14 @@ func ServerContract(t *testing.T, s Server) {
 	t.Run("History", func(t *testing.T) { lockertest.HistoryContract(t, open) })
 	t.Run("Control", func(t *testing.T) { lockertest.ControlContract(t, open) })
 }
+
+// Lock is the core lock contract (lockertest.LockContract) on s's
+// server; the hand delete is Edit's Delete.
+func (s Server) Lock() lockertest.Lock {
+	return lockertest.Lock{
+		New: func(t *testing.T, key string, noWait bool) locker.Locker { return s.Open(t, key, noWait) },
+		Delete: func(t *testing.T, key string, _ locker.Locker, _ locker.Lease) {
+			s.Edit(t, key, Delete)
+		},
+	}
+}
