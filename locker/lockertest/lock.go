@@ -138,14 +138,3 @@ func LockContract(t *testing.T, b Lock) {
 		}
 	})
 }
-
-// MustAcquireWithin is MustAcquire with d in place of 20s.
-func MustAcquireWithin(t testing.TB, l locker.Locker, d time.Duration) locker.Lease {
-	t.Helper()
-	lease, err := l.Acquire(Ctx(t, d))
-	if err != nil {
-		t.Fatalf("Acquire: %v", err)
-	}
-	t.Cleanup(func() { Release(lease) })
-	return lease
-}
