@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/leaserow"
+	"github.com/leaderrun/leaderrun/locker/leaserow/rowtest"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/locker/observe"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
@@ -49,45 +51,46 @@ func item(t *testing.T, c *dynamodb.Client, table, key string) map[string]types.
 	return out.Item
 }
 
-func TestAcquireRenewReleaseOnTheServer(t *testing.T) {
+// server is the lease-row contract's view of the shared dynalite: raw
+// reads and edits of the item; reading the item also checks that the
+// epoch counter item agrees with it.
+func server(t *testing.T) rowtest.Server {
 	d := testcluster.SharedDynalite(t)
-	key := lockertest.Key(t)
-	a := newLocker(t, d.Endpoint(), key)
-	ls := lockertest.MustAcquire(t, a)
 	c := raw(t, d.Endpoint())
-	it := item(t, c, DefaultTable, "lrtest/"+key)
-	v1, e1 := getS(it, attrVersion), getN(it, attrEpoch)
-	if getS(it, attrContract) != observe.Contract || e1 == "0" || getN(it, attrTTL) != "2000" {
-		t.Fatalf("lease item after acquire: %v", it)
+	return rowtest.Server{
+		Open: func(t *testing.T, key string, noWait bool) *leaserow.Locker {
+			return newLocker(t, d.Endpoint(), key, func(c *Config) { c.NoWait = noWait })
+		},
+		Row: func(t *testing.T, key string) rowtest.Stored {
+			it := item(t, c, DefaultTable, "lrtest/"+key)
+			epoch, err1 := strconv.ParseUint(getN(it, attrEpoch), 10, 64)
+			ttl, err2 := strconv.ParseInt(getN(it, attrTTL), 10, 64)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("lease item: %v", it)
+			}
+			if cnt := item(t, c, DefaultTable, "lrtest/"+key+"#epoch"); getN(cnt, attrEpoch) != getN(it, attrEpoch) {
+				t.Fatalf("epoch counter %v, lease item %v", cnt, it)
+			}
+			return rowtest.Stored{Version: getS(it, attrVersion), Epoch: epoch, Contract: getS(it, attrContract), TTL: time.Duration(ttl) * time.Millisecond}
+		},
+		Edit: func(t *testing.T, key, kind string) { editItem(t, c, "lrtest/"+key, kind) },
+		Unreachable: func(t *testing.T, key string) *leaserow.Locker {
+			return newLocker(t, "http://127.0.0.1:1", key, func(c *Config) { c.NoWait = true })
+		},
+		UnreachableAddr: "127.0.0.1:1",
 	}
-	if cnt := item(t, c, DefaultTable, "lrtest/"+key+"#epoch"); getN(cnt, attrEpoch) != e1 {
-		t.Fatalf("epoch counter %v, lease epoch %s", cnt, e1)
-	}
-	if got, err := ls.Renew(ctx(t)); err != nil || got != 2*time.Second {
-		t.Fatalf("Renew = %v, %v", got, err)
-	}
-	it = item(t, c, DefaultTable, "lrtest/"+key)
-	if v2, e2 := getS(it, attrVersion), getN(it, attrEpoch); v2 == v1 || e2 != e1 {
-		t.Fatalf("renewal: version %q -> %q, epoch %s -> %s; want a new version, the same epoch", v1, v2, e1, e2)
-	}
-	b := newLocker(t, d.Endpoint(), key, func(c *Config) { c.NoWait = true })
-	if _, err := b.Acquire(ctx(t)); !errors.Is(err, locker.ErrHeld) {
-		t.Fatalf("NoWait while held: %v, want ErrHeld", err)
-	}
-	h, err := b.Leader(ctx(t))
-	if err != nil || h.Epoch != ls.Epoch() || !strings.HasPrefix(h.ID, key+"-") {
-		t.Fatalf("Leader = %+v, %v", h, err)
-	}
-	if err := ls.Release(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Leader(ctx(t)); !errors.Is(err, locker.ErrNoLeader) {
-		t.Fatalf("Leader after release: %v, want ErrNoLeader", err)
-	}
-	ls2 := lockertest.MustAcquire(t, b)
-	if ls2.Epoch() <= ls.Epoch() {
-		t.Fatalf("re-acquire epoch %d not above %d", ls2.Epoch(), ls.Epoch())
-	}
+}
+
+// TestLeaseRowContract: the lease-row backends' scenarios on dynalite
+// (rowtest.ServerContract).
+func TestLeaseRowContract(t *testing.T) {
+	rowtest.ServerContract(t, server(t))
+}
+
+// TestLockContract: the core lock contract (lockertest.LockContract) on
+// dynalite; the hand delete is a raw DeleteItem of the lease item.
+func TestLockContract(t *testing.T) {
+	lockertest.LockContract(t, server(t).Lock())
 }
 
 // storeOf builds the bare Store for key, for the conditional writes.
@@ -151,16 +154,6 @@ func TestConditionalWrites(t *testing.T) {
 	}
 }
 
-// TestTakeoverOnlyAfterTTLAndAllowance: a holder that renews is never
-// taken over; once it stops, the standby takes over no earlier than TTL +
-// allowance after the last renewal, with a higher epoch, and the old
-// holder's next renewal is a loss.
-func TestTakeoverOnlyAfterTTLAndAllowance(t *testing.T) {
-	d := testcluster.SharedDynalite(t)
-	key := lockertest.Key(t)
-	lockertest.ObserverTakeover(t, newLocker(t, d.Endpoint(), key), newLocker(t, d.Endpoint(), key), 2*time.Second)
-}
-
 // TestStandbyClockRatesOnTheServer: a standby whose clock runs 5% fast or
 // slow never takes a dynalite item over before the holder's TTL since its
 // last renewal has passed in real time; one 30% fast does
@@ -184,52 +177,6 @@ func TestStandbyClockRatesOnTheServer(t *testing.T) {
 		}
 		return newLocker(t, d.Endpoint(), key), lockertest.Open(t, withClock, lockerConfig(d.Endpoint(), key))
 	})
-}
-
-func TestHandEditedItemIsLost(t *testing.T) {
-	d := testcluster.SharedDynalite(t)
-	key := lockertest.Key(t)
-	ls := lockertest.MustAcquire(t, newLocker(t, d.Endpoint(), key))
-	_, err := raw(t, d.Endpoint()).UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf("lrtest/" + key),
-		UpdateExpression:          aws.String("SET ttl_ms = :t, version = :v"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":t": num(100), ":v": str("by-hand")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ls.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) || !strings.Contains(err.Error(), "someone else") {
-		t.Fatalf("Renew after a hand edit: %v, want ErrLost", err)
-	}
-}
-
-// TestEpochSurvivesDeletedItem: a lease item deleted by hand and created
-// again still gets a larger epoch (the counter item counts), and epochs
-// grow across takeover, release and re-acquire.
-func TestEpochSurvivesDeletedItem(t *testing.T) {
-	d := testcluster.SharedDynalite(t)
-	key := lockertest.Key(t)
-	a := newLocker(t, d.Endpoint(), key)
-	first := lockertest.MustAcquire(t, a)
-	if _, err := raw(t, d.Endpoint()).DeleteItem(ctx(t), &dynamodb.DeleteItemInput{TableName: aws.String(DefaultTable), Key: keyOf("lrtest/" + key)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := first.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) || !strings.Contains(err.Error(), "deleted") {
-		t.Fatalf("Renew of a deleted item: %v, want ErrLost", err)
-	}
-	second := lockertest.MustAcquire(t, newLocker(t, d.Endpoint(), key))
-	if second.Epoch() <= first.Epoch() {
-		t.Fatalf("epoch after the item was deleted: %d, not above %d", second.Epoch(), first.Epoch())
-	}
-	// The guard's release, through the handle, in another process's Locker.
-	if err := newLocker(t, d.Endpoint(), key).ReleaseHandle(ctx(t), second.Handle()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Leader(ctx(t)); !errors.Is(err, locker.ErrNoLeader) {
-		t.Fatalf("Leader after ReleaseHandle: %v, want ErrNoLeader", err)
-	}
-	third := lockertest.MustAcquire(t, a)
-	if third.Epoch() <= second.Epoch() {
-		t.Fatalf("re-acquire after the release: epoch %d, not above %d", third.Epoch(), second.Epoch())
-	}
 }
 
 // TestMissingTable: without CreateTable a missing table is a one-line
@@ -335,34 +282,6 @@ func TestThrottlingAndConflictsToldApart(t *testing.T) {
 	if err := st.Renew(ctx(t), prev, row); !errors.Is(err, locker.ErrRefused) {
 		t.Fatalf("Renew denied: %v, want ErrRefused", err)
 	}
-}
-
-// TestUnreachableIsRetryable: an endpoint that is not there fails the call
-// within the timeout, as an error worth retrying; New does not wait for it.
-func TestUnreachableIsRetryable(t *testing.T) {
-	l := newLocker(t, "http://127.0.0.1:1", lockertest.Key(t), func(c *Config) { c.NoWait = true })
-	start := time.Now()
-	_, err := l.Acquire(ctx(t))
-	if err == nil || errors.Is(err, locker.ErrRefused) || time.Since(start) > 3*time.Second || !strings.Contains(err.Error(), "127.0.0.1:1") {
-		t.Fatalf("Acquire on a closed port: %v after %v", err, time.Since(start))
-	}
-	if addr, timeout := l.Target(); addr != "127.0.0.1:1" || timeout != 2*time.Second {
-		t.Fatalf("Target = %s, %v", addr, timeout)
-	}
-}
-
-func TestRunLog(t *testing.T) {
-	d := testcluster.SharedDynalite(t)
-	lockertest.RunLogContract(t, func(t *testing.T, key string) locker.Locker {
-		return newLocker(t, d.Endpoint(), key)
-	})
-}
-
-func TestHistoryContract(t *testing.T) {
-	d := testcluster.SharedDynalite(t)
-	lockertest.HistoryContract(t, func(t *testing.T, key string) locker.Locker {
-		return newLocker(t, d.Endpoint(), key)
-	})
 }
 
 // counting counts the requests of each kind a store sends, and the reads
@@ -578,13 +497,6 @@ func TestHistoryRequests(t *testing.T) {
 	if _, err := l.Leader(ctx(t)); !errors.As(err, &nu) {
 		t.Fatalf("Leader of a key with only a history: %v, want NeverUsedError", err)
 	}
-}
-
-func TestControlContract(t *testing.T) {
-	d := testcluster.SharedDynalite(t)
-	lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
-		return newLocker(t, d.Endpoint(), key)
-	})
 }
 
 // TestControlApart: the control item is the key's (KEY#control, also for

@@ -33,6 +33,10 @@ func editItem(t *testing.T, c *dynamodb.Client, key, kind string) {
 		_, err = c.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf(key),
 			UpdateExpression:          aws.String("SET ttl_ms = :t"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":t": num(100)}})
+	case rowtest.ByHand:
+		_, err = c.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{TableName: aws.String(DefaultTable), Key: keyOf(key),
+			UpdateExpression:          aws.String("SET ttl_ms = :t, version = :v"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":t": num(100), ":v": str("by-hand")}})
 	default:
 		t.Fatalf("no edit %q", kind)
 	}

@@ -71,21 +71,6 @@ func TestLease(t *testing.T) {
 		}
 	})
 
-	// NoWait gives up at once while a live holder renews.
-	t.Run("NoWaitHeld", func(t *testing.T) {
-		key := lockertest.Key(t)
-		mustAcquire(t, srv.newLocker(t, key))
-		b := srv.newLocker(t, key, func(c *Config) { c.NoWait = true })
-		start := time.Now()
-		_, err := b.Acquire(lockertest.Ctx(t, 10*time.Second))
-		if !errors.Is(err, locker.ErrHeld) {
-			t.Fatalf("Acquire with NoWait = %v, want ErrHeld", err)
-		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("NoWait took %v to give up", d)
-		}
-	})
-
 	// Cancelling a waiting Acquire returns promptly.
 	t.Run("CancelWhileWaiting", func(t *testing.T) {
 		key := lockertest.Key(t)

@@ -48,7 +48,13 @@ func Ctx(t testing.TB, d time.Duration) context.Context {
 // when the test ends.
 func MustAcquire(t testing.TB, l locker.Locker) locker.Lease {
 	t.Helper()
-	lease, err := l.Acquire(Ctx(t, 20*time.Second))
+	return MustAcquireWithin(t, l, 20*time.Second)
+}
+
+// MustAcquireWithin is MustAcquire with d in place of 20s.
+func MustAcquireWithin(t testing.TB, l locker.Locker, d time.Duration) locker.Lease {
+	t.Helper()
+	lease, err := l.Acquire(Ctx(t, d))
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}

@@ -17,6 +17,7 @@ var handEdit = map[string]string{
 	rowtest.Delete:   `DELETE FROM public.leaderrun_leases WHERE key = $1`,
 	rowtest.Empty:    `UPDATE public.leaderrun_leases SET term = '', holder = '' WHERE key = $1`,
 	rowtest.LowerTTL: `UPDATE public.leaderrun_leases SET ttl_ms = 100 WHERE key = $1`,
+	rowtest.ByHand:   `UPDATE public.leaderrun_leases SET ttl_ms = 100, version = 'by-hand' WHERE key = $1`,
 }
 
 // TestHandEdits: no hand edit of a held row lets a standby in before the

@@ -12,8 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/leaserow"
+	"github.com/leaderrun/leaderrun/locker/leaserow/rowtest"
 	"github.com/leaderrun/leaderrun/locker/lockertest"
-	"github.com/leaderrun/leaderrun/locker/observe"
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
@@ -30,94 +31,46 @@ func sqlConn(t *testing.T, dsn string) *pgx.Conn {
 	return c
 }
 
-func TestAcquireRenewReleaseOnTheServer(t *testing.T) {
+// server is the lease-row contract's view of the shared server: plain
+// SQL reads and edits of the row.
+func server(t *testing.T) rowtest.Server {
 	pg := testcluster.SharedPostgres(t)
-	a := newLocker(t, pg.DSN(), lockertest.Key(t))
-	ls := lockertest.MustAcquire(t, a)
-	c := sqlConn(t, pg.DSN())
-	var v1, v2, contract string
-	var e1, e2 int64
-	row := `SELECT version, epoch, contract FROM public.leaderrun_leases WHERE key = $1`
-	if err := c.QueryRow(ctx(t), row, "lrtest/"+lockertest.Key(t)).Scan(&v1, &e1, &contract); err != nil {
-		t.Fatal(err)
-	}
-	if uint64(e1) != ls.Epoch() || contract != observe.Contract {
-		t.Fatalf("row: epoch %d contract %q; lease epoch %d", e1, contract, ls.Epoch())
-	}
-	if got, err := ls.Renew(ctx(t)); err != nil || got != 2*time.Second {
-		t.Fatalf("Renew = %v, %v", got, err)
-	}
-	if err := c.QueryRow(ctx(t), row, "lrtest/"+lockertest.Key(t)).Scan(&v2, &e2, &contract); err != nil {
-		t.Fatal(err)
-	}
-	if v2 == v1 || e2 != e1 {
-		t.Fatalf("renewal: version %q -> %q, epoch %d -> %d; want a new version, the same epoch", v1, v2, e1, e2)
-	}
-	b := newLocker(t, pg.DSN(), lockertest.Key(t), func(c *Config) { c.NoWait = true })
-	if _, err := b.Acquire(ctx(t)); !errors.Is(err, locker.ErrHeld) {
-		t.Fatalf("NoWait while held: %v, want ErrHeld", err)
-	}
-	h, err := b.Leader(ctx(t))
-	if err != nil || h.ID != a.ID() || h.Epoch != ls.Epoch() {
-		t.Fatalf("Leader = %+v, %v", h, err)
-	}
-	if err := ls.Release(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Leader(ctx(t)); !errors.Is(err, locker.ErrNoLeader) {
-		t.Fatalf("Leader after release: %v, want ErrNoLeader", err)
-	}
-	ls2 := lockertest.MustAcquire(t, b)
-	if ls2.Epoch() <= ls.Epoch() {
-		t.Fatalf("re-acquire epoch %d not above %d", ls2.Epoch(), ls.Epoch())
+	return rowtest.Server{
+		Open: func(t *testing.T, key string, noWait bool) *leaserow.Locker {
+			return newLocker(t, pg.DSN(), key, func(c *Config) { c.NoWait = noWait })
+		},
+		Row: func(t *testing.T, key string) rowtest.Stored {
+			var r rowtest.Stored
+			var epoch, ttl int64
+			if err := sqlConn(t, pg.DSN()).QueryRow(ctx(t), `SELECT version, epoch, contract, ttl_ms FROM public.leaderrun_leases WHERE key = $1`,
+				"lrtest/"+key).Scan(&r.Version, &epoch, &r.Contract, &ttl); err != nil {
+				t.Fatal(err)
+			}
+			r.Epoch, r.TTL = uint64(epoch), time.Duration(ttl)*time.Millisecond
+			return r
+		},
+		Edit: func(t *testing.T, key, kind string) {
+			if _, err := sqlConn(t, pg.DSN()).Exec(ctx(t), handEdit[kind], "lrtest/"+key); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Unreachable: func(t *testing.T, key string) *leaserow.Locker {
+			return newLocker(t, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable", key, func(c *Config) { c.NoWait = true })
+		},
+		UnreachableAddr: "127.0.0.1:1",
 	}
 }
 
-// TestTakeoverOnlyAfterTTLAndAllowance: a holder that renews is never
-// taken over; once it stops, the standby takes over no earlier than TTL +
-// allowance after the last renewal, with a higher epoch, and the old
-// holder's next renewal is a loss.
-func TestTakeoverOnlyAfterTTLAndAllowance(t *testing.T) {
-	pg := testcluster.SharedPostgres(t)
-	lockertest.ObserverTakeover(t, newLocker(t, pg.DSN(), lockertest.Key(t)), newLocker(t, pg.DSN(), lockertest.Key(t)), 2*time.Second)
+// TestLeaseRowContract: the lease-row backends' scenarios on the real
+// server (rowtest.ServerContract).
+func TestLeaseRowContract(t *testing.T) {
+	rowtest.ServerContract(t, server(t))
 }
 
-func TestHandEditedRowIsLost(t *testing.T) {
-	pg := testcluster.SharedPostgres(t)
-	ls := lockertest.MustAcquire(t, newLocker(t, pg.DSN(), lockertest.Key(t)))
-	c := sqlConn(t, pg.DSN())
-	if _, err := c.Exec(ctx(t), `UPDATE public.leaderrun_leases SET ttl_ms = 100, version = 'by-hand' WHERE key = $1`, "lrtest/"+lockertest.Key(t)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ls.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) || !strings.Contains(err.Error(), "someone else") {
-		t.Fatalf("Renew after a hand edit: %v, want ErrLost", err)
-	}
-}
-
-// TestEpochSurvivesDeletedRow: a row deleted by hand and created again
-// still gets a larger epoch (the sequence, not the row, counts).
-func TestEpochSurvivesDeletedRow(t *testing.T) {
-	pg := testcluster.SharedPostgres(t)
-	a := newLocker(t, pg.DSN(), lockertest.Key(t))
-	first := lockertest.MustAcquire(t, a)
-	c := sqlConn(t, pg.DSN())
-	if _, err := c.Exec(ctx(t), `DELETE FROM public.leaderrun_leases WHERE key = $1`, "lrtest/"+lockertest.Key(t)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := first.Renew(ctx(t)); !errors.Is(err, locker.ErrLost) || !strings.Contains(err.Error(), "deleted") {
-		t.Fatalf("Renew of a deleted row: %v, want ErrLost", err)
-	}
-	second := lockertest.MustAcquire(t, newLocker(t, pg.DSN(), lockertest.Key(t)))
-	if second.Epoch() <= first.Epoch() {
-		t.Fatalf("epoch after the row was deleted: %d, not above %d", second.Epoch(), first.Epoch())
-	}
-	// The guard's release, through the handle, in another process's Locker.
-	if err := newLocker(t, pg.DSN(), lockertest.Key(t)).ReleaseHandle(ctx(t), second.Handle()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Leader(ctx(t)); !errors.Is(err, locker.ErrNoLeader) {
-		t.Fatalf("Leader after ReleaseHandle: %v, want ErrNoLeader", err)
-	}
+// TestLockContract: the core lock contract (lockertest.LockContract) on
+// PostgreSQL; the hand delete is a plain SQL DELETE of the row.
+func TestLockContract(t *testing.T) {
+	lockertest.LockContract(t, server(t).Lock())
 }
 
 // attempt builds a Locker for dsn and acquires once: the error of New,
@@ -186,27 +139,6 @@ END $$`)
 		if !errors.As(err, &ce) || ce.Field != "DSN" {
 			t.Fatalf("New: %v, want a ConfigError on DSN", err)
 		}
-	})
-}
-
-// TestUnreachableIsRetryable: a server that is not there fails the call
-// within the connect timeout, as an error worth retrying.
-func TestUnreachableIsRetryable(t *testing.T) {
-	l := newLocker(t, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable", lockertest.Key(t), func(c *Config) { c.NoWait = true })
-	start := time.Now()
-	_, err := l.Acquire(ctx(t))
-	if err == nil || errors.Is(err, locker.ErrRefused) || time.Since(start) > 3*time.Second {
-		t.Fatalf("Acquire on a closed port: %v after %v", err, time.Since(start))
-	}
-	if addr, timeout := l.Target(); addr != "127.0.0.1:1" || timeout != 2*time.Second {
-		t.Fatalf("Target = %s, %v", addr, timeout)
-	}
-}
-
-func TestRunLog(t *testing.T) {
-	pg := testcluster.SharedPostgres(t)
-	lockertest.RunLogContract(t, func(t *testing.T, key string) locker.Locker {
-		return newLocker(t, pg.DSN(), key)
 	})
 }
 
@@ -350,20 +282,6 @@ func TestServerRestartUnderTheLeader(t *testing.T) {
 	if h, err := l.Leader(ctx(t)); err != nil || h.Epoch != ls.Epoch() {
 		t.Fatalf("Leader after the restart = %+v, %v", h, err)
 	}
-}
-
-func TestHistoryContract(t *testing.T) {
-	pg := testcluster.SharedPostgres(t)
-	lockertest.HistoryContract(t, func(t *testing.T, key string) locker.Locker {
-		return newLocker(t, pg.DSN(), key)
-	})
-}
-
-func TestControlContract(t *testing.T) {
-	pg := testcluster.SharedPostgres(t)
-	lockertest.ControlContract(t, func(t *testing.T, key string) locker.Locker {
-		return newLocker(t, pg.DSN(), key)
-	})
 }
 
 // TestControlApart: the control row is the key's, in a table of its own,

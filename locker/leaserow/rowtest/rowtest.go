@@ -1,6 +1,6 @@
-// Package rowtest holds the lease-row backends' shared tests of hand
-// edits (DESIGN §1.12, "hand edits"), run by each backend on its real
-// server.
+// Package rowtest holds the lease-row backends' shared tests, run by each
+// backend on its real server: hand edits (DESIGN §1.12, "hand edits") and
+// the scenarios of ServerContract.
 package rowtest
 
 import (
