@@ -213,6 +213,8 @@ type Job struct {
 	adoptFrom int
 	// check: a health check (check.go), which adopts no orphans.
 	check bool
+	// seenGone: WaitGone saw nothing of it left.
+	seenGone bool
 
 	// Group mode's memory of its scans (group.go).
 	mu    sync.Mutex
@@ -340,7 +342,10 @@ func (j *Job) Alive() bool {
 func (j *Job) Remove() error {
 	if j.check {
 		liveChecks.Delete(j.token)
-	} else if j.token != "" {
+	}
+	if j.token != "" && (!j.check || j.seenGone) {
+		// A check only once seen gone: what survived its kill is left to
+		// the next sweep (supervise's killCheck).
 		markEnded(j.token) // seal.go
 	}
 	j.closeFD()

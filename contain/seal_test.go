@@ -167,3 +167,55 @@ func TestSweepJudgesOtherUsersMarkersBySeal(t *testing.T) {
 		}
 	}
 }
+
+// A health check seen gone raises the checks' mark of its key, never the
+// jobs' (a standby's check ends beside the leader's running job, which
+// would then be missed were it left over); one not seen gone (it
+// survived its kill) raises neither.
+func TestCheckSeenGoneEndsChecksOnly(t *testing.T) {
+	if sealKey() == nil {
+		t.Skipf("no marker key for this user in %s", sealDir())
+	}
+	key := fmt.Sprintf("checks-ended-%d-%d", os.Getpid(), time.Now().UnixNano())
+	kh := keyHash(key)
+	t.Cleanup(func() {
+		for _, check := range []bool{false, true} {
+			_ = os.Remove(filepath.Join(sealDir(), endedName(kh, check)))
+		}
+	})
+	b := &Box{opts: Options{Key: key}}
+	mono := func(tok string) int64 {
+		base, _ := unseal(tok)
+		return jobMono(base)
+	}
+
+	c, err := b.NewCheck()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Remove()
+	if j, k := endedUpTo(kh, false), endedUpTo(kh, true); j != 0 || k != 0 {
+		t.Fatalf("a check removed unseen raised the marks: jobs %d, checks %d; want 0, 0", j, k)
+	}
+
+	c, err = b.NewCheck()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.WaitGone(5 * time.Second) {
+		t.Fatal("a check that started nothing not seen gone")
+	}
+	_ = c.Remove()
+	if j, k := endedUpTo(kh, false), endedUpTo(kh, true); j != 0 || k != mono(c.Token()) || k == 0 {
+		t.Fatalf("a check seen gone: jobs' mark %d, checks' %d; want 0, %d", j, k, mono(c.Token()))
+	}
+
+	j, err := b.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = j.Remove()
+	if got := endedUpTo(kh, false); got != mono(j.Token()) || got == 0 {
+		t.Fatalf("a job removed: jobs' mark %d, want %d", got, mono(j.Token()))
+	}
+}
