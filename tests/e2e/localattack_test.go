@@ -309,3 +309,44 @@ func rootJobRuns(t *testing.T, dir string, args []string, beside string) {
 		t.Fatalf("root's leaderrun beside %s: exit %d, job ran: %v; want 0 and the job run\n%s", beside, code, len(b) > 0, p.Output())
 	}
 }
+
+// TestLocalSealReplayedDuringHealthCheckBlocksJob: nobody copies each
+// health check's sealed marker while the check's step runs as nobody, and
+// starts respawning sleeps with it at once. In group mode a process
+// carrying a check's marker is the check's, so the check's kill never saw
+// it gone (about 2s, then a warning); marked over only once seen gone, no
+// check of that leaderrun was, and once it had exited every later sweep
+// killed the copies as what its checks left running and never saw them
+// gone: root's leaderrun started nothing and exited 125, term after term.
+// A check is marked over once its leaderrun is done with it, seen gone or
+// not (contain/seal.go). Root's job must run.
+func TestLocalSealReplayedDuringHealthCheckBlocksJob(t *testing.T) {
+	respawn, err := testsupport.Respawn()
+	if err != nil {
+		t.Fatalf("build the respawning program: %v", err)
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and setpriv, to run a check's step as nobody")
+	}
+	dir, shared := t.TempDir(), testsupport.SharedDir(t)
+	copied := filepath.Join(shared, "marker")
+	// nobody: a new copy is replayed by respawning sleeps at once.
+	watch := `last=; while :; do m=$(cat ` + copied + ` 2>/dev/null)
+if [ -n "$m" ] && [ "$m" != "$last" ]; then last=$m; ` + respawn + ` 120 4 "$m" & fi
+sleep 0.02; done`
+	testsupport.StartAsNobody(t, "sh", "-c", watch)
+
+	args := localArgs(dir, newKey("checkreplay"), "--contain", "group")
+	check := copyMarkerAsNobody(copied) + "; sleep 1"
+	first := start(t, "root's run with a health check", nil,
+		withCommand(append(slices.Clip(args), "--health-cmd", check, "--health-interval", "2s"), "sleep 4")...)
+	if code := first.Wait(60 * time.Second); code != 0 {
+		t.Fatalf("root's run with a health check: exit %d\n%s", code, first.Output())
+	}
+	copiedMarker(t, copied)
+	if !strings.Contains(first.Output(), "processes of a health check still alive") {
+		t.Logf("no check was kept from being seen gone: the replay came too late\n%s", first.Output())
+	}
+
+	rootJobRuns(t, dir, args, "nobody's sleeps respawned with each health check's sealed marker as it ran")
+}
