@@ -337,15 +337,16 @@ sleep 0.02; done`
 	testsupport.StartAsNobody(t, "sh", "-c", watch)
 
 	args := localArgs(dir, newKey("checkreplay"), "--contain", "group")
+	// One check, before the campaign; the next would be an hour later.
 	check := copyMarkerAsNobody(copied) + "; sleep 1"
 	first := start(t, "root's run with a health check", nil,
-		withCommand(append(slices.Clip(args), "--health-cmd", check, "--health-interval", "2s"), "sleep 4")...)
+		withCommand(append(slices.Clip(args), "--health-cmd", check, "--health-interval", "1h"), "exit 0")...)
 	if code := first.Wait(60 * time.Second); code != 0 {
 		t.Fatalf("root's run with a health check: exit %d\n%s", code, first.Output())
 	}
 	copiedMarker(t, copied)
 	if !strings.Contains(first.Output(), "processes of a health check still alive") {
-		t.Logf("no check was kept from being seen gone: the replay came too late\n%s", first.Output())
+		t.Fatalf("the check was seen gone: nobody's replay came too late to test anything\n%s", first.Output())
 	}
 
 	rootJobRuns(t, dir, args, "nobody's sleeps respawned with each health check's sealed marker as it ran")
