@@ -213,8 +213,6 @@ type Job struct {
 	adoptFrom int
 	// check: a health check (check.go), which adopts no orphans.
 	check bool
-	// seenGone: WaitGone saw nothing of it left.
-	seenGone bool
 
 	// Group mode's memory of its scans (group.go).
 	mu    sync.Mutex
@@ -343,10 +341,11 @@ func (j *Job) Remove() error {
 	if j.check {
 		liveChecks.Delete(j.token)
 	}
-	if j.token != "" && (!j.check || j.seenGone) {
-		// A check only once seen gone: what survived its kill is left to
-		// the next sweep (supervise's killCheck).
-		markEnded(j.token) // seal.go
+	if j.token != "" {
+		// A check too when it was not seen gone: what of it survived
+		// its kill is left to the next sweep, which another user's copy
+		// of its marker must not stall for good (seal.go).
+		markEnded(j.token)
 	}
 	j.closeFD()
 	if j.leaderFD >= 0 {

@@ -221,18 +221,21 @@ func sealGood(base, s string) bool {
 // in ended.KEY beside the seal's key, and another user's process whose
 // sealed job token is no younger is no leftover.
 //
-// A health check's token is judged so against checks seen gone, kept
-// apart in ended-checks.KEY: a standby's checks run beside the leader's
-// job, so a check's end says nothing of the job's. Nor do the checks of
-// a key on one host always run one after another (a standby's beside the
-// leader's), so a check still running when its leaderrun and guard were
-// killed, younger than none that was seen gone, is missed if it switched
-// user: what it leaves runs on as that user. That is no second job (a
-// check runs beside the job on every standby anyway), where a replay of a
-// check's marker blocked every later term of the key.
+// A health check's token is judged so against the checks that are over,
+// kept apart in ended-checks.KEY: a standby's checks run beside the
+// leader's job, so a check's end says nothing of the job's. A check is
+// over once its leaderrun removed it, seen gone or not: in group mode
+// that user's copies of a running check's marker are the check's, so it
+// is never seen gone while they are kept up. Nor do the checks of a key
+// on one host always run one after another (a standby's beside the
+// leader's). So what of a check that switched user survived its kill, or
+// was cut off by the SIGKILL of its leaderrun and guard while a younger
+// check of the key ended, is missed: it runs on as that user. That is no
+// second job (a check runs beside the job on every standby anyway), where
+// a replay of a check's marker blocked every later term of the key.
 
-// endedName is the file of key's (a token's KEY part) youngest job, or
-// health check, seen gone.
+// endedName is the file of key's (a token's KEY part) youngest job seen
+// gone, or health check over.
 func endedName(key string, check bool) string {
 	if check {
 		return "ended-checks." + key
@@ -240,8 +243,8 @@ func endedName(key string, check bool) string {
 	return "ended." + key
 }
 
-// markEnded records that the job or health check of token tok is gone, if
-// tok is sealed.
+// markEnded records that the job of token tok is gone, or its health
+// check over, if tok is sealed.
 func markEnded(tok string) {
 	base, sl := unseal(tok)
 	f := strings.Split(base, ".")
