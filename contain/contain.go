@@ -340,8 +340,12 @@ func (j *Job) Alive() bool {
 func (j *Job) Remove() error {
 	if j.check {
 		liveChecks.Delete(j.token)
-	} else if j.token != "" {
-		markEnded(j.token) // seal.go
+	}
+	if j.token != "" {
+		// A check too when it was not seen gone: what of it survived
+		// its kill is left to the next sweep, which another user's copy
+		// of its marker must not stall for good (seal.go).
+		markEnded(j.token)
 	}
 	j.closeFD()
 	if j.leaderFD >= 0 {

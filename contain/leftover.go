@@ -471,6 +471,7 @@ type sweeper struct {
 	zombies map[int]uint64       // the dead processes of the last scan
 	users   map[int]bool         // leaderrun's user and the leftovers' users
 	ended   int64                // the youngest job of the key seen gone (seal.go)
+	checked int64                // the youngest health check of the key seen gone
 	// churn: a scan was unsettled by a process of those users (a find, or
 	// one found dead), not only by pids gone before they were read.
 	churn bool
@@ -489,7 +490,7 @@ const (
 
 func newSweeper(key string) *sweeper {
 	me := self().pid
-	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}, users: map[int]bool{os.Geteuid(): true}, ended: endedUpTo(key)}
+	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}, users: map[int]bool{os.Geteuid(): true}, ended: endedUpTo(key, false), checked: endedUpTo(key, true)}
 	for p := me; p > 1; {
 		st, ok := readStat("/proc/" + strconv.Itoa(p) + "/stat")
 		if !ok || s.mine[st.ppid] {
@@ -531,8 +532,9 @@ func (s *sweeper) leftover(pid int) (string, owner, bool) {
 		case own == 1:
 		case !sealGood(base, sl):
 			continue // another user's, unsealed or forged
-		case !IsCheckToken(base) && jobMono(base) <= s.ended:
-			continue // another user's copy of a job seen over (seal.go)
+		case !IsCheckToken(base) && jobMono(base) <= s.ended,
+			IsCheckToken(base) && jobMono(base) <= s.checked:
+			continue // another user's copy of a job or check seen over (seal.go)
 		}
 		return base, o, true
 	}

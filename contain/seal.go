@@ -219,18 +219,36 @@ func sealGood(base, s string) bool {
 // seen gone, by its leaderrun or its guard, every job of the key whose
 // token is no younger is over too: the youngest such token's MONO is kept
 // in ended.KEY beside the seal's key, and another user's process whose
-// sealed job token is no younger is no leftover. (A health check's token
-// is not judged so: a standby's checks run beside the leader's job.)
+// sealed job token is no younger is no leftover.
+//
+// A health check's token is judged so against the checks that are over,
+// kept apart in ended-checks.KEY: a standby's checks run beside the
+// leader's job, so a check's end says nothing of the job's. A check is
+// over once its leaderrun removed it, seen gone or not: in group mode
+// that user's copies of a running check's marker are the check's, so it
+// is never seen gone while they are kept up. Nor do the checks of a key
+// on one host always run one after another (a standby's beside the
+// leader's). So what of a check that switched user survived its kill, or
+// was cut off by the SIGKILL of its leaderrun and guard while a younger
+// check of the key ended, is missed: it runs on as that user. That is no
+// second job (a check runs beside the job on every standby anyway), where
+// a replay of a check's marker blocked every later term of the key.
 
 // endedName is the file of key's (a token's KEY part) youngest job seen
-// gone.
-func endedName(key string) string { return "ended." + key }
+// gone, or health check over.
+func endedName(key string, check bool) string {
+	if check {
+		return "ended-checks." + key
+	}
+	return "ended." + key
+}
 
-// markEnded records that the job of token tok is gone, if tok is sealed.
+// markEnded records that the job of token tok is gone, or its health
+// check over, if tok is sealed.
 func markEnded(tok string) {
 	base, sl := unseal(tok)
 	f := strings.Split(base, ".")
-	if sl == "" || len(f) != 6 || IsCheckToken(base) {
+	if sl == "" || len(f) != 6 {
 		return
 	}
 	mono, err := strconv.ParseInt(f[2], 10, 64)
@@ -242,7 +260,7 @@ func markEnded(tok string) {
 		return
 	}
 	defer unix.Close(dfd)
-	name := endedName(f[5])
+	name := endedName(f[5], IsCheckToken(base))
 	if readEnded(dfd, name) >= mono {
 		return
 	}
@@ -262,14 +280,15 @@ func markEnded(tok string) {
 	}
 }
 
-// endedUpTo is the MONO of key's youngest job seen gone, 0 if none.
-func endedUpTo(key string) int64 {
+// endedUpTo is the MONO of key's youngest job (or health check, with
+// check) seen gone, 0 if none.
+func endedUpTo(key string, check bool) int64 {
 	dfd, err := openPrivateDir(sealDir())
 	if err != nil {
 		return 0
 	}
 	defer unix.Close(dfd)
-	return readEnded(dfd, endedName(key))
+	return readEnded(dfd, endedName(key, check))
 }
 
 // readEnded reads a file markEnded wrote, in the directory dfd; 0 if it is

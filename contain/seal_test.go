@@ -167,3 +167,42 @@ func TestSweepJudgesOtherUsersMarkersBySeal(t *testing.T) {
 		}
 	}
 }
+
+// A health check removed raises the checks' mark of its key, never the
+// jobs' (a standby's check ends beside the leader's running job, which
+// would then be missed were it left over), and so does one not seen gone
+// (another user's copy of its marker, kept respawning, would keep it from
+// ever being seen gone).
+func TestCheckRemovedEndsChecksOnly(t *testing.T) {
+	if sealKey() == nil {
+		t.Skipf("no marker key for this user in %s", sealDir())
+	}
+	key := fmt.Sprintf("checks-ended-%d-%d", os.Getpid(), time.Now().UnixNano())
+	kh := keyHash(key)
+	t.Cleanup(func() {
+		for _, check := range []bool{false, true} {
+			_ = os.Remove(filepath.Join(sealDir(), endedName(kh, check)))
+		}
+	})
+	b := &Box{opts: Options{Key: key}}
+	mono := func(tok string) int64 {
+		base, _ := unseal(tok)
+		return jobMono(base)
+	}
+	c, err := b.NewCheck()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Remove()
+	if j, k := endedUpTo(kh, false), endedUpTo(kh, true); j != 0 || k != mono(c.Token()) || k == 0 {
+		t.Fatalf("a check removed: jobs' mark %d, checks' %d; want 0, %d", j, k, mono(c.Token()))
+	}
+	j, err := b.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = j.Remove()
+	if got, k := endedUpTo(kh, false), endedUpTo(kh, true); got != mono(j.Token()) || got == 0 || k != mono(c.Token()) {
+		t.Fatalf("a job removed: jobs' mark %d, checks' %d; want %d, %d", got, k, mono(j.Token()), mono(c.Token()))
+	}
+}

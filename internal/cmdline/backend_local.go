@@ -64,8 +64,32 @@ func (s *localSettings) Target(locker.Locker) (string, time.Duration) { return s
 
 func (s *localSettings) Guard(locker.Locker) (any, string) { return s, "" }
 
-// Scope is the lock directory: each directory is a leadership of its own.
-func (s *localSettings) Scope() string { return filepath.Clean(s.dir()) }
+// Scope is the lock directory: each directory is a leadership of its own,
+// however a run names it. Its symlinks are resolved as far as it exists
+// (/var/run is /run on most hosts), so runs that name it two ways, and
+// take the same lock, sweep each other's leftover jobs (DESIGN §1.9).
+func (s *localSettings) Scope() string { return realDir(s.dir()) }
+
+// realDir is dir absolute, with the symlinks of its longest existing part
+// resolved and the rest joined as it is.
+func realDir(dir string) string {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return filepath.Clean(dir)
+	}
+	abs, rest := d, ""
+	for {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(r, rest)
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+		d = up
+	}
+}
 
 func (s *localSettings) dir() string {
 	if s.Dir == "" {

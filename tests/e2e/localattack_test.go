@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,20 +232,68 @@ func TestLocalSealCopiedByJobsUserBlocksJob(t *testing.T) {
 	dir, shared := t.TempDir(), testsupport.SharedDir(t)
 	copied := filepath.Join(shared, "marker")
 	args := localArgs(dir, newKey("replay"), "--contain", "group")
-	step := `setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'grep -z "^` + contain.EnvMarker + `=" /proc/self/environ | tr -d "\000" > ` + copied + `'`
-	first := start(t, "root's first term", nil, withCommand(args, step)...)
+	first := start(t, "root's first term", nil, withCommand(args, copyMarkerAsNobody(copied))...)
 	if code := first.Wait(30 * time.Second); code != 0 {
 		t.Fatalf("root's first term: exit %d\n%s", code, first.Output())
 	}
+
+	testsupport.StartAsNobody(t, respawn, "120", "16", copiedMarker(t, copied))
+	time.Sleep(500 * time.Millisecond)
+
+	rootJobRuns(t, dir, args, "nobody's respawned sleeps with a sealed marker copied from a finished term")
+}
+
+// copyMarkerAsNobody is a shell step, run by root's job or health check,
+// that switches to nobody and writes the job marker of its environment to
+// the file copied, as that user may read it from any process of theirs.
+func copyMarkerAsNobody(copied string) string {
+	return `setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'grep -z "^` + contain.EnvMarker + `=" /proc/self/environ | tr -d "\000" > ` + copied + `'`
+}
+
+// copiedMarker is the sealed marker copyMarkerAsNobody wrote, VAR=value.
+func copiedMarker(t *testing.T, copied string) string {
+	t.Helper()
 	m, err := os.ReadFile(copied)
 	if err != nil || !strings.HasPrefix(string(m), contain.EnvMarker+"=") || !strings.Contains(string(m), "-") {
 		t.Fatalf("nobody did not read a sealed marker from its step: %q %v", m, err)
 	}
+	return strings.TrimSpace(string(m))
+}
 
-	testsupport.StartAsNobody(t, respawn, "120", "16", strings.TrimSpace(string(m)))
+// TestLocalSealCopiedFromHealthCheckBlocksJob: as
+// TestLocalSealCopiedByJobsUserBlocksJob, but nobody copies the sealed
+// marker from a step of root's health check (--health-cmd), which runs as
+// nobody, and replays it once that leaderrun has exited normally. A
+// check's token was never judged against the jobs seen over (a standby's
+// checks run beside the leader's job), so every later sweep of the key
+// killed the respawned sleeps as what a check left running and never saw
+// them gone: root's leaderrun started nothing and exited 125, term after
+// term, for as long as nobody kept them up. Root's job must run.
+func TestLocalSealCopiedFromHealthCheckBlocksJob(t *testing.T) {
+	respawn, err := testsupport.Respawn()
+	if err != nil {
+		t.Fatalf("build the respawning program: %v", err)
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and setpriv, to run a check's step as nobody")
+	}
+	dir, shared := t.TempDir(), testsupport.SharedDir(t)
+	copied := filepath.Join(shared, "marker")
+	args := localArgs(dir, newKey("checkreplay"), "--contain", "group")
+	first := start(t, "root's run with a health check", nil,
+		withCommand(append(slices.Clip(args), "--health-cmd", copyMarkerAsNobody(copied)), "exit 0")...)
+	if code := first.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("root's run with a health check: exit %d\n%s", code, first.Output())
+	}
+	m := copiedMarker(t, copied)
+	if tok := strings.TrimPrefix(m, contain.EnvMarker+"="); !contain.IsCheckToken(tok) {
+		t.Fatalf("the copied marker is not a health check's: %q", m)
+	}
+
+	testsupport.StartAsNobody(t, respawn, "120", "16", m)
 	time.Sleep(500 * time.Millisecond)
 
-	rootJobRuns(t, dir, args, "nobody's respawned sleeps with a sealed marker copied from a finished term")
+	rootJobRuns(t, dir, args, "nobody's respawned sleeps with a sealed marker copied from a health check")
 }
 
 // rootJobRuns runs root's leaderrun under args with a job that leaves a
@@ -259,4 +308,46 @@ func rootJobRuns(t *testing.T, dir string, args []string, beside string) {
 	if code != 0 || strings.TrimSpace(string(b)) != "yes" {
 		t.Fatalf("root's leaderrun beside %s: exit %d, job ran: %v; want 0 and the job run\n%s", beside, code, len(b) > 0, p.Output())
 	}
+}
+
+// TestLocalSealReplayedDuringHealthCheckBlocksJob: nobody copies each
+// health check's sealed marker while the check's step runs as nobody, and
+// starts respawning sleeps with it at once. In group mode a process
+// carrying a check's marker is the check's, so the check's kill never saw
+// it gone (about 2s, then a warning); marked over only once seen gone, no
+// check of that leaderrun was, and once it had exited every later sweep
+// killed the copies as what its checks left running and never saw them
+// gone: root's leaderrun started nothing and exited 125, term after term.
+// A check is marked over once its leaderrun is done with it, seen gone or
+// not (contain/seal.go). Root's job must run.
+func TestLocalSealReplayedDuringHealthCheckBlocksJob(t *testing.T) {
+	respawn, err := testsupport.Respawn()
+	if err != nil {
+		t.Fatalf("build the respawning program: %v", err)
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and setpriv, to run a check's step as nobody")
+	}
+	dir, shared := t.TempDir(), testsupport.SharedDir(t)
+	copied := filepath.Join(shared, "marker")
+	// nobody: a new copy is replayed by respawning sleeps at once.
+	watch := `last=; while :; do m=$(cat ` + copied + ` 2>/dev/null)
+if [ -n "$m" ] && [ "$m" != "$last" ]; then last=$m; ` + respawn + ` 120 4 "$m" & fi
+sleep 0.02; done`
+	testsupport.StartAsNobody(t, "sh", "-c", watch)
+
+	args := localArgs(dir, newKey("checkreplay"), "--contain", "group")
+	// One check, before the campaign; the next would be an hour later.
+	check := copyMarkerAsNobody(copied) + "; sleep 1"
+	first := start(t, "root's run with a health check", nil,
+		withCommand(append(slices.Clip(args), "--health-cmd", check, "--health-interval", "1h"), "exit 0")...)
+	if code := first.Wait(60 * time.Second); code != 0 {
+		t.Fatalf("root's run with a health check: exit %d\n%s", code, first.Output())
+	}
+	copiedMarker(t, copied)
+	if !strings.Contains(first.Output(), "processes of a health check still alive") {
+		t.Fatalf("the check was seen gone: nobody's replay came too late to test anything\n%s", first.Output())
+	}
+
+	rootJobRuns(t, dir, args, "nobody's sleeps respawned with each health check's sealed marker as it ran")
 }
