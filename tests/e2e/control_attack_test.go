@@ -46,6 +46,19 @@ func processesWithArg(arg string) []int {
 	return out
 }
 
+// waitLeader waits until want's child runs, or any candidate's when want
+// is "", among the leaderruns marked mark.
+func waitLeader(t *testing.T, within time.Duration, what, mark, want string) {
+	t.Helper()
+	waitFor(t, within, what, func() bool {
+		id, _ := leaderChild(mark)
+		if want == "" {
+			return id != ""
+		}
+		return id == want
+	})
+}
+
 // TestControlAttackHealthLeavesNothing: a health check that puts a
 // process in the background and exits 0 (a daemon that closed its output)
 // leaves nothing behind, neither while leaderrun runs nor after it exits.
@@ -117,7 +130,7 @@ func TestControlAttackGarbageRecord(t *testing.T) {
 	dir := t.TempDir()
 	key, mark, env := markedKey("garbage")
 	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 10*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	waitLeader(t, 10*time.Second, "a leading", mark, "a")
 	_, e := leaderChild(mark)
 	b := start(t, "b", env, withCommand(append(localArgs(dir, key), "--id", "b"), "exec sleep 1000")...)
 	time.Sleep(500 * time.Millisecond)
@@ -165,7 +178,7 @@ func TestControlAttackPauseCannotReadHolder(t *testing.T) {
 	key := newKey("pause-unread")
 	mark := key + "-" + strconv.Itoa(os.Getpid())
 	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(consulArgs(c.HTTPAddr(0), key), "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	var fail atomic.Bool
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key, &fail)
 	a.Signal(syscall.SIGSTOP)
@@ -196,7 +209,7 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 	key, mark, env := markedKey("win-unread")
 	direct := consulArgs(c.HTTPAddr(0), key)
 	a := start(t, "a", env, withCommand(append(direct, "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	var fail atomic.Bool
 	fail.Store(true)
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
@@ -222,7 +235,7 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, queryArgs(direct)...)...); code != 0 {
 		t.Fatalf("resume: exit %d %s", code, errOut)
 	}
-	waitFor(t, 20*time.Second, "a leader after resume", func() bool { id, _ := leaderChild(mark); return id != "" })
+	waitLeader(t, 20*time.Second, "a leader after resume", mark, "")
 	for _, p := range []*Proc{a, b} {
 		p.Signal(syscall.SIGTERM)
 		p.Wait(20 * time.Second)
@@ -243,7 +256,7 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 	for _, id := range []string{"a", "b"} {
 		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
 	}
-	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	first, e1 := leaderChild(mark)
 	began := time.Now()
 	done := make(chan struct{})
@@ -264,7 +277,7 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "nobody") {
 		t.Errorf("step-down --to nobody: exit %d, %q; want 1 naming the candidate", code, errOut)
 	}
-	waitFor(t, 10*time.Second, "a leader after the reservation", func() bool { id, _ := leaderChild(mark); return id != "" })
+	waitLeader(t, 10*time.Second, "a leader after the reservation", mark, "")
 	id, e2 := leaderChild(mark)
 	t.Logf("%s (epoch %d) stepped down; after the reservation %s leads (epoch %d), %v after the request", first, e1, id, e2, time.Since(began).Round(time.Millisecond))
 	stopAll(procs...)
@@ -286,7 +299,7 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		procs[id] = start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), script)...)
 		if id == "a" {
-			waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+			waitLeader(t, 20*time.Second, "a leading", mark, "a")
 		}
 	}
 	time.Sleep(time.Second)
@@ -303,7 +316,7 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "b leads") {
 		t.Errorf("step-down --to b with a killed: exit %d; %q %q", code, out, errOut)
 	}
-	waitFor(t, 5*time.Second, "b's child", func() bool { id, _ := leaderChild(mark); return id == "b" })
+	waitLeader(t, 5*time.Second, "b's child", mark, "b")
 	stopAll(slices.Collect(maps.Values(procs))...)
 	w.end(t)
 }
@@ -383,7 +396,7 @@ func TestControlAttackStepDownFrozen(t *testing.T) {
 	key, mark, env := markedKey("sd-frozen")
 	w := watchSlots(mark, 1)
 	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a", "--on-lost", "rejoin"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	b := start(t, "b", env, withCommand(append(etcdArgs(eps, key), "--id", "b"), "exec sleep 1000")...)
 	time.Sleep(time.Second)
 	a.Signal(syscall.SIGSTOP)
@@ -392,7 +405,7 @@ func TestControlAttackStepDownFrozen(t *testing.T) {
 	if code != 0 {
 		t.Errorf("step-down of a frozen leader: exit %d: %s %s", code, out, errOut)
 	}
-	waitFor(t, 5*time.Second, "b's child", func() bool { id, _ := leaderChild(mark); return id == "b" })
+	waitLeader(t, 5*time.Second, "b's child", mark, "b")
 	a.Signal(syscall.SIGCONT)
 	time.Sleep(3 * time.Second)
 	if id, _ := leaderChild(mark); id != "b" {
@@ -421,7 +434,7 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
 	}
 	q := queryArgs(etcdArgs(eps, key))
-	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	for i := range 4 {
 		done := make(chan struct{})
 		go func() {
@@ -448,7 +461,7 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 			t.Errorf("resume %d: exit %d %s", i, code, errOut)
 		}
 		<-done
-		waitFor(t, 20*time.Second, "a leader after resume", func() bool { id, _ := leaderChild(mark); return id != "" })
+		waitLeader(t, 20*time.Second, "a leader after resume", mark, "")
 	}
 	stopAll(procs...)
 	w.end(t)
@@ -506,12 +519,12 @@ func TestControlAttackPriorities(t *testing.T) {
 		return withCommand(append(localArgs(dir, key), append([]string{"--id", id}, extra...)...), "exec sleep 1000")
 	}
 	procs := []*Proc{start(t, "plain", env, args("plain")...)}
-	waitFor(t, 10*time.Second, "plain leading", func() bool { id, _ := leaderChild(mark); return id == "plain" })
+	waitLeader(t, 10*time.Second, "plain leading", mark, "plain")
 	procs = append(procs,
 		start(t, "sick", env, args("sick", "--priority", "50", "--preempt-after", "1s", "--health-cmd", "exit 1", "--health-interval", "200ms")...),
 		start(t, "p10", env, args("p10", "--priority", "10", "--preempt-after", "1s")...),
 		start(t, "p20", env, args("p20", "--priority", "20", "--preempt-after", "1s")...))
-	waitFor(t, 20*time.Second, "p20 leading", func() bool { id, _ := leaderChild(mark); return id == "p20" })
+	waitLeader(t, 20*time.Second, "p20 leading", mark, "p20")
 	_, e := leaderChild(mark)
 	time.Sleep(5 * time.Second)
 	if id, e2 := leaderChild(mark); id != "p20" || e2 != e {
@@ -533,7 +546,7 @@ func TestControlAttackBadInput(t *testing.T) {
 	key := newKey("bad-input")
 	mark := key + "-" + strconv.Itoa(os.Getpid())
 	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(etcdArgs(eps, key), "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	q := queryArgs(etcdArgs(eps, key))
 	cases := [][]string{
 		{"step-down", "--to", ""},
@@ -580,7 +593,7 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	var fail atomic.Bool
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
 	a := start(t, "a", env, withCommand(append(consulArgs(proxy, key), "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	_, e := leaderChild(mark)
 	fail.Store(true)
 	time.Sleep(11 * time.Second) // the TTL is 10s
@@ -745,7 +758,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	for _, id := range []string{"a", "b"} {
 		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
 	}
-	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	stop := make(chan struct{})
 	spun := make(chan struct{})
 	var gaveBack atomic.Int32
@@ -786,7 +799,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 		if code != 0 || !strings.HasPrefix(out, to+" leads") {
 			t.Errorf("round %d: step-down --to %s: exit %d, %q %q", i, to, code, out, errOut)
 		}
-		waitFor(t, 10*time.Second, to+"'s child", func() bool { id, _ := leaderChild(mark); return id == to })
+		waitLeader(t, 10*time.Second, to+"'s child", mark, to)
 	}
 	close(stop)
 	<-spun
@@ -809,7 +822,7 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 		procs = append(procs, start(t, id, env, withCommand(append(localArgs(dir, key), "--id", id, "--restart", "always", "--restart-delay", "100ms", "--on-lost", "rejoin"), "exec sleep 0.3")...))
 	}
 	q := queryArgs(localArgs(dir, key))
-	waitFor(t, 10*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	waitLeader(t, 10*time.Second, "a leader", mark, "")
 	for i := range 6 {
 		args := []string{"step-down", "--timeout", "10s"}
 		if i%2 == 1 {
@@ -855,7 +868,7 @@ func TestControlRepairGarbageRecord(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "does not parse") {
 		t.Errorf("resume over a garbage record: exit %d, %q; want 0 and a line saying it was replaced", code, errOut)
 	}
-	waitFor(t, 20*time.Second, "a leading once the record is repaired", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	waitLeader(t, 20*time.Second, "a leading once the record is repaired", mark, "a")
 	a.Signal(syscall.SIGTERM)
 	a.Wait(10 * time.Second)
 }
