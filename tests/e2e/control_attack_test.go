@@ -46,6 +46,16 @@ func processesWithArg(arg string) []int {
 	return out
 }
 
+// sleeper is the job of most candidates here: it runs until killed.
+const sleeper = "exec sleep 1000"
+
+// candidate starts leaderrun --id id with run (a run's backend options)
+// and extra options, running job.
+func candidate(t *testing.T, env, run []string, id, job string, extra ...string) *Proc {
+	t.Helper()
+	return start(t, id, env, withCommand(slices.Concat(run, []string{"--id", id}, extra), job)...)
+}
+
 // waitLeader waits until want's child runs, or any candidate's when want
 // is "", among the leaderruns marked mark.
 func waitLeader(t *testing.T, within time.Duration, what, mark, want string) {
@@ -68,7 +78,7 @@ func TestControlAttackHealthLeavesNothing(t *testing.T) {
 	key := newKey("hc-leftover")
 	tag := strconv.Itoa(700000 + os.Getpid()%100000)
 	hc := "sleep " + tag + " >/dev/null 2>&1 </dev/null & exit 0"
-	p := start(t, "a", nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-interval", "200ms"), "exec sleep 1000")...)
+	p := start(t, "a", nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-interval", "200ms"), sleeper)...)
 	waitFor(t, 10*time.Second, "the child", func() bool { return strings.Contains(p.Output(), "child started") })
 	time.Sleep(1500 * time.Millisecond)
 	during := len(processesWithArg(tag))
@@ -101,8 +111,8 @@ func TestControlAttackTermWhileHeldBack(t *testing.T) {
 		t.Fatalf("pause: %d %s", code, errOut)
 	}
 	tag := strconv.Itoa(800000 + os.Getpid()%100000)
-	paused := start(t, "paused", nil, withCommand(localArgs(dir, key), "exec sleep 1000")...)
-	sick := start(t, "sick", nil, withCommand(localArgs(dir, newKey("held-sick"), "--health-cmd", "sleep "+tag+"; exit 1", "--health-timeout", "30s"), "exec sleep 1000")...)
+	paused := start(t, "paused", nil, withCommand(localArgs(dir, key), sleeper)...)
+	sick := start(t, "sick", nil, withCommand(localArgs(dir, newKey("held-sick"), "--health-cmd", "sleep "+tag+"; exit 1", "--health-timeout", "30s"), sleeper)...)
 	waitFor(t, 10*time.Second, "held back", func() bool {
 		return strings.Contains(paused.Output(), "not campaigning") && len(processesWithArg(tag)) > 0
 	})
@@ -129,10 +139,10 @@ func TestControlAttackGarbageRecord(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	key, mark, env := markedKey("garbage")
-	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--id", "a"), "exec sleep 1000")...)
+	a := candidate(t, env, localArgs(dir, key), "a", sleeper)
 	waitLeader(t, 10*time.Second, "a leading", mark, "a")
 	_, e := leaderChild(mark)
-	b := start(t, "b", env, withCommand(append(localArgs(dir, key), "--id", "b"), "exec sleep 1000")...)
+	b := candidate(t, env, localArgs(dir, key), "b", sleeper)
 	time.Sleep(500 * time.Millisecond)
 	testsupport.WriteFile(t, filepath.Join(dir, "leaderrun", key+"~control"), "{not json", 0o644)
 	q := queryArgs(localArgs(dir, key))
@@ -175,9 +185,8 @@ func failingPath(t *testing.T, target, path string, fail *atomic.Bool) string {
 func TestControlAttackPauseCannotReadHolder(t *testing.T) {
 	t.Parallel()
 	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
-	key := newKey("pause-unread")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(consulArgs(c.HTTPAddr(0), key), "--id", "a"), "exec sleep 1000")...)
+	key, mark, env := markedKey("pause-unread")
+	a := candidate(t, env, consulArgs(c.HTTPAddr(0), key), "a", sleeper)
 	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	var fail atomic.Bool
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key, &fail)
@@ -208,12 +217,12 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
 	key, mark, env := markedKey("win-unread")
 	direct := consulArgs(c.HTTPAddr(0), key)
-	a := start(t, "a", env, withCommand(append(direct, "--id", "a"), "exec sleep 1000")...)
+	a := candidate(t, env, direct, "a", sleeper)
 	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	var fail atomic.Bool
 	fail.Store(true)
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
-	b := start(t, "b", env, withCommand(append(consulArgs(proxy, key), "--id", "b"), "exec sleep 1000")...)
+	b := candidate(t, env, consulArgs(proxy, key), "b", sleeper)
 	waitFor(t, 20*time.Second, "b waiting", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
 	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, queryArgs(direct)...)...); code != 0 {
 		t.Fatalf("pause: exit %d %s", code, errOut)
@@ -254,7 +263,7 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 	w := watchSlots(mark, 1)
 	var procs []*Proc
 	for _, id := range []string{"a", "b"} {
-		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
+		procs = append(procs, candidate(t, env, etcdArgs(eps, key), id, sleeper))
 	}
 	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	first, e1 := leaderChild(mark)
@@ -297,7 +306,7 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 	script := `trap "" TERM; exec sleep 1000`
 	procs := map[string]*Proc{}
 	for _, id := range []string{"a", "b", "c"} {
-		procs[id] = start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), script)...)
+		procs[id] = candidate(t, env, etcdArgs(eps, key), id, script)
 		if id == "a" {
 			waitLeader(t, 20*time.Second, "a leading", mark, "a")
 		}
@@ -334,7 +343,7 @@ func TestControlAttackHoldersPause(t *testing.T) {
 	var procs []*Proc
 	for i := range 4 {
 		id := "h" + strconv.Itoa(i)
-		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--holders", "3", "--id", id), "exec sleep 1000")...))
+		procs = append(procs, candidate(t, env, etcdArgs(eps, key), id, sleeper, "--holders", "3"))
 	}
 	waitFor(t, 30*time.Second, "3 slots filled", func() bool { return len(slotChildren(mark)) == 3 })
 	q := queryArgs(etcdArgs(eps, key))
@@ -395,9 +404,9 @@ func TestControlAttackStepDownFrozen(t *testing.T) {
 	eps := e.Endpoints()
 	key, mark, env := markedKey("sd-frozen")
 	w := watchSlots(mark, 1)
-	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a", "--on-lost", "rejoin"), "exec sleep 1000")...)
+	a := candidate(t, env, etcdArgs(eps, key), "a", sleeper, "--on-lost", "rejoin")
 	waitLeader(t, 20*time.Second, "a leading", mark, "a")
-	b := start(t, "b", env, withCommand(append(etcdArgs(eps, key), "--id", "b"), "exec sleep 1000")...)
+	b := candidate(t, env, etcdArgs(eps, key), "b", sleeper)
 	time.Sleep(time.Second)
 	a.Signal(syscall.SIGSTOP)
 	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--to", "b", "--timeout", "15s"}, queryArgs(etcdArgs(eps, key))...)...)
@@ -431,7 +440,7 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 	w := watchSlots(mark, 1)
 	var procs []*Proc
 	for _, id := range []string{"a", "b", "c"} {
-		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
+		procs = append(procs, candidate(t, env, etcdArgs(eps, key), id, sleeper))
 	}
 	q := queryArgs(etcdArgs(eps, key))
 	waitLeader(t, 20*time.Second, "a leader", mark, "")
@@ -481,7 +490,7 @@ func TestControlAttackHealthHostile(t *testing.T) {
 		"hang":  `trap "" TERM; sleep ` + tag,
 	} {
 		key := newKey("hc-" + name)
-		p := start(t, name, nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-timeout", "300ms", "--health-interval", "100ms"), "exec sleep 1000")...)
+		p := start(t, name, nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-timeout", "300ms", "--health-interval", "100ms"), sleeper)...)
 		waitFor(t, 10*time.Second, name+" failing", func() bool { return strings.Contains(p.Output(), "timed out after") })
 		time.Sleep(time.Second)
 		if strings.Contains(p.Output(), "child started") {
@@ -515,15 +524,13 @@ func TestControlAttackPriorities(t *testing.T) {
 	dir := t.TempDir()
 	key, mark, env := markedKey("prio")
 	w := watchSlots(mark, 1)
-	args := func(id string, extra ...string) []string {
-		return withCommand(append(localArgs(dir, key), append([]string{"--id", id}, extra...)...), "exec sleep 1000")
-	}
-	procs := []*Proc{start(t, "plain", env, args("plain")...)}
+	run := localArgs(dir, key)
+	procs := []*Proc{candidate(t, env, run, "plain", sleeper)}
 	waitLeader(t, 10*time.Second, "plain leading", mark, "plain")
 	procs = append(procs,
-		start(t, "sick", env, args("sick", "--priority", "50", "--preempt-after", "1s", "--health-cmd", "exit 1", "--health-interval", "200ms")...),
-		start(t, "p10", env, args("p10", "--priority", "10", "--preempt-after", "1s")...),
-		start(t, "p20", env, args("p20", "--priority", "20", "--preempt-after", "1s")...))
+		candidate(t, env, run, "sick", sleeper, "--priority", "50", "--preempt-after", "1s", "--health-cmd", "exit 1", "--health-interval", "200ms"),
+		candidate(t, env, run, "p10", sleeper, "--priority", "10", "--preempt-after", "1s"),
+		candidate(t, env, run, "p20", sleeper, "--priority", "20", "--preempt-after", "1s"))
 	waitLeader(t, 20*time.Second, "p20 leading", mark, "p20")
 	_, e := leaderChild(mark)
 	time.Sleep(5 * time.Second)
@@ -543,9 +550,8 @@ func TestControlAttackBadInput(t *testing.T) {
 	t.Parallel()
 	e := testcluster.StartEtcd(t, 1)
 	eps := e.Endpoints()
-	key := newKey("bad-input")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(etcdArgs(eps, key), "--id", "a"), "exec sleep 1000")...)
+	key, mark, env := markedKey("bad-input")
+	a := candidate(t, env, etcdArgs(eps, key), "a", sleeper)
 	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	q := queryArgs(etcdArgs(eps, key))
 	cases := [][]string{
@@ -592,7 +598,7 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	key, mark, env := markedKey("lead-unread")
 	var fail atomic.Bool
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
-	a := start(t, "a", env, withCommand(append(consulArgs(proxy, key), "--id", "a"), "exec sleep 1000")...)
+	a := candidate(t, env, consulArgs(proxy, key), "a", sleeper)
 	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	_, e := leaderChild(mark)
 	fail.Store(true)
@@ -602,7 +608,7 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	}
 	fail.Store(false)
 	q := queryArgs(consulArgs(c.HTTPAddr(0), key))
-	b := start(t, "b", env, withCommand(append(consulArgs(c.HTTPAddr(0), key), "--id", "b"), "exec sleep 1000")...)
+	b := candidate(t, env, consulArgs(c.HTTPAddr(0), key), "b", sleeper)
 	time.Sleep(time.Second)
 	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--timeout", "15s"}, q...)...)
 	t.Logf("step-down once the record reads again: exit %d in %v %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
@@ -630,7 +636,7 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 	procs := map[string]*Proc{}
 	for i := range 3 {
 		id := "h" + strconv.Itoa(i)
-		procs[id] = start(t, id, env, withCommand(append(etcdArgs(eps, key), "--holders", "2", "--id", id), "exec sleep 1000")...)
+		procs[id] = candidate(t, env, etcdArgs(eps, key), id, sleeper, "--holders", "2")
 	}
 	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
 	q := queryArgs(etcdArgs(eps, key))
@@ -690,7 +696,7 @@ func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 	var procs []*Proc
 	for i := range 3 {
 		id := "h" + strconv.Itoa(i)
-		procs = append(procs, start(t, id, env, withCommand(append(args(key), "--holders", "2", "--id", id), "exec sleep 1000")...))
+		procs = append(procs, candidate(t, env, args(key), id, sleeper, "--holders", "2"))
 	}
 	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
 	q := queryArgs(args(key))
@@ -756,7 +762,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	w := watchSlots(mark, 1)
 	var procs []*Proc
 	for _, id := range []string{"a", "b"} {
-		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
+		procs = append(procs, candidate(t, env, etcdArgs(eps, key), id, sleeper))
 	}
 	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	stop := make(chan struct{})
@@ -819,7 +825,7 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 	w := watchSlots(mark, 1)
 	var procs []*Proc
 	for _, id := range []string{"a", "b", "c"} {
-		procs = append(procs, start(t, id, env, withCommand(append(localArgs(dir, key), "--id", id, "--restart", "always", "--restart-delay", "100ms", "--on-lost", "rejoin"), "exec sleep 0.3")...))
+		procs = append(procs, candidate(t, env, localArgs(dir, key), id, "exec sleep 0.3", "--restart", "always", "--restart-delay", "100ms", "--on-lost", "rejoin"))
 	}
 	q := queryArgs(localArgs(dir, key))
 	waitLeader(t, 10*time.Second, "a leader", mark, "")
@@ -859,7 +865,7 @@ func TestControlRepairGarbageRecord(t *testing.T) {
 	if _, err := cli.Put(ctx, "/leaderrun/"+key+"/~control", "{not json"); err != nil {
 		t.Fatal(err)
 	}
-	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a"), "exec sleep 1000")...)
+	a := candidate(t, env, etcdArgs(eps, key), "a", sleeper)
 	time.Sleep(2 * time.Second)
 	if id, _ := leaderChild(mark); id != "" {
 		t.Errorf("%s runs a child while the control record cannot be read", id)
@@ -883,9 +889,8 @@ func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 	key, mark, env := markedKey("slot-health")
 	ok := filepath.Join(dir, "healthy")
 	testsupport.WriteFile(t, ok, "", 0o644)
-	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--holders", "2", "--id", "a",
-		"--health-cmd", "test -e "+ok, "--health-interval", "200ms", "--health-failures", "1"), "exec sleep 1000")...)
-	b := start(t, "b", env, withCommand(append(localArgs(dir, key), "--holders", "2", "--id", "b"), "exec sleep 1000")...)
+	a := candidate(t, env, localArgs(dir, key), "a", sleeper, "--holders", "2", "--health-cmd", "test -e "+ok, "--health-interval", "200ms", "--health-failures", "1")
+	b := candidate(t, env, localArgs(dir, key), "b", sleeper, "--holders", "2")
 	waitFor(t, 20*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
 	holders := func() map[int]string {
 		out, err := exec.Command(binary, "status", "--backend", "local", "--lock-dir", dir, "--holders", "2", "--json", key).Output()
