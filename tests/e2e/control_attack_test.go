@@ -56,6 +56,22 @@ func candidate(t *testing.T, env, run []string, id, job string, extra ...string)
 	return start(t, id, env, withCommand(slices.Concat(run, []string{"--id", id}, extra), job)...)
 }
 
+// control runs a control command (status, step-down, pause, resume)
+// with q, the key's backend options (queryArgs).
+func control(t *testing.T, q []string, cmd ...string) (code int, out, errOut string, took time.Duration) {
+	t.Helper()
+	return runOnce(t, nil, slices.Concat(cmd, q)...)
+}
+
+// mustControl runs a control command and stops the test unless it
+// exits 0.
+func mustControl(t *testing.T, q []string, cmd ...string) {
+	t.Helper()
+	if code, out, errOut, _ := control(t, q, cmd...); code != 0 {
+		t.Fatalf("%s: exit %d %s %s", strings.Join(cmd, " "), code, out, errOut)
+	}
+}
+
 // waitLeader waits until want's child runs, or any candidate's when want
 // is "", among the leaderruns marked mark.
 func waitLeader(t *testing.T, within time.Duration, what, mark, want string) {
@@ -107,9 +123,7 @@ func TestControlAttackTermWhileHeldBack(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "leaderrun"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, q...)...); code != 0 {
-		t.Fatalf("pause: %d %s", code, errOut)
-	}
+	mustControl(t, q, "pause", "--reason", "attack")
 	tag := strconv.Itoa(800000 + os.Getpid()%100000)
 	paused := start(t, "paused", nil, withCommand(localArgs(dir, key), sleeper)...)
 	sick := start(t, "sick", nil, withCommand(localArgs(dir, newKey("held-sick"), "--health-cmd", "sleep "+tag+"; exit 1", "--health-timeout", "30s"), sleeper)...)
@@ -147,7 +161,7 @@ func TestControlAttackGarbageRecord(t *testing.T) {
 	testsupport.WriteFile(t, filepath.Join(dir, "leaderrun", key+"~control"), "{not json", 0o644)
 	q := queryArgs(localArgs(dir, key))
 	for _, cmd := range [][]string{{"step-down"}, {"pause", "--reason", "x"}, {"resume"}} {
-		code, _, errOut, _ := runOnce(t, nil, append(cmd, q...)...)
+		code, _, errOut, _ := control(t, q, cmd...)
 		if code != 125 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "control record") {
 			t.Errorf("%s on a garbage record: exit %d, %q; want 125 and one line naming the record", cmd[0], code, errOut)
 		}
@@ -193,7 +207,7 @@ func TestControlAttackPauseCannotReadHolder(t *testing.T) {
 	a.Signal(syscall.SIGSTOP)
 	defer a.Signal(syscall.SIGCONT)
 	fail.Store(true)
-	code, _, errOut, took := runOnce(t, nil, append([]string{"pause", "--reason", "attack", "--timeout", "3s"}, queryArgs(consulArgs(proxy, key))...)...)
+	code, _, errOut, took := control(t, queryArgs(consulArgs(proxy, key)), "pause", "--reason", "attack", "--timeout", "3s")
 	id, _ := leaderChild(mark)
 	t.Logf("pause: exit %d in %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(errOut))
 	if code == 0 && id != "" {
@@ -224,9 +238,7 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
 	b := candidate(t, env, consulArgs(proxy, key), "b", sleeper)
 	waitFor(t, 20*time.Second, "b waiting", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, queryArgs(direct)...)...); code != 0 {
-		t.Fatalf("pause: exit %d %s", code, errOut)
-	}
+	mustControl(t, queryArgs(direct), "pause", "--reason", "attack")
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		if id, _ := leaderChild(mark); id != "" {
@@ -241,9 +253,7 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 	if id, _ := leaderChild(mark); id != "" {
 		t.Fatalf("%s's child started while the key is paused", id)
 	}
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, queryArgs(direct)...)...); code != 0 {
-		t.Fatalf("resume: exit %d %s", code, errOut)
-	}
+	mustControl(t, queryArgs(direct), "resume")
 	waitLeader(t, 20*time.Second, "a leader after resume", mark, "")
 	for _, p := range []*Proc{a, b} {
 		p.Signal(syscall.SIGTERM)
@@ -273,7 +283,7 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 	var errOut string
 	go func() {
 		defer close(done)
-		code, _, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", "nobody", "--timeout", "4s"}, queryArgs(etcdArgs(eps, key))...)...)
+		code, _, errOut, _ = control(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "nobody", "--timeout", "4s")
 	}()
 	for time.Since(began) < 3500*time.Millisecond {
 		if id, e := leaderChild(mark); id != "" && e != e1 {
@@ -317,7 +327,7 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 	var out, errOut string
 	go func() {
 		defer close(done)
-		code, out, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", "b", "--timeout", "15s"}, queryArgs(etcdArgs(eps, key))...)...)
+		code, out, errOut, _ = control(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "b", "--timeout", "15s")
 	}()
 	waitFor(t, 5*time.Second, "a stopping", func() bool { return strings.Contains(procs["a"].Output(), "stopping child") })
 	procs["a"].Signal(syscall.SIGKILL)
@@ -355,7 +365,7 @@ func TestControlAttackHoldersPause(t *testing.T) {
 		return m
 	}
 	before := bySlot()
-	if code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--slot", "1"}, q...)...); code != 0 {
+	if code, out, errOut, _ := control(t, q, "step-down", "--slot", "1"); code != 0 {
 		t.Errorf("step-down --slot 1: exit %d %s %s", code, out, errOut)
 	}
 	waitFor(t, 10*time.Second, "slot 1 refilled", func() bool { m := bySlot(); return len(m) == 3 && m[1] != before[1] })
@@ -372,14 +382,14 @@ func TestControlAttackHoldersPause(t *testing.T) {
 		}
 	}
 	frozen.Signal(syscall.SIGSTOP)
-	code, _, errOut, took := runOnce(t, nil, append([]string{"pause", "--reason", "attack", "--timeout", "1s"}, q...)...)
+	code, _, errOut, took := control(t, q, "pause", "--reason", "attack", "--timeout", "1s")
 	left := slotChildren(mark)
 	t.Logf("pause without --holders, slot 2 frozen: exit %d in %v, %d children left: %s", code, took.Round(time.Millisecond), len(left), strings.TrimSpace(errOut))
 	if code == 0 && len(left) != 0 {
 		t.Errorf("pause: exit 0 with children alive: %v", left)
 	}
 	frozen.Signal(syscall.SIGCONT)
-	code, _, errOut, _ = runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, q...)...)
+	code, _, errOut, _ = control(t, q, "pause", "--reason", "attack")
 	if left := slotChildren(mark); code != 0 || len(left) != 0 {
 		t.Errorf("pause: exit %d (%s) with children alive: %v", code, strings.TrimSpace(errOut), left)
 	}
@@ -387,9 +397,7 @@ func TestControlAttackHoldersPause(t *testing.T) {
 	if left := slotChildren(mark); len(left) != 0 {
 		t.Errorf("children run while paused: %v", left)
 	}
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
-		t.Fatalf("resume: %d %s", code, errOut)
-	}
+	mustControl(t, q, "resume")
 	waitFor(t, 20*time.Second, "3 slots filled after resume", func() bool { return len(slotChildren(mark)) == 3 })
 	stopAll(procs...)
 	w.end(t)
@@ -409,7 +417,7 @@ func TestControlAttackStepDownFrozen(t *testing.T) {
 	b := candidate(t, env, etcdArgs(eps, key), "b", sleeper)
 	time.Sleep(time.Second)
 	a.Signal(syscall.SIGSTOP)
-	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--to", "b", "--timeout", "15s"}, queryArgs(etcdArgs(eps, key))...)...)
+	code, out, errOut, took := control(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "b", "--timeout", "15s")
 	t.Logf("step-down --to b of a frozen leader: exit %d in %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
 	if code != 0 {
 		t.Errorf("step-down of a frozen leader: exit %d: %s %s", code, out, errOut)
@@ -452,10 +460,10 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 			if i%2 == 1 {
 				to = append(to, "--to", []string{"a", "b", "c"}[i%3])
 			}
-			runOnce(t, nil, append(to, q...)...)
+			control(t, q, to...)
 		}()
 		time.Sleep(time.Duration(i*30) * time.Millisecond)
-		code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "race"}, q...)...)
+		code, _, errOut, _ := control(t, q, "pause", "--reason", "race")
 		if code != 0 {
 			t.Errorf("pause %d: exit %d %s", i, code, errOut)
 		}
@@ -466,7 +474,7 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
+		if code, _, errOut, _ := control(t, q, "resume"); code != 0 {
 			t.Errorf("resume %d: exit %d %s", i, code, errOut)
 		}
 		<-done
@@ -571,7 +579,7 @@ func TestControlAttackBadInput(t *testing.T) {
 	}
 	cli := etcdClient(t, eps)
 	for _, c := range cases {
-		code, out, errOut, _ := runOnce(t, nil, append(c, q...)...)
+		code, out, errOut, _ := control(t, q, c...)
 		if code != 125 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || errOut == "" || out != "" {
 			t.Errorf("leaderrun %q: exit %d, %q %q; want 125 and one line", c, code, out, errOut)
 		}
@@ -610,7 +618,7 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	q := queryArgs(consulArgs(c.HTTPAddr(0), key))
 	b := candidate(t, env, consulArgs(c.HTTPAddr(0), key), "b", sleeper)
 	time.Sleep(time.Second)
-	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--timeout", "15s"}, q...)...)
+	code, out, errOut, took := control(t, q, "step-down", "--timeout", "15s")
 	t.Logf("step-down once the record reads again: exit %d in %v %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
 	if code != 0 || !strings.Contains(out, "b leads") {
 		t.Errorf("step-down once the record reads again: exit %d %q %q", code, out, errOut)
@@ -640,13 +648,9 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
 	q := queryArgs(etcdArgs(eps, key))
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "x", "--holders", "2"}, q...)...); code != 0 {
-		t.Fatalf("pause %d %s", code, errOut)
-	}
+	mustControl(t, q, "pause", "--reason", "x", "--holders", "2")
 	time.Sleep(2 * time.Second)
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
-		t.Fatalf("resume %d %s", code, errOut)
-	}
+	mustControl(t, q, "resume")
 	var kids []slotChild
 	filled := func() bool { kids = slotChildren(mark); return len(kids) == 2 }
 	waitFor(t, 30*time.Second, "2 slots filled after resume", filled)
@@ -721,7 +725,7 @@ func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 		spare.Signal(syscall.SIGSTOP)
 		res := make(chan string, 1)
 		go func() {
-			code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--slot", strconv.Itoa(slot), "--timeout", "20s"}, q...)...)
+			code, out, errOut, _ := control(t, q, "step-down", "--slot", strconv.Itoa(slot), "--timeout", "20s")
 			res <- fmt.Sprintf("exit %d %s %s", code, strings.TrimSpace(out), strings.TrimSpace(errOut))
 		}()
 		waitFor(t, 10*time.Second, "the holder stepping down", func() bool { return bySlot()[slot] != before[slot] })
@@ -790,7 +794,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	q := queryArgs(etcdArgs(eps, key))
 	// To a candidate that never comes: only the one-attempt runs take the
 	// key (and give it back) until the request ends.
-	code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--to", "ghost", "--timeout", "4s"}, q...)...)
+	code, out, errOut, _ := control(t, q, "step-down", "--to", "ghost", "--timeout", "4s")
 	if code != 1 || !strings.Contains(errOut, "ghost") {
 		t.Errorf("step-down --to ghost: exit %d, %q %q; want 1 naming ghost", code, out, errOut)
 	}
@@ -801,7 +805,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 		if cur == "a" {
 			to = "b"
 		}
-		code, out, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", to, "--timeout", "10s"}, q...)...)
+		code, out, errOut, _ = control(t, q, "step-down", "--to", to, "--timeout", "10s")
 		if code != 0 || !strings.HasPrefix(out, to+" leads") {
 			t.Errorf("round %d: step-down --to %s: exit %d, %q %q", i, to, code, out, errOut)
 		}
@@ -832,7 +836,7 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 	for i := range 6 {
 		args := []string{"step-down", "--timeout", "10s"}
 		if i%2 == 1 {
-			_, st, _, _ := runOnce(t, nil, append([]string{"status", "--json"}, q...)...)
+			_, st, _, _ := control(t, q, "status", "--json")
 			var s struct{ Leader *struct{ ID string } }
 			_ = json.Unmarshal([]byte(st), &s)
 			for _, id := range []string{"a", "b", "c"} {
@@ -842,7 +846,7 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 				}
 			}
 		}
-		if code, out, errOut, _ := runOnce(t, nil, append(args, q...)...); code != 0 {
+		if code, out, errOut, _ := control(t, q, args...); code != 0 {
 			t.Errorf("round %d: %v: exit %d %q %q", i, args, code, out, errOut)
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -870,7 +874,7 @@ func TestControlRepairGarbageRecord(t *testing.T) {
 	if id, _ := leaderChild(mark); id != "" {
 		t.Errorf("%s runs a child while the control record cannot be read", id)
 	}
-	code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, queryArgs(etcdArgs(eps, key))...)...)
+	code, _, errOut, _ := control(t, queryArgs(etcdArgs(eps, key)), "resume")
 	if code != 0 || !strings.Contains(errOut, "does not parse") {
 		t.Errorf("resume over a garbage record: exit %d, %q; want 0 and a line saying it was replaced", code, errOut)
 	}
