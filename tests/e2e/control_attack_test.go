@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -70,6 +69,24 @@ func mustControl(t *testing.T, q []string, cmd ...string) {
 	if code, out, errOut, _ := control(t, q, cmd...); code != 0 {
 		t.Fatalf("%s: exit %d %s %s", strings.Join(cmd, " "), code, out, errOut)
 	}
+}
+
+// controlResult is how a control command run in the background ended.
+type controlResult struct {
+	code        int
+	out, errOut string
+}
+
+// controlAsync runs a control command in the background: its result
+// comes on the channel once it exits.
+func controlAsync(t *testing.T, q []string, cmd ...string) <-chan controlResult {
+	t.Helper()
+	res := make(chan controlResult, 1)
+	go func() {
+		code, out, errOut, _ := control(t, q, cmd...)
+		res <- controlResult{code, out, errOut}
+	}()
+	return res
 }
 
 // waitLeader waits until want's child runs, or any candidate's when want
@@ -278,13 +295,7 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	first, e1 := leaderChild(mark)
 	began := time.Now()
-	done := make(chan struct{})
-	var code int
-	var errOut string
-	go func() {
-		defer close(done)
-		code, _, errOut, _ = control(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "nobody", "--timeout", "4s")
-	}()
+	res := controlAsync(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "nobody", "--timeout", "4s")
 	for time.Since(began) < 3500*time.Millisecond {
 		if id, e := leaderChild(mark); id != "" && e != e1 {
 			t.Errorf("%s leads (epoch %d) %v into a step-down reserved for another", id, e, time.Since(began))
@@ -292,9 +303,8 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	<-done
-	if code != 1 || !strings.Contains(errOut, "nobody") {
-		t.Errorf("step-down --to nobody: exit %d, %q; want 1 naming the candidate", code, errOut)
+	if r := <-res; r.code != 1 || !strings.Contains(r.errOut, "nobody") {
+		t.Errorf("step-down --to nobody: exit %d, %q; want 1 naming the candidate", r.code, r.errOut)
 	}
 	waitLeader(t, 10*time.Second, "a leader after the reservation", mark, "")
 	id, e2 := leaderChild(mark)
@@ -322,18 +332,11 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Second)
-	done := make(chan struct{})
-	var code int
-	var out, errOut string
-	go func() {
-		defer close(done)
-		code, out, errOut, _ = control(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "b", "--timeout", "15s")
-	}()
+	res := controlAsync(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "b", "--timeout", "15s")
 	waitFor(t, 5*time.Second, "a stopping", func() bool { return strings.Contains(procs["a"].Output(), "stopping child") })
 	procs["a"].Signal(syscall.SIGKILL)
-	<-done
-	if code != 0 || !strings.Contains(out, "b leads") {
-		t.Errorf("step-down --to b with a killed: exit %d; %q %q", code, out, errOut)
+	if r := <-res; r.code != 0 || !strings.Contains(r.out, "b leads") {
+		t.Errorf("step-down --to b with a killed: exit %d; %q %q", r.code, r.out, r.errOut)
 	}
 	waitLeader(t, 5*time.Second, "b's child", mark, "b")
 	stopAll(slices.Collect(maps.Values(procs))...)
@@ -453,15 +456,11 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 	q := queryArgs(etcdArgs(eps, key))
 	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	for i := range 4 {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			to := []string{"step-down", "--timeout", "5s"}
-			if i%2 == 1 {
-				to = append(to, "--to", []string{"a", "b", "c"}[i%3])
-			}
-			control(t, q, to...)
-		}()
+		to := []string{"step-down", "--timeout", "5s"}
+		if i%2 == 1 {
+			to = append(to, "--to", []string{"a", "b", "c"}[i%3])
+		}
+		done := controlAsync(t, q, to...)
 		time.Sleep(time.Duration(i*30) * time.Millisecond)
 		code, _, errOut, _ := control(t, q, "pause", "--reason", "race")
 		if code != 0 {
@@ -723,17 +722,13 @@ func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 		// The spare is slow to answer (frozen): the slot stays empty
 		// rather than go back to the holder that stepped down.
 		spare.Signal(syscall.SIGSTOP)
-		res := make(chan string, 1)
-		go func() {
-			code, out, errOut, _ := control(t, q, "step-down", "--slot", strconv.Itoa(slot), "--timeout", "20s")
-			res <- fmt.Sprintf("exit %d %s %s", code, strings.TrimSpace(out), strings.TrimSpace(errOut))
-		}()
+		res := controlAsync(t, q, "step-down", "--slot", strconv.Itoa(slot), "--timeout", "20s")
 		waitFor(t, 10*time.Second, "the holder stepping down", func() bool { return bySlot()[slot] != before[slot] })
 		time.Sleep(1500 * time.Millisecond)
 		during := bySlot()
 		spare.Signal(syscall.SIGCONT)
-		if r := <-res; !strings.HasPrefix(r, "exit 0") {
-			t.Errorf("round %d: step-down --slot %d: %s", round, slot, r)
+		if r := <-res; r.code != 0 {
+			t.Errorf("round %d: step-down --slot %d: exit %d %s %s", round, slot, r.code, strings.TrimSpace(r.out), strings.TrimSpace(r.errOut))
 		}
 		waitFor(t, 10*time.Second, "the slot refilled", func() bool { m := bySlot(); return len(m) == 2 && m[slot] != before[slot] })
 		after := bySlot()
