@@ -102,6 +102,33 @@ func waitLeader(t *testing.T, within time.Duration, what, mark, want string) {
 	})
 }
 
+// stopWant143 sends SIGTERM to every leaderrun, then fails the test
+// unless each exits 143 (waiting at most wait for each).
+func stopWant143(t *testing.T, wait time.Duration, procs ...*Proc) {
+	t.Helper()
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		if code := p.Wait(wait); code != 128+15 {
+			t.Errorf("%s: exit %d on SIGTERM, want 143", p.name, code)
+		}
+	}
+}
+
+// termPromptly sends SIGTERM to each leaderrun in turn and fails the
+// test unless it exits 143 within limit (waiting at most wait for it).
+func termPromptly(t *testing.T, wait, limit time.Duration, procs ...*Proc) {
+	t.Helper()
+	for _, p := range procs {
+		began := time.Now()
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(wait); code != 128+15 || time.Since(began) > limit {
+			t.Errorf("%s: exit %d %v after SIGTERM, want 143 within %v", p.name, code, time.Since(began), limit)
+		}
+	}
+}
+
 // TestControlAttackHealthLeavesNothing: a health check that puts a
 // process in the background and exits 0 (a daemon that closed its output)
 // leaves nothing behind, neither while leaderrun runs nor after it exits.
@@ -116,8 +143,7 @@ func TestControlAttackHealthLeavesNothing(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	during := len(processesWithArg(tag))
 	t.Logf("%d background processes of the checks alive while leading", during)
-	p.Signal(syscall.SIGTERM)
-	p.Wait(10 * time.Second)
+	stopAll(p)
 	time.Sleep(200 * time.Millisecond)
 	left := processesWithArg(tag)
 	for _, pid := range left {
@@ -147,13 +173,7 @@ func TestControlAttackTermWhileHeldBack(t *testing.T) {
 	waitFor(t, 10*time.Second, "held back", func() bool {
 		return strings.Contains(paused.Output(), "not campaigning") && len(processesWithArg(tag)) > 0
 	})
-	for _, p := range []*Proc{paused, sick} {
-		began := time.Now()
-		p.Signal(syscall.SIGTERM)
-		if code := p.Wait(5 * time.Second); code != 128+15 || time.Since(began) > 2*time.Second {
-			t.Errorf("%s: exit %d after %v, want 143 within 2s", p.name, code, time.Since(began))
-		}
-	}
+	termPromptly(t, 5*time.Second, 2*time.Second, paused, sick)
 	time.Sleep(200 * time.Millisecond)
 	if left := processesWithArg(tag); len(left) > 0 {
 		t.Errorf("the health check outlived leaderrun: %v", left)
@@ -187,10 +207,7 @@ func TestControlAttackGarbageRecord(t *testing.T) {
 	if id, e2 := leaderChild(mark); id != "a" || e2 != e {
 		t.Errorf("with a garbage record %q leads with epoch %d; a had %d", id, e2, e)
 	}
-	for _, p := range []*Proc{a, b} {
-		p.Signal(syscall.SIGTERM)
-		p.Wait(10 * time.Second)
-	}
+	stopAll(a, b)
 }
 
 // failingPath is a proxy to a Consul agent that answers 500 to the GETs
@@ -234,8 +251,7 @@ func TestControlAttackPauseCannotReadHolder(t *testing.T) {
 		t.Errorf("pause: exit %d, %q; want non-zero, saying it could not read the holder", code, errOut)
 	}
 	a.Signal(syscall.SIGCONT)
-	a.Signal(syscall.SIGTERM)
-	a.Wait(20 * time.Second)
+	stopAll(a)
 }
 
 // TestControlAttackWinWithoutRecord: a candidate that cannot read the
@@ -272,10 +288,7 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 	}
 	mustControl(t, queryArgs(direct), "resume")
 	waitLeader(t, 20*time.Second, "a leader after resume", mark, "")
-	for _, p := range []*Proc{a, b} {
-		p.Signal(syscall.SIGTERM)
-		p.Wait(20 * time.Second)
-	}
+	stopAll(a, b)
 }
 
 // TestControlAttackStepDownToAbsent: step-down --to a candidate that is
@@ -431,12 +444,7 @@ func TestControlAttackStepDownFrozen(t *testing.T) {
 	if id, _ := leaderChild(mark); id != "b" {
 		t.Errorf("after the old leader woke, %q leads", id)
 	}
-	for _, p := range []*Proc{a, b} {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range []*Proc{a, b} {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(a, b)
 	w.end(t)
 }
 
@@ -503,11 +511,7 @@ func TestControlAttackHealthHostile(t *testing.T) {
 		if strings.Contains(p.Output(), "child started") {
 			t.Errorf("%s: led with a check that times out", name)
 		}
-		began := time.Now()
-		p.Signal(syscall.SIGTERM)
-		if code := p.Wait(5 * time.Second); code != 143 || time.Since(began) > 2*time.Second {
-			t.Errorf("%s: exit %d after %v", name, code, time.Since(began))
-		}
+		termPromptly(t, 5*time.Second, 2*time.Second, p)
 	}
 	code, _, errOut, took := runOnce(t, nil, withCommand(append(localArgs(dir, newKey("hc-nowait")), "--no-wait", "--health-cmd", "exit 1"), "echo ran")...)
 	t.Logf("--no-wait with a failing check: exit %d in %v", code, took.Round(time.Millisecond))
@@ -592,8 +596,7 @@ func TestControlAttackBadInput(t *testing.T) {
 	if id, _ := leaderChild(mark); id != "a" {
 		t.Errorf("bad input moved the leader: %q leads", id)
 	}
-	a.Signal(syscall.SIGTERM)
-	a.Wait(20 * time.Second)
+	stopAll(a)
 }
 
 // TestControlAttackLeaderCannotReadRecord: a leader whose reads of the
@@ -622,12 +625,7 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "b leads") {
 		t.Errorf("step-down once the record reads again: exit %d %q %q", code, out, errOut)
 	}
-	for _, p := range []*Proc{a, b} {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range []*Proc{a, b} {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(a, b)
 }
 
 // TestControlAttackPinnedSlot: --holders 2 and three candidates, paused
@@ -662,13 +660,7 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 		}
 		waitFor(t, 20*time.Second, "the spare refilling the slot of the killed holder", filled)
 	}
-	for _, p := range procs {
-		began := time.Now()
-		p.Signal(syscall.SIGTERM)
-		if code := p.Wait(20 * time.Second); code != 128+15 || time.Since(began) > 5*time.Second {
-			t.Errorf("%s: exit %d %v after SIGTERM, want 143 promptly", p.name, code, time.Since(began))
-		}
-	}
+	termPromptly(t, 20*time.Second, 5*time.Second, slices.Collect(maps.Values(procs))...)
 	w.end(t)
 }
 
@@ -737,14 +729,7 @@ func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 			t.Errorf("round %d: step-down --slot %d of %s: %v -> %v -> %v; want the slot empty while the spare %s is frozen, then the spare in it and the other slot unchanged", round, slot, before[slot], before, during, after, spare.name)
 		}
 	}
-	for _, p := range procs {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		if code := p.Wait(20 * time.Second); code != 128+15 {
-			t.Errorf("%s: exit %d on SIGTERM, want 143", p.name, code)
-		}
-	}
+	stopWant143(t, 20*time.Second, procs...)
 	w.end(t)
 }
 
@@ -874,8 +859,7 @@ func TestControlRepairGarbageRecord(t *testing.T) {
 		t.Errorf("resume over a garbage record: exit %d, %q; want 0 and a line saying it was replaced", code, errOut)
 	}
 	waitLeader(t, 20*time.Second, "a leading once the record is repaired", mark, "a")
-	a.Signal(syscall.SIGTERM)
-	a.Wait(10 * time.Second)
+	stopAll(a)
 }
 
 // TestControlAttackSlotHealthHoldsNothing: --holders 2. A holder whose
@@ -919,10 +903,7 @@ func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "a stepping down", func() bool { return len(slotChildren(mark)) == 1 })
-	b.Signal(syscall.SIGTERM)
-	if code := b.Wait(10 * time.Second); code != 128+15 {
-		t.Errorf("b: exit %d on SIGTERM", code)
-	}
+	stopWant143(t, 10*time.Second, b)
 	for range 10 {
 		time.Sleep(300 * time.Millisecond)
 		if m := holders(); len(m) != 0 {
@@ -931,8 +912,5 @@ func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 	}
 	testsupport.WriteFile(t, ok, "", 0o644)
 	waitFor(t, 10*time.Second, "a leading again once healthy", func() bool { return len(slotChildren(mark)) == 1 })
-	a.Signal(syscall.SIGTERM)
-	if code := a.Wait(10 * time.Second); code != 128+15 {
-		t.Errorf("a: exit %d on SIGTERM", code)
-	}
+	stopWant143(t, 10*time.Second, a)
 }
