@@ -45,6 +45,22 @@ func processesWithArg(arg string) []int {
 	return out
 }
 
+// checkTag is a number unique to this test process from base on, for a
+// health check to carry (sleep TAG) so that processesWithArg finds what
+// is left of it.
+func checkTag(base int) string { return strconv.Itoa(base + os.Getpid()%100000) }
+
+// leftovers gives the processes carrying tag a moment to go, then kills
+// and returns those still alive.
+func leftovers(tag string) []int {
+	time.Sleep(200 * time.Millisecond)
+	left := processesWithArg(tag)
+	for _, pid := range left {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return left
+}
+
 // sleeper is the job of most candidates here: it runs until killed.
 const sleeper = "exec sleep 1000"
 
@@ -136,7 +152,7 @@ func TestControlAttackHealthLeavesNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	key := newKey("hc-leftover")
-	tag := strconv.Itoa(700000 + os.Getpid()%100000)
+	tag := checkTag(700000)
 	hc := "sleep " + tag + " >/dev/null 2>&1 </dev/null & exit 0"
 	p := start(t, "a", nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-interval", "200ms"), sleeper)...)
 	waitFor(t, 10*time.Second, "the child", func() bool { return strings.Contains(p.Output(), "child started") })
@@ -144,11 +160,7 @@ func TestControlAttackHealthLeavesNothing(t *testing.T) {
 	during := len(processesWithArg(tag))
 	t.Logf("%d background processes of the checks alive while leading", during)
 	stopAll(p)
-	time.Sleep(200 * time.Millisecond)
-	left := processesWithArg(tag)
-	for _, pid := range left {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	left := leftovers(tag)
 	if during > 1 || len(left) > 0 {
 		t.Errorf("health checks' background processes: %d alive while leading, %d left after leaderrun exited (%v)", during, len(left), left)
 	}
@@ -167,19 +179,15 @@ func TestControlAttackTermWhileHeldBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustControl(t, q, "pause", "--reason", "attack")
-	tag := strconv.Itoa(800000 + os.Getpid()%100000)
+	tag := checkTag(800000)
 	paused := start(t, "paused", nil, withCommand(localArgs(dir, key), sleeper)...)
 	sick := start(t, "sick", nil, withCommand(localArgs(dir, newKey("held-sick"), "--health-cmd", "sleep "+tag+"; exit 1", "--health-timeout", "30s"), sleeper)...)
 	waitFor(t, 10*time.Second, "held back", func() bool {
 		return strings.Contains(paused.Output(), "not campaigning") && len(processesWithArg(tag)) > 0
 	})
 	termPromptly(t, 5*time.Second, 2*time.Second, paused, sick)
-	time.Sleep(200 * time.Millisecond)
-	if left := processesWithArg(tag); len(left) > 0 {
+	if left := leftovers(tag); len(left) > 0 {
 		t.Errorf("the health check outlived leaderrun: %v", left)
-		for _, pid := range left {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
 	}
 }
 
@@ -497,7 +505,7 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 func TestControlAttackHealthHostile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	tag := strconv.Itoa(900000 + os.Getpid()%100000)
+	tag := checkTag(900000)
 	// A flood that never ends, and a hang that ignores SIGTERM: both
 	// time out (the check fails) and the candidate never leads.
 	for name, hc := range map[string]string{
@@ -518,12 +526,8 @@ func TestControlAttackHealthHostile(t *testing.T) {
 	if code != 124 || strings.Contains(errOut, "ran") {
 		t.Errorf("--no-wait with a failing check: exit %d %q", code, errOut)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if left := processesWithArg(tag); len(left) > 0 {
+	if left := leftovers(tag); len(left) > 0 {
 		t.Errorf("checks left behind: %v", left)
-		for _, pid := range left {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
 	}
 }
 
