@@ -105,6 +105,16 @@ func controlAsync(t *testing.T, q []string, cmd ...string) <-chan controlResult 
 	return res
 }
 
+// slotHolders maps each slot with a live child of the leaderruns marked
+// mark to its candidate's id.
+func slotHolders(mark string) map[int]string {
+	m := map[int]string{}
+	for _, k := range slotChildren(mark) {
+		m[k.slot] = k.id
+	}
+	return m
+}
+
 // waitLeader waits until want's child runs, or any candidate's when want
 // is "", among the leaderruns marked mark.
 func waitLeader(t *testing.T, within time.Duration, what, mark, want string) {
@@ -381,19 +391,12 @@ func TestControlAttackHoldersPause(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "3 slots filled", func() bool { return len(slotChildren(mark)) == 3 })
 	q := queryArgs(etcdArgs(eps, key))
-	bySlot := func() map[int]string {
-		m := map[int]string{}
-		for _, k := range slotChildren(mark) {
-			m[k.slot] = k.id
-		}
-		return m
-	}
-	before := bySlot()
+	before := slotHolders(mark)
 	if code, out, errOut, _ := control(t, q, "step-down", "--slot", "1"); code != 0 {
 		t.Errorf("step-down --slot 1: exit %d %s %s", code, out, errOut)
 	}
-	waitFor(t, 10*time.Second, "slot 1 refilled", func() bool { m := bySlot(); return len(m) == 3 && m[1] != before[1] })
-	after := bySlot()
+	waitFor(t, 10*time.Second, "slot 1 refilled", func() bool { m := slotHolders(mark); return len(m) == 3 && m[1] != before[1] })
+	after := slotHolders(mark)
 	if after[0] != before[0] || after[2] != before[2] {
 		t.Errorf("step-down --slot 1 moved other slots: %v -> %v", before, after)
 	}
@@ -699,16 +702,9 @@ func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 	}
 	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
 	q := queryArgs(args(key))
-	bySlot := func() map[int]string {
-		m := map[int]string{}
-		for _, k := range slotChildren(mark) {
-			m[k.slot] = k.id
-		}
-		return m
-	}
 	for round := range 4 {
 		slot := round % 2
-		before := bySlot()
+		before := slotHolders(mark)
 		var spare *Proc
 		for _, p := range procs {
 			if p.name != before[0] && p.name != before[1] {
@@ -719,15 +715,15 @@ func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 		// rather than go back to the holder that stepped down.
 		spare.Signal(syscall.SIGSTOP)
 		res := controlAsync(t, q, "step-down", "--slot", strconv.Itoa(slot), "--timeout", "20s")
-		waitFor(t, 10*time.Second, "the holder stepping down", func() bool { return bySlot()[slot] != before[slot] })
+		waitFor(t, 10*time.Second, "the holder stepping down", func() bool { return slotHolders(mark)[slot] != before[slot] })
 		time.Sleep(1500 * time.Millisecond)
-		during := bySlot()
+		during := slotHolders(mark)
 		spare.Signal(syscall.SIGCONT)
 		if r := <-res; r.code != 0 {
 			t.Errorf("round %d: step-down --slot %d: exit %d %s %s", round, slot, r.code, strings.TrimSpace(r.out), strings.TrimSpace(r.errOut))
 		}
-		waitFor(t, 10*time.Second, "the slot refilled", func() bool { m := bySlot(); return len(m) == 2 && m[slot] != before[slot] })
-		after := bySlot()
+		waitFor(t, 10*time.Second, "the slot refilled", func() bool { m := slotHolders(mark); return len(m) == 2 && m[slot] != before[slot] })
+		after := slotHolders(mark)
 		t.Logf("round %d: step-down --slot %d: %v -> %v (spare %s frozen) -> %v", round, slot, before, during, spare.name, after)
 		if during[slot] != "" || after[slot] != spare.name || after[1-slot] != before[1-slot] {
 			t.Errorf("round %d: step-down --slot %d of %s: %v -> %v -> %v; want the slot empty while the spare %s is frozen, then the spare in it and the other slot unchanged", round, slot, before[slot], before, during, after, spare.name)
