@@ -315,8 +315,7 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 // them) campaign again.
 func TestControlAttackStepDownToAbsent(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("to-absent")
 	w := watchSlots(mark, 1)
 	var procs []*Proc
@@ -349,8 +348,7 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 // one else) leads, after the old child is dead.
 func TestControlAttackKillDuringHandover(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("kill-handover")
 	w := watchSlots(mark, 1)
 	// The job ignores SIGTERM: the handover takes the whole kill grace.
@@ -380,8 +378,7 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 // child; resume fills all three again.
 func TestControlAttackHoldersPause(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("holders-pause")
 	w := watchSlots(mark, 3)
 	var procs []*Proc
@@ -435,8 +432,7 @@ func TestControlAttackHoldersPause(t *testing.T) {
 // then does another candidate lead; woken, the old leader starts nothing.
 func TestControlAttackStepDownFrozen(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("sd-frozen")
 	w := watchSlots(mark, 1)
 	a := candidate(t, env, etcdArgs(eps, key), "a", sleeper, "--on-lost", "rejoin")
@@ -464,8 +460,7 @@ func TestControlAttackStepDownFrozen(t *testing.T) {
 // a child while paused after pause returned, and someone leads at the end.
 func TestControlAttackStepDownPauseRace(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("sd-pause")
 	w := watchSlots(mark, 1)
 	var procs []*Proc
@@ -566,8 +561,7 @@ func TestControlAttackPriorities(t *testing.T) {
 // and leaves the key's control record as it was (none here).
 func TestControlAttackBadInput(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("bad-input")
 	a := candidate(t, env, etcdArgs(eps, key), "a", sleeper)
 	waitLeader(t, 20*time.Second, "a leading", mark, "a")
@@ -642,8 +636,7 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 // every slot again, so the spare refills whichever slot was freed.
 func TestControlAttackPinnedSlot(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("pinned")
 	w := watchSlots(mark, 2)
 	procs := map[string]*Proc{}
@@ -682,8 +675,7 @@ func TestControlAttackSlotStepDownSpare(t *testing.T) {
 	t.Parallel()
 	t.Run("etcd", func(t *testing.T) {
 		t.Parallel()
-		e := testcluster.StartEtcd(t, 1)
-		eps := e.Endpoints()
+		eps := testcluster.StartEtcd(t, 1).Endpoints()
 		slotStepDownSpare(t, func(key string) []string { return etcdArgs(eps, key) })
 	})
 	t.Run("local", func(t *testing.T) {
@@ -741,8 +733,7 @@ func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 // term for the answer.
 func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("to-reports")
 	w := watchSlots(mark, 1)
 	var procs []*Proc
@@ -841,8 +832,7 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 // candidate back; `resume` replaces it, and the key runs again.
 func TestControlRepairGarbageRecord(t *testing.T) {
 	t.Parallel()
-	c := testcluster.StartEtcd(t, 1)
-	eps := c.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("repair")
 	cli := etcdClient(t, eps)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
