@@ -105,6 +105,26 @@ func controlAsync(t *testing.T, q []string, cmd ...string) <-chan controlResult 
 	return res
 }
 
+// candidates starts one candidate per id with run and extra options,
+// each running job.
+func candidates(t *testing.T, env, run []string, job string, extra []string, ids ...string) []*Proc {
+	t.Helper()
+	var procs []*Proc
+	for _, id := range ids {
+		procs = append(procs, candidate(t, env, run, id, job, extra...))
+	}
+	return procs
+}
+
+// holderIDs are the ids h0 ... h(n-1).
+func holderIDs(n int) []string {
+	var ids []string
+	for i := range n {
+		ids = append(ids, "h"+strconv.Itoa(i))
+	}
+	return ids
+}
+
 // slotHolders maps each slot with a live child of the leaderruns marked
 // mark to its candidate's id.
 func slotHolders(mark string) map[int]string {
@@ -318,10 +338,7 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("to-absent")
 	w := watchSlots(mark, 1)
-	var procs []*Proc
-	for _, id := range []string{"a", "b"} {
-		procs = append(procs, candidate(t, env, etcdArgs(eps, key), id, sleeper))
-	}
+	procs := candidates(t, env, etcdArgs(eps, key), sleeper, nil, "a", "b")
 	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	first, e1 := leaderChild(mark)
 	began := time.Now()
@@ -353,22 +370,18 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 	w := watchSlots(mark, 1)
 	// The job ignores SIGTERM: the handover takes the whole kill grace.
 	script := `trap "" TERM; exec sleep 1000`
-	procs := map[string]*Proc{}
-	for _, id := range []string{"a", "b", "c"} {
-		procs[id] = candidate(t, env, etcdArgs(eps, key), id, script)
-		if id == "a" {
-			waitLeader(t, 20*time.Second, "a leading", mark, "a")
-		}
-	}
+	a := candidate(t, env, etcdArgs(eps, key), "a", script)
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
+	others := candidates(t, env, etcdArgs(eps, key), script, nil, "b", "c")
 	time.Sleep(time.Second)
 	res := controlAsync(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "b", "--timeout", "15s")
-	waitFor(t, 5*time.Second, "a stopping", func() bool { return strings.Contains(procs["a"].Output(), "stopping child") })
-	procs["a"].Signal(syscall.SIGKILL)
+	waitFor(t, 5*time.Second, "a stopping", func() bool { return strings.Contains(a.Output(), "stopping child") })
+	a.Signal(syscall.SIGKILL)
 	if r := <-res; r.code != 0 || !strings.Contains(r.out, "b leads") {
 		t.Errorf("step-down --to b with a killed: exit %d; %q %q", r.code, r.out, r.errOut)
 	}
 	waitLeader(t, 5*time.Second, "b's child", mark, "b")
-	stopAll(slices.Collect(maps.Values(procs))...)
+	stopAll(append(others, a)...)
 	w.end(t)
 }
 
@@ -381,12 +394,8 @@ func TestControlAttackHoldersPause(t *testing.T) {
 	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("holders-pause")
 	w := watchSlots(mark, 3)
-	var procs []*Proc
-	for i := range 4 {
-		id := "h" + strconv.Itoa(i)
-		procs = append(procs, candidate(t, env, etcdArgs(eps, key), id, sleeper, "--holders", "3"))
-	}
-	waitFor(t, 30*time.Second, "3 slots filled", func() bool { return len(slotChildren(mark)) == 3 })
+	procs := candidates(t, env, etcdArgs(eps, key), sleeper, []string{"--holders", "3"}, holderIDs(4)...)
+	waitChildren(t, mark, 3)
 	q := queryArgs(etcdArgs(eps, key))
 	before := slotHolders(mark)
 	if code, out, errOut, _ := control(t, q, "step-down", "--slot", "1"); code != 0 {
@@ -422,7 +431,7 @@ func TestControlAttackHoldersPause(t *testing.T) {
 		t.Errorf("children run while paused: %v", left)
 	}
 	mustControl(t, q, "resume")
-	waitFor(t, 20*time.Second, "3 slots filled after resume", func() bool { return len(slotChildren(mark)) == 3 })
+	waitChildren(t, mark, 3) // every slot filled again after resume
 	stopAll(procs...)
 	w.end(t)
 }
@@ -463,10 +472,7 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("sd-pause")
 	w := watchSlots(mark, 1)
-	var procs []*Proc
-	for _, id := range []string{"a", "b", "c"} {
-		procs = append(procs, candidate(t, env, etcdArgs(eps, key), id, sleeper))
-	}
+	procs := candidates(t, env, etcdArgs(eps, key), sleeper, nil, "a", "b", "c")
 	q := queryArgs(etcdArgs(eps, key))
 	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	for i := range 4 {
@@ -640,11 +646,10 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 	key, mark, env := markedKey("pinned")
 	w := watchSlots(mark, 2)
 	procs := map[string]*Proc{}
-	for i := range 3 {
-		id := "h" + strconv.Itoa(i)
-		procs[id] = candidate(t, env, etcdArgs(eps, key), id, sleeper, "--holders", "2")
+	for _, p := range candidates(t, env, etcdArgs(eps, key), sleeper, []string{"--holders", "2"}, holderIDs(3)...) {
+		procs[p.name] = p
 	}
-	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	waitChildren(t, mark, 2)
 	q := queryArgs(etcdArgs(eps, key))
 	mustControl(t, q, "pause", "--reason", "x", "--holders", "2")
 	time.Sleep(2 * time.Second)
@@ -688,12 +693,8 @@ func TestControlAttackSlotStepDownSpare(t *testing.T) {
 func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 	key, mark, env := markedKey("slot-sd-spare")
 	w := watchSlots(mark, 2)
-	var procs []*Proc
-	for i := range 3 {
-		id := "h" + strconv.Itoa(i)
-		procs = append(procs, candidate(t, env, args(key), id, sleeper, "--holders", "2"))
-	}
-	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	procs := candidates(t, env, args(key), sleeper, []string{"--holders", "2"}, holderIDs(3)...)
+	waitChildren(t, mark, 2)
 	q := queryArgs(args(key))
 	for round := range 4 {
 		slot := round % 2
@@ -736,10 +737,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("to-reports")
 	w := watchSlots(mark, 1)
-	var procs []*Proc
-	for _, id := range []string{"a", "b"} {
-		procs = append(procs, candidate(t, env, etcdArgs(eps, key), id, sleeper))
-	}
+	procs := candidates(t, env, etcdArgs(eps, key), sleeper, nil, "a", "b")
 	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	stop := make(chan struct{})
 	spun := make(chan struct{})
@@ -799,10 +797,7 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 	dir := t.TempDir()
 	key, mark, env := markedKey("sd-restart")
 	w := watchSlots(mark, 1)
-	var procs []*Proc
-	for _, id := range []string{"a", "b", "c"} {
-		procs = append(procs, candidate(t, env, localArgs(dir, key), id, "exec sleep 0.3", "--restart", "always", "--restart-delay", "100ms", "--on-lost", "rejoin"))
-	}
+	procs := candidates(t, env, localArgs(dir, key), "exec sleep 0.3", []string{"--restart", "always", "--restart-delay", "100ms", "--on-lost", "rejoin"}, "a", "b", "c")
 	q := queryArgs(localArgs(dir, key))
 	waitLeader(t, 10*time.Second, "a leader", mark, "")
 	for i := range 6 {
@@ -865,7 +860,7 @@ func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 	testsupport.WriteFile(t, ok, "", 0o644)
 	a := candidate(t, env, localArgs(dir, key), "a", sleeper, "--holders", "2", "--health-cmd", "test -e "+ok, "--health-interval", "200ms", "--health-failures", "1")
 	b := candidate(t, env, localArgs(dir, key), "b", sleeper, "--holders", "2")
-	waitFor(t, 20*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	waitChildren(t, mark, 2)
 	holders := func() map[int]string {
 		out, err := exec.Command(binary, "status", "--backend", "local", "--lock-dir", dir, "--holders", "2", "--json", key).Output()
 		if err != nil {
@@ -893,7 +888,7 @@ func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 	if err := os.Remove(ok); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a stepping down", func() bool { return len(slotChildren(mark)) == 1 })
+	waitChildren(t, mark, 1) // a stepping down
 	stopWant143(t, 10*time.Second, b)
 	for range 10 {
 		time.Sleep(300 * time.Millisecond)
@@ -902,6 +897,6 @@ func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 		}
 	}
 	testsupport.WriteFile(t, ok, "", 0o644)
-	waitFor(t, 10*time.Second, "a leading again once healthy", func() bool { return len(slotChildren(mark)) == 1 })
+	waitChildren(t, mark, 1) // a leading again once healthy
 	stopWant143(t, 10*time.Second, a)
 }
