@@ -61,6 +61,15 @@ func leftovers(tag string) []int {
 	return left
 }
 
+// noLeftovers fails the test, saying what, if processes carrying tag
+// are still alive (leftovers), and kills them.
+func noLeftovers(t *testing.T, tag, what string) {
+	t.Helper()
+	if left := leftovers(tag); len(left) > 0 {
+		t.Errorf("%s: %v", what, left)
+	}
+}
+
 // sleeper is the job of most candidates here: it runs until killed.
 const sleeper = "exec sleep 1000"
 
@@ -216,9 +225,7 @@ func TestControlAttackTermWhileHeldBack(t *testing.T) {
 		return strings.Contains(paused.Output(), "not campaigning") && len(processesWithArg(tag)) > 0
 	})
 	termPromptly(t, 5*time.Second, 2*time.Second, paused, sick)
-	if left := leftovers(tag); len(left) > 0 {
-		t.Errorf("the health check outlived leaderrun: %v", left)
-	}
+	noLeftovers(t, tag, "the health check outlived leaderrun")
 }
 
 // TestControlAttackGarbageRecord: a hand-edited control record that is
@@ -530,9 +537,7 @@ func TestControlAttackHealthHostile(t *testing.T) {
 	if code != 124 || strings.Contains(errOut, "ran") {
 		t.Errorf("--no-wait with a failing check: exit %d %q", code, errOut)
 	}
-	if left := leftovers(tag); len(left) > 0 {
-		t.Errorf("checks left behind: %v", left)
-	}
+	noLeftovers(t, tag, "checks left behind")
 }
 
 // TestControlAttackPriorities: two preferred candidates of different
