@@ -80,6 +80,26 @@ func candidate(t *testing.T, env, run []string, id, job string, extra ...string)
 	return start(t, id, env, withCommand(slices.Concat(run, []string{"--id", id}, extra), job)...)
 }
 
+// candidates starts one candidate per id with run and extra options,
+// each running job.
+func candidates(t *testing.T, env, run []string, job string, extra []string, ids ...string) []*Proc {
+	t.Helper()
+	var procs []*Proc
+	for _, id := range ids {
+		procs = append(procs, candidate(t, env, run, id, job, extra...))
+	}
+	return procs
+}
+
+// holderIDs are the ids h0 ... h(n-1).
+func holderIDs(n int) []string {
+	var ids []string
+	for i := range n {
+		ids = append(ids, "h"+strconv.Itoa(i))
+	}
+	return ids
+}
+
 // control runs a control command (status, step-down, pause, resume)
 // with q, the key's backend options (queryArgs).
 func control(t *testing.T, q []string, cmd ...string) (code int, out, errOut string, took time.Duration) {
@@ -112,26 +132,6 @@ func controlAsync(t *testing.T, q []string, cmd ...string) <-chan controlResult 
 		res <- controlResult{code, out, errOut}
 	}()
 	return res
-}
-
-// candidates starts one candidate per id with run and extra options,
-// each running job.
-func candidates(t *testing.T, env, run []string, job string, extra []string, ids ...string) []*Proc {
-	t.Helper()
-	var procs []*Proc
-	for _, id := range ids {
-		procs = append(procs, candidate(t, env, run, id, job, extra...))
-	}
-	return procs
-}
-
-// holderIDs are the ids h0 ... h(n-1).
-func holderIDs(n int) []string {
-	var ids []string
-	for i := range n {
-		ids = append(ids, "h"+strconv.Itoa(i))
-	}
-	return ids
 }
 
 // slotHolders maps each slot with a live child of the leaderruns marked
