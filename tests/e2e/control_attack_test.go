@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -46,6 +45,145 @@ func processesWithArg(arg string) []int {
 	return out
 }
 
+// checkTag is a number unique to this test process from base on, for a
+// health check to carry (sleep TAG) so that processesWithArg finds what
+// is left of it.
+func checkTag(base int) string { return strconv.Itoa(base + os.Getpid()%100000) }
+
+// leftovers gives the processes carrying tag a moment to go, then kills
+// and returns those still alive.
+func leftovers(tag string) []int {
+	time.Sleep(200 * time.Millisecond)
+	left := processesWithArg(tag)
+	for _, pid := range left {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return left
+}
+
+// noLeftovers fails the test, saying what, if processes carrying tag
+// are still alive (leftovers), and kills them.
+func noLeftovers(t *testing.T, tag, what string) {
+	t.Helper()
+	if left := leftovers(tag); len(left) > 0 {
+		t.Errorf("%s: %v", what, left)
+	}
+}
+
+// sleeper is the job of most candidates here: it runs until killed.
+const sleeper = "exec sleep 1000"
+
+// candidate starts leaderrun --id id with run (a run's backend options)
+// and extra options, running job.
+func candidate(t *testing.T, env, run []string, id, job string, extra ...string) *Proc {
+	t.Helper()
+	return start(t, id, env, withCommand(slices.Concat(run, []string{"--id", id}, extra), job)...)
+}
+
+// candidates starts one candidate per id with run and extra options,
+// each running job.
+func candidates(t *testing.T, env, run []string, job string, extra []string, ids ...string) []*Proc {
+	t.Helper()
+	var procs []*Proc
+	for _, id := range ids {
+		procs = append(procs, candidate(t, env, run, id, job, extra...))
+	}
+	return procs
+}
+
+// holderIDs are the ids h0 ... h(n-1).
+func holderIDs(n int) []string {
+	var ids []string
+	for i := range n {
+		ids = append(ids, "h"+strconv.Itoa(i))
+	}
+	return ids
+}
+
+// control runs a control command (status, step-down, pause, resume)
+// with q, the key's backend options (queryArgs).
+func control(t *testing.T, q []string, cmd ...string) (code int, out, errOut string, took time.Duration) {
+	t.Helper()
+	return runOnce(t, nil, slices.Concat(cmd, q)...)
+}
+
+// mustControl runs a control command and stops the test unless it
+// exits 0.
+func mustControl(t *testing.T, q []string, cmd ...string) {
+	t.Helper()
+	if code, out, errOut, _ := control(t, q, cmd...); code != 0 {
+		t.Fatalf("%s: exit %d %s %s", strings.Join(cmd, " "), code, out, errOut)
+	}
+}
+
+// controlResult is how a control command run in the background ended.
+type controlResult struct {
+	code        int
+	out, errOut string
+}
+
+// controlAsync runs a control command in the background: its result
+// comes on the channel once it exits.
+func controlAsync(t *testing.T, q []string, cmd ...string) <-chan controlResult {
+	t.Helper()
+	res := make(chan controlResult, 1)
+	go func() {
+		code, out, errOut, _ := control(t, q, cmd...)
+		res <- controlResult{code, out, errOut}
+	}()
+	return res
+}
+
+// slotHolders maps each slot with a live child of the leaderruns marked
+// mark to its candidate's id.
+func slotHolders(mark string) map[int]string {
+	m := map[int]string{}
+	for _, k := range slotChildren(mark) {
+		m[k.slot] = k.id
+	}
+	return m
+}
+
+// waitLeader waits until want's child runs, or any candidate's when want
+// is "", among the leaderruns marked mark.
+func waitLeader(t *testing.T, within time.Duration, what, mark, want string) {
+	t.Helper()
+	waitFor(t, within, what, func() bool {
+		id, _ := leaderChild(mark)
+		if want == "" {
+			return id != ""
+		}
+		return id == want
+	})
+}
+
+// stopWant143 sends SIGTERM to every leaderrun, then fails the test
+// unless each exits 143 (waiting at most wait for each).
+func stopWant143(t *testing.T, wait time.Duration, procs ...*Proc) {
+	t.Helper()
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		if code := p.Wait(wait); code != 128+15 {
+			t.Errorf("%s: exit %d on SIGTERM, want 143", p.name, code)
+		}
+	}
+}
+
+// termPromptly sends SIGTERM to each leaderrun in turn and fails the
+// test unless it exits 143 within limit (waiting at most wait for it).
+func termPromptly(t *testing.T, wait, limit time.Duration, procs ...*Proc) {
+	t.Helper()
+	for _, p := range procs {
+		began := time.Now()
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(wait); code != 128+15 || time.Since(began) > limit {
+			t.Errorf("%s: exit %d %v after SIGTERM, want 143 within %v", p.name, code, time.Since(began), limit)
+		}
+	}
+}
+
 // TestControlAttackHealthLeavesNothing: a health check that puts a
 // process in the background and exits 0 (a daemon that closed its output)
 // leaves nothing behind, neither while leaderrun runs nor after it exits.
@@ -53,20 +191,15 @@ func TestControlAttackHealthLeavesNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	key := newKey("hc-leftover")
-	tag := strconv.Itoa(700000 + os.Getpid()%100000)
+	tag := checkTag(700000)
 	hc := "sleep " + tag + " >/dev/null 2>&1 </dev/null & exit 0"
-	p := start(t, "a", nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-interval", "200ms"), "exec sleep 1000")...)
+	p := start(t, "a", nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-interval", "200ms"), sleeper)...)
 	waitFor(t, 10*time.Second, "the child", func() bool { return strings.Contains(p.Output(), "child started") })
 	time.Sleep(1500 * time.Millisecond)
 	during := len(processesWithArg(tag))
 	t.Logf("%d background processes of the checks alive while leading", during)
-	p.Signal(syscall.SIGTERM)
-	p.Wait(10 * time.Second)
-	time.Sleep(200 * time.Millisecond)
-	left := processesWithArg(tag)
-	for _, pid := range left {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	stopAll(p)
+	left := leftovers(tag)
 	if during > 1 || len(left) > 0 {
 		t.Errorf("health checks' background processes: %d alive while leading, %d left after leaderrun exited (%v)", during, len(left), left)
 	}
@@ -84,29 +217,15 @@ func TestControlAttackTermWhileHeldBack(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "leaderrun"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, q...)...); code != 0 {
-		t.Fatalf("pause: %d %s", code, errOut)
-	}
-	tag := strconv.Itoa(800000 + os.Getpid()%100000)
-	paused := start(t, "paused", nil, withCommand(localArgs(dir, key), "exec sleep 1000")...)
-	sick := start(t, "sick", nil, withCommand(localArgs(dir, newKey("held-sick"), "--health-cmd", "sleep "+tag+"; exit 1", "--health-timeout", "30s"), "exec sleep 1000")...)
+	mustControl(t, q, "pause", "--reason", "attack")
+	tag := checkTag(800000)
+	paused := start(t, "paused", nil, withCommand(localArgs(dir, key), sleeper)...)
+	sick := start(t, "sick", nil, withCommand(localArgs(dir, newKey("held-sick"), "--health-cmd", "sleep "+tag+"; exit 1", "--health-timeout", "30s"), sleeper)...)
 	waitFor(t, 10*time.Second, "held back", func() bool {
 		return strings.Contains(paused.Output(), "not campaigning") && len(processesWithArg(tag)) > 0
 	})
-	for _, p := range []*Proc{paused, sick} {
-		began := time.Now()
-		p.Signal(syscall.SIGTERM)
-		if code := p.Wait(5 * time.Second); code != 128+15 || time.Since(began) > 2*time.Second {
-			t.Errorf("%s: exit %d after %v, want 143 within 2s", p.name, code, time.Since(began))
-		}
-	}
-	time.Sleep(200 * time.Millisecond)
-	if left := processesWithArg(tag); len(left) > 0 {
-		t.Errorf("the health check outlived leaderrun: %v", left)
-		for _, pid := range left {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
+	termPromptly(t, 5*time.Second, 2*time.Second, paused, sick)
+	noLeftovers(t, tag, "the health check outlived leaderrun")
 }
 
 // TestControlAttackGarbageRecord: a hand-edited control record that is
@@ -116,15 +235,15 @@ func TestControlAttackGarbageRecord(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	key, mark, env := markedKey("garbage")
-	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 10*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	a := candidate(t, env, localArgs(dir, key), "a", sleeper)
+	waitLeader(t, 10*time.Second, "a leading", mark, "a")
 	_, e := leaderChild(mark)
-	b := start(t, "b", env, withCommand(append(localArgs(dir, key), "--id", "b"), "exec sleep 1000")...)
+	b := candidate(t, env, localArgs(dir, key), "b", sleeper)
 	time.Sleep(500 * time.Millisecond)
 	testsupport.WriteFile(t, filepath.Join(dir, "leaderrun", key+"~control"), "{not json", 0o644)
 	q := queryArgs(localArgs(dir, key))
 	for _, cmd := range [][]string{{"step-down"}, {"pause", "--reason", "x"}, {"resume"}} {
-		code, _, errOut, _ := runOnce(t, nil, append(cmd, q...)...)
+		code, _, errOut, _ := control(t, q, cmd...)
 		if code != 125 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "control record") {
 			t.Errorf("%s on a garbage record: exit %d, %q; want 125 and one line naming the record", cmd[0], code, errOut)
 		}
@@ -133,10 +252,7 @@ func TestControlAttackGarbageRecord(t *testing.T) {
 	if id, e2 := leaderChild(mark); id != "a" || e2 != e {
 		t.Errorf("with a garbage record %q leads with epoch %d; a had %d", id, e2, e)
 	}
-	for _, p := range []*Proc{a, b} {
-		p.Signal(syscall.SIGTERM)
-		p.Wait(10 * time.Second)
-	}
+	stopAll(a, b)
 }
 
 // failingPath is a proxy to a Consul agent that answers 500 to the GETs
@@ -162,16 +278,15 @@ func failingPath(t *testing.T, target, path string, fail *atomic.Bool) string {
 func TestControlAttackPauseCannotReadHolder(t *testing.T) {
 	t.Parallel()
 	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
-	key := newKey("pause-unread")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(consulArgs(c.HTTPAddr(0), key), "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	key, mark, env := markedKey("pause-unread")
+	a := candidate(t, env, consulArgs(c.HTTPAddr(0), key), "a", sleeper)
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	var fail atomic.Bool
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key, &fail)
 	a.Signal(syscall.SIGSTOP)
 	defer a.Signal(syscall.SIGCONT)
 	fail.Store(true)
-	code, _, errOut, took := runOnce(t, nil, append([]string{"pause", "--reason", "attack", "--timeout", "3s"}, queryArgs(consulArgs(proxy, key))...)...)
+	code, _, errOut, took := control(t, queryArgs(consulArgs(proxy, key)), "pause", "--reason", "attack", "--timeout", "3s")
 	id, _ := leaderChild(mark)
 	t.Logf("pause: exit %d in %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(errOut))
 	if code == 0 && id != "" {
@@ -181,8 +296,7 @@ func TestControlAttackPauseCannotReadHolder(t *testing.T) {
 		t.Errorf("pause: exit %d, %q; want non-zero, saying it could not read the holder", code, errOut)
 	}
 	a.Signal(syscall.SIGCONT)
-	a.Signal(syscall.SIGTERM)
-	a.Wait(20 * time.Second)
+	stopAll(a)
 }
 
 // TestControlAttackWinWithoutRecord: a candidate that cannot read the
@@ -195,16 +309,14 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 	c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
 	key, mark, env := markedKey("win-unread")
 	direct := consulArgs(c.HTTPAddr(0), key)
-	a := start(t, "a", env, withCommand(append(direct, "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	a := candidate(t, env, direct, "a", sleeper)
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	var fail atomic.Bool
 	fail.Store(true)
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
-	b := start(t, "b", env, withCommand(append(consulArgs(proxy, key), "--id", "b"), "exec sleep 1000")...)
+	b := candidate(t, env, consulArgs(proxy, key), "b", sleeper)
 	waitFor(t, 20*time.Second, "b waiting", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, queryArgs(direct)...)...); code != 0 {
-		t.Fatalf("pause: exit %d %s", code, errOut)
-	}
+	mustControl(t, queryArgs(direct), "pause", "--reason", "attack")
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		if id, _ := leaderChild(mark); id != "" {
@@ -219,14 +331,9 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 	if id, _ := leaderChild(mark); id != "" {
 		t.Fatalf("%s's child started while the key is paused", id)
 	}
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, queryArgs(direct)...)...); code != 0 {
-		t.Fatalf("resume: exit %d %s", code, errOut)
-	}
-	waitFor(t, 20*time.Second, "a leader after resume", func() bool { id, _ := leaderChild(mark); return id != "" })
-	for _, p := range []*Proc{a, b} {
-		p.Signal(syscall.SIGTERM)
-		p.Wait(20 * time.Second)
-	}
+	mustControl(t, queryArgs(direct), "resume")
+	waitLeader(t, 20*time.Second, "a leader after resume", mark, "")
+	stopAll(a, b)
 }
 
 // TestControlAttackStepDownToAbsent: step-down --to a candidate that is
@@ -235,24 +342,14 @@ func TestControlAttackWinWithoutRecord(t *testing.T) {
 // them) campaign again.
 func TestControlAttackStepDownToAbsent(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("to-absent")
 	w := watchSlots(mark, 1)
-	var procs []*Proc
-	for _, id := range []string{"a", "b"} {
-		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
-	}
-	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	procs := candidates(t, env, etcdArgs(eps, key), sleeper, nil, "a", "b")
+	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	first, e1 := leaderChild(mark)
 	began := time.Now()
-	done := make(chan struct{})
-	var code int
-	var errOut string
-	go func() {
-		defer close(done)
-		code, _, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", "nobody", "--timeout", "4s"}, queryArgs(etcdArgs(eps, key))...)...)
-	}()
+	res := controlAsync(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "nobody", "--timeout", "4s")
 	for time.Since(began) < 3500*time.Millisecond {
 		if id, e := leaderChild(mark); id != "" && e != e1 {
 			t.Errorf("%s leads (epoch %d) %v into a step-down reserved for another", id, e, time.Since(began))
@@ -260,11 +357,10 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	<-done
-	if code != 1 || !strings.Contains(errOut, "nobody") {
-		t.Errorf("step-down --to nobody: exit %d, %q; want 1 naming the candidate", code, errOut)
+	if r := <-res; r.code != 1 || !strings.Contains(r.errOut, "nobody") {
+		t.Errorf("step-down --to nobody: exit %d, %q; want 1 naming the candidate", r.code, r.errOut)
 	}
-	waitFor(t, 10*time.Second, "a leader after the reservation", func() bool { id, _ := leaderChild(mark); return id != "" })
+	waitLeader(t, 10*time.Second, "a leader after the reservation", mark, "")
 	id, e2 := leaderChild(mark)
 	t.Logf("%s (epoch %d) stepped down; after the reservation %s leads (epoch %d), %v after the request", first, e1, id, e2, time.Since(began).Round(time.Millisecond))
 	stopAll(procs...)
@@ -276,35 +372,23 @@ func TestControlAttackStepDownToAbsent(t *testing.T) {
 // one else) leads, after the old child is dead.
 func TestControlAttackKillDuringHandover(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("kill-handover")
 	w := watchSlots(mark, 1)
 	// The job ignores SIGTERM: the handover takes the whole kill grace.
 	script := `trap "" TERM; exec sleep 1000`
-	procs := map[string]*Proc{}
-	for _, id := range []string{"a", "b", "c"} {
-		procs[id] = start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), script)...)
-		if id == "a" {
-			waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
-		}
-	}
+	a := candidate(t, env, etcdArgs(eps, key), "a", script)
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
+	others := candidates(t, env, etcdArgs(eps, key), script, nil, "b", "c")
 	time.Sleep(time.Second)
-	done := make(chan struct{})
-	var code int
-	var out, errOut string
-	go func() {
-		defer close(done)
-		code, out, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", "b", "--timeout", "15s"}, queryArgs(etcdArgs(eps, key))...)...)
-	}()
-	waitFor(t, 5*time.Second, "a stopping", func() bool { return strings.Contains(procs["a"].Output(), "stopping child") })
-	procs["a"].Signal(syscall.SIGKILL)
-	<-done
-	if code != 0 || !strings.Contains(out, "b leads") {
-		t.Errorf("step-down --to b with a killed: exit %d; %q %q", code, out, errOut)
+	res := controlAsync(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "b", "--timeout", "15s")
+	waitFor(t, 5*time.Second, "a stopping", func() bool { return strings.Contains(a.Output(), "stopping child") })
+	a.Signal(syscall.SIGKILL)
+	if r := <-res; r.code != 0 || !strings.Contains(r.out, "b leads") {
+		t.Errorf("step-down --to b with a killed: exit %d; %q %q", r.code, r.out, r.errOut)
 	}
-	waitFor(t, 5*time.Second, "b's child", func() bool { id, _ := leaderChild(mark); return id == "b" })
-	stopAll(slices.Collect(maps.Values(procs))...)
+	waitLeader(t, 5*time.Second, "b's child", mark, "b")
+	stopAll(append(others, a)...)
 	w.end(t)
 }
 
@@ -314,30 +398,18 @@ func TestControlAttackKillDuringHandover(t *testing.T) {
 // child; resume fills all three again.
 func TestControlAttackHoldersPause(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("holders-pause")
 	w := watchSlots(mark, 3)
-	var procs []*Proc
-	for i := range 4 {
-		id := "h" + strconv.Itoa(i)
-		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--holders", "3", "--id", id), "exec sleep 1000")...))
-	}
-	waitFor(t, 30*time.Second, "3 slots filled", func() bool { return len(slotChildren(mark)) == 3 })
+	procs := candidates(t, env, etcdArgs(eps, key), sleeper, []string{"--holders", "3"}, holderIDs(4)...)
+	waitChildren(t, mark, 3)
 	q := queryArgs(etcdArgs(eps, key))
-	bySlot := func() map[int]string {
-		m := map[int]string{}
-		for _, k := range slotChildren(mark) {
-			m[k.slot] = k.id
-		}
-		return m
-	}
-	before := bySlot()
-	if code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--slot", "1"}, q...)...); code != 0 {
+	before := slotHolders(mark)
+	if code, out, errOut, _ := control(t, q, "step-down", "--slot", "1"); code != 0 {
 		t.Errorf("step-down --slot 1: exit %d %s %s", code, out, errOut)
 	}
-	waitFor(t, 10*time.Second, "slot 1 refilled", func() bool { m := bySlot(); return len(m) == 3 && m[1] != before[1] })
-	after := bySlot()
+	waitFor(t, 10*time.Second, "slot 1 refilled", func() bool { m := slotHolders(mark); return len(m) == 3 && m[1] != before[1] })
+	after := slotHolders(mark)
 	if after[0] != before[0] || after[2] != before[2] {
 		t.Errorf("step-down --slot 1 moved other slots: %v -> %v", before, after)
 	}
@@ -350,14 +422,14 @@ func TestControlAttackHoldersPause(t *testing.T) {
 		}
 	}
 	frozen.Signal(syscall.SIGSTOP)
-	code, _, errOut, took := runOnce(t, nil, append([]string{"pause", "--reason", "attack", "--timeout", "1s"}, q...)...)
+	code, _, errOut, took := control(t, q, "pause", "--reason", "attack", "--timeout", "1s")
 	left := slotChildren(mark)
 	t.Logf("pause without --holders, slot 2 frozen: exit %d in %v, %d children left: %s", code, took.Round(time.Millisecond), len(left), strings.TrimSpace(errOut))
 	if code == 0 && len(left) != 0 {
 		t.Errorf("pause: exit 0 with children alive: %v", left)
 	}
 	frozen.Signal(syscall.SIGCONT)
-	code, _, errOut, _ = runOnce(t, nil, append([]string{"pause", "--reason", "attack"}, q...)...)
+	code, _, errOut, _ = control(t, q, "pause", "--reason", "attack")
 	if left := slotChildren(mark); code != 0 || len(left) != 0 {
 		t.Errorf("pause: exit %d (%s) with children alive: %v", code, strings.TrimSpace(errOut), left)
 	}
@@ -365,10 +437,8 @@ func TestControlAttackHoldersPause(t *testing.T) {
 	if left := slotChildren(mark); len(left) != 0 {
 		t.Errorf("children run while paused: %v", left)
 	}
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
-		t.Fatalf("resume: %d %s", code, errOut)
-	}
-	waitFor(t, 20*time.Second, "3 slots filled after resume", func() bool { return len(slotChildren(mark)) == 3 })
+	mustControl(t, q, "resume")
+	waitChildren(t, mark, 3) // every slot filled again after resume
 	stopAll(procs...)
 	w.end(t)
 }
@@ -378,32 +448,26 @@ func TestControlAttackHoldersPause(t *testing.T) {
 // then does another candidate lead; woken, the old leader starts nothing.
 func TestControlAttackStepDownFrozen(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("sd-frozen")
 	w := watchSlots(mark, 1)
-	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a", "--on-lost", "rejoin"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
-	b := start(t, "b", env, withCommand(append(etcdArgs(eps, key), "--id", "b"), "exec sleep 1000")...)
+	a := candidate(t, env, etcdArgs(eps, key), "a", sleeper, "--on-lost", "rejoin")
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
+	b := candidate(t, env, etcdArgs(eps, key), "b", sleeper)
 	time.Sleep(time.Second)
 	a.Signal(syscall.SIGSTOP)
-	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--to", "b", "--timeout", "15s"}, queryArgs(etcdArgs(eps, key))...)...)
+	code, out, errOut, took := control(t, queryArgs(etcdArgs(eps, key)), "step-down", "--to", "b", "--timeout", "15s")
 	t.Logf("step-down --to b of a frozen leader: exit %d in %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
 	if code != 0 {
 		t.Errorf("step-down of a frozen leader: exit %d: %s %s", code, out, errOut)
 	}
-	waitFor(t, 5*time.Second, "b's child", func() bool { id, _ := leaderChild(mark); return id == "b" })
+	waitLeader(t, 5*time.Second, "b's child", mark, "b")
 	a.Signal(syscall.SIGCONT)
 	time.Sleep(3 * time.Second)
 	if id, _ := leaderChild(mark); id != "b" {
 		t.Errorf("after the old leader woke, %q leads", id)
 	}
-	for _, p := range []*Proc{a, b} {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range []*Proc{a, b} {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(a, b)
 	w.end(t)
 }
 
@@ -412,28 +476,20 @@ func TestControlAttackStepDownFrozen(t *testing.T) {
 // a child while paused after pause returned, and someone leads at the end.
 func TestControlAttackStepDownPauseRace(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("sd-pause")
 	w := watchSlots(mark, 1)
-	var procs []*Proc
-	for _, id := range []string{"a", "b", "c"} {
-		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
-	}
+	procs := candidates(t, env, etcdArgs(eps, key), sleeper, nil, "a", "b", "c")
 	q := queryArgs(etcdArgs(eps, key))
-	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	for i := range 4 {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			to := []string{"step-down", "--timeout", "5s"}
-			if i%2 == 1 {
-				to = append(to, "--to", []string{"a", "b", "c"}[i%3])
-			}
-			runOnce(t, nil, append(to, q...)...)
-		}()
+		to := []string{"step-down", "--timeout", "5s"}
+		if i%2 == 1 {
+			to = append(to, "--to", []string{"a", "b", "c"}[i%3])
+		}
+		done := controlAsync(t, q, to...)
 		time.Sleep(time.Duration(i*30) * time.Millisecond)
-		code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "race"}, q...)...)
+		code, _, errOut, _ := control(t, q, "pause", "--reason", "race")
 		if code != 0 {
 			t.Errorf("pause %d: exit %d %s", i, code, errOut)
 		}
@@ -444,11 +500,11 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
+		if code, _, errOut, _ := control(t, q, "resume"); code != 0 {
 			t.Errorf("resume %d: exit %d %s", i, code, errOut)
 		}
 		<-done
-		waitFor(t, 20*time.Second, "a leader after resume", func() bool { id, _ := leaderChild(mark); return id != "" })
+		waitLeader(t, 20*time.Second, "a leader after resume", mark, "")
 	}
 	stopAll(procs...)
 	w.end(t)
@@ -460,7 +516,7 @@ func TestControlAttackStepDownPauseRace(t *testing.T) {
 func TestControlAttackHealthHostile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	tag := strconv.Itoa(900000 + os.Getpid()%100000)
+	tag := checkTag(900000)
 	// A flood that never ends, and a hang that ignores SIGTERM: both
 	// time out (the check fails) and the candidate never leads.
 	for name, hc := range map[string]string{
@@ -468,30 +524,20 @@ func TestControlAttackHealthHostile(t *testing.T) {
 		"hang":  `trap "" TERM; sleep ` + tag,
 	} {
 		key := newKey("hc-" + name)
-		p := start(t, name, nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-timeout", "300ms", "--health-interval", "100ms"), "exec sleep 1000")...)
+		p := start(t, name, nil, withCommand(append(localArgs(dir, key), "--health-cmd", hc, "--health-timeout", "300ms", "--health-interval", "100ms"), sleeper)...)
 		waitFor(t, 10*time.Second, name+" failing", func() bool { return strings.Contains(p.Output(), "timed out after") })
 		time.Sleep(time.Second)
 		if strings.Contains(p.Output(), "child started") {
 			t.Errorf("%s: led with a check that times out", name)
 		}
-		began := time.Now()
-		p.Signal(syscall.SIGTERM)
-		if code := p.Wait(5 * time.Second); code != 143 || time.Since(began) > 2*time.Second {
-			t.Errorf("%s: exit %d after %v", name, code, time.Since(began))
-		}
+		termPromptly(t, 5*time.Second, 2*time.Second, p)
 	}
 	code, _, errOut, took := runOnce(t, nil, withCommand(append(localArgs(dir, newKey("hc-nowait")), "--no-wait", "--health-cmd", "exit 1"), "echo ran")...)
 	t.Logf("--no-wait with a failing check: exit %d in %v", code, took.Round(time.Millisecond))
 	if code != 124 || strings.Contains(errOut, "ran") {
 		t.Errorf("--no-wait with a failing check: exit %d %q", code, errOut)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if left := processesWithArg(tag); len(left) > 0 {
-		t.Errorf("checks left behind: %v", left)
-		for _, pid := range left {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
+	noLeftovers(t, tag, "checks left behind")
 }
 
 // TestControlAttackPriorities: two preferred candidates of different
@@ -502,16 +548,14 @@ func TestControlAttackPriorities(t *testing.T) {
 	dir := t.TempDir()
 	key, mark, env := markedKey("prio")
 	w := watchSlots(mark, 1)
-	args := func(id string, extra ...string) []string {
-		return withCommand(append(localArgs(dir, key), append([]string{"--id", id}, extra...)...), "exec sleep 1000")
-	}
-	procs := []*Proc{start(t, "plain", env, args("plain")...)}
-	waitFor(t, 10*time.Second, "plain leading", func() bool { id, _ := leaderChild(mark); return id == "plain" })
+	run := localArgs(dir, key)
+	procs := []*Proc{candidate(t, env, run, "plain", sleeper)}
+	waitLeader(t, 10*time.Second, "plain leading", mark, "plain")
 	procs = append(procs,
-		start(t, "sick", env, args("sick", "--priority", "50", "--preempt-after", "1s", "--health-cmd", "exit 1", "--health-interval", "200ms")...),
-		start(t, "p10", env, args("p10", "--priority", "10", "--preempt-after", "1s")...),
-		start(t, "p20", env, args("p20", "--priority", "20", "--preempt-after", "1s")...))
-	waitFor(t, 20*time.Second, "p20 leading", func() bool { id, _ := leaderChild(mark); return id == "p20" })
+		candidate(t, env, run, "sick", sleeper, "--priority", "50", "--preempt-after", "1s", "--health-cmd", "exit 1", "--health-interval", "200ms"),
+		candidate(t, env, run, "p10", sleeper, "--priority", "10", "--preempt-after", "1s"),
+		candidate(t, env, run, "p20", sleeper, "--priority", "20", "--preempt-after", "1s"))
+	waitLeader(t, 20*time.Second, "p20 leading", mark, "p20")
 	_, e := leaderChild(mark)
 	time.Sleep(5 * time.Second)
 	if id, e2 := leaderChild(mark); id != "p20" || e2 != e {
@@ -528,16 +572,15 @@ func TestControlAttackPriorities(t *testing.T) {
 // and leaves the key's control record as it was (none here).
 func TestControlAttackBadInput(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
-	key := newKey("bad-input")
-	mark := key + "-" + strconv.Itoa(os.Getpid())
-	a := start(t, "a", []string{"HOLDERS_TEST_MARK=" + mark}, withCommand(append(etcdArgs(eps, key), "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	key, mark, env := markedKey("bad-input")
+	a := candidate(t, env, etcdArgs(eps, key), "a", sleeper)
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	q := queryArgs(etcdArgs(eps, key))
+	// step-down --to the leader itself is no bad input: it exits 0
+	// saying so (TestStepDownToCurrentLeader).
 	cases := [][]string{
 		{"step-down", "--to", ""},
-		{"step-down", "--to", "a"},
 		{"step-down", "--timeout", "-1s"},
 		{"step-down", "--timeout", "0s"},
 		{"step-down", "--slot", "-1"},
@@ -552,7 +595,7 @@ func TestControlAttackBadInput(t *testing.T) {
 	}
 	cli := etcdClient(t, eps)
 	for _, c := range cases {
-		code, out, errOut, _ := runOnce(t, nil, append(c, q...)...)
+		code, out, errOut, _ := control(t, q, c...)
 		if code != 125 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || errOut == "" || out != "" {
 			t.Errorf("leaderrun %q: exit %d, %q %q; want 125 and one line", c, code, out, errOut)
 		}
@@ -566,8 +609,7 @@ func TestControlAttackBadInput(t *testing.T) {
 	if id, _ := leaderChild(mark); id != "a" {
 		t.Errorf("bad input moved the leader: %q leads", id)
 	}
-	a.Signal(syscall.SIGTERM)
-	a.Wait(20 * time.Second)
+	stopAll(a)
 }
 
 // TestControlAttackLeaderCannotReadRecord: a leader whose reads of the
@@ -579,8 +621,8 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	key, mark, env := markedKey("lead-unread")
 	var fail atomic.Bool
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
-	a := start(t, "a", env, withCommand(append(consulArgs(proxy, key), "--id", "a"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "a leading", func() bool { id, _ := leaderChild(mark); return id == "a" })
+	a := candidate(t, env, consulArgs(proxy, key), "a", sleeper)
+	waitLeader(t, 20*time.Second, "a leading", mark, "a")
 	_, e := leaderChild(mark)
 	fail.Store(true)
 	time.Sleep(11 * time.Second) // the TTL is 10s
@@ -589,19 +631,14 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	}
 	fail.Store(false)
 	q := queryArgs(consulArgs(c.HTTPAddr(0), key))
-	b := start(t, "b", env, withCommand(append(consulArgs(c.HTTPAddr(0), key), "--id", "b"), "exec sleep 1000")...)
+	b := candidate(t, env, consulArgs(c.HTTPAddr(0), key), "b", sleeper)
 	time.Sleep(time.Second)
-	code, out, errOut, took := runOnce(t, nil, append([]string{"step-down", "--timeout", "15s"}, q...)...)
+	code, out, errOut, took := control(t, q, "step-down", "--timeout", "15s")
 	t.Logf("step-down once the record reads again: exit %d in %v %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
 	if code != 0 || !strings.Contains(out, "b leads") {
 		t.Errorf("step-down once the record reads again: exit %d %q %q", code, out, errOut)
 	}
-	for _, p := range []*Proc{a, b} {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range []*Proc{a, b} {
-		p.Wait(20 * time.Second)
-	}
+	stopAll(a, b)
 }
 
 // TestControlAttackPinnedSlot: --holders 2 and three candidates, paused
@@ -610,24 +647,18 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 // every slot again, so the spare refills whichever slot was freed.
 func TestControlAttackPinnedSlot(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("pinned")
 	w := watchSlots(mark, 2)
 	procs := map[string]*Proc{}
-	for i := range 3 {
-		id := "h" + strconv.Itoa(i)
-		procs[id] = start(t, id, env, withCommand(append(etcdArgs(eps, key), "--holders", "2", "--id", id), "exec sleep 1000")...)
+	for _, p := range candidates(t, env, etcdArgs(eps, key), sleeper, []string{"--holders", "2"}, holderIDs(3)...) {
+		procs[p.name] = p
 	}
-	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	waitChildren(t, mark, 2)
 	q := queryArgs(etcdArgs(eps, key))
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"pause", "--reason", "x", "--holders", "2"}, q...)...); code != 0 {
-		t.Fatalf("pause %d %s", code, errOut)
-	}
+	mustControl(t, q, "pause", "--reason", "x", "--holders", "2")
 	time.Sleep(2 * time.Second)
-	if code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, q...)...); code != 0 {
-		t.Fatalf("resume %d %s", code, errOut)
-	}
+	mustControl(t, q, "resume")
 	var kids []slotChild
 	filled := func() bool { kids = slotChildren(mark); return len(kids) == 2 }
 	waitFor(t, 30*time.Second, "2 slots filled after resume", filled)
@@ -640,13 +671,7 @@ func TestControlAttackPinnedSlot(t *testing.T) {
 		}
 		waitFor(t, 20*time.Second, "the spare refilling the slot of the killed holder", filled)
 	}
-	for _, p := range procs {
-		began := time.Now()
-		p.Signal(syscall.SIGTERM)
-		if code := p.Wait(20 * time.Second); code != 128+15 || time.Since(began) > 5*time.Second {
-			t.Errorf("%s: exit %d %v after SIGTERM, want 143 promptly", p.name, code, time.Since(began))
-		}
-	}
+	termPromptly(t, 20*time.Second, 5*time.Second, slices.Collect(maps.Values(procs))...)
 	w.end(t)
 }
 
@@ -660,8 +685,7 @@ func TestControlAttackSlotStepDownSpare(t *testing.T) {
 	t.Parallel()
 	t.Run("etcd", func(t *testing.T) {
 		t.Parallel()
-		e := testcluster.StartEtcd(t, 1)
-		eps := e.Endpoints()
+		eps := testcluster.StartEtcd(t, 1).Endpoints()
 		slotStepDownSpare(t, func(key string) []string { return etcdArgs(eps, key) })
 	})
 	t.Run("local", func(t *testing.T) {
@@ -674,23 +698,12 @@ func TestControlAttackSlotStepDownSpare(t *testing.T) {
 func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 	key, mark, env := markedKey("slot-sd-spare")
 	w := watchSlots(mark, 2)
-	var procs []*Proc
-	for i := range 3 {
-		id := "h" + strconv.Itoa(i)
-		procs = append(procs, start(t, id, env, withCommand(append(args(key), "--holders", "2", "--id", id), "exec sleep 1000")...))
-	}
-	waitFor(t, 30*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	procs := candidates(t, env, args(key), sleeper, []string{"--holders", "2"}, holderIDs(3)...)
+	waitChildren(t, mark, 2)
 	q := queryArgs(args(key))
-	bySlot := func() map[int]string {
-		m := map[int]string{}
-		for _, k := range slotChildren(mark) {
-			m[k.slot] = k.id
-		}
-		return m
-	}
 	for round := range 4 {
 		slot := round % 2
-		before := bySlot()
+		before := slotHolders(mark)
 		var spare *Proc
 		for _, p := range procs {
 			if p.name != before[0] && p.name != before[1] {
@@ -700,33 +713,22 @@ func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 		// The spare is slow to answer (frozen): the slot stays empty
 		// rather than go back to the holder that stepped down.
 		spare.Signal(syscall.SIGSTOP)
-		res := make(chan string, 1)
-		go func() {
-			code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--slot", strconv.Itoa(slot), "--timeout", "20s"}, q...)...)
-			res <- fmt.Sprintf("exit %d %s %s", code, strings.TrimSpace(out), strings.TrimSpace(errOut))
-		}()
-		waitFor(t, 10*time.Second, "the holder stepping down", func() bool { return bySlot()[slot] != before[slot] })
+		res := controlAsync(t, q, "step-down", "--slot", strconv.Itoa(slot), "--timeout", "20s")
+		waitFor(t, 10*time.Second, "the holder stepping down", func() bool { return slotHolders(mark)[slot] != before[slot] })
 		time.Sleep(1500 * time.Millisecond)
-		during := bySlot()
+		during := slotHolders(mark)
 		spare.Signal(syscall.SIGCONT)
-		if r := <-res; !strings.HasPrefix(r, "exit 0") {
-			t.Errorf("round %d: step-down --slot %d: %s", round, slot, r)
+		if r := <-res; r.code != 0 {
+			t.Errorf("round %d: step-down --slot %d: exit %d %s %s", round, slot, r.code, strings.TrimSpace(r.out), strings.TrimSpace(r.errOut))
 		}
-		waitFor(t, 10*time.Second, "the slot refilled", func() bool { m := bySlot(); return len(m) == 2 && m[slot] != before[slot] })
-		after := bySlot()
+		waitFor(t, 10*time.Second, "the slot refilled", func() bool { m := slotHolders(mark); return len(m) == 2 && m[slot] != before[slot] })
+		after := slotHolders(mark)
 		t.Logf("round %d: step-down --slot %d: %v -> %v (spare %s frozen) -> %v", round, slot, before, during, spare.name, after)
 		if during[slot] != "" || after[slot] != spare.name || after[1-slot] != before[1-slot] {
 			t.Errorf("round %d: step-down --slot %d of %s: %v -> %v -> %v; want the slot empty while the spare %s is frozen, then the spare in it and the other slot unchanged", round, slot, before[slot], before, during, after, spare.name)
 		}
 	}
-	for _, p := range procs {
-		p.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		if code := p.Wait(20 * time.Second); code != 128+15 {
-			t.Errorf("%s: exit %d on SIGTERM, want 143", p.name, code)
-		}
-	}
+	stopWant143(t, 20*time.Second, procs...)
 	w.end(t)
 }
 
@@ -737,15 +739,11 @@ func slotStepDownSpare(t *testing.T, args func(key string) []string) {
 // term for the answer.
 func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	t.Parallel()
-	e := testcluster.StartEtcd(t, 1)
-	eps := e.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("to-reports")
 	w := watchSlots(mark, 1)
-	var procs []*Proc
-	for _, id := range []string{"a", "b"} {
-		procs = append(procs, start(t, id, env, withCommand(append(etcdArgs(eps, key), "--id", id), "exec sleep 1000")...))
-	}
-	waitFor(t, 20*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	procs := candidates(t, env, etcdArgs(eps, key), sleeper, nil, "a", "b")
+	waitLeader(t, 20*time.Second, "a leader", mark, "")
 	stop := make(chan struct{})
 	spun := make(chan struct{})
 	var gaveBack atomic.Int32
@@ -771,7 +769,7 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 	q := queryArgs(etcdArgs(eps, key))
 	// To a candidate that never comes: only the one-attempt runs take the
 	// key (and give it back) until the request ends.
-	code, out, errOut, _ := runOnce(t, nil, append([]string{"step-down", "--to", "ghost", "--timeout", "4s"}, q...)...)
+	code, out, errOut, _ := control(t, q, "step-down", "--to", "ghost", "--timeout", "4s")
 	if code != 1 || !strings.Contains(errOut, "ghost") {
 		t.Errorf("step-down --to ghost: exit %d, %q %q; want 1 naming ghost", code, out, errOut)
 	}
@@ -782,11 +780,11 @@ func TestControlAttackStepDownToReportsTo(t *testing.T) {
 		if cur == "a" {
 			to = "b"
 		}
-		code, out, errOut, _ = runOnce(t, nil, append([]string{"step-down", "--to", to, "--timeout", "10s"}, q...)...)
+		code, out, errOut, _ = control(t, q, "step-down", "--to", to, "--timeout", "10s")
 		if code != 0 || !strings.HasPrefix(out, to+" leads") {
 			t.Errorf("round %d: step-down --to %s: exit %d, %q %q", i, to, code, out, errOut)
 		}
-		waitFor(t, 10*time.Second, to+"'s child", func() bool { id, _ := leaderChild(mark); return id == to })
+		waitLeader(t, 10*time.Second, to+"'s child", mark, to)
 	}
 	close(stop)
 	<-spun
@@ -804,16 +802,13 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 	dir := t.TempDir()
 	key, mark, env := markedKey("sd-restart")
 	w := watchSlots(mark, 1)
-	var procs []*Proc
-	for _, id := range []string{"a", "b", "c"} {
-		procs = append(procs, start(t, id, env, withCommand(append(localArgs(dir, key), "--id", id, "--restart", "always", "--restart-delay", "100ms", "--on-lost", "rejoin"), "exec sleep 0.3")...))
-	}
+	procs := candidates(t, env, localArgs(dir, key), "exec sleep 0.3", []string{"--restart", "always", "--restart-delay", "100ms", "--on-lost", "rejoin"}, "a", "b", "c")
 	q := queryArgs(localArgs(dir, key))
-	waitFor(t, 10*time.Second, "a leader", func() bool { id, _ := leaderChild(mark); return id != "" })
+	waitLeader(t, 10*time.Second, "a leader", mark, "")
 	for i := range 6 {
 		args := []string{"step-down", "--timeout", "10s"}
 		if i%2 == 1 {
-			_, st, _, _ := runOnce(t, nil, append([]string{"status", "--json"}, q...)...)
+			_, st, _, _ := control(t, q, "status", "--json")
 			var s struct{ Leader *struct{ ID string } }
 			_ = json.Unmarshal([]byte(st), &s)
 			for _, id := range []string{"a", "b", "c"} {
@@ -823,7 +818,7 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 				}
 			}
 		}
-		if code, out, errOut, _ := runOnce(t, nil, append(args, q...)...); code != 0 {
+		if code, out, errOut, _ := control(t, q, args...); code != 0 {
 			t.Errorf("round %d: %v: exit %d %q %q", i, args, code, out, errOut)
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -837,8 +832,7 @@ func TestControlAttackStepDownRestarting(t *testing.T) {
 // candidate back; `resume` replaces it, and the key runs again.
 func TestControlRepairGarbageRecord(t *testing.T) {
 	t.Parallel()
-	c := testcluster.StartEtcd(t, 1)
-	eps := c.Endpoints()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	key, mark, env := markedKey("repair")
 	cli := etcdClient(t, eps)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -846,18 +840,17 @@ func TestControlRepairGarbageRecord(t *testing.T) {
 	if _, err := cli.Put(ctx, "/leaderrun/"+key+"/~control", "{not json"); err != nil {
 		t.Fatal(err)
 	}
-	a := start(t, "a", env, withCommand(append(etcdArgs(eps, key), "--id", "a"), "exec sleep 1000")...)
+	a := candidate(t, env, etcdArgs(eps, key), "a", sleeper)
 	time.Sleep(2 * time.Second)
 	if id, _ := leaderChild(mark); id != "" {
 		t.Errorf("%s runs a child while the control record cannot be read", id)
 	}
-	code, _, errOut, _ := runOnce(t, nil, append([]string{"resume"}, queryArgs(etcdArgs(eps, key))...)...)
+	code, _, errOut, _ := control(t, queryArgs(etcdArgs(eps, key)), "resume")
 	if code != 0 || !strings.Contains(errOut, "does not parse") {
 		t.Errorf("resume over a garbage record: exit %d, %q; want 0 and a line saying it was replaced", code, errOut)
 	}
-	waitFor(t, 20*time.Second, "a leading once the record is repaired", func() bool { id, _ := leaderChild(mark); return id == "a" })
-	a.Signal(syscall.SIGTERM)
-	a.Wait(10 * time.Second)
+	waitLeader(t, 20*time.Second, "a leading once the record is repaired", mark, "a")
+	stopAll(a)
 }
 
 // TestControlAttackSlotHealthHoldsNothing: --holders 2. A holder whose
@@ -870,10 +863,9 @@ func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 	key, mark, env := markedKey("slot-health")
 	ok := filepath.Join(dir, "healthy")
 	testsupport.WriteFile(t, ok, "", 0o644)
-	a := start(t, "a", env, withCommand(append(localArgs(dir, key), "--holders", "2", "--id", "a",
-		"--health-cmd", "test -e "+ok, "--health-interval", "200ms", "--health-failures", "1"), "exec sleep 1000")...)
-	b := start(t, "b", env, withCommand(append(localArgs(dir, key), "--holders", "2", "--id", "b"), "exec sleep 1000")...)
-	waitFor(t, 20*time.Second, "2 slots filled", func() bool { return len(slotChildren(mark)) == 2 })
+	a := candidate(t, env, localArgs(dir, key), "a", sleeper, "--holders", "2", "--health-cmd", "test -e "+ok, "--health-interval", "200ms", "--health-failures", "1")
+	b := candidate(t, env, localArgs(dir, key), "b", sleeper, "--holders", "2")
+	waitChildren(t, mark, 2)
 	holders := func() map[int]string {
 		out, err := exec.Command(binary, "status", "--backend", "local", "--lock-dir", dir, "--holders", "2", "--json", key).Output()
 		if err != nil {
@@ -901,11 +893,8 @@ func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 	if err := os.Remove(ok); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a stepping down", func() bool { return len(slotChildren(mark)) == 1 })
-	b.Signal(syscall.SIGTERM)
-	if code := b.Wait(10 * time.Second); code != 128+15 {
-		t.Errorf("b: exit %d on SIGTERM", code)
-	}
+	waitChildren(t, mark, 1) // a stepping down
+	stopWant143(t, 10*time.Second, b)
 	for range 10 {
 		time.Sleep(300 * time.Millisecond)
 		if m := holders(); len(m) != 0 {
@@ -913,9 +902,6 @@ func TestControlAttackSlotHealthHoldsNothing(t *testing.T) {
 		}
 	}
 	testsupport.WriteFile(t, ok, "", 0o644)
-	waitFor(t, 10*time.Second, "a leading again once healthy", func() bool { return len(slotChildren(mark)) == 1 })
-	a.Signal(syscall.SIGTERM)
-	if code := a.Wait(10 * time.Second); code != 128+15 {
-		t.Errorf("a: exit %d on SIGTERM", code)
-	}
+	waitChildren(t, mark, 1) // a leading again once healthy
+	stopWant143(t, 10*time.Second, a)
 }
