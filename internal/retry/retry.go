@@ -29,6 +29,23 @@ func (b *Backoff) Next() time.Duration {
 // Reset makes the next pause Min again.
 func (b *Backoff) Reset() { b.cur = 0 }
 
+// Clock is the time a backend core's rules run on (the queue's, the
+// records'): RealClock, unless a test injects its own.
+type Clock interface {
+	Now() time.Time
+	// Sleep pauses for d and reports true, or false as soon as ctx ends.
+	Sleep(ctx context.Context, d time.Duration) bool
+}
+
+// RealClock is Clock on time.Now and Sleep.
+type RealClock struct{}
+
+// Now returns time.Now().
+func (RealClock) Now() time.Time { return time.Now() }
+
+// Sleep is the package's Sleep.
+func (RealClock) Sleep(ctx context.Context, d time.Duration) bool { return Sleep(ctx, d) }
+
 // Sleep pauses for d and reports true, or reports false as soon as ctx
 // ends.
 func Sleep(ctx context.Context, d time.Duration) bool { return SleepUnless(ctx, d, nil) }

@@ -91,16 +91,7 @@ const Forever time.Duration = -1
 
 // Clock is the time the core's rules run on: the real one unless a test
 // injects its own.
-type Clock interface {
-	Now() time.Time
-	// Sleep pauses for d and reports true, or false as soon as ctx ends.
-	Sleep(ctx context.Context, d time.Duration) bool
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                                  { return time.Now() }
-func (realClock) Sleep(ctx context.Context, d time.Duration) bool { return retry.Sleep(ctx, d) }
+type Clock = retry.Clock
 
 // Config is a backend's queue.
 type Config struct {
@@ -179,7 +170,7 @@ type Queue struct {
 // which its backend's renewals of the entry read too.
 func New(cfg Config, store Store, place *Place) *Queue {
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = retry.RealClock{}
 	}
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()

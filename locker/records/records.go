@@ -130,16 +130,7 @@ type TermBatcher interface {
 }
 
 // Clock is the time the Core keeps: the real one, or a test's.
-type Clock interface {
-	Now() time.Time
-	// Sleep waits for d and reports true, or false when ctx ends first.
-	Sleep(ctx context.Context, d time.Duration) bool
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                                  { return time.Now() }
-func (realClock) Sleep(ctx context.Context, d time.Duration) bool { return retry.Sleep(ctx, d) }
+type Clock = retry.Clock
 
 // The one retry policy of WaitControl. A Store without a native wait is
 // read every locker.ControlPoll. A read or a native wait that failed is
@@ -185,7 +176,7 @@ var (
 // New builds a Core.
 func New(c Config) *Core {
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = retry.RealClock{}
 	}
 	if c.Log == nil {
 		c.Log = hclog.NewNullLogger()
