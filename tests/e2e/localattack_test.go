@@ -222,15 +222,7 @@ func TestLocalOtherUserSetuidZombieChurnBlocksJob(t *testing.T) {
 // A replay works only between a leaderrun's SIGKILL (with its guard's)
 // and the next job of its key.
 func TestLocalSealCopiedByJobsUserBlocksJob(t *testing.T) {
-	respawn, err := testsupport.Respawn()
-	if err != nil {
-		t.Fatalf("build the respawning program: %v", err)
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and setpriv, to run a step as nobody")
-	}
-	dir, shared := t.TempDir(), testsupport.SharedDir(t)
-	copied := filepath.Join(shared, "marker")
+	respawn, dir, copied := replaySetup(t)
 	args := localArgs(dir, newKey("replay"), "--contain", "group")
 	first := start(t, "root's first term", nil, withCommand(args, copyMarkerAsNobody(copied))...)
 	if code := first.Wait(30 * time.Second); code != 0 {
@@ -241,6 +233,21 @@ func TestLocalSealCopiedByJobsUserBlocksJob(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 
 	rootJobRuns(t, dir, args, "nobody's respawned sleeps with a sealed marker copied from a finished term")
+}
+
+// replaySetup is what a replay test needs: the respawning program, a
+// directory of root's for the runs, and the file in a directory every user
+// may write where nobody leaves the marker it copied.
+func replaySetup(t *testing.T) (respawn, dir, copied string) {
+	t.Helper()
+	respawn, err := testsupport.Respawn()
+	if err != nil {
+		t.Fatalf("build the respawning program: %v", err)
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and setpriv, to run a step as nobody")
+	}
+	return respawn, t.TempDir(), filepath.Join(testsupport.SharedDir(t), "marker")
 }
 
 // copyMarkerAsNobody is a shell step, run by root's job or health check,
@@ -270,15 +277,7 @@ func copiedMarker(t *testing.T, copied string) string {
 // them gone: root's leaderrun started nothing and exited 125, term after
 // term, for as long as nobody kept them up. Root's job must run.
 func TestLocalSealCopiedFromHealthCheckBlocksJob(t *testing.T) {
-	respawn, err := testsupport.Respawn()
-	if err != nil {
-		t.Fatalf("build the respawning program: %v", err)
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and setpriv, to run a check's step as nobody")
-	}
-	dir, shared := t.TempDir(), testsupport.SharedDir(t)
-	copied := filepath.Join(shared, "marker")
+	respawn, dir, copied := replaySetup(t)
 	args := localArgs(dir, newKey("checkreplay"), "--contain", "group")
 	first := start(t, "root's run with a health check", nil,
 		withCommand(append(slices.Clip(args), "--health-cmd", copyMarkerAsNobody(copied)), "exit 0")...)
@@ -321,15 +320,7 @@ func rootJobRuns(t *testing.T, dir string, args []string, beside string) {
 // A check is marked over once its leaderrun is done with it, seen gone or
 // not (contain/seal.go). Root's job must run.
 func TestLocalSealReplayedDuringHealthCheckBlocksJob(t *testing.T) {
-	respawn, err := testsupport.Respawn()
-	if err != nil {
-		t.Fatalf("build the respawning program: %v", err)
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and setpriv, to run a check's step as nobody")
-	}
-	dir, shared := t.TempDir(), testsupport.SharedDir(t)
-	copied := filepath.Join(shared, "marker")
+	respawn, dir, copied := replaySetup(t)
 	// nobody: a new copy is replayed by respawning sleeps at once.
 	watch := `last=; while :; do m=$(cat ` + copied + ` 2>/dev/null)
 if [ -n "$m" ] && [ "$m" != "$last" ]; then last=$m; ` + respawn + ` 120 4 "$m" & fi
