@@ -179,7 +179,14 @@ func controlSuite(t *testing.T, args func(key string) []string, ttl time.Duratio
 	run("p", "--priority", "10", "--preempt-after", preempt,
 		"--health-cmd", "test ! -e "+sick, "--health-interval", "200ms", "--health-failures", "2")
 	leads("the preferred candidate leading", func(id string) bool { return id == "p" })
-	_, pe := leaderChild(mark)
+	// status names p as soon as it holds the key; its child, whose epoch
+	// is compared below, starts a moment later.
+	var pe uint64
+	waitFor(t, 10*time.Second, "p's child", func() bool {
+		id, e := leaderChild(mark)
+		pe = e
+		return id == "p" && e > 0
+	})
 	run("q", "--priority", "10", "--preempt-after", "1s")
 	time.Sleep(3*time.Second + ttl)
 	if id, e := leaderChild(mark); id != "p" || e != pe {
