@@ -150,19 +150,33 @@ func makeSealKey(dfd int) error {
 	if _, err := rand.Read(k); err != nil {
 		return err
 	}
-	tmp := sealName + "." + strconv.Itoa(os.Getpid())
+	return writePrivate(dfd, sealName, k, false)
+}
+
+// writePrivate writes data to a file of its own in the directory dfd, 0600
+// and never through a link, and then puts it in place as name: linked,
+// failing with EEXIST if name exists, or with replace renamed over it. A
+// reader never sees it half-written.
+func writePrivate(dfd int, name string, data []byte, replace bool) error {
+	tmp := name + "." + strconv.Itoa(os.Getpid())
 	_ = unix.Unlinkat(dfd, tmp, 0)
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
 	}
-	n, err := unix.Write(fd, k)
+	n, err := unix.Write(fd, data)
 	unix.Close(fd)
-	if err == nil && n != sealLen {
+	if err == nil && n != len(data) {
 		err = errors.New("short write")
 	}
-	if err == nil {
-		err = unix.Linkat(dfd, tmp, dfd, sealName, 0)
+	switch {
+	case err != nil:
+	case replace:
+		if err = unix.Renameat(dfd, tmp, dfd, name); err == nil {
+			return nil
+		}
+	default:
+		err = unix.Linkat(dfd, tmp, dfd, name, 0)
 	}
 	_ = unix.Unlinkat(dfd, tmp, 0)
 	return err
@@ -264,20 +278,7 @@ func markEnded(tok string) {
 	if readEnded(dfd, name) >= mono {
 		return
 	}
-	tmp := name + "." + strconv.Itoa(os.Getpid())
-	_ = unix.Unlinkat(dfd, tmp, 0)
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return
-	}
-	_, err = unix.Write(fd, []byte(strconv.FormatInt(mono, 10)+"\n"))
-	unix.Close(fd)
-	if err == nil {
-		err = unix.Renameat(dfd, tmp, dfd, name)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-	}
+	_ = writePrivate(dfd, name, []byte(strconv.FormatInt(mono, 10)+"\n"), true)
 }
 
 // endedUpTo is the MONO of key's youngest job (or health check, with
