@@ -476,6 +476,13 @@ func (s *Supervisor) startChild(l *leadership) error {
 	s.log.Debug("job made", "cgroup", job.Cgroup())
 	cmd := s.cfg.Command
 	cmd.Env = s.childEnv(l.lease.Epoch())
+	// On a terminal the job writes to the same screen at once: the start
+	// line goes out before the fork, or it could land inside the job's
+	// first output (its prompt), and the pid is logged at debug level.
+	onTerminal := ownTerminal()
+	if onTerminal {
+		s.log.Info("starting the child", "epoch", l.lease.Epoch())
+	}
 	c, err := StartChild(cmd, job)
 	if err != nil {
 		_ = job.Remove()
@@ -486,7 +493,11 @@ func (s *Supervisor) startChild(l *leadership) error {
 	l.killed = false
 	l.started = true
 	l.guard.watch(l.timeline.KillAt(), job)
-	s.log.Info("child started", "pid", c.Pid(), "epoch", l.lease.Epoch())
+	if onTerminal {
+		s.log.Debug("child started", "pid", c.Pid(), "epoch", l.lease.Epoch())
+	} else {
+		s.log.Info("child started", "pid", c.Pid(), "epoch", l.lease.Epoch())
+	}
 	if f := s.cfg.Events.ChildStarted; f != nil {
 		f(c.Pid())
 	}

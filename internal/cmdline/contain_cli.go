@@ -34,7 +34,14 @@ func openContainment(cfg *runConfig, log hclog.Logger) (*contain.Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Info("containment", "mode", box.Mode(), "why", box.Reason())
+	// The full mode is what every host should have: said at debug level,
+	// so a successful run writes only the job's start and end; a weaker
+	// mode is worth a line in every run's log.
+	if box.Mode() == contain.Cgroup {
+		log.Debug("containment", "mode", box.Mode(), "why", box.Reason())
+	} else {
+		log.Info("containment", "mode", box.Mode(), "why", box.Reason())
+	}
 	return box, nil
 }
 

@@ -218,3 +218,30 @@ func TestBackgroundLeaderrunLeavesTheTerminal(t *testing.T) {
 	}
 	<-exited
 }
+
+// On a terminal, leaderrun says the job starts before the job can write
+// anything: a log line written after the fork landed inside the job's own
+// first output (its prompt) in about one run in four.
+func TestStartLineBeforeTheJobsPrompt(t *testing.T) {
+	t.Parallel()
+	for i := range 20 {
+		dir := t.TempDir()
+		pty, shell := onTerminal(t, withCommand(localArgs(dir, "k"), "printf 'PROMPT> '; read -r x; echo got:$x")...)
+		waitFor(t, 10*time.Second, "the job's prompt", func() bool {
+			return strings.Contains(pty.Screen(), "PROMPT> ")
+		})
+		time.Sleep(200 * time.Millisecond)
+		screen := pty.Screen()
+		if after := screen[strings.Index(screen, "PROMPT> ")+len("PROMPT> "):]; after != "" {
+			t.Fatalf("run %d: leaderrun wrote after the job's prompt, before anything was typed: %q\n--- the terminal showed:\n%s", i, after, screen)
+		}
+		if !strings.Contains(screen[:strings.Index(screen, "PROMPT> ")], "epoch=") {
+			t.Fatalf("run %d: no start line with the epoch before the job's prompt:\n%s", i, screen)
+		}
+		pty.Type(t, "x\n")
+		if code := leaderrunExit(t, pty); code != 0 {
+			t.Fatalf("leaderrun exited %d, want the child's 0", code)
+		}
+		shellGetsTerminalBack(t, pty, shell)
+	}
+}
