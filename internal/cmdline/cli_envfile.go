@@ -166,7 +166,46 @@ func readEnvFile(path string) ([]string, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read settings %s: %w", path, err)
 	}
+	warnReadableSecrets(f, path, vars)
 	return vars, nil
+}
+
+// warnReadableSecrets warns, once per file, when a settings file that
+// other users may read sets a token, a password or a DSN holding one. It
+// is a warning, not a refusal as ssh's for a private key: a unit's
+// settings file that worked must not stop its unit on an upgrade.
+func warnReadableSecrets(f *os.File, path string, vars []string) {
+	var st syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &st) != nil || (st.Mode&0o004 == 0 && (st.Mode&0o040 == 0 || st.Gid == 0)) {
+		return
+	}
+	for _, kv := range vars {
+		name, value, _ := strings.Cut(kv, "=")
+		if secretSetting(name, value) {
+			fmt.Fprintf(warnOutput(), "leaderrun: warning: --%s %s: other users can read it (mode %04o) and it sets %s: chmod 600 it\n", envFileFlag, path, st.Mode&0o7777, name)
+			return
+		}
+	}
+}
+
+// secretSetting reports whether a setting holds a secret: by its name
+// (a token, password, secret or credentials), or as a DSN or URL with a
+// password in it.
+func secretSetting(name, value string) bool {
+	upper := strings.ToUpper(name)
+	for _, w := range []string{"TOKEN", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL"} {
+		if strings.Contains(upper, w) {
+			return true
+		}
+	}
+	if strings.Contains(strings.ToLower(value), "password=") {
+		return true
+	}
+	if _, rest, ok := strings.Cut(value, "://"); ok {
+		userinfo, _, ok := strings.Cut(rest, "@")
+		return ok && strings.Contains(userinfo, ":") && !strings.ContainsAny(userinfo, "/")
+	}
+	return false
 }
 
 // trustedSettings refuses a settings file that another user could have

@@ -252,3 +252,42 @@ func TestHelpFitsEightyColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvFileWithASecretReadableByOthers: a settings file that sets a
+// token or password and that other users may read is used, with a warning
+// naming the file, its mode and the variable (ssh refuses such a key; a
+// unit's settings file must not stop working on an upgrade).
+func TestEnvFileWithASecretReadableByOthers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	lockDir := filepath.Join(dir, "locks")
+	for name, tc := range map[string]struct {
+		content string
+		mode    os.FileMode
+		warn    string
+	}{
+		"token 0644":    {"CONSUL_HTTP_TOKEN=abc\n", 0o644, "CONSUL_HTTP_TOKEN"},
+		"dsn 0604":      {"LEADERRUN_POSTGRES_DSN=postgres://u:pw@db/x\n", 0o604, "LEADERRUN_POSTGRES_DSN"},
+		"token 0600":    {"CONSUL_HTTP_TOKEN=abc\n", 0o600, ""},
+		"no secret 644": {"LEADERRUN_TTL=10s\n", 0o644, ""},
+	} {
+		f := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".env")
+		if err := os.WriteFile(f, []byte(tc.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(f, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut := leaderrun(t, nil, "--env-file", f, "--backend", "local", "--lock-dir", lockDir, "--key", "k", "-q", "--", "true")
+		if code != 0 {
+			t.Errorf("%s: exit %d: %s", name, code, errOut)
+		}
+		warned := strings.Contains(errOut, f) && strings.Contains(errOut, "other users can read it")
+		if tc.warn == "" && warned {
+			t.Errorf("%s: warned: %s", name, errOut)
+		}
+		if tc.warn != "" && (!warned || !strings.Contains(errOut, tc.warn) || strings.Contains(errOut, "abc") || strings.Contains(errOut, "pw@")) {
+			t.Errorf("%s: want one warning naming %s, its mode and %s (and no secret): %q", name, f, tc.warn, errOut)
+		}
+	}
+}

@@ -36,6 +36,15 @@ func logOutput() io.Writer {
 	return os.Stderr
 }
 
+// warnOutput is errorOutput for a warning: the journal records it at
+// warning level.
+func warnOutput() io.Writer {
+	if w, ok := logOutput().(*journalWriter); ok {
+		return levelFixed{w, hclog.Warn}
+	}
+	return os.Stderr
+}
+
 // errorOutput is where a one-line fatal error goes: like logOutput, with
 // every line marked an error for the journal.
 func errorOutput() io.Writer {
