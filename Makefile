@@ -68,10 +68,13 @@ systemd-test: servers systemd-root packages
 # this machine, so GOARCH may differ); the guard's man page; the docs
 # compressed as Debian wants them; the changelogs, from packaging/changelog
 # with an entry for this build on top when it is not a release.
+# The operator's documents the README links to, shipped beside it in
+# docs/ as the links say (the chaos and benchmark method stay in the tree).
+SHIPPED_DOCS := REFERENCE OPERATING BACKENDS SAFETY FENCING
 PKG_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 PKG_DATE   := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 dist: build
-	rm -rf dist && mkdir -p dist/completions dist/doc
+	rm -rf dist && mkdir -p dist/completions dist/doc/docs
 	CGO_ENABLED=0 GOARCH=$(GOARCH) $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o dist/leaderrun .
 	CGO_ENABLED=0 GOARCH=$(GOARCH) $(GO) build -trimpath -ldflags '-s -w' -o dist/leaderrun-guard ./cmd/leaderrun-guard
 	bin/leaderrun gen man > dist/leaderrun.1 && gzip -9n dist/leaderrun.1
@@ -80,6 +83,7 @@ dist: build
 	bin/leaderrun gen zsh > dist/completions/_leaderrun
 	gzip -9n < README.md > dist/doc/README.md.gz
 	gzip -9n < docs/DESIGN.md > dist/doc/DESIGN.md.gz
+	for d in $(SHIPPED_DOCS); do gzip -9n < docs/$$d.md > dist/doc/docs/$$d.md.gz; done
 	packaging/changelog.sh deb '$(PKG_VERSION)' '$(PKG_MAINTAINER)' '$(PKG_DATE)' '$(PKG_COMMIT)' > dist/doc/changelog
 	gzip -9n dist/doc/changelog
 	packaging/changelog.sh rpm '$(PKG_VERSION)' '$(PKG_MAINTAINER)' '$(PKG_DATE)' '$(PKG_COMMIT)' > dist/changelog.yml

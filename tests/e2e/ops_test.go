@@ -801,7 +801,10 @@ func TestPackages(t *testing.T) {
 	}
 	for _, f := range append(want, "/lib/systemd/system/leaderrun@.service", "/usr/share/zsh/vendor-completions/_leaderrun",
 		"/usr/share/doc/leaderrun/copyright", "/usr/share/doc/leaderrun/changelog.gz",
-		"/usr/share/doc/leaderrun/README.md.gz", "/usr/share/doc/leaderrun/DESIGN.md.gz", "/var/lib/leaderrun/") {
+		"/usr/share/doc/leaderrun/README.md.gz", "/usr/share/doc/leaderrun/DESIGN.md.gz", "/var/lib/leaderrun/",
+		"/usr/share/doc/leaderrun/docs/REFERENCE.md.gz", "/usr/share/doc/leaderrun/docs/OPERATING.md.gz",
+		"/usr/share/doc/leaderrun/docs/BACKENDS.md.gz", "/usr/share/doc/leaderrun/docs/SAFETY.md.gz",
+		"/usr/share/doc/leaderrun/docs/FENCING.md.gz") {
 		if !strings.Contains(string(out), "."+f+"\n") {
 			t.Errorf(".deb lacks %s:\n%s", f, out)
 		}
@@ -839,7 +842,8 @@ func TestPackages(t *testing.T) {
 			t.Fatalf("rpm -qlp: %v", err)
 		}
 		for _, f := range append(want, "/usr/lib/systemd/system/leaderrun@.service", "/usr/share/zsh/site-functions/_leaderrun",
-			"/usr/share/licenses/leaderrun/LICENSE", "/usr/share/doc/leaderrun/README.md", "/var/lib/leaderrun") {
+			"/usr/share/licenses/leaderrun/LICENSE", "/usr/share/doc/leaderrun/README.md", "/var/lib/leaderrun",
+			"/usr/share/doc/leaderrun/docs/REFERENCE.md", "/usr/share/doc/leaderrun/docs/SAFETY.md") {
 			if !strings.Contains(string(out), f+"\n") {
 				t.Errorf(".rpm lacks %s:\n%s", f, out)
 			}

@@ -279,3 +279,40 @@ func TestBrokenLinksAreFound(t *testing.T) {
 		}
 	}
 }
+
+// docCitation matches a comment's pointer into the documents, as the unit
+// file writes it: "(SAFETY.md: Layers of protection)" or "(README: …)".
+var docCitation = regexp.MustCompile(`\((README|[A-Z]+\.md): ([^)]+)\)`)
+
+// TestPackagingCitesHeadingsThatExist fails when a file the packages ship
+// sends the reader to a section of a document that has no such heading (the
+// unit cited a README section after it moved to SAFETY.md).
+func TestPackagingCitesHeadingsThatExist(t *testing.T) {
+	checked := 0
+	err := filepath.WalkDir(filepath.Join(root, "packaging"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range docCitation.FindAllStringSubmatch(string(b), -1) {
+			rel := "README.md"
+			if m[1] != "README" {
+				rel = "docs/" + m[1]
+			}
+			checked++
+			if !readMarkdown(t, root, rel).anchors[githubSlug(m[2])] {
+				t.Errorf("%s cites %q, a heading %s lacks", path, m[0], rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no citation found in packaging/: is the pattern still right?")
+	}
+}
