@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/records"
 )
@@ -32,8 +33,9 @@ import (
 //     next is one step for every process; readers take no lock (a rename
 //     is atomic) and need only read access, as Leader does. The files are
 //     0600, as the lock file is; a control lock an earlier version left
-//     wider is replaced, not narrowed (lockfile.go). WaitControl stats the
-//     file every controlPoll and reads it only when the stat changed;
+//     wider is replaced, not narrowed (lockfile.go). WaitControl waits for
+//     inotify to report the file's name (every controlPoll a stat without
+//     it) and reads it only when the stat changed;
 //   - term records are files <state>/<prefix>/<key>~history/<epoch>
 //     (locker.TermName), written durably (temporary file, fsync, rename);
 //   - run records are files <state>/<prefix>/<key>~run/<slot>, written as
@@ -43,8 +45,9 @@ import (
 //
 // Reads create nothing.
 
-// controlPoll is how often WaitControl looks at the control file: a stat,
-// and a read only when it changed.
+// controlPoll is how often WaitControl looks at the control file where
+// inotify cannot tell it of a change: a stat, and a read only when it
+// changed.
 const controlPoll = 200 * time.Millisecond
 
 // controlFile is the control file's content.
@@ -316,23 +319,38 @@ func statControl(path string) fileState {
 }
 
 // WaitControl reads the control file and, while its version is still
-// version, stats it every controlPoll; it reads it again when the stat
-// changed.
+// version, sleeps until inotify reports a change of its name in its
+// directory (a write renames a new file over it), or at most
+// recheckInterval; it reads it again when its stat changed. Without
+// inotify (no instance left, or no directory yet) it stats it every
+// controlPoll. An idle holder so wakes for a write, not five times a
+// second.
 func (s store) WaitControl(ctx context.Context, version string) ([]byte, string, bool, error) {
 	path := s.l.controlPath()
-	// The stat before the read: a write after it shows at the next stat.
+	// The watch and the stat before the read: a write after them shows
+	// as an event and at the next stat.
+	w := watchLock(path)
+	if w != nil {
+		defer w.close()
+	}
 	last := statControl(path)
 	value, v, err := s.readControl()
 	if err != nil || versionString(v) != version {
 		return value, versionString(v), v != 0, err
 	}
-	t := time.NewTicker(controlPoll)
-	defer t.Stop()
 	for statControl(path) == last {
-		select {
-		case <-ctx.Done():
+		if w != nil {
+			err := w.wait(ctx)
+			if ctx.Err() != nil {
+				return nil, "", false, ctx.Err()
+			}
+			if err == nil {
+				continue
+			}
+			w = nil // the watch broke: poll from now on
+		}
+		if !retry.Sleep(ctx, controlPoll) {
 			return nil, "", false, ctx.Err()
-		case <-t.C:
 		}
 	}
 	value, v, err = s.readControl()
