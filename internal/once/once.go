@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -75,9 +76,21 @@ func ValidateCatchUp(grace, period time.Duration) error {
 	case grace <= 0 || grace%time.Second != 0:
 		return fmt.Errorf("must be a whole number of seconds, at least 1s, got %v", grace)
 	case grace > period:
-		return fmt.Errorf("must be at most the --once-per period %v, got %v: only the latest missed period is caught up", period, grace)
+		return fmt.Errorf("must be at most the --once-per period %s, got %s: only the latest missed period is caught up", short(period), short(grace))
 	}
 	return nil
+}
+
+// short writes d as people write it: 1h, not 1h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // ValidatePeriod checks a --once-per value: at least 1s, whole seconds.
