@@ -41,11 +41,7 @@ func onceGate(cfg *runConfig, lk locker.Locker, log hclog.Logger) (*once.Gate, e
 	}
 	g := &once.Gate{Options: cfg.opts, Record: o.record, SkipCode: cfg.skip, Logger: log.Named("once"), Keep: once.RunIDKeep}
 	if o.period > 0 {
-		at := time.Now()
-		if !o.started.IsZero() {
-			at = o.started // after a catch-up term, still the period it started in
-		}
-		g.Slot, g.Keep = once.SlotOf(o.period, at), once.KeepPeriods*o.period
+		g.Slot, g.Keep = once.SlotOf(o.period, o.startedOr(time.Now())), once.KeepPeriods*o.period
 	}
 	if o.runID != "" {
 		g.Slot = o.runID
@@ -142,6 +138,16 @@ func periodOf(c *cli.Context, name string) time.Duration {
 		return p.d
 	}
 	return 0
+}
+
+// startedOr is when the run started, when a catch-up term may come first
+// (catchUpOf), or else now: after a catch-up term that lasted past its
+// period's end, the current period is still the one leaderrun started in.
+func (o *onceSettings) startedOr(now time.Time) time.Time {
+	if !o.started.IsZero() {
+		return o.started
+	}
+	return now
 }
 
 // catchUpOf is the configuration of the catch-up term of a run that
