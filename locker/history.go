@@ -53,6 +53,10 @@ type Term struct {
 	Slot        string        `json:"slot,omitempty"`
 	SlotOutcome string        `json:"slot_outcome,omitempty"`
 	Period      time.Duration `json:"period,omitempty"`
+	// CatchUp marks a term that ran Slot after its period had ended, as a
+	// catch-up of a missed period (--catch-up). Absent otherwise, so that
+	// older releases read the record as before.
+	CatchUp bool `json:"catch_up,omitempty"`
 }
 
 // History is the run history of a key kept on the backend: the last terms,

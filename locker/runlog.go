@@ -40,6 +40,11 @@ type Run struct {
 	// or after this time, on its own or at the latest on a later
 	// RecordRun, and lookups never return it past this time.
 	Expires time.Time `json:"expires"`
+	// CatchUp marks a catch-up run (--catch-up): Slot is the missed
+	// period it stood for, and the run happened after that period ended.
+	// Absent from records of ordinary runs, so that releases that do not
+	// know it read every record as before.
+	CatchUp bool `json:"catch_up,omitempty"`
 }
 
 // RunLog is the once-per seam: the records of which slots already ran. A
@@ -118,6 +123,9 @@ func (r Run) Describe() string {
 	verb := "ran"
 	if r.Outcome == RunStarted {
 		verb = "was started"
+	}
+	if r.CatchUp {
+		verb += " as a catch-up"
 	}
 	return fmt.Sprintf("slot %s %s on host %s (id %s, pid %d, epoch %d) at %s",
 		r.Slot, verb, r.Hostname, r.ID, r.PID, r.Epoch, r.At.UTC().Format(time.RFC3339))

@@ -25,6 +25,8 @@ type HistoryConfig struct {
 	// --once-per period when the slot is a period (zero for --run-id).
 	Slot   string
 	Period time.Duration
+	// CatchUp marks the terms of a catch-up of Slot (--catch-up).
+	CatchUp bool
 }
 
 // historyTimeout bounds each history write, on the supervisor's clock. A
@@ -55,7 +57,7 @@ func (s *Supervisor) newHistory(lease locker.Lease) *historyWriter {
 	host, _ := os.Hostname()
 	return &historyWriter{s: s, h: h, term: locker.Term{
 		Epoch: lease.Epoch(), ID: c.ID, Hostname: host, PID: os.Getpid(),
-		Start: time.Now().UTC().Truncate(time.Millisecond), Slot: c.Slot, Period: c.Period,
+		Start: time.Now().UTC().Truncate(time.Millisecond), Slot: c.Slot, Period: c.Period, CatchUp: c.CatchUp,
 	}}
 }
 

@@ -84,6 +84,20 @@ func TestHistoryRecordsStartAndEnd(t *testing.T) {
 	}
 }
 
+// TestHistoryMarksACatchUp: the terms of a catch-up say so, start and end.
+func TestHistoryMarksACatchUp(t *testing.T) {
+	h := &historyLocker{}
+	lease := newTestLease(8, 15*time.Second)
+	clock, _, done := harness(t, "exit 0", lease, withHistory(h, HistoryConfig{Keep: 5, ID: "me", Slot: "s0", Period: time.Hour, CatchUp: true}))
+	if code := advanceUntilDone(t, clock, done, 100*time.Millisecond); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	w := h.recorded()
+	if len(w) != 2 || !w[0].CatchUp || !w[1].CatchUp || w[1].Slot != "s0" || w[1].SlotOutcome != locker.RunSucceeded {
+		t.Fatalf("history writes %+v, want a start and an end marked as a catch-up of s0", w)
+	}
+}
+
 // TestHistoryRecordsLoss: a term stopped by a loss ends "lost" with the
 // reason.
 func TestHistoryRecordsLoss(t *testing.T) {

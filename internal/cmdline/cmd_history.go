@@ -84,6 +84,8 @@ type historyRow struct {
 	SlotOutcome   string     `json:"slot_outcome,omitempty"`
 	PeriodSeconds int64      `json:"period_seconds,omitempty"`
 	Missed        bool       `json:"missed,omitempty"`
+	// CaughtUp: the term ran Slot after its period, as a catch-up.
+	CaughtUp bool `json:"caught_up,omitempty"`
 
 	at time.Time // the row's place in time, for the order
 	// last is the last moment the row covers, for --since: a term's end,
@@ -156,7 +158,7 @@ func historyRows(terms []locker.Term, leading uint64, now time.Time) []historyRo
 	rows := make([]historyRow, 0, len(terms))
 	for _, t := range terms {
 		r := historyRow{Epoch: t.Epoch, ID: t.ID, Hostname: t.Hostname, PID: t.PID, Ended: t.Ended, ExitCode: t.ExitCode,
-			Reason: t.Reason, Slot: t.Slot, SlotOutcome: t.SlotOutcome, PeriodSeconds: int64(t.Period / time.Second)}
+			Reason: t.Reason, Slot: t.Slot, SlotOutcome: t.SlotOutcome, PeriodSeconds: int64(t.Period / time.Second), CaughtUp: t.CatchUp}
 		start := t.Start.UTC()
 		r.Start, r.at = &start, start
 		if !t.End.IsZero() {
@@ -249,6 +251,9 @@ func (r historyReport) writeText(w io.Writer) error {
 		slot := "-"
 		if t.Slot != "" {
 			slot = printable(t.Slot) + " " + dash(t.SlotOutcome)
+			if t.CaughtUp {
+				slot += ", caught up"
+			}
 		}
 		if t.Missed {
 			fmt.Fprintf(tw, "-\t-\t-\t-\t-\tmissed\t-\t%s\n", slot)

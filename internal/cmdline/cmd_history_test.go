@@ -3,6 +3,8 @@
 package cmdline
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +55,36 @@ func TestHistoryRowsWithoutPeriodMissNothing(t *testing.T) {
 	rows := historyRows(terms, 3, now)
 	if len(rows) != 3 || rows[0].Epoch != 3 || !rows[0].Leading || rows[1].Epoch != 2 || rows[2].Epoch != 1 || rows[2].Leading {
 		t.Fatalf("rows %+v", rows)
+	}
+}
+
+// TestHistoryRowsShowACatchUp: 02:00 was missed and caught up at 03:05,
+// before 03:00's own run: it is no longer missed, keeps its place among
+// the slots, and says it was caught up, in JSON and in the table.
+func TestHistoryRowsShowACatchUp(t *testing.T) {
+	day := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	at := func(h, m int) time.Time { return day.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute) }
+	term := func(epoch uint64, slotHour int, start time.Time, catchUp bool) locker.Term {
+		return locker.Term{Epoch: epoch, ID: "h", Start: start, End: start.Add(time.Minute), Ended: locker.TermExited,
+			Slot: at(slotHour, 0).Format(time.RFC3339), SlotOutcome: locker.RunSucceeded, Period: time.Hour, CatchUp: catchUp}
+	}
+	terms := []locker.Term{term(3, 3, at(3, 7), false), term(2, 2, at(3, 5), true), term(1, 1, at(1, 1), false)}
+	rows := historyRows(terms, 0, at(3, 30))
+	if len(rows) != 3 || rows[1].Slot != at(2, 0).Format(time.RFC3339) || !rows[1].CaughtUp || rows[0].CaughtUp || rows[2].CaughtUp {
+		t.Fatalf("rows %+v, want 03:00, 02:00 caught up, 01:00 and nothing missed", rows)
+	}
+	var b strings.Builder
+	if err := (historyReport{Key: "k", Backend: "local", Terms: rows}).writeText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(b.String(), "caught up"); n != 1 || !strings.Contains(b.String(), "2026-11-30T02:00:00Z succeeded, caught up") {
+		t.Fatalf("table:\n%s\nwant 02:00 alone marked \"caught up\"", b.String())
+	}
+	j, err := json.Marshal(rows[1])
+	if err != nil || !strings.Contains(string(j), `"caught_up":true`) {
+		t.Fatalf("JSON row %s, %v", j, err)
+	}
+	if j, _ := json.Marshal(rows[0]); strings.Contains(string(j), "caught_up") {
+		t.Fatalf("JSON row of an ordinary run %s", j)
 	}
 }

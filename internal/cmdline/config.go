@@ -53,6 +53,14 @@ type onceSettings struct {
 	period time.Duration // 0: the slot is --run-id alone
 	runID  string
 	record string
+	grace  time.Duration // --catch-up; 0: off
+	// catchUp is the missed slot a catch-up term runs, until the end of
+	// its grace; "" in every other term.
+	catchUp string
+	until   time.Time
+	// started fixes the current period when a catch-up term may come
+	// first; zero: the period of when the gate is built.
+	started time.Time
 }
 
 // parseRun reads and checks a run's options, in the order an operator
@@ -99,6 +107,9 @@ func parseRun(c *cli.Context) (*runConfig, error) {
 	if cfg.sup.Control, err = readControl(c, cfg.opts.ID); err != nil {
 		return nil, err
 	}
+	if cfg.once != nil && cfg.once.grace > 0 && cfg.holders > 1 {
+		return nil, fmt.Errorf("--catch-up works with one holder only, got --holders %d", cfg.holders)
+	}
 	if cfg.sup.Control.Priority > 0 && cfg.holders > 1 {
 		return nil, fmt.Errorf("--priority works with one holder only, got --holders %d: a slot candidate races every free slot and preempts none", cfg.holders)
 	}
@@ -125,10 +136,12 @@ func checkCombinations(c *cli.Context) error {
 		{"restart=on-failure", "once-record=start", "--once-record start runs a slot at most once, a restart would run it again"},
 		{"quiet", "log-level=trace|debug|info", "--quiet logs warnings and errors only; give one of them"},
 		{"no-wait", "acquire-timeout", "--no-wait makes one attempt, so there is no wait to bound"},
+		{"catch-up", "run-id", "a --run-id names one slot, with no period before it to catch up"},
 	}
 	needs := []struct{ a, oneOf, why string }{
 		{"conflict-exit", "no-wait|acquire-timeout|once-per|run-id", "without them leaderrun waits until it leads, and no conflict ends the run"},
 		{"once-record", "once-per|run-id", ""},
+		{"catch-up", "once-per", "only a period has a period before it to catch up"},
 	}
 	for _, r := range contradictions {
 		a, aOn := optionGiven(c, r.a)
@@ -147,7 +160,10 @@ func checkCombinations(c *cli.Context) error {
 			continue
 		}
 		n := len(others)
-		msg := a + " needs --" + strings.Join(others[:n-1], ", --") + " or --" + others[n-1]
+		msg := a + " needs --" + others[0]
+		if n > 1 {
+			msg = a + " needs --" + strings.Join(others[:n-1], ", --") + " or --" + others[n-1]
+		}
 		if r.why != "" {
 			msg += ": " + r.why
 		}
@@ -314,6 +330,13 @@ func readOnce(c *cli.Context) (*onceSettings, error) {
 	if c.IsSet("run-id") {
 		if err := locker.ValidateSlot(o.runID); err != nil {
 			return nil, fmt.Errorf("--run-id %w", err)
+		}
+	}
+	if c.IsSet("catch-up") && o.period > 0 && o.runID == "" {
+		// Without them checkCombinations says what is missing.
+		o.grace = periodOf(c, "catch-up")
+		if err := once.ValidateCatchUp(o.grace, o.period); err != nil {
+			return nil, fmt.Errorf("--catch-up %w", err)
 		}
 	}
 	return o, nil

@@ -24,6 +24,8 @@ func onceFlags() []cli.Flag {
 			Usage: "run the job once per `PERIOD` across hosts (" + periodFormat + "); periods are aligned to the Unix epoch in UTC (1d = each UTC day)"},
 		&cli.StringFlag{Name: "run-id", Category: catLeadership, EnvVars: []string{"LEADERRUN_RUN_ID"},
 			Usage: "name the slot explicitly, as in \"$(date +%F)\" (instead of, or with, --once-per)"},
+		&cli.GenericFlag{Name: "catch-up", Category: catLeadership, EnvVars: []string{"LEADERRUN_CATCH_UP"}, Value: new(periodValue),
+			Usage: "with --once-per, run the period before once if no host ran it and this candidate starts within `GRACE` (at most the period) after its end"},
 		&cli.StringFlag{Name: "once-record", Category: catLeadership, EnvVars: []string{"LEADERRUN_ONCE_RECORD"}, Value: once.RecordSuccess,
 			Usage: "record the slot on success (at-least-once: a failed run is retried) or at start (at-most-once)"},
 	}
@@ -39,10 +41,14 @@ func onceGate(cfg *runConfig, lk locker.Locker, log hclog.Logger) (*once.Gate, e
 	}
 	g := &once.Gate{Options: cfg.opts, Record: o.record, SkipCode: cfg.skip, Logger: log.Named("once"), Keep: once.RunIDKeep}
 	if o.period > 0 {
-		g.Slot, g.Keep = once.SlotOf(o.period, time.Now()), once.KeepPeriods*o.period
+		g.Slot, g.Keep = once.SlotOf(o.period, o.startedOr(time.Now())), once.KeepPeriods*o.period
 	}
 	if o.runID != "" {
 		g.Slot = o.runID
+	}
+	if o.catchUp != "" {
+		// A term of its own before the current period's (runCatchUp).
+		g.Slot, g.CatchUp, g.Until = o.catchUp, true, o.until
 	}
 	rl, ok := locker.RunLogOf(lk)
 	if !ok {
@@ -124,9 +130,45 @@ func (p *periodValue) String() string {
 func (p *periodValue) Get() any { return p.d }
 
 // oncePeriod is --once-per's value.
-func oncePeriod(c *cli.Context) time.Duration {
-	if p, ok := c.Generic("once-per").(*periodValue); ok {
+func oncePeriod(c *cli.Context) time.Duration { return periodOf(c, "once-per") }
+
+// periodOf is the value of a flag that takes a period.
+func periodOf(c *cli.Context, name string) time.Duration {
+	if p, ok := c.Generic(name).(*periodValue); ok {
 		return p.d
 	}
 	return 0
+}
+
+// startedOr is when the run started, when a catch-up term may come first
+// (catchUpOf), or else now: after a catch-up term that lasted past its
+// period's end, the current period is still the one leaderrun started in.
+func (o *onceSettings) startedOr(now time.Time) time.Time {
+	if !o.started.IsZero() {
+		return o.started
+	}
+	return now
+}
+
+// catchUpOf is the configuration of the catch-up term of a run that
+// starts at now, or nil when there is none: --catch-up is off, or now is
+// past the grace after the last period's end. Whether that period ran is
+// read under the lease (once.Gate). With --catch-up, it fixes the current
+// period at now, as it is fixed without it (onceGate): the catch-up term
+// may last past that period's end.
+func catchUpOf(cfg *runConfig, now time.Time) *runConfig {
+	o := cfg.once
+	if o == nil || o.grace <= 0 {
+		return nil
+	}
+	o.started = now
+	slot, until, ok := once.CatchUpSlot(o.period, o.grace, now)
+	if !ok {
+		return nil
+	}
+	c := *cfg
+	co := *o
+	co.catchUp, co.until = slot, until
+	c.once = &co
+	return &c
 }

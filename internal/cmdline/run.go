@@ -178,9 +178,23 @@ func run(cfg *runConfig) error {
 	}
 	trimResidentLater()
 	if cfg.holders <= 1 {
+		var ctx context.Context
+		if cu := catchUpOf(cfg, time.Now()); cu != nil {
+			// One stop signal ends both terms.
+			c, stop := stopOnSignal()
+			defer stop()
+			ctx = c
+			if code, err := runCatchUp(ctx, cu, path, obs, log); err != nil || ctx.Err() != nil {
+				if err == nil {
+					err = exitCode(code)
+				}
+				lk.Close()
+				return err
+			}
+		}
 		// Refused when holders of more slots hold the key (DESIGN §1.15).
 		agree := withAgreement(cfg, lk, log)
-		code, _, err := runTerm(nil, cfg, agree, path, obs, log)
+		code, _, err := runTerm(ctx, cfg, agree, path, obs, log)
 		if err != nil {
 			return err
 		}
@@ -231,6 +245,30 @@ func run(cfg *runConfig) error {
 	}
 }
 
+// runCatchUp runs the catch-up term of cfg (catchUpOf) on a Locker of its
+// own, before the current period's: it campaigns, and under the lease
+// runs the command for the missed slot if no host ran it yet and the grace
+// is not over (once.Gate). Whatever it did, the current period's term
+// follows: its code is leaderrun's exit code. Only a stop signal (ctx
+// ended) or an error ends the run here.
+func runCatchUp(ctx context.Context, cfg *runConfig, path string, obs *ops.Observer, log hclog.Logger) (int, error) {
+	lk, err := cfg.settings.New(cfg.opts, false, log)
+	if err != nil {
+		return 0, usage(cfg.configError(err))
+	}
+	log.Debug("looking whether the last period needs its catch-up", "slot", cfg.once.catchUp, "grace_ends", cfg.once.until.UTC().Format(time.RFC3339))
+	agree := withAgreement(cfg, lk, log)
+	code, _, err := runTerm(ctx, cfg, agree, path, obs, log)
+	if err != nil {
+		return 0, err
+	}
+	if agree.refused != nil {
+		return 0, usage(agree.refused)
+	}
+	log.Debug("catch-up term over; now the current period", "code", code)
+	return code, nil
+}
+
 // runTerm runs the supervisor on lk, the Locker of the key or of the slot
 // won (cfg.opts.Key names it), with everything that depends on that key:
 // the once-per gate, the guard, the containment, the deadline file and
@@ -252,7 +290,7 @@ func runTerm(ctx context.Context, cfg *runConfig, lk locker.Locker, path string,
 	if gate != nil {
 		sup.Term = gate.Hooks()
 		sup.RunID = gate.Slot // LEADER_RUN_ID: the same on every retry of the slot
-		sup.History.Slot = gate.Slot
+		sup.History.Slot, sup.History.CatchUp = gate.Slot, gate.CatchUp
 		if cfg.once.runID == "" {
 			sup.History.Period = cfg.once.period // a missed period shows in the history
 		}
@@ -372,6 +410,13 @@ func childEnv(cfg *runConfig) []string {
 		{Name: "LEADERRUN_PREFIX", Value: cfg.opts.Prefix},
 	}
 	vars = append(vars, slotEnv(cfg)...)
+	// The missed slot a catch-up runs for (LEADER_RUN_ID names it too);
+	// empty, and so unset, in every other run.
+	var catchUp string
+	if cfg.once != nil {
+		catchUp = cfg.once.catchUp
+	}
+	vars = append(vars, envVar{Name: "LEADER_CATCH_UP", Value: catchUp})
 	vars = append(vars, cfg.settings.ChildEnv()...)
 	var added []string
 	// The settings files are read already, and their settings are in the

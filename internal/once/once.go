@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,6 +50,49 @@ func SlotOf(period time.Duration, now time.Time) string {
 	return time.Unix(start, 0).UTC().Format(time.RFC3339)
 }
 
+// CatchUpSlot names the slot that a catch-up started at now stands for
+// (--catch-up): the period just before now's, as long as now lies within
+// grace of that period's end; until is the end of the grace. With grace at
+// most one period (ValidateCatchUp), the window after one period's end
+// lies inside the next period, so at any moment at most one slot, the
+// latest that ended, can be caught up: older missed slots never are.
+func CatchUpSlot(period, grace time.Duration, now time.Time) (slot string, until time.Time, ok bool) {
+	cur, err := time.Parse(time.RFC3339, SlotOf(period, now))
+	if err != nil {
+		return "", time.Time{}, false // SlotOf writes RFC 3339
+	}
+	until = cur.Add(grace)
+	if grace <= 0 || !now.Before(until) {
+		return "", until, false
+	}
+	return cur.Add(-period).Format(time.RFC3339), until, true
+}
+
+// ValidateCatchUp checks a --catch-up grace against the --once-per period:
+// more than zero, whole seconds, at most the period (a longer grace would
+// reach past the next period's end, into slots that are not the latest).
+func ValidateCatchUp(grace, period time.Duration) error {
+	switch {
+	case grace <= 0 || grace%time.Second != 0:
+		return fmt.Errorf("must be a whole number of seconds, at least 1s, got %v", grace)
+	case grace > period:
+		return fmt.Errorf("must be at most the --once-per period %s, got %s: only the latest missed period is caught up", short(period), short(grace))
+	}
+	return nil
+}
+
+// short writes d as people write it: 1h, not 1h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // ValidatePeriod checks a --once-per value: at least 1s, whole seconds.
 func ValidatePeriod(period time.Duration) error {
 	if period < time.Second || period%time.Second != 0 {
@@ -74,6 +118,13 @@ type Gate struct {
 	SkipCode int
 	// Logger receives the skip line (info) and failures (error).
 	Logger hclog.Logger
+	// CatchUp makes this the gate of a catch-up term (--catch-up): Slot
+	// is the missed period, its record is marked as a catch-up, and the
+	// child starts only before Until (the end of the grace), on Now's
+	// clock (nil: time.Now).
+	CatchUp bool
+	Until   time.Time
+	Now     func() time.Time
 }
 
 // Hooks are the gate as supervisor term hooks.
@@ -81,9 +132,26 @@ func (g *Gate) Hooks() supervise.TermHooks {
 	return supervise.TermHooks{BeforeStart: g.beforeStart, AfterRun: g.afterRun}
 }
 
+// beforeStart runs under the lease: what it reads no other candidate of
+// the key can change before this term's record is written (the write
+// itself is conditioned on the lease, locker.RunLog.RecordRun). For a
+// catch-up, that is where the missed slot is found still unrun.
 func (g *Gate) beforeStart(ctx context.Context, lease locker.Lease) (bool, string, int) {
+	if g.CatchUp {
+		now := time.Now()
+		if g.Now != nil {
+			now = g.Now()
+		}
+		if !now.Before(g.Until) {
+			g.Logger.Info("no catch-up: its grace ended while waiting to lead", "slot", g.Slot, "grace_ended", g.Until.UTC().Format(time.RFC3339))
+			return true, "catch-up grace over", g.SkipCode
+		}
+	}
 	run, err := g.Log.LookupRun(ctx, g.Slot)
 	switch {
+	case err == nil && g.CatchUp:
+		g.Logger.Info("no catch-up: " + run.Describe())
+		return true, "slot " + g.Slot + " already ran", g.SkipCode
 	case err == nil:
 		g.Logger.Info("not starting the command: " + run.Describe())
 		return true, "slot " + g.Slot + " already ran", g.SkipCode
@@ -91,8 +159,11 @@ func (g *Gate) beforeStart(ctx context.Context, lease locker.Lease) (bool, strin
 		g.Logger.Error("cannot read the slot's run record; not starting the command", "slot", g.Slot, "error", err)
 		return true, "slot record unreadable", supervise.ExitInternal
 	}
+	if g.CatchUp {
+		g.Logger.Info("catching up a missed slot", "slot", g.Slot)
+	}
 	if g.Record == RecordStart {
-		r := locker.NewRun(g.Options, g.Slot, locker.RunStarted, lease.Epoch(), g.Keep)
+		r := g.newRun(locker.RunStarted, lease)
 		if err := g.Log.RecordRun(ctx, lease, r); err != nil {
 			// At-most-once: without a record, do not run.
 			g.Logger.Error("cannot record the slot's start; not starting the command", "slot", g.Slot, "error", err)
@@ -110,7 +181,7 @@ func (g *Gate) afterRun(ctx context.Context, lease locker.Lease, succeeded bool)
 		}
 		return
 	}
-	r := locker.NewRun(g.Options, g.Slot, locker.RunSucceeded, lease.Epoch(), g.Keep)
+	r := g.newRun(locker.RunSucceeded, lease)
 	if err := g.Log.RecordRun(ctx, lease, r); err != nil {
 		if g.Record == RecordSuccess {
 			g.Logger.Error("cannot record the slot's run; another candidate may run it again", "slot", g.Slot, "error", err)
@@ -119,4 +190,11 @@ func (g *Gate) afterRun(ctx context.Context, lease locker.Lease, succeeded bool)
 	}
 	// Debug: history shows it; a successful cron run says only start and end.
 	g.Logger.Debug("recorded the slot's run", "slot", g.Slot)
+}
+
+// newRun is the record of this gate's slot, marked when it is a catch-up.
+func (g *Gate) newRun(outcome string, lease locker.Lease) locker.Run {
+	r := locker.NewRun(g.Options, g.Slot, outcome, lease.Epoch(), g.Keep)
+	r.CatchUp = g.CatchUp
+	return r
 }

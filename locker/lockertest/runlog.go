@@ -69,6 +69,20 @@ func RunLogContractLifetime(t *testing.T, life time.Duration, newLocker NewLocke
 				t.Fatalf("LookupRun of another slot: %v, want ErrNoRun", err)
 			}
 		}},
+		{"a catch-up record keeps its mark", func(t *testing.T, key string) {
+			leader := newLocker(t, key)
+			lease := acquire(t, leader)
+			defer lease.Release(ctx(t))
+			want := locker.NewRun(locker.Options{ID: "writer"}, "2026-11-30T02:00:00Z", locker.RunSucceeded, lease.Epoch(), keep)
+			want.CatchUp = true
+			if err := runLog(t, leader).RecordRun(ctx(t), lease, want); err != nil {
+				t.Fatalf("RecordRun of a catch-up while leading: %v", err)
+			}
+			got, err := runLog(t, newLocker(t, key)).LookupRun(ctx(t), want.Slot)
+			if err != nil || got.Slot != want.Slot || !got.CatchUp || got.Outcome != locker.RunSucceeded {
+				t.Fatalf("LookupRun of a catch-up = %+v, %v; want %+v", got, err, want)
+			}
+		}},
 		{"latest run is the newest record", func(t *testing.T, key string) {
 			leader := newLocker(t, key)
 			lease := acquire(t, leader)

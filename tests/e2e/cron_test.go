@@ -158,6 +158,12 @@ func TestCronBadInputIsOneLineAnd125(t *testing.T) {
 		{"run-id with a slash", localArgs(dir, "k", "--run-id", "a/b"), "--run-id"},
 		{"unknown once-record", localArgs(dir, "k", "--once-per", "1h", "--once-record", "end"), "--once-record"},
 		{"once-record alone", localArgs(dir, "k", "--once-record", "start"), "--once-record"},
+		{"catch-up without once-per", localArgs(dir, "k", "--catch-up", "1h"), "--catch-up"},
+		{"catch-up negative", localArgs(dir, "k", "--once-per", "1d", "--catch-up", "-1h"), "--catch-up"},
+		{"catch-up zero", localArgs(dir, "k", "--once-per", "1d", "--catch-up", "0s"), "--catch-up"},
+		{"catch-up longer than the period", localArgs(dir, "k", "--once-per", "1h", "--catch-up", "2h"), "--catch-up"},
+		{"catch-up with run-id", localArgs(dir, "k", "--once-per", "1h", "--run-id", "x", "--catch-up", "1h"), "--catch-up"},
+		{"catch-up with holders", localArgs(dir, "k", "--once-per", "1h", "--catch-up", "1h", "--holders", "2"), "--catch-up"},
 		{"relative lock dir", []string{"--backend", "local", "--lock-dir", "locks", "--key", "k"}, "--lock-dir"},
 		{"relative state dir", localArgs(dir, "k", "--state-dir", "state"), "--state-dir"},
 	}

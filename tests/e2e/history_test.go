@@ -33,6 +33,7 @@ type historyRow struct {
 	SlotOutcome   string     `json:"slot_outcome"`
 	PeriodSeconds int64      `json:"period_seconds"`
 	Missed        bool       `json:"missed"`
+	CaughtUp      bool       `json:"caught_up"`
 }
 
 // readHistory runs `leaderrun history --json` with query's arguments.
