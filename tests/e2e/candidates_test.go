@@ -1,0 +1,135 @@
+//go:build linux
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+)
+
+// candidatesJSON is what status --json says of who waits.
+type candidatesJSON struct {
+	Leader *struct {
+		ID string `json:"id"`
+	} `json:"leader"`
+	Candidates *[]struct {
+		Place    int        `json:"place"`
+		ID       string     `json:"id"`
+		Hostname *string    `json:"hostname"`
+		PID      *int       `json:"pid"`
+		Priority *int       `json:"priority"`
+		Since    *time.Time `json:"since"`
+	} `json:"candidates"`
+}
+
+// waitCandidates runs status --json with args until its leader is leader
+// and its candidates are want (by --id, in order, with their host and
+// pid), and returns the text status then printed.
+func waitCandidates(t *testing.T, args []string, leader string, want ...*host) string {
+	t.Helper()
+	hostname, _ := os.Hostname()
+	var ids []string
+	for _, h := range want {
+		ids = append(ids, h.name)
+	}
+	var last string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, out, errOut, _ := runOnce(t, nil, append([]string{"status", "--json"}, args...)...)
+		last = fmt.Sprintf("exit %d\n%s%s", code, out, errOut)
+		var st candidatesJSON
+		if err := json.Unmarshal([]byte(out), &st); err == nil && st.Leader != nil && st.Leader.ID == leader && st.Candidates != nil {
+			ok := len(*st.Candidates) == len(want)
+			for i, c := range *st.Candidates {
+				if !ok {
+					break
+				}
+				ok = c.Place == i && c.ID == want[i].name && c.Hostname != nil && *c.Hostname == hostname &&
+					c.PID != nil && *c.PID == want[i].p.Pid() && c.Priority != nil && *c.Priority == 0 &&
+					c.Since != nil && time.Since(*c.Since) < 5*time.Minute
+			}
+			if ok {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status --json never listed leader %s and candidates %v; last:\n%s", leader, ids, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	code, out, errOut, _ := runOnce(t, nil, append([]string{"status"}, args...)...)
+	if code != 0 {
+		t.Fatalf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	return out
+}
+
+// candidatesMove: a leader a and two standbys, b then c. status lists b
+// and c in that order, with their host and pid, under the leader table;
+// once a is killed and b leads, it lists c alone, next.
+func candidatesMove(t *testing.T, args []string) {
+	cut := slices.Index(args, "--ttl")
+	status := args[:cut] // the backend and the key: what status takes
+	dir := t.TempDir()
+	a := startHost(t, dir, "a", "b", args)
+	a.waitStarted(t, 30*time.Second)
+	b := startHost(t, dir, "b", "a", args)
+	waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
+	c := startHost(t, dir, "c", "a", args)
+	waitFor(t, 10*time.Second, "c to campaign", func() bool { return strings.Contains(c.p.Output(), "waiting for the holder") })
+
+	text := waitCandidates(t, status, "a", b, c)
+	hostname, _ := os.Hostname()
+	for i, h := range []*host{b, c} {
+		line := fmt.Sprintf(`(?m)^  %d  %s\s+%s\s+%d\s+0\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, i, h.name, regexp.QuoteMeta(hostname), h.p.Pid())
+		if !regexp.MustCompile(line).MatchString(text) {
+			t.Errorf("status lacks %s in place %d:\n%s", h.name, i, text)
+		}
+	}
+	if i := strings.Index(text, "candidates: 2 waiting"); i < 0 || !strings.Contains(text[:i], "leader    a\n") {
+		t.Errorf("no candidates' section under the leader table:\n%s", text)
+	}
+	t.Logf("while a leads:\n%s", text)
+
+	a.p.Signal(syscall.SIGKILL)
+	b.waitStarted(t, 30*time.Second)
+	b.noOverlap(t)
+	text = waitCandidates(t, status, "b", c)
+	if !regexp.MustCompile(`(?m)^  0  c\s+\S+\s+` + strconv.Itoa(c.p.Pid()) + `\s`).MatchString(text) {
+		t.Errorf("after the failover, status lacks c next:\n%s", text)
+	}
+	t.Logf("once b leads:\n%s", text)
+}
+
+func TestCandidates(t *testing.T) {
+	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
+		candidatesMove(t, etcdArgs(testcluster.StartEtcd(t, 1).Endpoints(), newKey("candidates")))
+	})
+	t.Run("zookeeper", func(t *testing.T) {
+		t.Parallel()
+		z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
+		candidatesMove(t, zkArgs(z.Addrs(), newKey("candidates")))
+	})
+	t.Run("consul", func(t *testing.T) {
+		t.Parallel()
+		c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
+		candidatesMove(t, consulArgs(c.HTTPAddr(0), newKey("candidates")))
+	})
+	t.Run("kubernetes", func(t *testing.T) {
+		t.Parallel()
+		e := testcluster.StartEtcd(t, 1)
+		k := testcluster.StartKube(t, e, testcluster.KubeUser{Name: "nobody"})
+		candidatesMove(t, kubeArgs(k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), ""), newKey("candidates")))
+	})
+}
