@@ -111,7 +111,32 @@ func candidatesMove(t *testing.T, args []string) {
 	t.Logf("once b leads:\n%s", text)
 }
 
+// candidatesUnlisted: a leader and a standby on a backend whose waiting
+// candidates leave nothing to list: status says so, and --json has
+// "candidates": null.
+func candidatesUnlisted(t *testing.T, args []string) {
+	status := args[:slices.Index(args, "--ttl")]
+	dir := t.TempDir()
+	a := startHost(t, dir, "a", "b", args)
+	a.waitStarted(t, 30*time.Second)
+	b := startHost(t, dir, "b", "a", args)
+	waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
+	code, out, errOut, _ := runOnce(t, nil, append([]string{"status"}, status...)...)
+	if code != 0 || !regexp.MustCompile(`(?m)^leader\s+a\n(.*\n)*candidates: not listed by this backend\n$`).MatchString(out) || errOut != "" {
+		t.Errorf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _, _ = runOnce(t, nil, append([]string{"status", "--json"}, status...)...)
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || string(doc["candidates"]) != "null" {
+		t.Errorf("status --json: exit %d, %v\n%s", code, err, out)
+	}
+}
+
 func TestCandidates(t *testing.T) {
+	t.Run("local", func(t *testing.T) {
+		t.Parallel()
+		candidatesUnlisted(t, localArgs(t.TempDir(), newKey("candidates")))
+	})
 	t.Run("etcd", func(t *testing.T) {
 		t.Parallel()
 		candidatesMove(t, etcdArgs(testcluster.StartEtcd(t, 1).Endpoints(), newKey("candidates")))
