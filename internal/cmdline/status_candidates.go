@@ -83,10 +83,15 @@ func candidateReports(cs []locker.Candidate) []candidateReport {
 }
 
 // Widths the candidates' table cuts its columns to, so that a line stays
-// within 80 columns (a PID has at most 7 digits); JSON has them whole.
+// within 80 columns, whatever an entry says; JSON has them whole. A PID
+// has at most 7 digits, a --priority 4, a time of RFC 3339 in UTC 20
+// characters.
 const (
-	candidateIDWidth   = 16
-	candidateHostWidth = 16
+	candidateIDWidth    = 16
+	candidateHostWidth  = 16
+	candidatePIDWidth   = 7
+	candidatePrioWidth  = 4
+	candidateSinceWidth = 20
 )
 
 // writeCandidates prints the candidates' section under the leader table:
@@ -112,13 +117,13 @@ func (r statusReport) writeCandidates(w io.Writer) error {
 				host = cut(printable(orUnknown(*c.Hostname)), candidateHostWidth)
 			}
 			if c.PID != nil {
-				pid = strconv.Itoa(*c.PID)
+				pid = cut(strconv.Itoa(*c.PID), candidatePIDWidth)
 			}
 			if c.Priority != nil {
-				prio = strconv.Itoa(*c.Priority)
+				prio = cut(strconv.Itoa(*c.Priority), candidatePrioWidth)
 			}
 			if c.Since != nil {
-				since = c.Since.Format(time.RFC3339)
+				since = cut(c.Since.Format(time.RFC3339), candidateSinceWidth)
 			}
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", c.Place, cut(printable(c.ID), candidateIDWidth), host, pid, prio, since)
 		}

@@ -22,6 +22,8 @@ func TestCandidatesReport(t *testing.T) {
 		{ID: "node-b", Place: 0, Described: true, Hostname: "host-b", PID: 4242, Priority: 5, Since: since},
 		{ID: "old\x1b[2Jnode", Place: 1},
 		{ID: long, Place: 2, Described: true, Hostname: long, PID: 4194304, Priority: 1000, Since: since},
+		// Written by hand: numbers no leaderrun writes.
+		{ID: "x", Place: 3, Described: true, Hostname: "h", PID: 123456789, Priority: -123456},
 	}
 	cases := []struct {
 		name string
@@ -33,11 +35,12 @@ func TestCandidatesReport(t *testing.T) {
 			name: "listed",
 			read: leaderRead{Candidates: cs, CandidatesListed: true},
 			text: []string{
-				"candidates: 3 waiting, the next first",
+				"candidates: 4 waiting, the next first",
 				"  #  ID                HOST              PID      PRIO  WAITING SINCE",
 				"  0  node-b            host-b            4242     5     2026-12-07T12:00:05Z",
 				`  1  old\x1b[2Jnode    -                 -        -     -`,
 				"  2  nnnnnnnnnnnnnnn…  nnnnnnnnnnnnnnn…  4194304  1000  2026-12-07T12:00:05Z",
+				"  3  x                 h                 123456…  -12…  -",
 			},
 			json: `[{"place":0,"id":"node-b","hostname":"host-b","pid":4242,"priority":5,"since":"2026-12-07T12:00:05Z"},` +
 				`{"place":1,"id":"old\u001b[2Jnode","hostname":null,"pid":null,"priority":null,"since":null},`,
