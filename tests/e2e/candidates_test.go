@@ -111,6 +111,33 @@ func candidatesMove(t *testing.T, args []string) {
 	t.Logf("once b leads:\n%s", text)
 }
 
+// candidatesHealth: a standby whose --health-cmd starts failing while it
+// waits withdraws: status lists it no more, and once its check passes
+// again it is listed behind the standby that stayed.
+func candidatesHealth(t *testing.T, args []string) {
+	status := args[:slices.Index(args, "--ttl")]
+	dir := t.TempDir()
+	sick := dir + "/sick"
+	a := startHost(t, dir, "a", "b", args)
+	a.waitStarted(t, 30*time.Second)
+	h := startHost(t, dir, "h", "a", append(slices.Clone(args), "--health-cmd", "test ! -e "+sick, "--health-interval", "200ms"))
+	waitFor(t, 10*time.Second, "h to campaign", func() bool { return strings.Contains(h.p.Output(), "waiting for the holder") })
+	b := startHost(t, dir, "b", "a", args)
+	waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
+	waitCandidates(t, status, "a", h, b)
+
+	if err := os.WriteFile(sick, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "h to stop campaigning", func() bool { return strings.Contains(h.p.Output(), "not campaigning") })
+	waitCandidates(t, status, "a", b)
+	if err := os.Remove(sick); err != nil {
+		t.Fatal(err)
+	}
+	text := waitCandidates(t, status, "a", b, h)
+	t.Logf("once h's check passed again:\n%s", text)
+}
+
 // candidatesUnlisted: a leader and a standby on a backend whose waiting
 // candidates leave nothing to list: status says so, and --json has
 // "candidates": null.
@@ -139,7 +166,9 @@ func TestCandidates(t *testing.T) {
 	})
 	t.Run("etcd", func(t *testing.T) {
 		t.Parallel()
-		candidatesMove(t, etcdArgs(testcluster.StartEtcd(t, 1).Endpoints(), newKey("candidates")))
+		e := testcluster.StartEtcd(t, 1).Endpoints()
+		candidatesMove(t, etcdArgs(e, newKey("candidates")))
+		candidatesHealth(t, etcdArgs(e, newKey("candidates")))
 	})
 	t.Run("zookeeper", func(t *testing.T) {
 		t.Parallel()
@@ -150,6 +179,7 @@ func TestCandidates(t *testing.T) {
 		t.Parallel()
 		c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
 		candidatesMove(t, consulArgs(c.HTTPAddr(0), newKey("candidates")))
+		candidatesHealth(t, consulArgs(c.HTTPAddr(0), newKey("candidates")))
 	})
 	t.Run("kubernetes", func(t *testing.T) {
 		t.Parallel()
