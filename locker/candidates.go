@@ -27,15 +27,16 @@ type Candidate struct {
 }
 
 // Candidates is the capability of a backend whose waiting candidates
-// leave an entry on the server that any reader can list (etcd's election
-// keys, ZooKeeper's sequential znodes, the queue entries of Consul and
-// Kubernetes). A backend's Locker implements it next to Locker; find it
-// with As[Candidates]. A backend that does not implement it cannot tell
-// who waits.
+// leave an entry that a reader can list (etcd's election keys,
+// ZooKeeper's sequential znodes, the queue entries of Consul and
+// Kubernetes, the local backend's waiting records). A backend's Locker
+// implements it next to Locker; find it with As[Candidates]. A backend
+// that does not implement it cannot tell who waits.
 type Candidates interface {
 	// Candidates lists the candidates waiting for the key, the leader
-	// excluded, in the order they would win (Place 0 first), with a
-	// linearizable read where the backend has one. Only candidates that
+	// excluded, in the order they would win (Place 0 first; where they
+	// win in no order, the local flock, the order they began to wait),
+	// with a linearizable read where the backend has one. Only candidates that
 	// campaign are listed: one held back by its failing --health-cmd, a
 	// pause or a step-down reserved for another withdraws its entry. A
 	// key nobody waits for gives an empty slice.

@@ -107,29 +107,42 @@ func (r statusReport) writeCandidates(w io.Writer) error {
 		_, err = fmt.Fprintln(w, "candidates: could not be read")
 	case len(r.Candidates) == 0:
 		_, err = fmt.Fprintln(w, "candidates: none waiting")
+	case unorderedCandidates[r.Backend]:
+		fmt.Fprintf(w, "candidates: %d waiting, as they began (the lock keeps no queue)\n", len(r.Candidates))
+		err = r.candidateLines(w)
 	default:
 		fmt.Fprintf(w, "candidates: %d waiting, the next first\n", len(r.Candidates))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  #\tID\tHOST\tPID\tPRIO\tWAITING SINCE")
-		for _, c := range r.Candidates {
-			host, pid, prio, since := "-", "-", "-", "-"
-			if c.Hostname != nil {
-				host = cut(printable(orUnknown(*c.Hostname)), candidateHostWidth)
-			}
-			if c.PID != nil {
-				pid = cut(strconv.Itoa(*c.PID), candidatePIDWidth)
-			}
-			if c.Priority != nil {
-				prio = cut(strconv.Itoa(*c.Priority), candidatePrioWidth)
-			}
-			if c.Since != nil {
-				since = cut(c.Since.Format(time.RFC3339), candidateSinceWidth)
-			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", c.Place, cut(printable(c.ID), candidateIDWidth), host, pid, prio, since)
-		}
-		err = tw.Flush()
+		err = r.candidateLines(w)
 	}
 	return err
+}
+
+// unorderedCandidates are the backends whose waiting candidates win in no
+// order (the local flock: whichever tries first after a release): their
+// places are the order in which the candidates began to wait.
+var unorderedCandidates = map[string]bool{"local": true}
+
+// candidateLines prints one line per candidate.
+func (r statusReport) candidateLines(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tID\tHOST\tPID\tPRIO\tWAITING SINCE")
+	for _, c := range r.Candidates {
+		host, pid, prio, since := "-", "-", "-", "-"
+		if c.Hostname != nil {
+			host = cut(printable(orUnknown(*c.Hostname)), candidateHostWidth)
+		}
+		if c.PID != nil {
+			pid = cut(strconv.Itoa(*c.PID), candidatePIDWidth)
+		}
+		if c.Priority != nil {
+			prio = cut(strconv.Itoa(*c.Priority), candidatePrioWidth)
+		}
+		if c.Since != nil {
+			since = cut(c.Since.Format(time.RFC3339), candidateSinceWidth)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", c.Place, cut(printable(c.ID), candidateIDWidth), host, pid, prio, since)
+	}
+	return tw.Flush()
 }
 
 // cut shortens s to n runes, the last of them "…" when it was longer.

@@ -26,10 +26,11 @@ func TestCandidatesReport(t *testing.T) {
 		{ID: "x", Place: 3, Described: true, Hostname: "h", PID: 123456789, Priority: -123456},
 	}
 	cases := []struct {
-		name string
-		read leaderRead
-		text []string
-		json string
+		name    string
+		backend string // etcd when empty
+		read    leaderRead
+		text    []string
+		json    string
 	}{
 		{
 			name: "listed",
@@ -46,6 +47,16 @@ func TestCandidatesReport(t *testing.T) {
 				`{"place":1,"id":"old\u001b[2Jnode","hostname":null,"pid":null,"priority":null,"since":null},`,
 		},
 		{
+			name: "local", backend: "local",
+			read: leaderRead{Candidates: cs[:1], CandidatesListed: true},
+			text: []string{
+				"candidates: 1 waiting, as they began (the lock keeps no queue)",
+				"  #  ID      HOST    PID   PRIO  WAITING SINCE",
+				"  0  node-b  host-b  4242  5     2026-12-07T12:00:05Z",
+			},
+			json: `"candidates":[{"place":0,`,
+		},
+		{
 			name: "none waiting",
 			read: leaderRead{Candidates: []locker.Candidate{}, CandidatesListed: true},
 			text: []string{"candidates: none waiting"},
@@ -60,7 +71,11 @@ func TestCandidatesReport(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r, err := newStatusReport("k", "etcd", locker.Holder{ID: "a:1", Hostname: "a", PID: 1, Epoch: 42}, nil)
+			backend := c.backend
+			if backend == "" {
+				backend = "etcd"
+			}
+			r, err := newStatusReport("k", backend, locker.Holder{ID: "a:1", Hostname: "a", PID: 1, Epoch: 42}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

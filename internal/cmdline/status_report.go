@@ -61,7 +61,8 @@ type statusReport struct {
 	// Candidates are the candidates waiting for the key, the leader
 	// excluded, in the order they would win (place 0 is the next): [] when
 	// nobody waits, null when the backend cannot tell (PostgreSQL,
-	// DynamoDB, local) or the list could not be read.
+	// DynamoDB) or the list could not be read. On the local backend the
+	// places are the order in which they began to wait.
 	Candidates []candidateReport `json:"candidates"`
 	// listed says which of those it is (candidatesListed...).
 	listed int

@@ -76,8 +76,10 @@ func waitCandidates(t *testing.T, args []string, leader string, want ...*host) s
 
 // candidatesMove: a leader a and two standbys, b then c. status lists b
 // and c in that order, with their host and pid, under the leader table;
-// once a is killed and b leads, it lists c alone, next.
-func candidatesMove(t *testing.T, args []string) {
+// once a is killed and b leads, it lists c alone, next. unordered: the
+// backend keeps no queue (local), the standbys are listed in the order
+// they began to wait, and either may take over.
+func candidatesMove(t *testing.T, args []string, unordered bool) {
 	cut := slices.Index(args, "--ttl")
 	status := args[:cut] // the backend and the key: what status takes
 	dir := t.TempDir()
@@ -102,13 +104,20 @@ func candidatesMove(t *testing.T, args []string) {
 	t.Logf("while a leads:\n%s", text)
 
 	a.p.Signal(syscall.SIGKILL)
-	b.waitStarted(t, 30*time.Second)
-	b.noOverlap(t)
-	text = waitCandidates(t, status, "b", c)
-	if !regexp.MustCompile(`(?m)^  0  c\s+\S+\s+` + strconv.Itoa(c.p.Pid()) + `\s`).MatchString(text) {
-		t.Errorf("after the failover, status lacks c next:\n%s", text)
+	won, left := b, c
+	if unordered {
+		waitFor(t, 30*time.Second, "a standby's child to start", func() bool { return b.started() || c.started() })
+		if c.started() {
+			won, left = c, b
+		}
 	}
-	t.Logf("once b leads:\n%s", text)
+	won.waitStarted(t, 30*time.Second)
+	won.noOverlap(t)
+	text = waitCandidates(t, status, won.name, left)
+	if !regexp.MustCompile(`(?m)^  0  ` + left.name + `\s+\S+\s+` + strconv.Itoa(left.p.Pid()) + `\s`).MatchString(text) {
+		t.Errorf("after the failover, status lacks %s next:\n%s", left.name, text)
+	}
+	t.Logf("once %s leads:\n%s", won.name, text)
 }
 
 // candidatesHealth: a standby whose --health-cmd starts failing while it
@@ -162,29 +171,33 @@ func candidatesUnlisted(t *testing.T, args []string) {
 func TestCandidates(t *testing.T) {
 	t.Run("local", func(t *testing.T) {
 		t.Parallel()
-		candidatesUnlisted(t, localArgs(t.TempDir(), newKey("candidates")))
+		candidatesMove(t, localArgs(t.TempDir(), newKey("candidates")), true)
 	})
 	t.Run("etcd", func(t *testing.T) {
 		t.Parallel()
 		e := testcluster.StartEtcd(t, 1).Endpoints()
-		candidatesMove(t, etcdArgs(e, newKey("candidates")))
+		candidatesMove(t, etcdArgs(e, newKey("candidates")), false)
 		candidatesHealth(t, etcdArgs(e, newKey("candidates")))
 	})
 	t.Run("zookeeper", func(t *testing.T) {
 		t.Parallel()
 		z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
-		candidatesMove(t, zkArgs(z.Addrs(), newKey("candidates")))
+		candidatesMove(t, zkArgs(z.Addrs(), newKey("candidates")), false)
 	})
 	t.Run("consul", func(t *testing.T) {
 		t.Parallel()
 		c := testcluster.StartConsul(t, testcluster.ConsulOptions{Servers: 1})
-		candidatesMove(t, consulArgs(c.HTTPAddr(0), newKey("candidates")))
+		candidatesMove(t, consulArgs(c.HTTPAddr(0), newKey("candidates")), false)
 		candidatesHealth(t, consulArgs(c.HTTPAddr(0), newKey("candidates")))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		candidatesUnlisted(t, pgArgs(testcluster.StartPostgres(t).DSN(), newKey("candidates")))
 	})
 	t.Run("kubernetes", func(t *testing.T) {
 		t.Parallel()
 		e := testcluster.StartEtcd(t, 1)
 		k := testcluster.StartKube(t, e, testcluster.KubeUser{Name: "nobody"})
-		candidatesMove(t, kubeArgs(k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), ""), newKey("candidates")))
+		candidatesMove(t, kubeArgs(k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), ""), newKey("candidates")), false)
 	})
 }
