@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
@@ -80,8 +82,7 @@ func waitCandidates(t *testing.T, args []string, leader string, want ...*host) s
 // backend keeps no queue (local), the standbys are listed in the order
 // they began to wait, and either may take over.
 func candidatesMove(t *testing.T, args []string, unordered bool) {
-	cut := slices.Index(args, "--ttl")
-	status := args[:cut] // the backend and the key: what status takes
+	status := queryArgs(args) // the backend and the key: what status takes
 	dir := t.TempDir()
 	a := startHost(t, dir, "a", "b", args)
 	a.waitStarted(t, 30*time.Second)
@@ -124,7 +125,7 @@ func candidatesMove(t *testing.T, args []string, unordered bool) {
 // waits withdraws: status lists it no more, and once its check passes
 // again it is listed behind the standby that stayed.
 func candidatesHealth(t *testing.T, args []string) {
-	status := args[:slices.Index(args, "--ttl")]
+	status := queryArgs(args)
 	dir := t.TempDir()
 	sick := dir + "/sick"
 	a := startHost(t, dir, "a", "b", args)
@@ -151,7 +152,7 @@ func candidatesHealth(t *testing.T, args []string) {
 // candidates leave nothing to list: status says so, and --json has
 // "candidates": null.
 func candidatesUnlisted(t *testing.T, args []string) {
-	status := args[:slices.Index(args, "--ttl")]
+	status := queryArgs(args)
 	dir := t.TempDir()
 	a := startHost(t, dir, "a", "b", args)
 	a.waitStarted(t, 30*time.Second)
@@ -200,4 +201,51 @@ func TestCandidates(t *testing.T) {
 		k := testcluster.StartKube(t, e, testcluster.KubeUser{Name: "nobody"})
 		candidatesMove(t, kubeArgs(k.Kubeconfig(t, k.Token(testcluster.KubeAdmin), ""), newKey("candidates")), false)
 	})
+}
+
+// An election key written by hand, every text in it hostile, is listed
+// as a candidate: status prints none of it raw and keeps its lines within
+// 80 columns; --json still says what the entry says.
+func TestCandidatesUntrusted(t *testing.T) {
+	t.Parallel()
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	key := newKey("candidates")
+	args := etcdArgs(eps, key)
+	a := startHost(t, t.TempDir(), "a", "b", args)
+	a.waitStarted(t, 30*time.Second)
+	hb, _ := json.Marshal(hostile)
+	h := string(hb)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := etcdClient(t, eps).Put(ctx, "/leaderrun/"+key+"/@hostile", `{"id":`+h+`,"hostname":`+h+`,"pid":7}`); err != nil {
+		t.Fatal(err)
+	}
+	q := queryArgs(args)
+	code, out, errOut, _ := runOnce(t, nil, append([]string{"status"}, q...)...)
+	if code != 0 || !strings.Contains(out, "candidates: 1 waiting") {
+		t.Fatalf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if n := len([]rune(line)); n > 80 {
+			t.Errorf("a line of %d columns: %q", n, line)
+		}
+		for _, r := range line {
+			if !unicode.IsPrint(r) {
+				t.Errorf("%q reaches the terminal raw: %q", r, line)
+				break
+			}
+		}
+	}
+	if strings.Contains(out, forged) {
+		t.Errorf("a candidate's entry forges a line:\n%s", out)
+	}
+	_, out, _, _ = runOnce(t, nil, append([]string{"status", "--json"}, q...)...)
+	var st candidatesJSON
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Candidates == nil || len(*st.Candidates) != 1 ||
+		(*st.Candidates)[0].ID != hostile || *(*st.Candidates)[0].Hostname != hostile {
+		t.Errorf("status --json: %v\n%s", err, out)
+	}
+	if strings.ContainsAny(out, "\x1b\r\u202e\u009b\x7f") {
+		t.Errorf("status --json sends a control character raw:\n%s", out)
+	}
 }
