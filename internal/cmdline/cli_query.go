@@ -72,11 +72,17 @@ type leaderRead struct {
 	// expiry of its own for it (a lease row: PostgreSQL, DynamoDB), when
 	// asked for; 0 when unknown.
 	TTL time.Duration
+	// Candidates are who waits for the key, when asked for and the
+	// backend can tell (CandidatesListed), or why not (CandidatesErr).
+	Candidates       []locker.Candidate
+	CandidatesListed bool
+	CandidatesErr    error
 }
 
 // readLeader reads the key's holder once, within --timeout. Its own error
 // is a usage error (bad flags, a backend refused at construction).
-// With lastRun it also reads the newest once-per record, if any.
+// With lastRun (status) it also reads the newest once-per record, if any,
+// the control record and the candidates waiting.
 func readLeader(c *cli.Context, lastRun bool) (leaderRead, error) {
 	lk, opts, err := queryLocker(c)
 	if err != nil {
@@ -103,6 +109,9 @@ func readLeader(c *cli.Context, lastRun bool) (leaderRead, error) {
 		if c, err := ctl.Control(ctx); err == nil {
 			read.Control = c
 		}
+	}
+	if lastRun {
+		read.Candidates, read.CandidatesListed, read.CandidatesErr = readCandidates(ctx, lk)
 	}
 	return read, nil
 }

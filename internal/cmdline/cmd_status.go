@@ -55,6 +55,7 @@ func statusAction(c *cli.Context) error {
 	}
 	report.LastRun = read.LastRun
 	report.withControl(read.Control, time.Now())
+	report.withCandidates(read)
 	if err := report.withSlots(c, read); err != nil {
 		return usage(err)
 	}

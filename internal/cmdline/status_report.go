@@ -58,6 +58,14 @@ type statusReport struct {
 	// Slots are the key's slots when Holders is set, as in `status
 	// --holders N` (slot, leader, holder_holders).
 	Slots []slotReport `json:"slots,omitempty"`
+	// Candidates are the candidates waiting for the key, the leader
+	// excluded, in the order they would win (place 0 is the next): [] when
+	// nobody waits, null when the backend cannot tell (PostgreSQL,
+	// DynamoDB) or the list could not be read. On the local backend the
+	// places are the order in which they began to wait.
+	Candidates []candidateReport `json:"candidates"`
+	// listed says which of those it is (candidatesListed...).
+	listed int
 }
 
 // leaderReport describes the holder, from the record it stored on the
@@ -121,8 +129,17 @@ func newStatusReport(key, backend string, h locker.Holder, err error) (statusRep
 	return r, nil
 }
 
-// writeText prints the report as a two-column table for people.
+// writeText prints the report for people: a two-column table, and under
+// it the candidates waiting.
 func (r statusReport) writeText(w io.Writer, now time.Time) error {
+	if err := r.writeTable(w, now); err != nil {
+		return err
+	}
+	return r.writeCandidates(w)
+}
+
+// writeTable prints the report but its candidates as a two-column table.
+func (r statusReport) writeTable(w io.Writer, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	// Every value may come from a record on the backend.
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(v)) }

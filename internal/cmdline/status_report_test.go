@@ -28,7 +28,7 @@ func TestReport(t *testing.T) {
 		{
 			name: "etcd", backend: "etcd", h: holder,
 			text: []string{"leader    a:1", "epoch     42", "acquired  2026-11-29T09:00:00Z (1m30s ago)", "lease     14s left (etcd lease TTL)"},
-			json: `{"key":"k","backend":"etcd","leader":{"id":"a:1","hostname":"a","pid":1,"epoch":42,"acquired_at":"2026-11-29T09:00:00Z","version":"v1","lease_remaining_seconds":14}}`,
+			json: `{"key":"k","backend":"etcd","leader":{"id":"a:1","hostname":"a","pid":1,"epoch":42,"acquired_at":"2026-11-29T09:00:00Z","version":"v1","lease_remaining_seconds":14},"candidates":null}`,
 		},
 		{
 			name: "consul", backend: "consul", h: holder,
@@ -37,29 +37,29 @@ func TestReport(t *testing.T) {
 		{
 			name: "local", backend: "local", h: holder,
 			text: []string{"lease     held while pid 1 lives (local flock, no expiry)"},
-			json: `{"key":"k","backend":"local","leader":{"id":"a:1","hostname":"a","pid":1,"epoch":42,"acquired_at":"2026-11-29T09:00:00Z","version":"v1","lease_remaining_seconds":null}}`,
+			json: `{"key":"k","backend":"local","leader":{"id":"a:1","hostname":"a","pid":1,"epoch":42,"acquired_at":"2026-11-29T09:00:00Z","version":"v1","lease_remaining_seconds":null},"candidates":null}`,
 		},
 		{
 			name: "foreign value", backend: "consul", h: locker.Holder{ID: "written by hand", Epoch: 5},
 			text: []string{"leader    written by hand", "hostname  unknown", "acquired  unknown", "lease     unknown"},
-			json: `{"key":"k","backend":"consul","leader":{"id":"written by hand","hostname":"","pid":0,"epoch":5,"acquired_at":null,"lease_remaining_seconds":null}}`,
+			json: `{"key":"k","backend":"consul","leader":{"id":"written by hand","hostname":"","pid":0,"epoch":5,"acquired_at":null,"lease_remaining_seconds":null},"candidates":null}`,
 		},
 		{
 			name: "no leader", backend: "etcd", err: fmt.Errorf("etcd: key: %w", locker.ErrNoLeader),
 			text: []string{"leader   no leader"},
-			json: `{"key":"k","backend":"etcd","leader":null}`,
+			json: `{"key":"k","backend":"etcd","leader":null,"candidates":null}`,
 		},
 		{
 			name: "never used", backend: "local",
 			err:  &locker.NeverUsedError{Key: "k", Where: "/run/leaderrun (local lock dir)", Fields: []string{"Dir"}},
 			text: []string{"leader     no leader, key never used", "looked at  /run/leaderrun (local lock dir)"},
-			json: `{"key":"k","backend":"local","leader":null,"never_used":true,"looked_at":"/run/leaderrun (local lock dir)"}`,
+			json: `{"key":"k","backend":"local","leader":null,"never_used":true,"looked_at":"/run/leaderrun (local lock dir)","candidates":null}`,
 			line: `key "k" was never used at /run/leaderrun (local lock dir) — check the key and --lock-dir`,
 		},
 		{
 			name: "never used, wrapped", backend: "etcd",
 			err:  fmt.Errorf("read: %w", &locker.NeverUsedError{Key: "k", Where: "/leaderrun/k/ on etcd a:2379", Fields: []string{"Endpoints", "Prefix"}}),
-			json: `{"key":"k","backend":"etcd","leader":null,"never_used":true,"looked_at":"/leaderrun/k/ on etcd a:2379"}`,
+			json: `{"key":"k","backend":"etcd","leader":null,"never_used":true,"looked_at":"/leaderrun/k/ on etcd a:2379","candidates":null}`,
 			line: `key "k" was never used at /leaderrun/k/ on etcd a:2379 — check the key, --etcd-endpoints and --prefix`,
 		},
 		{

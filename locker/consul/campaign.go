@@ -16,6 +16,7 @@ import (
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/consul/consulwire"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/locker/queue"
 )
 
 // Acquire campaigns for the key with a new session and returns the lease
@@ -39,8 +40,9 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	// write is only a lost courtesy.
 	var place *spot // nil unless queued
 	if !l.opts.NoWait {
-		if qerr := l.join(ctx, id); qerr == nil {
-			place = newSpot()
+		queued := newSpot(queue.NewWho(l.opts))
+		if qerr := l.join(ctx, id, queued); qerr == nil {
+			place = queued
 		} else {
 			log := l.log.Debug
 			if errors.Is(qerr, locker.ErrRefused) {

@@ -18,7 +18,9 @@ import (
 // The candidates' queue (DESIGN §1.12, "Who wakes at a failover") is
 // package queue's, on this store: an entry <path>/~queue/<session>,
 // locked by the candidate's session, ranked by its CreateIndex, versioned
-// by its ModifyIndex, its value "<id> <beat> ahead=<place>". Only the
+// by its ModifyIndex, its value "<id> <beat> <who> ahead=<place>" (who:
+// queue.Who's JSON, for status; older releases wrote none, and read only
+// what follows the last " ahead="). Only the
 // candidates near the head rewrite theirs (keepCandidate, with each
 // renewal of the session): Consul ends a dead candidate's session within
 // two TTLs, which unlocks (ends) its entry, so silence judges only the
@@ -43,20 +45,45 @@ func (l *Locker) entryKey(id string) string { return l.path + queueDir + id }
 type spot struct {
 	queue.Place
 	beat atomic.Uint64
+	who  string // queue.Who, encoded: the same in every write
 }
 
 const noSpot = queue.Unknown
 
-func newSpot() *spot {
-	s := &spot{}
+func newSpot(who queue.Who) *spot {
+	s := &spot{who: who.Encode()}
 	s.Reset()
 	return s
 }
 
 // entryValue is what a candidate writes into its entry: its ID, a beat that
-// changes with every write, and how many live entries it knows ahead of it.
-func entryValue(id string, beat uint64, ahead int64) []byte {
-	return []byte(id + " " + strconv.FormatUint(beat, 10) + " ahead=" + queue.Said(ahead))
+// changes with every write, who it is (queue.Who, encoded), and how many
+// live entries it knows ahead of it.
+func entryValue(id string, beat uint64, who string, ahead int64) []byte {
+	return []byte(id + " " + strconv.FormatUint(beat, 10) + " " + who + " ahead=" + queue.Said(ahead))
+}
+
+// parseEntryValue undoes entryValue, and reads the value of an older
+// release ("<id> <beat> ahead=<place>"), which says no who (ok false).
+// The ID may hold spaces: it is what stands before the beat.
+func parseEntryValue(v string) (id string, who queue.Who, ok bool) {
+	if i := strings.LastIndex(v, " ahead="); i >= 0 {
+		v = v[:i]
+	}
+	if strings.HasSuffix(v, "}") {
+		for j := strings.LastIndex(v, " {"); j >= 0; j = strings.LastIndex(v[:j], " {") {
+			if who, ok = queue.ParseWho(v[j+1:]); ok {
+				v = v[:j]
+				break
+			}
+		}
+	}
+	if i := strings.LastIndex(v, " "); i >= 0 {
+		if _, err := strconv.ParseUint(v[i+1:], 10, 64); err == nil {
+			v = v[:i]
+		}
+	}
+	return v, who, ok
 }
 
 // toEntry is an entry as the queue reads it: ranked by CreateIndex, its
@@ -90,13 +117,13 @@ func (l *Locker) queueConfig() queue.Config {
 // The write is not cut short when ctx ends: Consul would still apply a
 // write whose request was abandoned, possibly after dequeue's delete, and
 // leave an entry behind. It ends within callTimeout all the same.
-func (l *Locker) enqueue(ctx context.Context, id string, beat uint64, ahead int64) error {
+func (l *Locker) enqueue(ctx context.Context, id string, beat uint64, who string, ahead int64) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	var ok bool
 	err := l.do(cctx, func(c *api.Client) (err error) {
 		ok, _, err = c.KV().Acquire(&api.KVPair{
-			Key: l.entryKey(id), Session: id, Value: entryValue(l.opts.ID, beat, ahead),
+			Key: l.entryKey(id), Session: id, Value: entryValue(l.opts.ID, beat, who, ahead),
 		}, l.writeOpts(cctx))
 		return err
 	})
@@ -114,9 +141,9 @@ func (l *Locker) enqueue(ctx context.Context, id string, beat uint64, ahead int6
 // session was created: nothing renews it before the campaign starts, and
 // the last try (at most callTimeout, half of MinTTL) ends before the
 // session's TTL.
-func (l *Locker) join(ctx context.Context, id string) error {
+func (l *Locker) join(ctx context.Context, id string, place *spot) error {
 	return queue.Join(ctx, l.queueConfig(), queueRetryable, l.opts.TTL/2, func(ctx context.Context) error {
-		return l.enqueue(ctx, id, 0, noSpot)
+		return l.enqueue(ctx, id, 0, place.who, noSpot)
 	})
 }
 
@@ -181,11 +208,11 @@ func (s entries) List(ctx context.Context) (mine *queue.Entry, others []queue.En
 }
 
 func (s entries) Rejoin(ctx context.Context) error {
-	return s.l.enqueue(ctx, s.id, s.place.beat.Add(1), noSpot)
+	return s.l.enqueue(ctx, s.id, s.place.beat.Add(1), s.place.who, noSpot)
 }
 
 func (s entries) Declare(ctx context.Context, ahead int64) (int64, error) {
-	return ahead, s.l.enqueue(ctx, s.id, s.place.beat.Add(1), ahead)
+	return ahead, s.l.enqueue(ctx, s.id, s.place.beat.Add(1), s.place.who, ahead)
 }
 
 func (s entries) Retryable(err error) bool { return queueRetryable(err) }

@@ -209,7 +209,7 @@ func (l *Locker) keepCandidate(ctx context.Context, id string, gone context.Canc
 		_, err := l.renewSession(cctx, id)
 		if err == nil && place != nil && place.Near() {
 			ahead := place.Ahead()
-			if qerr := l.enqueue(cctx, id, place.beat.Add(1), ahead); qerr == nil {
+			if qerr := l.enqueue(cctx, id, place.beat.Add(1), place.who, ahead); qerr == nil {
 				place.Said(ahead)
 			} else if ctx.Err() == nil {
 				l.log.Debug("queue entry write failed; retrying with the next renewal", "key", l.entryKey(id), "error", qerr)

@@ -40,12 +40,16 @@ const (
 	annAhead = annPrefix + "ahead"
 	// entryInfix separates the key's Lease name from the entry's term.
 	entryInfix = ".q."
+	// annWho describes the entry's candidate (queue.Who's JSON) for
+	// status; older releases wrote none, and pass over it.
+	annWho = annPrefix + "candidate"
 )
 
 // entry is this candidate's place in the queue.
 type entry struct {
 	name string
 	term string
+	who  string // queue.Who, encoded: the same in every write
 
 	// place is what the candidate knows of its place (queue.Place): waitTurn
 	// lowers it; every write declares it.
@@ -61,8 +65,8 @@ type entry struct {
 
 const noSpot = queue.Unknown
 
-func newEntry(name, term string) *entry {
-	return &entry{name: name, term: term, place: queue.NewPlace(), kick: make(chan struct{}, 1)}
+func newEntry(name, term, who string) *entry {
+	return &entry{name: name, term: term, who: who, place: queue.NewPlace(), kick: make(chan struct{}, 1)}
 }
 
 // toEntry is an entry as the queue reads it: ranked by the
@@ -139,7 +143,7 @@ func (l *Locker) queueLabel() string {
 // yet created is refused (403) without the right and answered 404 with it.
 // Entries that could not be deleted would pile up, one per candidacy.
 func (l *Locker) enqueue(ctx context.Context, term string) (*entry, error) {
-	e := newEntry(l.name+entryInfix+term, term)
+	e := newEntry(l.name+entryInfix+term, term, queue.NewWho(l.opts).Encode())
 	if len(e.name) > 253 {
 		return nil, errTooLong
 	}
@@ -214,7 +218,7 @@ func (l *Locker) createLocked(ctx context.Context, e *entry) error {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: e.name, Namespace: l.namespace,
 			Labels:      map[string]string{labelQueue: l.queueLabel()},
-			Annotations: map[string]string{annAhead: queue.Said(noSpot)},
+			Annotations: map[string]string{annAhead: queue.Said(noSpot), annWho: e.who},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, RenewTime: &now},
 	}, metav1.CreateOptions{})

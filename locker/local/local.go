@@ -474,6 +474,9 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 	}
 	var f *os.File
 	var nextTakeOver time.Time // a look for a holder of ours scans /proc
+	var wait *waiting          // the record of our wait, for status (waiting.go)
+	entered := false
+	defer func() { l.leaveWaiting(wait) }()
 	for {
 		if f == nil {
 			if f, err = l.openLock(); err != nil {
@@ -529,6 +532,9 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 				return nil, fmt.Errorf("%s: %w by %s", l.lockPath, locker.ErrHeld, h.ID)
 			}
 			return nil, fmt.Errorf("%s: %w", l.lockPath, locker.ErrHeld)
+		}
+		if !entered {
+			wait, entered = l.enterWaiting(), true
 		}
 		if err := l.sleep(ctx, w); err != nil {
 			_ = f.Close()
