@@ -1,0 +1,145 @@
+//go:build linux
+
+package cmdline
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/locker"
+)
+
+// watchReport is a report of key k on etcd led by id with epoch, and
+// left seconds of lease.
+func watchReport(id string, epoch uint64, left float64) statusReport {
+	at := time.Date(2026, 12, 7, 14, 0, 0, 0, time.UTC)
+	return statusReport{Key: "k", Backend: "etcd", Leader: &leaderReport{ID: id, Hostname: "h-" + id, PID: 4411, Epoch: epoch, AcquiredAt: &at, LeaseRemainingSeconds: &left}}
+}
+
+// watchOutput feeds reports (or, where errs says, a failed read) to a
+// watcher and returns the texts of the lines it printed.
+func watchOutput(t *testing.T, json bool, reads ...any) (lines []string, errOut string) {
+	t.Helper()
+	var out, eo bytes.Buffer
+	w := &watcher{json: json, out: &out, errOut: &eo}
+	now := time.Date(2026, 12, 7, 14, 2, 3, 0, time.UTC)
+	for _, r := range reads {
+		switch r := r.(type) {
+		case statusReport:
+			w.observe(now, r, nil, nil)
+		case error:
+			w.observe(now, statusReport{}, nil, r)
+		}
+		now = now.Add(time.Second)
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines, eo.String()
+}
+
+// TestWatchChanges: the same report twice, or one whose only change is
+// the lease left, prints nothing; a new term, a pause, its end and an
+// outage each print one line that says what changed.
+func TestWatchChanges(t *testing.T) {
+	t.Parallel()
+	a := watchReport("web-1", 11, 9)
+	lines, _ := watchOutput(t, false, a, a, watchReport("web-1", 11, 4.5), watchReport("web-1", 11, 8))
+	if want := []string{"2026-12-07T14:02:03Z leader web-1 (host h-web-1, pid 4411) epoch 11"}; strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("same term, lease left changing: %q, want %q", lines, want)
+	}
+
+	paused := watchReport("web-1", 11, 3)
+	paused.Paused = &locker.Pause{By: "ops@a", Since: time.Date(2026, 12, 7, 14, 1, 0, 0, time.UTC), Reason: "db upgrade"}
+	none := statusReport{Key: "k", Backend: "etcd", Paused: paused.Paused}
+	b := watchReport("web-2", 12, 9)
+	down := errors.New("dial tcp 127.0.0.1:2379: connection refused")
+	lines, _ = watchOutput(t, false, a, paused, none, none, b, b, down, down, down, b, watchReport("web-2", 12, 1))
+	want := []string{
+		"2026-12-07T14:02:03Z leader web-1 (host h-web-1, pid 4411) epoch 11",
+		"2026-12-07T14:02:04Z paused: db upgrade (by ops@a since 2026-12-07T14:01:00Z)",
+		"2026-12-07T14:02:05Z no leader (was web-1 epoch 11)",
+		"2026-12-07T14:02:07Z leader web-2 (host h-web-2, pid 4411) epoch 12 (was no leader); resumed",
+		"2026-12-07T14:02:09Z cannot read the backend, still watching: dial tcp 127.0.0.1:2379: connection refused",
+		"2026-12-07T14:02:12Z backend readable again: leader web-2 (host h-web-2, pid 4411) epoch 12",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+
+	// A holder without its epoch yet is shown once it has it, or when
+	// it still has none at the next read.
+	none = statusReport{Key: "k", Backend: "local"}
+	lines, _ = watchOutput(t, false, none, watchReport("web-2", 0, 0), watchReport("web-2", 12, 0), watchReport("pid 7 (flock), not a leaderrun", 0, 0), watchReport("pid 7 (flock), not a leaderrun", 0, 0))
+	want = []string{
+		"2026-12-07T14:02:03Z no leader",
+		"2026-12-07T14:02:05Z leader web-2 (host h-web-2, pid 4411) epoch 12 (was no leader)",
+		"2026-12-07T14:02:07Z leader pid 7 (flock), not a leaderrun (host h-pid 7 (flock), not a leaderrun, pid 4411) epoch 0 (was web-2 epoch 12)",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+
+	// A record's text is shown printable: no escape reaches the terminal.
+	evil := watchReport("x\x1b[2J\nforged line", 13, 5)
+	lines, _ = watchOutput(t, false, a, evil)
+	if len(lines) != 2 || !strings.Contains(lines[1], `x\x1b[2J\nforged line`) {
+		t.Errorf("a holder id with escapes: %q", lines)
+	}
+}
+
+// TestWatchJSONLines: with --json each change is one line holding the
+// whole status and its time; the same state again prints nothing, and an
+// outage goes to stderr, once.
+func TestWatchJSONLines(t *testing.T) {
+	t.Parallel()
+	a, b := watchReport("web-1", 11, 9), watchReport("web-2", 12, 9)
+	down := errors.New("timeout")
+	lines, errOut := watchOutput(t, true, a, watchReport("web-1", 11, 2), down, down, b)
+	if len(lines) != 2 {
+		t.Fatalf("JSON Lines: %q, want 2", lines)
+	}
+	for i, id := range []string{"web-1", "web-2"} {
+		var doc struct {
+			Time   time.Time `json:"time"`
+			Key    string    `json:"key"`
+			Leader struct {
+				ID    string `json:"id"`
+				Epoch uint64 `json:"epoch"`
+			} `json:"leader"`
+		}
+		if err := json.Unmarshal([]byte(lines[i]), &doc); err != nil || doc.Time.IsZero() || doc.Key != "k" || doc.Leader.ID != id {
+			t.Errorf("line %d: %q (%v), want leader %s and a time", i, lines[i], err, id)
+		}
+	}
+	if !regexp.MustCompile(`^leaderrun: cannot read the backend, still watching: timeout\n$`).MatchString(errOut) {
+		t.Errorf("stderr %q, want one line about the outage", errOut)
+	}
+}
+
+// TestWatchNewFields: a field the watch does not word still counts as a
+// change when its value does, except the fields that change by
+// themselves at any depth.
+func TestWatchNewFields(t *testing.T) {
+	t.Parallel()
+	a := watchReport("web-1", 11, 9)
+	ttl := 30.0
+	b := watchReport("web-1", 11, 3)
+	b.Leader.LeaseTTLSeconds = &ttl
+	b.Holders, b.Slots = 2, []slotReport{{Slot: 1, Leader: watchReport("web-3", 4, 7).Leader}}
+	c := b
+	c.Slots = []slotReport{{Slot: 1, Leader: watchReport("web-3", 4, 2).Leader}}
+	if !changed(a, b) || changed(b, c) {
+		t.Errorf("changed(a, b) = %v, want true (slots); changed(b, c) = %v, want false (lease left)", changed(a, b), changed(b, c))
+	}
+	if got := describeChange(&a, b); !strings.Contains(got, "slot 1 web-3 epoch 4") {
+		t.Errorf("describeChange: %q, want the slots", got)
+	}
+}
