@@ -26,7 +26,11 @@ func statusCommand() *cli.Command {
 			"(JSON: \"leader\": null) and exits 0. A key the backend has no trace of (never used: " +
 			"a typo, or the wrong server, prefix or --lock-dir) exits 3, saying where it looked " +
 			"(JSON: \"never_used\": true, \"looked_at\"). Exits 125 when the backend cannot be read. " +
-			"--unit NAME reads the settings of the systemd instance leaderrun@NAME.",
+			"--unit NAME reads the settings of the systemd instance leaderrun@NAME. " +
+			"--watch prints the state, then a line per change (leader, epoch, pause, step-down, slots; " +
+			"with --json one document per line, with its \"time\") until SIGINT or SIGTERM, exit 0. " +
+			"It polls every --interval, says once when the backend cannot be read, and waits for " +
+			"a key never used instead of exiting 3.",
 		Flags: slices.Concat(queryFlags(),
 			[]cli.Flag{&cli.BoolFlag{Name: "json", Category: catQuery, EnvVars: []string{"LEADERRUN_STATUS_JSON"}, Usage: "print a JSON document instead of a table"},
 				holdersFlag("list the `N` slots of a key run with --holders N: each slot's holder, and the free slots")},

@@ -32,7 +32,7 @@ func watchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "watch", Category: catQuery,
 			Usage: "print the state, then a line (with --json a JSON object) at each change, until interrupted"},
 		&cli.DurationFlag{Name: "interval", Category: catQuery, Value: time.Second,
-			Usage: "with --watch, read the key every `D` (at least 100ms); each read is one status's"},
+			Usage: "with --watch, poll the backend every `D` (at least 100ms), each poll the reads of one status"},
 	}
 }
 
