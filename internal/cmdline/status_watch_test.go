@@ -3,11 +3,15 @@
 package cmdline
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,5 +145,66 @@ func TestWatchNewFields(t *testing.T) {
 	}
 	if got := describeChange(&a, b); !strings.Contains(got, "slot 1 web-3 epoch 4") {
 		t.Errorf("describeChange: %q, want the slots", got)
+	}
+}
+
+// TestWatchBadInput: --interval below its minimum or without --watch, and
+// --watch with --holders, are one line naming the flag, exit 125, and
+// nothing left running.
+func TestWatchBadInput(t *testing.T) {
+	t.Parallel()
+	local := []string{"status", "--backend", "local", "--lock-dir", t.TempDir()}
+	for _, c := range []struct {
+		args []string
+		line string
+	}{
+		{[]string{"--watch", "--interval", "50ms", "k"}, "leaderrun: --interval must be at least 100ms, got 50ms\n"},
+		{[]string{"--interval", "2s", "k"}, "leaderrun: --interval needs --watch: plain status reads the key once\n"},
+		{[]string{"--watch", "--holders", "3", "k"}, "leaderrun: --watch does not take --holders: status --watch of a key run with --holders already shows each slot\n"},
+	} {
+		code, out, errOut := leaderrunWithin(t, 20*time.Second, nil, append(local, c.args...)...)
+		if code != 125 || out != "" || errOut != c.line {
+			t.Errorf("status %q: exit %d, %q %q; want 125 and %q", c.args, code, out, errOut, c.line)
+		}
+	}
+}
+
+// TestWatchSignals: status --watch writes its first line through a pipe
+// at once (a key never used: it says so and waits), and SIGTERM or
+// SIGINT ends it with exit 0.
+func TestWatchSignals(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		cmd := exec.Command(os.Args[0], "status", "--watch", "--backend", "local", "--lock-dir", t.TempDir(), "billing")
+		cmd.Env = []string{"LEADERRUN_TEST_RUN_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errOut bytes.Buffer
+		cmd.Stderr = &errOut
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// A watch that never prints is killed, not waited for.
+		stuck := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
+		line, err := bufio.NewReader(out).ReadString('\n')
+		stuck.Stop()
+		if err != nil || !strings.Contains(line, `no leader: key "billing" was never used at`) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("first line %q (%v), want the key never used", line, err)
+		}
+		_ = cmd.Process.Signal(sig)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil || errOut.Len() != 0 {
+				t.Errorf("status --watch after %v: %v, stderr %q; want exit 0", sig, err, errOut.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("status --watch still ran 30s after %v", sig)
+		}
 	}
 }
