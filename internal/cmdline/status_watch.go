@@ -310,6 +310,10 @@ func describeChange(prev *statusReport, r statusReport) string {
 	}
 	var other []string
 	for k := range fb {
+		// The state in full leaves out the fields that say nothing.
+		if prev == nil && slices.Contains([]string{"null", "[]", "{}", `""`, "false", "0"}, fb[k]) {
+			continue
+		}
 		if !slices.Contains(worded, k) && diff(k) {
 			other = append(other, k)
 		}
