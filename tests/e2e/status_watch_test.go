@@ -137,3 +137,20 @@ func TestStatusWatchEtcd(t *testing.T) {
 		}
 	})
 }
+
+// TestStatusWatchHoldersLocal: status --watch of a key run with --holders
+// 2 follows its slots: once the holder of slot 0 stopped, a line says
+// slot 0 is free and who keeps slot 1.
+func TestStatusWatchHoldersLocal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key, mark, env := markedKey("watch-slots")
+	w := start(t, "status --watch", nil, "status", "--watch", "--interval", "200ms", "--backend", "local", "--lock-dir", dir, key)
+	at := waitWatch(t, w, -1, `.`)
+	holdersPair(t, dir, key, mark, env)
+	waitWatch(t, w, at, `^no leader in slot 0 \(was h[01] epoch \d+\); holders 2: slot 0 free, slot 1 h[01] epoch \d+$`)
+	w.Signal(syscall.SIGINT)
+	if code := w.Wait(20 * time.Second); code != 0 {
+		t.Errorf("status --watch after SIGINT: exit %d, want 0", code)
+	}
+}
