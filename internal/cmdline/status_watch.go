@@ -243,8 +243,10 @@ func stripVolatile(v any) any {
 
 // changed reports whether b says something a differs in, apart from
 // volatileFields.
-func changed(a, b statusReport) bool {
-	fa, fb := fields(a), fields(b)
+func changed(a, b statusReport) bool { return fieldsDiffer(fields(a), fields(b)) }
+
+// fieldsDiffer reports whether two reports' fields differ.
+func fieldsDiffer(fa, fb map[string]string) bool {
 	if len(fa) != len(fb) {
 		return true
 	}
@@ -260,12 +262,16 @@ func changed(a, b statusReport) bool {
 // not, or with prev nil all of r. The parts it knows are worded; any other
 // field that changed is shown as its name and JSON value.
 func describeChange(prev *statusReport, r statusReport) string {
-	var parts []string
 	var was statusReport
 	if prev != nil {
 		was = *prev
 	}
-	fa, fb := fields(was), fields(r)
+	return describeFields(prev, r, fields(was), fields(r))
+}
+
+// describeFields is describeChange with the reports' fields given.
+func describeFields(prev *statusReport, r statusReport, fa, fb map[string]string) string {
+	var parts []string
 	diff := func(names ...string) bool {
 		for _, n := range names {
 			if prev == nil && fb[n] != "" || prev != nil && fa[n] != fb[n] {

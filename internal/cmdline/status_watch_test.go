@@ -146,6 +146,24 @@ func TestWatchNewFields(t *testing.T) {
 	if got := describeChange(&a, b); !strings.Contains(got, "slot 1 web-3 epoch 4") {
 		t.Errorf("describeChange: %q, want the slots", got)
 	}
+
+	// A field added to the report later (here: candidates) is a change
+	// and is shown, without the watch knowing it.
+	with := func(r statusReport, candidates string) map[string]string {
+		f := fields(r)
+		f["candidates"] = candidates
+		return f
+	}
+	one, two := `[{"id":"web-1"}]`, `[{"id":"web-1"},{"id":"web-2"}]`
+	if !fieldsDiffer(with(c, one), with(c, two)) || fieldsDiffer(with(c, one), with(c, one)) {
+		t.Errorf("a new field's change is not seen, or its sameness is")
+	}
+	if got := describeFields(&c, c, with(c, one), with(c, two)); got != "candidates: "+two {
+		t.Errorf("describeFields of a new field: %q", got)
+	}
+	if got := describeFields(nil, c, nil, with(c, "[]")); strings.Contains(got, "candidates") {
+		t.Errorf("the state in full shows an empty new field: %q", got)
+	}
 }
 
 // TestWatchBadInput: --interval below its minimum or without --watch, and
