@@ -255,7 +255,7 @@ func writeParagraph(w io.Writer, text string) {
 
 const (
 	synopsisRun      = "leaderrun [options] --key KEY -- COMMAND [ARG...]"
-	synopsisStatus   = "leaderrun status [KEY] [--json] [options]"
+	synopsisStatus   = "leaderrun status [KEY] [--json] [--watch] [options]"
 	synopsisCheck    = "leaderrun check [KEY] [--epoch N] [options]"
 	synopsisHistory  = "leaderrun history [KEY] [--json] [--limit N] [--since D] [options]"
 	synopsisStepDown = "leaderrun step-down [KEY] [--to ID] [--timeout D] [options]"

@@ -89,10 +89,16 @@ func readLeader(c *cli.Context, lastRun bool) (leaderRead, error) {
 		return leaderRead{}, err
 	}
 	defer lk.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
+	return readLeaderFrom(context.Background(), c, lk, opts.Key, lastRun), nil
+}
+
+// readLeaderFrom is readLeader on a Locker already built, within
+// --timeout and ctx: status --watch reads with one Locker every poll.
+func readLeaderFrom(ctx context.Context, c *cli.Context, lk locker.Locker, key string, lastRun bool) leaderRead {
+	ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
 	defer cancel()
 	h, err := lk.Leader(ctx)
-	read := leaderRead{Key: opts.Key, Holder: h, Err: err}
+	read := leaderRead{Key: key, Holder: h, Err: err}
 	if rl, ok := locker.RunLogOf(lk); ok && lastRun {
 		if run, err := rl.LatestRun(ctx); err == nil {
 			read.LastRun = &run
@@ -113,7 +119,7 @@ func readLeader(c *cli.Context, lastRun bool) (leaderRead, error) {
 	if lastRun {
 		read.Candidates, read.CandidatesListed, read.CandidatesErr = readCandidates(ctx, lk)
 	}
-	return read, nil
+	return read
 }
 
 // queryLocker builds the backend from the command's flags, logging only

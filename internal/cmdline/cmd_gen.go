@@ -205,7 +205,7 @@ var manSections = []struct {
 		"* 127\tThe command, or the interpreter on its #! line, was not found.",
 		"* 128+N\tThe command was ended by signal N.",
 		"leaderrun check exits 0 while epoch N leads KEY, 1 when it does not (stderr names the " +
-			"current holder and epoch) or has less than --min-remaining left, and 125 on error. leaderrun status exits 0, also when nobody leads, 3 when the key was never used where it looked, 125 on error.",
+			"current holder and epoch) or has less than --min-remaining left, and 125 on error. leaderrun status exits 0, also when nobody leads, 3 when the key was never used where it looked, 125 on error; status --watch exits 0 on SIGINT or SIGTERM, 125 only for bad input.",
 	}},
 	{"ENVIRONMENT", []string{
 		"Every option can also be set in the environment as LEADERRUN_ followed by the option's " +

@@ -53,8 +53,7 @@ func readCandidates(ctx context.Context, lk locker.Locker) (cs []locker.Candidat
 func (r *statusReport) withCandidates(read leaderRead) {
 	switch {
 	case read.CandidatesErr != nil:
-		r.listed = candidatesFailed
-		fmt.Fprintf(errorOutput(), "leaderrun: the candidates waiting for the key could not be read: %s\n", oneLine(read.CandidatesErr))
+		r.listed = candidatesFailed // said by status on stderr (sayCandidatesUnread)
 	case !read.CandidatesListed:
 		r.listed = candidatesUnlisted
 	default:
@@ -152,4 +151,12 @@ func cut(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// sayCandidatesUnread says on stderr why the candidates could not be listed,
+// once per status (status --watch shows the failure as a change instead).
+func sayCandidatesUnread(read leaderRead) {
+	if read.CandidatesErr != nil {
+		fmt.Fprintf(errorOutput(), "leaderrun: the candidates waiting for the key could not be read: %s\n", oneLine(read.CandidatesErr))
+	}
 }
