@@ -79,6 +79,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/leaserow"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // Defaults of Config.
@@ -721,23 +722,19 @@ func (s *store) dropExpired(ctx context.Context, term string, item map[string]ty
 	}
 }
 
-// runs reads the lease item's run records (the one of slot, or all).
-func (s *store) runs(ctx context.Context, slot string) (map[string]types.AttributeValue, error) {
+// runs reads the lease item's run records.
+func (s *store) runs(ctx context.Context) (map[string]types.AttributeValue, error) {
 	if err := s.prepare(ctx); err != nil {
 		if errors.Is(err, errNoTable) {
 			return nil, nil
 		}
 		return nil, s.refusal(err)
 	}
-	proj, n := "#runs", map[string]string{"#runs": attrRuns}
-	if slot != "" {
-		proj, n["#slot"] = "#runs.#slot", slot
-	}
 	var out *dynamodb.GetItemOutput
 	err := s.call(ctx, func(ctx context.Context) error {
 		var err error
 		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.key),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: n})
+			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("#runs"), ExpressionAttributeNames: only("#runs")})
 		return err
 	})
 	if err != nil {
@@ -750,34 +747,21 @@ func (s *store) runs(ctx context.Context, slot string) (map[string]types.Attribu
 	return m.Value, nil
 }
 
-// GetRun reads the record of slot.
-func (s *store) GetRun(ctx context.Context, slot string) (locker.Run, error) {
-	m, err := s.runs(ctx, slot)
-	if err != nil {
-		return locker.Run{}, err
-	}
-	v, ok := m[slot].(*types.AttributeValueMemberS)
-	if !ok {
-		return locker.Run{}, fmt.Errorf("dynamodb: slot %s: %w", slot, locker.ErrNoRun)
-	}
-	return locker.ParseRun([]byte(v.Value))
+// ListRuns reads the key's records.
+func (s *store) ListRuns(ctx context.Context) ([]records.Entry, error) {
+	m, err := s.runs(ctx)
+	return entries(m), err
 }
 
-// ListRuns reads the key's records.
-func (s *store) ListRuns(ctx context.Context) ([]locker.Run, error) {
-	m, err := s.runs(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	var runs []locker.Run
-	for _, v := range m {
+// entries are the records of a map attribute, by their names.
+func entries(m map[string]types.AttributeValue) []records.Entry {
+	var es []records.Entry
+	for n, v := range m {
 		if sv, ok := v.(*types.AttributeValueMemberS); ok {
-			if r, err := locker.ParseRun([]byte(sv.Value)); err == nil {
-				runs = append(runs, r)
-			}
+			es = append(es, records.Entry{Name: n, Value: []byte(sv.Value)})
 		}
 	}
-	return runs, nil
+	return es
 }
 
 // PutTerm sets the record of term.Epoch in the history item (creating
@@ -853,7 +837,7 @@ func (s *store) PutTerm(ctx context.Context, term locker.Term, keep int) error {
 }
 
 // ListTerms reads the history item with a strongly consistent read.
-func (s *store) ListTerms(ctx context.Context, limit int) ([]locker.Term, error) {
+func (s *store) ListTerms(ctx context.Context) ([]records.Entry, error) {
 	if err := s.prepare(ctx); err != nil {
 		if errors.Is(err, errNoTable) {
 			return nil, nil
@@ -871,21 +855,11 @@ func (s *store) ListTerms(ctx context.Context, limit int) ([]locker.Term, error)
 	if err != nil {
 		return nil, s.classify("read the history", err)
 	}
-	terms := []locker.Term{}
 	m, _ := out.Item[attrTerms].(*types.AttributeValueMemberM)
 	if m == nil {
-		return terms, nil
+		return nil, nil
 	}
-	for n, v := range m.Value {
-		sv, ok := v.(*types.AttributeValueMemberS)
-		if !ok {
-			continue
-		}
-		if t, err := locker.ParseTerm([]byte(sv.Value)); err == nil && locker.TermName(t.Epoch) == n {
-			terms = append(terms, t)
-		}
-	}
-	return locker.NewestTerms(terms, limit), nil
+	return entries(m.Value), nil
 }
 
 // throttled are the error codes of a request DynamoDB refused for its

@@ -15,6 +15,7 @@ import (
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // Config configures a Locker.
@@ -44,8 +45,9 @@ type Config struct {
 	// Now, when set, replaces Clock's Now for the standby's watch alone
 	// (tests of a standby whose clock runs fast or slow).
 	Now func() time.Time
-	// ControlPoll is the pace of WaitControl's reads where the store has
-	// no notice of writes, and of its retries; 0: locker.ControlPoll.
+	// ControlPoll is the pace of WaitControl's reads (or probes) where
+	// the store has no notice of writes; 0: locker.ControlPoll. Retries
+	// after a failure are paced by the records core (records.WaitRetryMin).
 	ControlPoll time.Duration
 }
 
@@ -62,6 +64,8 @@ type Locker struct {
 	clock   clock.Clock
 	now     func() time.Time // the standby's watch
 	ctlPoll time.Duration    // WaitControl's pace (Config.ControlPoll)
+
+	*records.Core // the key's records, on the Store (records.go)
 }
 
 var (
@@ -104,6 +108,8 @@ func New(cfg Config) (*Locker, error) {
 	if l.log == nil {
 		l.log = hclog.NewNullLogger()
 	}
+	l.Core = records.New(records.Config{Store: rowRecords{l, cfg.Store}, Name: l.name, Key: l.opts.Key,
+		Timeout: l.timeout, Log: l.log, Clock: sleeper{l.clock}})
 	return l, nil
 }
 
@@ -398,70 +404,6 @@ func (l *Locker) clear(ctx context.Context, term string, last Row, known bool) e
 		known = false
 	}
 	return fmt.Errorf("%s: release of key %q: conflicting writes kept coming", l.name, l.opts.Key)
-}
-
-// RecordRun writes run if lease still holds the row, checked in the same
-// write; ErrLost otherwise.
-func (l *Locker) RecordRun(ctx context.Context, held locker.Lease, run locker.Run) error {
-	ls, ok := held.(*lease)
-	if !ok || ls.l != l {
-		return fmt.Errorf("%s: record run: not a lease of this locker", l.name)
-	}
-	select {
-	case <-ls.Lost():
-		return fmt.Errorf("%s: record run of slot %s: %w: %s", l.name, run.Slot, locker.ErrLost, ls.LostReason())
-	default:
-	}
-	err := l.store.PutRun(ctx, ls.term, run)
-	if errors.Is(err, ErrConflict) {
-		return fmt.Errorf("%s: record run of slot %s: %w: the lease row is no longer ours", l.name, run.Slot, locker.ErrLost)
-	}
-	return err
-}
-
-// LookupRun reads the record of slot; ErrNoRun when none is live.
-func (l *Locker) LookupRun(ctx context.Context, slot string) (locker.Run, error) {
-	r, err := l.store.GetRun(ctx, slot)
-	if err != nil {
-		return locker.Run{}, err
-	}
-	if !r.Live(time.Now()) {
-		return locker.Run{}, fmt.Errorf("%s: slot %s: %w", l.name, slot, locker.ErrNoRun)
-	}
-	return r, nil
-}
-
-// LatestRun is the live record with the latest At.
-func (l *Locker) LatestRun(ctx context.Context) (locker.Run, error) {
-	runs, err := l.store.ListRuns(ctx)
-	if err != nil {
-		return locker.Run{}, err
-	}
-	return locker.LatestOf(runs, time.Now())
-}
-
-// RecordTerm writes the term's history record and prunes the key's
-// history to keep (locker.DefaultHistoryKeep when keep <= 0).
-func (l *Locker) RecordTerm(ctx context.Context, term locker.Term, keep int) error {
-	if term.Epoch == 0 {
-		return fmt.Errorf("%s: record term: epoch 0", l.name)
-	}
-	if keep <= 0 {
-		keep = locker.DefaultHistoryKeep
-	}
-	return l.store.PutTerm(ctx, term, keep)
-}
-
-// Terms reads the key's history, newest first.
-func (l *Locker) Terms(ctx context.Context, limit int) ([]locker.Term, error) {
-	terms, err := l.store.ListTerms(ctx, limit)
-	if err != nil {
-		return nil, err
-	}
-	if terms == nil {
-		terms = []locker.Term{}
-	}
-	return locker.NewestTerms(terms, limit), nil
 }
 
 // ID is the candidate's id (Options.ID).

@@ -59,6 +59,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/leaserow"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // Defaults of Config.
@@ -663,45 +664,32 @@ SELECT count(*) FROM put`, s.key, term, run.Slot, string(run.Record()), run.At, 
 	return nil
 }
 
-// GetRun reads the record of slot.
-func (s *store) GetRun(ctx context.Context, slot string) (locker.Run, error) {
-	if err := s.prepare(ctx); err != nil {
-		return locker.Run{}, err
-	}
-	var rec string
-	err := s.pool.QueryRow(ctx, `SELECT record FROM `+s.runs+` WHERE key = $1 AND slot = $2`, s.key, slot).Scan(&rec)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows), s.readOnly && code(err) == "42P01":
-		return locker.Run{}, fmt.Errorf("postgres: slot %s: %w", slot, locker.ErrNoRun)
-	case err != nil:
-		return locker.Run{}, s.classify("read the run", err)
-	}
-	return locker.ParseRun([]byte(rec))
-}
-
 // ListRuns reads the key's records.
-func (s *store) ListRuns(ctx context.Context) ([]locker.Run, error) {
+func (s *store) ListRuns(ctx context.Context) ([]records.Entry, error) {
 	if err := s.prepare(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT record FROM `+s.runs+` WHERE key = $1`, s.key)
+	return s.entries(ctx, "list the runs", `SELECT slot, record FROM `+s.runs+` WHERE key = $1`)
+}
+
+// entries reads the key's records with q, a query of a name and a record.
+func (s *store) entries(ctx context.Context, what, q string) ([]records.Entry, error) {
+	rows, err := s.pool.Query(ctx, q, s.key)
 	if err != nil {
 		if s.readOnly && code(err) == "42P01" {
 			return nil, nil
 		}
-		return nil, s.classify("list the runs", err)
+		return nil, s.classify(what, err)
 	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (records.Entry, error) {
+		var name, rec string
+		err := row.Scan(&name, &rec)
+		return records.Entry{Name: name, Value: []byte(rec)}, err
+	})
 	if err != nil {
-		return nil, s.classify("list the runs", err)
+		return nil, s.classify(what, err)
 	}
-	var runs []locker.Run
-	for _, rec := range recs {
-		if r, err := locker.ParseRun([]byte(rec)); err == nil {
-			runs = append(runs, r)
-		}
-	}
-	return runs, nil
+	return entries, nil
 }
 
 // PutTerm writes the record of term.Epoch and deletes the key's records
@@ -722,32 +710,13 @@ ON CONFLICT (key, epoch) DO UPDATE SET record = EXCLUDED.record`, s.key, int64(t
 	return nil
 }
 
-// ListTerms reads the newest limit records of the key.
-func (s *store) ListTerms(ctx context.Context, limit int) ([]locker.Term, error) {
+// ListTerms reads the key's records.
+func (s *store) ListTerms(ctx context.Context) ([]records.Entry, error) {
 	missing, err := s.prepareTerms(ctx)
 	if err != nil || missing {
 		return nil, err
 	}
-	var n *int64
-	if limit > 0 {
-		v := int64(limit)
-		n = &v
-	}
-	rows, err := s.pool.Query(ctx, `SELECT record FROM `+s.terms+` WHERE key = $1 ORDER BY epoch DESC LIMIT $2`, s.key, n)
-	if err != nil {
-		return nil, s.classify("read the history", err)
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, s.classify("read the history", err)
-	}
-	terms := []locker.Term{}
-	for _, rec := range recs {
-		if t, err := locker.ParseTerm([]byte(rec)); err == nil {
-			terms = append(terms, t)
-		}
-	}
-	return terms, nil
+	return s.entries(ctx, "read the history", `SELECT lpad(epoch::text, 20, '0'), record FROM `+s.terms+` WHERE key = $1`)
 }
 
 // code is the SQLSTATE of err, "" when it is not a server's error.
