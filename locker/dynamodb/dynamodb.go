@@ -57,6 +57,7 @@
 package dynamodb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -152,13 +153,13 @@ func New(cfg Config) (*leaserow.Locker, error) {
 
 // store is one key's items in the table. It implements leaserow.Store.
 type store struct {
-	api     API
-	table   string
-	key     string // the lease item's key
-	counter string // the epoch counter's key
-	history string // the history item's key
-	control string // the control item's key
-	addr    string
+	api        API
+	table      string
+	key        string // the lease item's key
+	counter    string // the epoch counter's key
+	history    string // the history item's key
+	controlKey string // the control item's key
+	addr       string
 	// regionName is the region, for error lines.
 	regionName string
 	timeout    time.Duration
@@ -234,7 +235,7 @@ func newStore(cfg Config) (*store, error) {
 	if cfg.Prefix != "" {
 		ctlKey = cfg.Prefix + "/" + ctlKey
 	}
-	return &store{api: api, table: cfg.Table, key: key, counter: key + "#epoch", history: key + "#history", control: ctlKey + "#control",
+	return &store{api: api, table: cfg.Table, key: key, counter: key + "#epoch", history: key + "#history", controlKey: ctlKey + "#control",
 		addr: addr, regionName: ac.Region,
 		timeout: timeout, create: cfg.CreateTable, readOnly: cfg.ReadOnly, log: log}, nil
 }
@@ -438,27 +439,34 @@ func isNameChar(c byte) bool {
 
 // Read reads the lease item with a strongly consistent read.
 func (s *store) Read(ctx context.Context) (leaserow.Row, error) {
+	it, err := s.get(ctx, "read the lease item", s.key, "#term, #holder, #contract, #ttl, #epoch, #v, #at", true)
+	if err != nil || len(it) == 0 {
+		return leaserow.Row{}, cmp.Or(err, leaserow.ErrNoRow)
+	}
+	return decodeRow(it)
+}
+
+// get reads the attributes proj names of the item of key, with a
+// strongly consistent read when consistent; nil when the item or the
+// table does not exist.
+func (s *store) get(ctx context.Context, what, key, proj string, consistent bool) (map[string]types.AttributeValue, error) {
 	if err := s.prepare(ctx); err != nil {
 		if errors.Is(err, errNoTable) {
-			return leaserow.Row{}, leaserow.ErrNoRow
+			return nil, nil
 		}
-		return leaserow.Row{}, s.refusal(err)
+		return nil, s.refusal(err)
 	}
-	proj := "#term, #holder, #contract, #ttl, #epoch, #v, #at"
 	var out *dynamodb.GetItemOutput
 	err := s.call(ctx, func(ctx context.Context) error {
 		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.key),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: only(proj)})
+		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(key),
+			ConsistentRead: aws.Bool(consistent), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: only(proj)})
 		return err
 	})
 	if err != nil {
-		return leaserow.Row{}, s.classify("read the lease item", err)
+		return nil, s.classify(what, err)
 	}
-	if len(out.Item) == 0 {
-		return leaserow.Row{}, leaserow.ErrNoRow
-	}
-	return decodeRow(out.Item)
+	return out.Item, nil
 }
 
 func decodeRow(it map[string]types.AttributeValue) (leaserow.Row, error) {
@@ -616,23 +624,8 @@ func (s *store) Clear(ctx context.Context, prev leaserow.Row, next string) error
 // of a holder: its epoch counter, which every acquire advances and no
 // release removes (leaserow.Tracer).
 func (s *store) Traced(ctx context.Context) (bool, error) {
-	if err := s.prepare(ctx); err != nil {
-		if errors.Is(err, errNoTable) {
-			return false, nil
-		}
-		return false, s.refusal(err)
-	}
-	var out *dynamodb.GetItemOutput
-	err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.counter),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("#epoch"), ExpressionAttributeNames: only("#epoch")})
-		return err
-	})
-	if err != nil {
-		return false, s.classify("read the epoch counter", err)
-	}
-	return len(out.Item) > 0, nil
+	it, err := s.get(ctx, "read the epoch counter", s.counter, "#epoch", true)
+	return len(it) > 0, err
 }
 
 // PutRun writes the record of run.Slot into the lease item's runs if term
@@ -722,41 +715,21 @@ func (s *store) dropExpired(ctx context.Context, term string, item map[string]ty
 	}
 }
 
-// runs reads the lease item's run records.
-func (s *store) runs(ctx context.Context) (map[string]types.AttributeValue, error) {
-	if err := s.prepare(ctx); err != nil {
-		if errors.Is(err, errNoTable) {
-			return nil, nil
-		}
-		return nil, s.refusal(err)
-	}
-	var out *dynamodb.GetItemOutput
-	err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.key),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("#runs"), ExpressionAttributeNames: only("#runs")})
-		return err
-	})
-	if err != nil {
-		return nil, s.classify("read the runs", err)
-	}
-	m, _ := out.Item[attrRuns].(*types.AttributeValueMemberM)
-	if m == nil {
-		return nil, nil
-	}
-	return m.Value, nil
-}
-
 // ListRuns reads the key's records.
 func (s *store) ListRuns(ctx context.Context) ([]records.Entry, error) {
-	m, err := s.runs(ctx)
-	return entries(m), err
+	it, err := s.get(ctx, "read the runs", s.key, "#runs", true)
+	return entries(it, attrRuns), err
 }
 
-// entries are the records of a map attribute, by their names.
-func entries(m map[string]types.AttributeValue) []records.Entry {
+// entries are the records in the map attribute attr of item, by their
+// names.
+func entries(item map[string]types.AttributeValue, attr string) []records.Entry {
+	m, _ := item[attr].(*types.AttributeValueMemberM)
+	if m == nil {
+		return nil
+	}
 	var es []records.Entry
-	for n, v := range m {
+	for n, v := range m.Value {
 		if sv, ok := v.(*types.AttributeValueMemberS); ok {
 			es = append(es, records.Entry{Name: n, Value: []byte(sv.Value)})
 		}
@@ -838,28 +811,8 @@ func (s *store) PutTerm(ctx context.Context, term locker.Term, keep int) error {
 
 // ListTerms reads the history item with a strongly consistent read.
 func (s *store) ListTerms(ctx context.Context) ([]records.Entry, error) {
-	if err := s.prepare(ctx); err != nil {
-		if errors.Is(err, errNoTable) {
-			return nil, nil
-		}
-		return nil, s.refusal(err)
-	}
-	var out *dynamodb.GetItemOutput
-	err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.history),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("#terms"),
-			ExpressionAttributeNames: map[string]string{"#terms": attrTerms}})
-		return err
-	})
-	if err != nil {
-		return nil, s.classify("read the history", err)
-	}
-	m, _ := out.Item[attrTerms].(*types.AttributeValueMemberM)
-	if m == nil {
-		return nil, nil
-	}
-	return entries(m.Value), nil
+	it, err := s.get(ctx, "read the history", s.history, "#terms", true)
+	return entries(it, attrTerms), err
 }
 
 // throttled are the error codes of a request DynamoDB refused for its
