@@ -78,6 +78,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/leaserow"
 	"github.com/leaderrun/leaderrun/locker/records"
@@ -357,10 +358,8 @@ func (s *store) createTable(ctx context.Context) error {
 		if err != nil && errorCode(err) != "ResourceNotFoundException" {
 			return s.classify("wait for table "+s.table, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, 200*time.Millisecond) {
 			return fmt.Errorf("dynamodb: table %s not active yet: %w", s.table, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
@@ -834,10 +833,8 @@ func (s *store) call(ctx context.Context, fn func(context.Context) error) error 
 		}
 		d := wait/2 + rand.N(wait/2+1)
 		s.log.Debug("throttled; retrying", "code", errorCode(err), "in", d)
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, d) {
 			return err
-		case <-time.After(d):
 		}
 		wait = min(2*wait, time.Second)
 	}
