@@ -133,13 +133,8 @@ type API interface {
 // credentials DynamoDB refuses are configuration errors at once; an
 // endpoint it cannot reach is left to the first call, which retries.
 func New(cfg Config) (*leaserow.Locker, error) {
-	if err := locker.ValidateKey(cfg.Key); err != nil {
-		return nil, &locker.ConfigError{Field: "Key", Rule: "is not a valid key", Err: err}
-	}
-	if cfg.Prefix != "" {
-		if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
-			return nil, &locker.ConfigError{Field: "Prefix", Rule: "is not a valid prefix", Err: err}
-		}
+	if err := locker.CheckKey(cfg.Key, cfg.Prefix); err != nil {
+		return nil, err
 	}
 	st, err := newStore(cfg)
 	if err != nil {

@@ -97,13 +97,8 @@ type Config struct {
 // a server it cannot reach is left to the first call, which retries.
 // Every new connection checks again that the server is no standby.
 func New(cfg Config) (*leaserow.Locker, error) {
-	if err := locker.ValidateKey(cfg.Key); err != nil {
-		return nil, &locker.ConfigError{Field: "Key", Rule: "is not a valid key", Err: err}
-	}
-	if cfg.Prefix != "" {
-		if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
-			return nil, &locker.ConfigError{Field: "Prefix", Rule: "is not a valid prefix", Err: err}
-		}
+	if err := locker.CheckKey(cfg.Key, cfg.Prefix); err != nil {
+		return nil, err
 	}
 	st, err := newStore(cfg)
 	if err != nil {
