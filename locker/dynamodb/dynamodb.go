@@ -495,10 +495,8 @@ func getN(it map[string]types.AttributeValue, name string) string {
 
 // values are a row's values for the SET below.
 func values(r leaserow.Row) map[string]types.AttributeValue {
-	h := r.Holder
-	h.Epoch = 0
 	return map[string]types.AttributeValue{
-		":term": str(r.Term), ":holder": str(string(h.Record())), ":contract": str(r.Contract),
+		":term": str(r.Term), ":holder": str(r.StoredHolder()), ":contract": str(r.Contract),
 		":ttl": num(r.TTL.Milliseconds()), ":v": str(r.Version), ":at": str(r.RenewedAt.UTC().Format(time.RFC3339Nano)),
 	}
 }

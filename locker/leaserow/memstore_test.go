@@ -55,7 +55,7 @@ func (s memStore) Read(context.Context) (Row, error) {
 		return Row{}, ErrNoRow
 	}
 	row := *r
-	row.HolderRecord = string(holderRecord(r.Holder))
+	row.HolderRecord = r.StoredHolder()
 	return row, nil
 }
 

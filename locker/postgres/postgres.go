@@ -496,13 +496,7 @@ func (s *store) Read(ctx context.Context) (leaserow.Row, error) {
 
 // args are a row's values for the statements below: $3..$8.
 func (s *store) args(r leaserow.Row) []any {
-	holder := ""
-	if r.Term != "" {
-		h := r.Holder
-		h.Epoch = 0
-		holder = string(h.Record())
-	}
-	return []any{r.Term, holder, r.Contract, r.TTL.Milliseconds(), r.Version, r.RenewedAt}
+	return []any{r.Term, r.StoredHolder(), r.Contract, r.TTL.Milliseconds(), r.Version, r.RenewedAt}
 }
 
 // Create inserts the row with the next epoch, if the key has none.
