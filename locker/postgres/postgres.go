@@ -347,36 +347,49 @@ func (s *store) termsDDL() []string {
 	}
 }
 
-// prepareTerms makes sure the terms table exists, once, after the other
-// tables: it creates it when missing unless read-only. missing is false
-// when it does not exist and may not be created (read-only).
+// prepareTerms prepares the terms table (prepareTable).
 func (s *store) prepareTerms(ctx context.Context) (missing bool, err error) {
+	return s.prepareTable(ctx, s.terms, "history", s.termsDDL(), &s.termsReady, nil, true)
+}
+
+// prepareTable makes sure table, one of the tables prepared on their own
+// after the lease tables (terms, control), exists, once (*ready): it
+// creates it with ddl when missing unless read-only. missing is true
+// when it does not exist and was not created: read-only, or its creation
+// refused (then with the error, naming the DDL). With refused set, a
+// refusal is remembered there, and a read (!write) after it does not try
+// again: each try is an error in the server's log.
+func (s *store) prepareTable(ctx context.Context, table, what string, ddl []string, ready, refused *bool, write bool) (missing bool, err error) {
 	if err := s.prepare(ctx); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.termsReady {
+	if *ready {
 		return false, nil
 	}
 	var got *string
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, s.terms).Scan(&got); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, table).Scan(&got); err != nil {
 		return false, s.classify("read the catalog", err)
 	}
-	if got == nil {
-		if s.readOnly {
-			return true, nil
-		}
-		if err := s.create(ctx, s.termsDDL()); err != nil {
-			err = s.classify("create the history table "+s.terms, err)
-			if errors.Is(err, locker.ErrRefused) {
-				err = fmt.Errorf("%w (a DBA can run examples/postgres.sql)", err)
+	switch {
+	case got != nil:
+	case s.readOnly, refused != nil && *refused && !write:
+		return true, nil
+	default:
+		if err := s.create(ctx, ddl); err != nil {
+			err = s.classify("create the "+what+" table "+table, err)
+			if !errors.Is(err, locker.ErrRefused) {
+				return false, err
 			}
-			return false, err
+			if refused != nil {
+				*refused = true
+			}
+			return true, fmt.Errorf("%w (a DBA can run examples/postgres.sql)", err)
 		}
-		s.log.Info("created the history table", "table", s.terms)
+		s.log.Info("created the "+what+" table", "table", table)
 	}
-	s.termsReady = true
+	*ready = true
 	return false, nil
 }
 
