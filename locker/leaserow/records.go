@@ -102,14 +102,16 @@ func (r rowRecords) Get(ctx context.Context, kind records.Kind, name string) ([]
 // whose answer was lost may have happened: the caller's next write at the
 // same version then conflicts, and it reads again.
 func (r rowRecords) Swap(ctx context.Context, _ records.Kind, _, prev string, value []byte) (string, error) {
+	what := fmt.Sprintf("%s: control record of key %q", r.l.name, locker.ControlKey(r.l.opts.Key))
 	n, ok := ParseControlVersion(prev)
-	if ok {
-		err := r.WriteControl(ctx, n, value)
-		if !errors.Is(err, ErrConflict) {
-			return strconv.FormatUint(n+1, 10), err
-		}
-	} // else no record of this store ever had that version
-	return "", fmt.Errorf("%s: control record of key %q: %w", r.l.name, locker.ControlKey(r.l.opts.Key), locker.ErrConflict)
+	if !ok { // no record of this store ever had that version
+		return "", fmt.Errorf("%s: version %q: %w", what, prev, locker.ErrConflict)
+	}
+	err := r.WriteControl(ctx, n, value)
+	if errors.Is(err, ErrConflict) {
+		return "", fmt.Errorf("%s: %w", what, locker.ErrConflict)
+	}
+	return strconv.FormatUint(n+1, 10), err
 }
 
 func (r rowRecords) List(ctx context.Context, kind records.Kind, _ bool) ([]records.Entry, error) {
