@@ -69,11 +69,12 @@ type Locker struct {
 }
 
 var (
-	_ locker.Locker   = (*Locker)(nil)
-	_ locker.RunLog   = (*Locker)(nil)
-	_ locker.History  = (*Locker)(nil)
-	_ locker.Controls = (*Locker)(nil)
-	_ locker.Targeter = (*Locker)(nil)
+	_ locker.Locker         = (*Locker)(nil)
+	_ locker.RunLog         = (*Locker)(nil)
+	_ locker.History        = (*Locker)(nil)
+	_ locker.Controls       = (*Locker)(nil)
+	_ locker.Targeter       = (*Locker)(nil)
+	_ locker.HolderVersions = (*Locker)(nil)
 )
 
 // New builds a Locker on cfg.Store. It makes no call to the store.
@@ -333,24 +334,31 @@ func (l *Locker) withdraw(term, version string) {
 // Leader reads the row's holder. A free row, or none, is ErrNoLeader. How
 // long the holder has left is not known: only its own clock tells.
 func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
+	h, _, err := l.holder(ctx, true)
+	return h, err
+}
+
+// holder reads the row's holder, with its epoch, and the row. A release
+// leaves the row: no row is a key never used, unless traced is set and
+// the store shows a trace of a holder (a row deleted by hand).
+func (l *Locker) holder(ctx context.Context, traced bool) (locker.Holder, Row, error) {
 	cur, exists, err := l.read(ctx)
-	if err != nil {
-		return locker.Holder{}, err
-	}
-	if !exists {
-		// A release leaves the row: no row is a key never used, unless
-		// the store shows a trace of a holder (a row deleted by hand).
-		if traced, err := l.traced(ctx); err != nil || traced {
-			return locker.Holder{}, fmt.Errorf("%s: %w for key %q: its lease row was deleted (by hand?)", l.name, locker.ErrNoLeader, l.opts.Key)
+	switch {
+	case err != nil:
+		return locker.Holder{}, cur, err
+	case !exists && traced:
+		if t, err := l.traced(ctx); err != nil || t {
+			return locker.Holder{}, cur, fmt.Errorf("%s: %w for key %q: its lease row was deleted (by hand?)", l.name, locker.ErrNoLeader, l.opts.Key)
 		}
-		return locker.Holder{}, l.neverUsed()
-	}
-	if cur.Term == "" {
-		return locker.Holder{}, fmt.Errorf("%s: %w for key %q", l.name, locker.ErrNoLeader, l.opts.Key)
+		fallthrough
+	case !exists:
+		return locker.Holder{}, cur, l.neverUsed()
+	case cur.Term == "":
+		return locker.Holder{}, cur, fmt.Errorf("%s: %w for key %q", l.name, locker.ErrNoLeader, l.opts.Key)
 	}
 	h := cur.Holder
 	h.Epoch = cur.Epoch
-	return h, nil
+	return h, cur, nil
 }
 
 // neverUsed is Leader's answer for a key without a row: where the store
@@ -408,3 +416,17 @@ func (l *Locker) clear(ctx context.Context, term string, last Row, known bool) e
 
 // ID is the candidate's id (Options.ID).
 func (l *Locker) ID() string { return l.opts.ID }
+
+// HolderVersion reads the row's holder as Leader does, with the row's
+// version and the TTL its holder declared (locker.HolderVersions).
+func (l *Locker) HolderVersion(ctx context.Context) (locker.Holder, string, time.Duration, error) {
+	h, cur, err := l.holder(ctx, false)
+	if err != nil {
+		return locker.Holder{}, "", 0, err
+	}
+	var ttl time.Duration
+	if cur.Contract == observe.Contract {
+		ttl = cur.TTL
+	}
+	return h, cur.Version, ttl, nil
+}
