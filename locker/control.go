@@ -116,13 +116,7 @@ func ControlKey(name string) string {
 }
 
 // Record encodes the control record as the value stored on the backend.
-func (c Control) Record() []byte {
-	b, err := json.Marshal(c)
-	if err != nil {
-		panic(fmt.Sprintf("encode control record: %v", err)) // plain data
-	}
-	return b
-}
+func (c Control) Record() []byte { return Encode(c, "control record") }
 
 // ParseControl decodes a value written by Record, with the backend's
 // version of it. An empty value is an empty record.

@@ -79,13 +79,7 @@ type History interface {
 }
 
 // Record encodes the term as the value stored on the backend.
-func (t Term) Record() []byte {
-	b, err := json.Marshal(t)
-	if err != nil {
-		panic(fmt.Sprintf("encode term record: %v", err)) // plain data
-	}
-	return b
-}
+func (t Term) Record() []byte { return Encode(t, "term record") }
 
 // ParseTerm decodes a value written by Record.
 func ParseTerm(value []byte) (Term, error) {

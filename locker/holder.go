@@ -28,11 +28,15 @@ func NewHolder(opts Options) Holder {
 }
 
 // Record encodes the holder as the value stored on the backend.
-func (h Holder) Record() []byte {
-	b, err := json.Marshal(h)
+func (h Holder) Record() []byte { return Encode(h, "holder record") }
+
+// Encode is v's JSON, the form of every record leaderrun stores. v is
+// plain data (strings, numbers, times), which cannot fail to marshal:
+// what names the record in the panic that would say otherwise.
+func Encode(v any, what string) []byte {
+	b, err := json.Marshal(v)
 	if err != nil {
-		// A struct of strings, ints and a time cannot fail to marshal.
-		panic(fmt.Sprintf("encode holder record: %v", err))
+		panic(fmt.Sprintf("encode %s: %v", what, err))
 	}
 	return b
 }

@@ -265,3 +265,16 @@ func ValidateUserKey(key string) error {
 func ValidatePrefix(prefix string) error {
 	return ValidateUserKey(prefix)
 }
+
+// CheckKey is the ConfigError (Field "Key" or "Prefix") of a key
+// (ValidateKey) or a prefix, when one is given (ValidatePrefix), that is
+// not valid; nil when both are.
+func CheckKey(key, prefix string) error {
+	if err := ValidateKey(key); err != nil {
+		return &ConfigError{Field: "Key", Rule: "is not a valid key", Err: err}
+	}
+	if err := ValidatePrefix(prefix); prefix != "" && err != nil {
+		return &ConfigError{Field: "Prefix", Rule: "is not a valid prefix", Err: err}
+	}
+	return nil
+}

@@ -100,13 +100,7 @@ func NewRun(opts Options, slot, outcome string, epoch uint64, keep time.Duration
 func (r Run) Live(now time.Time) bool { return now.Before(r.Expires) }
 
 // Record encodes the run as the value stored on the backend.
-func (r Run) Record() []byte {
-	b, err := json.Marshal(r)
-	if err != nil {
-		panic(fmt.Sprintf("encode run record: %v", err)) // plain data
-	}
-	return b
-}
+func (r Run) Record() []byte { return Encode(r, "run record") }
 
 // ParseRun decodes a value written by Record.
 func ParseRun(value []byte) (Run, error) {

@@ -241,13 +241,8 @@ func New(cfg Config) (*Locker, error) {
 
 // validate checks the rules of DESIGN §1.5 and §1.10 that belong to Consul.
 func validate(cfg Config) error {
-	if err := locker.ValidateKey(cfg.Key); err != nil {
-		return configError("Key", "is not a valid key", err)
-	}
-	if cfg.Prefix != "" {
-		if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
-			return configError("Prefix", "is not a valid prefix", err)
-		}
+	if err := locker.CheckKey(cfg.Key, cfg.Prefix); err != nil {
+		return err
 	}
 	if cfg.TTL < MinTTL || cfg.TTL > MaxTTL {
 		return configError("TTL", fmt.Sprintf("must be between %v and %v on Consul (its session TTL limits), got %v",

@@ -2,7 +2,6 @@ package consul
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -64,14 +63,7 @@ type record struct {
 }
 
 // encode renders the record as the key's value.
-func (r record) encode() []byte {
-	b, err := json.Marshal(r)
-	if err != nil {
-		// Strings, integers and a time cannot fail to marshal.
-		panic(fmt.Sprintf("encode holder record: %v", err))
-	}
-	return b
-}
+func (r record) encode() []byte { return locker.Encode(r, "holder record") }
 
 // newRecord is this candidate's record as written by its acquire.
 func (l *Locker) newRecord() record {

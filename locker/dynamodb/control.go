@@ -1,13 +1,12 @@
 package dynamodb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/leaderrun/leaderrun/locker"
@@ -16,31 +15,22 @@ import (
 
 // ReadControl reads the control item with a strongly consistent GetItem.
 func (s *store) ReadControl(ctx context.Context) ([]byte, uint64, error) {
-	if err := s.prepare(ctx); err != nil {
-		if errors.Is(err, errNoTable) {
-			return nil, 0, leaserow.ErrNoRow
-		}
-		return nil, 0, s.refusal(err)
+	v, it, err := s.control(ctx, "#rec, #v", true)
+	return []byte(getS(it, attrRecord)), v, err
+}
+
+// control reads the attributes proj names of the control item, and its
+// version; leaserow.ErrNoRow when there is none.
+func (s *store) control(ctx context.Context, proj string, consistent bool) (uint64, map[string]types.AttributeValue, error) {
+	it, err := s.get(ctx, "read the control item", s.controlKey, proj, consistent)
+	if err != nil || len(it) == 0 {
+		return 0, nil, cmp.Or(err, leaserow.ErrNoRow)
 	}
-	proj := "#rec, #v"
-	var out *dynamodb.GetItemOutput
-	err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.control),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: only(proj)})
-		return err
-	})
-	if err != nil {
-		return nil, 0, s.classify("read the control item", err)
-	}
-	if len(out.Item) == 0 {
-		return nil, 0, leaserow.ErrNoRow
-	}
-	v, err := strconv.ParseUint(getN(out.Item, attrVersion), 10, 64)
+	v, err := strconv.ParseUint(getN(it, attrVersion), 10, 64)
 	if err != nil || v == 0 {
-		return nil, 0, fmt.Errorf("dynamodb: %w: the control item %s has no positive version", locker.ErrRefused, s.control)
+		return 0, nil, fmt.Errorf("dynamodb: %w: the control item %s has no positive version", locker.ErrRefused, s.controlKey)
 	}
-	return []byte(getS(out.Item, attrRecord)), v, nil
+	return v, it, nil
 }
 
 // WriteControl sets the control item's record and version prev+1 in one
@@ -59,7 +49,7 @@ func (s *store) WriteControl(ctx context.Context, prev uint64, value []byte) err
 		cond = "#v = :prev"
 		vals[":prev"] = num(int64(prev))
 	}
-	return s.updateItem(ctx, s.control, "write the control item", "SET #rec = :rec, #v = :next", cond, vals)
+	return s.updateItem(ctx, s.controlKey, "write the control item", "SET #rec = :rec, #v = :next", cond, vals)
 }
 
 // ProbeControl reads the control item's version with an eventually
@@ -69,29 +59,6 @@ func (s *store) WriteControl(ctx context.Context, prev uint64, value []byte) err
 // step-down by the replication lag, or one strong read more, never a
 // wrong answer: the record WaitControl returns comes from ReadControl.
 func (s *store) ProbeControl(ctx context.Context) (uint64, error) {
-	if err := s.prepare(ctx); err != nil {
-		if errors.Is(err, errNoTable) {
-			return 0, leaserow.ErrNoRow
-		}
-		return 0, s.refusal(err)
-	}
-	proj := "#v"
-	var out *dynamodb.GetItemOutput
-	err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.control),
-			ConsistentRead: aws.Bool(false), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: only(proj)})
-		return err
-	})
-	if err != nil {
-		return 0, s.classify("read the control item", err)
-	}
-	if len(out.Item) == 0 {
-		return 0, leaserow.ErrNoRow
-	}
-	v, err := strconv.ParseUint(getN(out.Item, attrVersion), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("dynamodb: %w: the control item %s has no version", locker.ErrRefused, s.control)
-	}
-	return v, nil
+	v, _, err := s.control(ctx, "#v", false)
+	return v, err
 }

@@ -57,6 +57,7 @@
 package dynamodb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,8 +78,10 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/leaserow"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // Defaults of Config.
@@ -130,13 +133,8 @@ type API interface {
 // credentials DynamoDB refuses are configuration errors at once; an
 // endpoint it cannot reach is left to the first call, which retries.
 func New(cfg Config) (*leaserow.Locker, error) {
-	if err := locker.ValidateKey(cfg.Key); err != nil {
-		return nil, &locker.ConfigError{Field: "Key", Rule: "is not a valid key", Err: err}
-	}
-	if cfg.Prefix != "" {
-		if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
-			return nil, &locker.ConfigError{Field: "Prefix", Rule: "is not a valid prefix", Err: err}
-		}
+	if err := locker.CheckKey(cfg.Key, cfg.Prefix); err != nil {
+		return nil, err
 	}
 	st, err := newStore(cfg)
 	if err != nil {
@@ -151,13 +149,13 @@ func New(cfg Config) (*leaserow.Locker, error) {
 
 // store is one key's items in the table. It implements leaserow.Store.
 type store struct {
-	api     API
-	table   string
-	key     string // the lease item's key
-	counter string // the epoch counter's key
-	history string // the history item's key
-	control string // the control item's key
-	addr    string
+	api        API
+	table      string
+	key        string // the lease item's key
+	counter    string // the epoch counter's key
+	history    string // the history item's key
+	controlKey string // the control item's key
+	addr       string
 	// regionName is the region, for error lines.
 	regionName string
 	timeout    time.Duration
@@ -233,7 +231,7 @@ func newStore(cfg Config) (*store, error) {
 	if cfg.Prefix != "" {
 		ctlKey = cfg.Prefix + "/" + ctlKey
 	}
-	return &store{api: api, table: cfg.Table, key: key, counter: key + "#epoch", history: key + "#history", control: ctlKey + "#control",
+	return &store{api: api, table: cfg.Table, key: key, counter: key + "#epoch", history: key + "#history", controlKey: ctlKey + "#control",
 		addr: addr, regionName: ac.Region,
 		timeout: timeout, create: cfg.CreateTable, readOnly: cfg.ReadOnly, log: log}, nil
 }
@@ -355,10 +353,8 @@ func (s *store) createTable(ctx context.Context) error {
 		if err != nil && errorCode(err) != "ResourceNotFoundException" {
 			return s.classify("wait for table "+s.table, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, 200*time.Millisecond) {
 			return fmt.Errorf("dynamodb: table %s not active yet: %w", s.table, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
@@ -437,27 +433,34 @@ func isNameChar(c byte) bool {
 
 // Read reads the lease item with a strongly consistent read.
 func (s *store) Read(ctx context.Context) (leaserow.Row, error) {
+	it, err := s.get(ctx, "read the lease item", s.key, "#term, #holder, #contract, #ttl, #epoch, #v, #at", true)
+	if err != nil || len(it) == 0 {
+		return leaserow.Row{}, cmp.Or(err, leaserow.ErrNoRow)
+	}
+	return decodeRow(it)
+}
+
+// get reads the attributes proj names of the item of key, with a
+// strongly consistent read when consistent; nil when the item or the
+// table does not exist.
+func (s *store) get(ctx context.Context, what, key, proj string, consistent bool) (map[string]types.AttributeValue, error) {
 	if err := s.prepare(ctx); err != nil {
 		if errors.Is(err, errNoTable) {
-			return leaserow.Row{}, leaserow.ErrNoRow
+			return nil, nil
 		}
-		return leaserow.Row{}, s.refusal(err)
+		return nil, s.refusal(err)
 	}
-	proj := "#term, #holder, #contract, #ttl, #epoch, #v, #at"
 	var out *dynamodb.GetItemOutput
 	err := s.call(ctx, func(ctx context.Context) error {
 		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.key),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: only(proj)})
+		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(key),
+			ConsistentRead: aws.Bool(consistent), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: only(proj)})
 		return err
 	})
 	if err != nil {
-		return leaserow.Row{}, s.classify("read the lease item", err)
+		return nil, s.classify(what, err)
 	}
-	if len(out.Item) == 0 {
-		return leaserow.Row{}, leaserow.ErrNoRow
-	}
-	return decodeRow(out.Item)
+	return out.Item, nil
 }
 
 func decodeRow(it map[string]types.AttributeValue) (leaserow.Row, error) {
@@ -492,10 +495,8 @@ func getN(it map[string]types.AttributeValue, name string) string {
 
 // values are a row's values for the SET below.
 func values(r leaserow.Row) map[string]types.AttributeValue {
-	h := r.Holder
-	h.Epoch = 0
 	return map[string]types.AttributeValue{
-		":term": str(r.Term), ":holder": str(string(h.Record())), ":contract": str(r.Contract),
+		":term": str(r.Term), ":holder": str(r.StoredHolder()), ":contract": str(r.Contract),
 		":ttl": num(r.TTL.Milliseconds()), ":v": str(r.Version), ":at": str(r.RenewedAt.UTC().Format(time.RFC3339Nano)),
 	}
 }
@@ -615,23 +616,8 @@ func (s *store) Clear(ctx context.Context, prev leaserow.Row, next string) error
 // of a holder: its epoch counter, which every acquire advances and no
 // release removes (leaserow.Tracer).
 func (s *store) Traced(ctx context.Context) (bool, error) {
-	if err := s.prepare(ctx); err != nil {
-		if errors.Is(err, errNoTable) {
-			return false, nil
-		}
-		return false, s.refusal(err)
-	}
-	var out *dynamodb.GetItemOutput
-	err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.counter),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("#epoch"), ExpressionAttributeNames: only("#epoch")})
-		return err
-	})
-	if err != nil {
-		return false, s.classify("read the epoch counter", err)
-	}
-	return len(out.Item) > 0, nil
+	it, err := s.get(ctx, "read the epoch counter", s.counter, "#epoch", true)
+	return len(it) > 0, err
 }
 
 // PutRun writes the record of run.Slot into the lease item's runs if term
@@ -721,63 +707,26 @@ func (s *store) dropExpired(ctx context.Context, term string, item map[string]ty
 	}
 }
 
-// runs reads the lease item's run records (the one of slot, or all).
-func (s *store) runs(ctx context.Context, slot string) (map[string]types.AttributeValue, error) {
-	if err := s.prepare(ctx); err != nil {
-		if errors.Is(err, errNoTable) {
-			return nil, nil
-		}
-		return nil, s.refusal(err)
-	}
-	proj, n := "#runs", map[string]string{"#runs": attrRuns}
-	if slot != "" {
-		proj, n["#slot"] = "#runs.#slot", slot
-	}
-	var out *dynamodb.GetItemOutput
-	err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.key),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String(proj), ExpressionAttributeNames: n})
-		return err
-	})
-	if err != nil {
-		return nil, s.classify("read the runs", err)
-	}
-	m, _ := out.Item[attrRuns].(*types.AttributeValueMemberM)
-	if m == nil {
-		return nil, nil
-	}
-	return m.Value, nil
-}
-
-// GetRun reads the record of slot.
-func (s *store) GetRun(ctx context.Context, slot string) (locker.Run, error) {
-	m, err := s.runs(ctx, slot)
-	if err != nil {
-		return locker.Run{}, err
-	}
-	v, ok := m[slot].(*types.AttributeValueMemberS)
-	if !ok {
-		return locker.Run{}, fmt.Errorf("dynamodb: slot %s: %w", slot, locker.ErrNoRun)
-	}
-	return locker.ParseRun([]byte(v.Value))
-}
-
 // ListRuns reads the key's records.
-func (s *store) ListRuns(ctx context.Context) ([]locker.Run, error) {
-	m, err := s.runs(ctx, "")
-	if err != nil {
-		return nil, err
+func (s *store) ListRuns(ctx context.Context) ([]records.Entry, error) {
+	it, err := s.get(ctx, "read the runs", s.key, "#runs", true)
+	return entries(it, attrRuns), err
+}
+
+// entries are the records in the map attribute attr of item, by their
+// names.
+func entries(item map[string]types.AttributeValue, attr string) []records.Entry {
+	m, _ := item[attr].(*types.AttributeValueMemberM)
+	if m == nil {
+		return nil
 	}
-	var runs []locker.Run
-	for _, v := range m {
+	var es []records.Entry
+	for n, v := range m.Value {
 		if sv, ok := v.(*types.AttributeValueMemberS); ok {
-			if r, err := locker.ParseRun([]byte(sv.Value)); err == nil {
-				runs = append(runs, r)
-			}
+			es = append(es, records.Entry{Name: n, Value: []byte(sv.Value)})
 		}
 	}
-	return runs, nil
+	return es
 }
 
 // PutTerm sets the record of term.Epoch in the history item (creating
@@ -853,39 +802,9 @@ func (s *store) PutTerm(ctx context.Context, term locker.Term, keep int) error {
 }
 
 // ListTerms reads the history item with a strongly consistent read.
-func (s *store) ListTerms(ctx context.Context, limit int) ([]locker.Term, error) {
-	if err := s.prepare(ctx); err != nil {
-		if errors.Is(err, errNoTable) {
-			return nil, nil
-		}
-		return nil, s.refusal(err)
-	}
-	var out *dynamodb.GetItemOutput
-	err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: keyOf(s.history),
-			ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String("#terms"),
-			ExpressionAttributeNames: map[string]string{"#terms": attrTerms}})
-		return err
-	})
-	if err != nil {
-		return nil, s.classify("read the history", err)
-	}
-	terms := []locker.Term{}
-	m, _ := out.Item[attrTerms].(*types.AttributeValueMemberM)
-	if m == nil {
-		return terms, nil
-	}
-	for n, v := range m.Value {
-		sv, ok := v.(*types.AttributeValueMemberS)
-		if !ok {
-			continue
-		}
-		if t, err := locker.ParseTerm([]byte(sv.Value)); err == nil && locker.TermName(t.Epoch) == n {
-			terms = append(terms, t)
-		}
-	}
-	return locker.NewestTerms(terms, limit), nil
+func (s *store) ListTerms(ctx context.Context) ([]records.Entry, error) {
+	it, err := s.get(ctx, "read the history", s.history, "#terms", true)
+	return entries(it, attrTerms), err
 }
 
 // throttled are the error codes of a request DynamoDB refused for its
@@ -907,10 +826,8 @@ func (s *store) call(ctx context.Context, fn func(context.Context) error) error 
 		}
 		d := wait/2 + rand.N(wait/2+1)
 		s.log.Debug("throttled; retrying", "code", errorCode(err), "in", d)
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, d) {
 			return err
-		case <-time.After(d):
 		}
 		wait = min(2*wait, time.Second)
 	}

@@ -108,13 +108,18 @@ func (s *lease) check(cur Row, exists bool) string {
 // what its renewals are conditioned on.
 func sameOwned(a, b Row) bool {
 	return a.Term == b.Term && a.Contract == b.Contract && a.TTL == b.TTL && a.Epoch == b.Epoch &&
-		a.Version == b.Version && string(holderRecord(a.Holder)) == string(holderRecord(b.Holder))
+		a.Version == b.Version && a.StoredHolder() == b.StoredHolder()
 }
 
-// holderRecord is h's record without the epoch, which the row keeps apart.
-func holderRecord(h locker.Holder) []byte {
+// StoredHolder is the holder as a store keeps it: its record without the
+// epoch, which the row keeps apart; empty for a free row.
+func (r Row) StoredHolder() string {
+	if r.Term == "" {
+		return ""
+	}
+	h := r.Holder
 	h.Epoch = 0
-	return h.Record()
+	return string(h.Record())
 }
 
 func (s *lease) markLost(reason string) {

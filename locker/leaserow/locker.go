@@ -15,6 +15,7 @@ import (
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/observe"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // Config configures a Locker.
@@ -44,8 +45,9 @@ type Config struct {
 	// Now, when set, replaces Clock's Now for the standby's watch alone
 	// (tests of a standby whose clock runs fast or slow).
 	Now func() time.Time
-	// ControlPoll is the pace of WaitControl's reads where the store has
-	// no notice of writes, and of its retries; 0: locker.ControlPoll.
+	// ControlPoll is the pace of WaitControl's reads (or probes) where
+	// the store has no notice of writes; 0: locker.ControlPoll. Retries
+	// after a failure are paced by the records core (records.WaitRetryMin).
 	ControlPoll time.Duration
 }
 
@@ -62,14 +64,17 @@ type Locker struct {
 	clock   clock.Clock
 	now     func() time.Time // the standby's watch
 	ctlPoll time.Duration    // WaitControl's pace (Config.ControlPoll)
+
+	*records.Core // the key's records, on the Store (records.go)
 }
 
 var (
-	_ locker.Locker   = (*Locker)(nil)
-	_ locker.RunLog   = (*Locker)(nil)
-	_ locker.History  = (*Locker)(nil)
-	_ locker.Controls = (*Locker)(nil)
-	_ locker.Targeter = (*Locker)(nil)
+	_ locker.Locker         = (*Locker)(nil)
+	_ locker.RunLog         = (*Locker)(nil)
+	_ locker.History        = (*Locker)(nil)
+	_ locker.Controls       = (*Locker)(nil)
+	_ locker.Targeter       = (*Locker)(nil)
+	_ locker.HolderVersions = (*Locker)(nil)
 )
 
 // New builds a Locker on cfg.Store. It makes no call to the store.
@@ -104,6 +109,8 @@ func New(cfg Config) (*Locker, error) {
 	if l.log == nil {
 		l.log = hclog.NewNullLogger()
 	}
+	l.Core = records.New(records.Config{Store: rowRecords{l, cfg.Store}, Name: l.name, Key: l.opts.Key,
+		Timeout: l.timeout, Log: l.log, Clock: sleeper{l.clock}})
 	return l, nil
 }
 
@@ -327,24 +334,31 @@ func (l *Locker) withdraw(term, version string) {
 // Leader reads the row's holder. A free row, or none, is ErrNoLeader. How
 // long the holder has left is not known: only its own clock tells.
 func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
+	h, _, err := l.holder(ctx, true)
+	return h, err
+}
+
+// holder reads the row's holder, with its epoch, and the row. A release
+// leaves the row: no row is a key never used, unless traced is set and
+// the store shows a trace of a holder (a row deleted by hand).
+func (l *Locker) holder(ctx context.Context, traced bool) (locker.Holder, Row, error) {
 	cur, exists, err := l.read(ctx)
-	if err != nil {
-		return locker.Holder{}, err
-	}
-	if !exists {
-		// A release leaves the row: no row is a key never used, unless
-		// the store shows a trace of a holder (a row deleted by hand).
-		if traced, err := l.traced(ctx); err != nil || traced {
-			return locker.Holder{}, fmt.Errorf("%s: %w for key %q: its lease row was deleted (by hand?)", l.name, locker.ErrNoLeader, l.opts.Key)
+	switch {
+	case err != nil:
+		return locker.Holder{}, cur, err
+	case !exists && traced:
+		if t, err := l.traced(ctx); err != nil || t {
+			return locker.Holder{}, cur, fmt.Errorf("%s: %w for key %q: its lease row was deleted (by hand?)", l.name, locker.ErrNoLeader, l.opts.Key)
 		}
-		return locker.Holder{}, l.neverUsed()
-	}
-	if cur.Term == "" {
-		return locker.Holder{}, fmt.Errorf("%s: %w for key %q", l.name, locker.ErrNoLeader, l.opts.Key)
+		fallthrough
+	case !exists:
+		return locker.Holder{}, cur, l.neverUsed()
+	case cur.Term == "":
+		return locker.Holder{}, cur, fmt.Errorf("%s: %w for key %q", l.name, locker.ErrNoLeader, l.opts.Key)
 	}
 	h := cur.Holder
 	h.Epoch = cur.Epoch
-	return h, nil
+	return h, cur, nil
 }
 
 // neverUsed is Leader's answer for a key without a row: where the store
@@ -400,69 +414,19 @@ func (l *Locker) clear(ctx context.Context, term string, last Row, known bool) e
 	return fmt.Errorf("%s: release of key %q: conflicting writes kept coming", l.name, l.opts.Key)
 }
 
-// RecordRun writes run if lease still holds the row, checked in the same
-// write; ErrLost otherwise.
-func (l *Locker) RecordRun(ctx context.Context, held locker.Lease, run locker.Run) error {
-	ls, ok := held.(*lease)
-	if !ok || ls.l != l {
-		return fmt.Errorf("%s: record run: not a lease of this locker", l.name)
-	}
-	select {
-	case <-ls.Lost():
-		return fmt.Errorf("%s: record run of slot %s: %w: %s", l.name, run.Slot, locker.ErrLost, ls.LostReason())
-	default:
-	}
-	err := l.store.PutRun(ctx, ls.term, run)
-	if errors.Is(err, ErrConflict) {
-		return fmt.Errorf("%s: record run of slot %s: %w: the lease row is no longer ours", l.name, run.Slot, locker.ErrLost)
-	}
-	return err
-}
-
-// LookupRun reads the record of slot; ErrNoRun when none is live.
-func (l *Locker) LookupRun(ctx context.Context, slot string) (locker.Run, error) {
-	r, err := l.store.GetRun(ctx, slot)
-	if err != nil {
-		return locker.Run{}, err
-	}
-	if !r.Live(time.Now()) {
-		return locker.Run{}, fmt.Errorf("%s: slot %s: %w", l.name, slot, locker.ErrNoRun)
-	}
-	return r, nil
-}
-
-// LatestRun is the live record with the latest At.
-func (l *Locker) LatestRun(ctx context.Context) (locker.Run, error) {
-	runs, err := l.store.ListRuns(ctx)
-	if err != nil {
-		return locker.Run{}, err
-	}
-	return locker.LatestOf(runs, time.Now())
-}
-
-// RecordTerm writes the term's history record and prunes the key's
-// history to keep (locker.DefaultHistoryKeep when keep <= 0).
-func (l *Locker) RecordTerm(ctx context.Context, term locker.Term, keep int) error {
-	if term.Epoch == 0 {
-		return fmt.Errorf("%s: record term: epoch 0", l.name)
-	}
-	if keep <= 0 {
-		keep = locker.DefaultHistoryKeep
-	}
-	return l.store.PutTerm(ctx, term, keep)
-}
-
-// Terms reads the key's history, newest first.
-func (l *Locker) Terms(ctx context.Context, limit int) ([]locker.Term, error) {
-	terms, err := l.store.ListTerms(ctx, limit)
-	if err != nil {
-		return nil, err
-	}
-	if terms == nil {
-		terms = []locker.Term{}
-	}
-	return locker.NewestTerms(terms, limit), nil
-}
-
 // ID is the candidate's id (Options.ID).
 func (l *Locker) ID() string { return l.opts.ID }
+
+// HolderVersion reads the row's holder as Leader does, with the row's
+// version and the TTL its holder declared (locker.HolderVersions).
+func (l *Locker) HolderVersion(ctx context.Context) (locker.Holder, string, time.Duration, error) {
+	h, cur, err := l.holder(ctx, false)
+	if err != nil {
+		return locker.Holder{}, "", 0, err
+	}
+	var ttl time.Duration
+	if cur.Contract == observe.Contract {
+		ttl = cur.TTL
+	}
+	return h, cur.Version, ttl, nil
+}

@@ -3,11 +3,12 @@ package leaserow
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // memDB is an in-memory store shared by several candidates' memStores, for
@@ -16,8 +17,8 @@ import (
 type memDB struct {
 	mu    sync.Mutex
 	rows  map[string]*Row
-	runs  map[string]map[string]locker.Run
-	terms map[string]map[uint64]locker.Term
+	runs  map[string]map[string][]byte
+	terms map[string]map[string][]byte
 	// controls are the control records by locker.ControlKey.
 	controls map[string]memControl
 	counter  uint64
@@ -36,8 +37,8 @@ type memDB struct {
 }
 
 func newMemDB() *memDB {
-	return &memDB{rows: map[string]*Row{}, runs: map[string]map[string]locker.Run{},
-		terms: map[string]map[uint64]locker.Term{}, controls: map[string]memControl{}, held: map[string]bool{}}
+	return &memDB{rows: map[string]*Row{}, runs: map[string]map[string][]byte{},
+		terms: map[string]map[string][]byte{}, controls: map[string]memControl{}, held: map[string]bool{}}
 }
 
 // memStore is one candidate's view of key in db.
@@ -54,7 +55,7 @@ func (s memStore) Read(context.Context) (Row, error) {
 		return Row{}, ErrNoRow
 	}
 	row := *r
-	row.HolderRecord = string(holderRecord(r.Holder))
+	row.HolderRecord = r.StoredHolder()
 	return row, nil
 }
 
@@ -150,28 +151,18 @@ func (s memStore) PutRun(_ context.Context, term string, run locker.Run) error {
 		return ErrConflict
 	}
 	if s.db.runs[s.key] == nil {
-		s.db.runs[s.key] = map[string]locker.Run{}
+		s.db.runs[s.key] = map[string][]byte{}
 	}
-	s.db.runs[s.key][run.Slot] = run
+	s.db.runs[s.key][run.Slot] = run.Record()
 	return nil
 }
 
-func (s memStore) GetRun(_ context.Context, slot string) (locker.Run, error) {
+func (s memStore) ListRuns(context.Context) ([]records.Entry, error) {
 	s.db.mu.Lock()
 	defer s.db.mu.Unlock()
-	r, ok := s.db.runs[s.key][slot]
-	if !ok {
-		return locker.Run{}, fmt.Errorf("slot %s: %w", slot, locker.ErrNoRun)
-	}
-	return r, nil
-}
-
-func (s memStore) ListRuns(context.Context) ([]locker.Run, error) {
-	s.db.mu.Lock()
-	defer s.db.mu.Unlock()
-	var runs []locker.Run
-	for _, r := range s.db.runs[s.key] {
-		runs = append(runs, r)
+	var runs []records.Entry
+	for slot, v := range s.db.runs[s.key] {
+		runs = append(runs, records.Entry{Name: slot, Value: v})
 	}
 	return runs, nil
 }
@@ -180,28 +171,29 @@ func (s memStore) PutTerm(_ context.Context, term locker.Term, keep int) error {
 	s.db.mu.Lock()
 	defer s.db.mu.Unlock()
 	if s.db.terms[s.key] == nil {
-		s.db.terms[s.key] = map[uint64]locker.Term{}
+		s.db.terms[s.key] = map[string][]byte{}
 	}
 	m := s.db.terms[s.key]
-	m[term.Epoch] = term
+	m[locker.TermName(term.Epoch)] = term.Record()
 	var all []locker.Term
-	for _, t := range m {
-		all = append(all, t)
+	for n := range m {
+		e, _ := strconv.ParseUint(n, 10, 64)
+		all = append(all, locker.Term{Epoch: e})
 	}
 	for _, e := range locker.Pruned(all, keep) {
-		delete(m, e)
+		delete(m, locker.TermName(e))
 	}
 	return nil
 }
 
-func (s memStore) ListTerms(_ context.Context, limit int) ([]locker.Term, error) {
+func (s memStore) ListTerms(context.Context) ([]records.Entry, error) {
 	s.db.mu.Lock()
 	defer s.db.mu.Unlock()
-	var all []locker.Term
-	for _, t := range s.db.terms[s.key] {
-		all = append(all, t)
+	var all []records.Entry
+	for n, v := range s.db.terms[s.key] {
+		all = append(all, records.Entry{Name: n, Value: v})
 	}
-	return locker.NewestTerms(all, limit), nil
+	return all, nil
 }
 
 type memControl struct {

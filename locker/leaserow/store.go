@@ -62,6 +62,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // Sentinel errors a Store returns (wrapped or not); the core compares with
@@ -158,18 +159,13 @@ type Store interface {
 	// PutRun writes run as the record of run.Slot for the key, replacing
 	// any older record of the slot, if the key's lease row is held by term
 	// (checked in the same write, so that no takeover comes between). It
-	// may drop records of the key that expired. The record must survive a
+	// drops records of the key that expired. The record must survive a
 	// restart of the store.
 	PutRun(ctx context.Context, term string, run locker.Run) error
 
-	// GetRun reads the record of slot with a strongly consistent read, or
-	// an error wrapping locker.ErrNoRun. It may return an expired record:
-	// the core checks Live.
-	GetRun(ctx context.Context, slot string) (locker.Run, error)
-
-	// ListRuns reads the key's run records (expired ones may be among
-	// them).
-	ListRuns(ctx context.Context) ([]locker.Run, error)
+	// ListRuns reads the key's run records, named by their slots, with a
+	// strongly consistent read (expired ones may be among them).
+	ListRuns(ctx context.Context) ([]records.Entry, error)
 
 	// PutTerm writes term as the key's history record of term.Epoch,
 	// replacing one already there, and deletes the key's records beyond
@@ -178,9 +174,9 @@ type Store interface {
 	// The record must survive a restart of the store.
 	PutTerm(ctx context.Context, term locker.Term, keep int) error
 
-	// ListTerms reads up to limit of the key's history records (limit <=
-	// 0: all), with a strongly consistent read, newest first.
-	ListTerms(ctx context.Context, limit int) ([]locker.Term, error)
+	// ListTerms reads the key's history records, named by
+	// locker.TermName of their epochs, with a strongly consistent read.
+	ListTerms(ctx context.Context) ([]records.Entry, error)
 
 	// ReadControl reads the key's control record (locker.Controls): the
 	// value last written and its version, with a strongly consistent read,

@@ -49,6 +49,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/records"
 )
@@ -548,14 +549,10 @@ func (l *Locker) sleep(ctx context.Context, w *lockWatch) error {
 	if w != nil {
 		return w.wait(ctx)
 	}
-	t := time.NewTimer(pollInterval)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !retry.Sleep(ctx, pollInterval) {
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
+	return nil
 }
 
 // errReplaced: the file we locked is no longer the one at the path.
@@ -900,12 +897,7 @@ func (l *Locker) readHolder(ctx context.Context, f *os.File) (locker.Holder, boo
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return locker.Holder{ID: fmt.Sprintf("pid %d (flock), not a leaderrun", pids[0]), PID: pids[0]}, true, nil
 		}
-		t := time.NewTimer(pollInterval)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		retry.Sleep(ctx, pollInterval)
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leaderrun/leaderrun/internal/retry"
 )
 
 // The files leaderrun flocks (the lock file, the control lock, the
@@ -100,12 +102,8 @@ func flockWait(ctx context.Context, f *os.File) error {
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return fmt.Errorf("lock %s: %w", f.Name(), err)
 		}
-		t := time.NewTimer(pollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !retry.Sleep(ctx, pollInterval) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }
@@ -266,12 +264,8 @@ func (d *dir) lockPrivate(ctx context.Context, name string) (*os.File, error) {
 				nextTakeOver = time.Now().Add(takeOverInterval)
 			}
 			_ = f.Close()
-			t := time.NewTimer(pollInterval)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !retry.Sleep(ctx, pollInterval) {
 				return nil, ctx.Err()
-			case <-t.C:
 			}
 		default:
 			_ = f.Close()

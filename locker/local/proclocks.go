@@ -11,9 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leaderrun/leaderrun/internal/retry"
 )
 
 // procLocks is the kernel's table of file locks.
@@ -200,12 +201,8 @@ func waitReplacedHolders(ctx context.Context, f *os.File, path string) error {
 		if !replacedHeld(own, path+" (deleted)") {
 			return nil
 		}
-		t := time.NewTimer(pollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !retry.Sleep(ctx, pollInterval) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }

@@ -27,50 +27,21 @@ func (s *store) controlDDL() []string {
 	}
 }
 
-// prepareControl makes sure the control table exists, once, after the
-// other tables, creating it when missing unless read-only. missing is
+// prepareControl prepares the control table (prepareTable). missing is
 // true when it does not exist and a read is to find no record: read-only,
-// or its creation was refused before (a role that may not create tables,
-// on tables a DBA made before this one existed). A write is refused then,
-// in one line naming the DDL.
+// or its creation was refused (a role that may not create tables, on
+// tables a DBA made before this one existed); a read then no longer tries
+// to create it. A write is refused then, in one line naming the DDL.
 func (s *store) prepareControl(ctx context.Context, write bool) (missing bool, err error) {
-	if err := s.prepare(ctx); err != nil {
-		return false, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ctlReady {
-		return false, nil
-	}
-	var got *string
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, s.control).Scan(&got); err != nil {
-		return false, s.classify("read the catalog", err)
-	}
-	if got != nil {
-		s.ctlReady = true
-		return false, nil
-	}
+	missing, err = s.prepareTable(ctx, s.control, "control", s.controlDDL(), &s.ctlReady, &s.ctlRefused, write)
 	switch {
-	case !write && (s.readOnly || s.ctlRefused):
-		return true, nil
-	case s.readOnly:
+	case write && missing && err == nil:
 		return false, fmt.Errorf("postgres: %w: write the control record: no table %s, and opened read-only (a DBA can run examples/postgres.sql)", locker.ErrRefused, s.control)
+	case !write && missing && err != nil:
+		s.log.Debug("the control table is missing and may not be created; reading no control record", "error", err)
+		return true, nil
 	}
-	if err := s.create(ctx, s.controlDDL()); err != nil {
-		err = s.classify("create the control table "+s.control, err)
-		if !errors.Is(err, locker.ErrRefused) {
-			return false, err
-		}
-		s.ctlRefused = true
-		if !write {
-			s.log.Debug("the control table is missing and may not be created; reading no control record", "error", err)
-			return true, nil
-		}
-		return false, fmt.Errorf("%w (a DBA can run examples/postgres.sql)", err)
-	}
-	s.log.Info("created the control table", "table", s.control)
-	s.ctlReady = true
-	return false, nil
+	return missing, err
 }
 
 // ReadControl reads the key's control row from the primary.

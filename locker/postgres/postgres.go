@@ -59,6 +59,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/leaserow"
+	"github.com/leaderrun/leaderrun/locker/records"
 )
 
 // Defaults of Config.
@@ -96,13 +97,8 @@ type Config struct {
 // a server it cannot reach is left to the first call, which retries.
 // Every new connection checks again that the server is no standby.
 func New(cfg Config) (*leaserow.Locker, error) {
-	if err := locker.ValidateKey(cfg.Key); err != nil {
-		return nil, &locker.ConfigError{Field: "Key", Rule: "is not a valid key", Err: err}
-	}
-	if cfg.Prefix != "" {
-		if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
-			return nil, &locker.ConfigError{Field: "Prefix", Rule: "is not a valid prefix", Err: err}
-		}
+	if err := locker.CheckKey(cfg.Key, cfg.Prefix); err != nil {
+		return nil, err
 	}
 	st, err := newStore(cfg)
 	if err != nil {
@@ -351,36 +347,49 @@ func (s *store) termsDDL() []string {
 	}
 }
 
-// prepareTerms makes sure the terms table exists, once, after the other
-// tables: it creates it when missing unless read-only. missing is false
-// when it does not exist and may not be created (read-only).
+// prepareTerms prepares the terms table (prepareTable).
 func (s *store) prepareTerms(ctx context.Context) (missing bool, err error) {
+	return s.prepareTable(ctx, s.terms, "history", s.termsDDL(), &s.termsReady, nil, true)
+}
+
+// prepareTable makes sure table, one of the tables prepared on their own
+// after the lease tables (terms, control), exists, once (*ready): it
+// creates it with ddl when missing unless read-only. missing is true
+// when it does not exist and was not created: read-only, or its creation
+// refused (then with the error, naming the DDL). With refused set, a
+// refusal is remembered there, and a read (!write) after it does not try
+// again: each try is an error in the server's log.
+func (s *store) prepareTable(ctx context.Context, table, what string, ddl []string, ready, refused *bool, write bool) (missing bool, err error) {
 	if err := s.prepare(ctx); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.termsReady {
+	if *ready {
 		return false, nil
 	}
 	var got *string
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, s.terms).Scan(&got); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, table).Scan(&got); err != nil {
 		return false, s.classify("read the catalog", err)
 	}
-	if got == nil {
-		if s.readOnly {
-			return true, nil
-		}
-		if err := s.create(ctx, s.termsDDL()); err != nil {
-			err = s.classify("create the history table "+s.terms, err)
-			if errors.Is(err, locker.ErrRefused) {
-				err = fmt.Errorf("%w (a DBA can run examples/postgres.sql)", err)
+	switch {
+	case got != nil:
+	case s.readOnly, refused != nil && *refused && !write:
+		return true, nil
+	default:
+		if err := s.create(ctx, ddl); err != nil {
+			err = s.classify("create the "+what+" table "+table, err)
+			if !errors.Is(err, locker.ErrRefused) {
+				return false, err
 			}
-			return false, err
+			if refused != nil {
+				*refused = true
+			}
+			return true, fmt.Errorf("%w (a DBA can run examples/postgres.sql)", err)
 		}
-		s.log.Info("created the history table", "table", s.terms)
+		s.log.Info("created the "+what+" table", "table", table)
 	}
-	s.termsReady = true
+	*ready = true
 	return false, nil
 }
 
@@ -500,13 +509,7 @@ func (s *store) Read(ctx context.Context) (leaserow.Row, error) {
 
 // args are a row's values for the statements below: $3..$8.
 func (s *store) args(r leaserow.Row) []any {
-	holder := ""
-	if r.Term != "" {
-		h := r.Holder
-		h.Epoch = 0
-		holder = string(h.Record())
-	}
-	return []any{r.Term, holder, r.Contract, r.TTL.Milliseconds(), r.Version, r.RenewedAt}
+	return []any{r.Term, r.StoredHolder(), r.Contract, r.TTL.Milliseconds(), r.Version, r.RenewedAt}
 }
 
 // Create inserts the row with the next epoch, if the key has none.
@@ -663,45 +666,32 @@ SELECT count(*) FROM put`, s.key, term, run.Slot, string(run.Record()), run.At, 
 	return nil
 }
 
-// GetRun reads the record of slot.
-func (s *store) GetRun(ctx context.Context, slot string) (locker.Run, error) {
-	if err := s.prepare(ctx); err != nil {
-		return locker.Run{}, err
-	}
-	var rec string
-	err := s.pool.QueryRow(ctx, `SELECT record FROM `+s.runs+` WHERE key = $1 AND slot = $2`, s.key, slot).Scan(&rec)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows), s.readOnly && code(err) == "42P01":
-		return locker.Run{}, fmt.Errorf("postgres: slot %s: %w", slot, locker.ErrNoRun)
-	case err != nil:
-		return locker.Run{}, s.classify("read the run", err)
-	}
-	return locker.ParseRun([]byte(rec))
-}
-
 // ListRuns reads the key's records.
-func (s *store) ListRuns(ctx context.Context) ([]locker.Run, error) {
+func (s *store) ListRuns(ctx context.Context) ([]records.Entry, error) {
 	if err := s.prepare(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT record FROM `+s.runs+` WHERE key = $1`, s.key)
+	return s.entries(ctx, "list the runs", `SELECT slot, record FROM `+s.runs+` WHERE key = $1`)
+}
+
+// entries reads the key's records with q, a query of a name and a record.
+func (s *store) entries(ctx context.Context, what, q string) ([]records.Entry, error) {
+	rows, err := s.pool.Query(ctx, q, s.key)
 	if err != nil {
 		if s.readOnly && code(err) == "42P01" {
 			return nil, nil
 		}
-		return nil, s.classify("list the runs", err)
+		return nil, s.classify(what, err)
 	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (records.Entry, error) {
+		var name, rec string
+		err := row.Scan(&name, &rec)
+		return records.Entry{Name: name, Value: []byte(rec)}, err
+	})
 	if err != nil {
-		return nil, s.classify("list the runs", err)
+		return nil, s.classify(what, err)
 	}
-	var runs []locker.Run
-	for _, rec := range recs {
-		if r, err := locker.ParseRun([]byte(rec)); err == nil {
-			runs = append(runs, r)
-		}
-	}
-	return runs, nil
+	return entries, nil
 }
 
 // PutTerm writes the record of term.Epoch and deletes the key's records
@@ -722,32 +712,13 @@ ON CONFLICT (key, epoch) DO UPDATE SET record = EXCLUDED.record`, s.key, int64(t
 	return nil
 }
 
-// ListTerms reads the newest limit records of the key.
-func (s *store) ListTerms(ctx context.Context, limit int) ([]locker.Term, error) {
+// ListTerms reads the key's records.
+func (s *store) ListTerms(ctx context.Context) ([]records.Entry, error) {
 	missing, err := s.prepareTerms(ctx)
 	if err != nil || missing {
 		return nil, err
 	}
-	var n *int64
-	if limit > 0 {
-		v := int64(limit)
-		n = &v
-	}
-	rows, err := s.pool.Query(ctx, `SELECT record FROM `+s.terms+` WHERE key = $1 ORDER BY epoch DESC LIMIT $2`, s.key, n)
-	if err != nil {
-		return nil, s.classify("read the history", err)
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, s.classify("read the history", err)
-	}
-	terms := []locker.Term{}
-	for _, rec := range recs {
-		if t, err := locker.ParseTerm([]byte(rec)); err == nil {
-			terms = append(terms, t)
-		}
-	}
-	return terms, nil
+	return s.entries(ctx, "read the history", `SELECT lpad(epoch::text, 20, '0'), record FROM `+s.terms+` WHERE key = $1`)
 }
 
 // code is the SQLSTATE of err, "" when it is not a server's error.

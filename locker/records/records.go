@@ -115,16 +115,17 @@ type Waiter interface {
 }
 
 // Expiring is a Store whose server deletes a run record by itself after
-// the expires given to PutHeld (etcd: a lease of its own): the Core then
+// the expires given to PutHeld (etcd: a lease of its own), or whose
+// PutHeld drops the expired ones (the lease-row stores): the Core then
 // prunes no expired records.
 type Expiring interface {
 	RunsExpire() bool
 }
 
-// TermBatcher is a Store that keeps all of a key's term records in one
-// object (the Kubernetes history Lease): PutTerm writes the record of
-// name and cuts the records to the newest keep (keep > 0) in one write,
-// and the Core then lists and deletes nothing.
+// TermBatcher is a Store that writes a term record and cuts the key's
+// records to the newest keep (keep > 0) in one call (the Kubernetes
+// history Lease: one write; PostgreSQL: one round trip): PutTerm writes
+// the record of name, and the Core then lists and deletes nothing.
 type TermBatcher interface {
 	PutTerm(ctx context.Context, name string, value []byte, keep int) error
 }

@@ -67,11 +67,7 @@ type record struct {
 
 // record encodes this Locker's candidate record.
 func (l *Locker) record() []byte {
-	b, err := json.Marshal(record{Holder: locker.NewHolder(l.opts), TTLMillis: l.opts.TTL.Milliseconds()})
-	if err != nil {
-		panic(fmt.Sprintf("encode holder record: %v", err))
-	}
-	return b
+	return locker.Encode(record{Holder: locker.NewHolder(l.opts), TTLMillis: l.opts.TTL.Milliseconds()}, "holder record")
 }
 
 // declaredTTL reads the TTL a candidate's record declares; false for a
@@ -260,11 +256,7 @@ type lastRecord struct {
 
 // lastRecord encodes the last-winner record naming our znode name.
 func (l *Locker) lastRecord(name string) []byte {
-	b, err := json.Marshal(lastRecord{Node: name, TTLMillis: l.opts.TTL.Milliseconds()})
-	if err != nil {
-		panic(fmt.Sprintf("encode last-winner record: %v", err))
-	}
-	return b
+	return locker.Encode(lastRecord{Node: name, TTLMillis: l.opts.TTL.Milliseconds()}, "last-winner record")
 }
 
 // lastHolder is called when no candidate is ahead of ours and no silent

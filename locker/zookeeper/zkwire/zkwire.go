@@ -100,20 +100,7 @@ func ParseHandle(handle string) (id int64, passwd []byte, node string, err error
 // giving each server at most perServer. ttl is the session timeout sent
 // when taking the session over; the server keeps the session's own.
 func CloseSessionAny(ctx context.Context, servers []string, id int64, passwd []byte, ttl, perServer time.Duration) error {
-	var errs []error
-	for _, server := range servers {
-		sctx, cancel := context.WithTimeout(ctx, perServer)
-		err := CloseSession(sctx, server, id, passwd, ttl)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return fmt.Errorf("zookeeper: close session %x: %w", id, errors.Join(errs...))
+	return ReleaseSessionAny(ctx, servers, id, passwd, "", "", ttl, perServer)
 }
 
 // CloseSession takes over the session on server with a ConnectRequest
@@ -122,17 +109,7 @@ func CloseSessionAny(ctx context.Context, servers []string, id int64, passwd []b
 // the session is gone already, which is success. ctx bounds the whole
 // exchange.
 func CloseSession(ctx context.Context, server string, id int64, passwd []byte, ttl time.Duration) error {
-	c, err := dial(ctx, server)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-	defer stop()
-	if got, _, err := connect(c, server, id, passwd, ttl); err != nil || got == 0 {
-		return err // got 0: the server no longer knows the session: it is gone
-	}
-	return closeSession(c, server)
+	return releaseSession(ctx, server, id, passwd, "", "", ttl)
 }
 
 // ReleasedName is the name of a key's release record: a persistent znode
@@ -165,6 +142,8 @@ func ReleaseSessionAny(ctx context.Context, servers []string, id int64, passwd [
 	return fmt.Errorf("zookeeper: close session %x: %w", id, errors.Join(errs...))
 }
 
+// releaseSession is ReleaseSessionAny on one server (CloseSession with no
+// node).
 func releaseSession(ctx context.Context, server string, id int64, passwd []byte, auth, node string, ttl time.Duration) error {
 	c, err := dial(ctx, server)
 	if err != nil {
