@@ -133,6 +133,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			if why := s.askedToGo(l); why != "" {
 				// As on SIGTERM, then campaign again (§1.16).
 				l.handover = true
+				call(s.cfg.Events.HandingOver)
 				s.finish(l, why, false, l.lastCode)
 			}
 		}
