@@ -320,7 +320,7 @@ func (s *Supervisor) timedOut(ctx context.Context, failed error, w *holderWatch)
 		h = last
 	}
 	if err == nil || seen {
-		s.log.Info("not acquired within --acquire-timeout", "timeout", s.cfg.AcquireTimeout, "holder", h.ID, "epoch", h.Epoch)
+		s.log.Info("not acquired within --acquire-timeout", append([]any{"timeout", s.cfg.AcquireTimeout}, holderFields(h)...)...)
 		return ExitNotHeld
 	}
 	msg := "not acquired within --acquire-timeout: the backend could not be reached"
