@@ -3,6 +3,9 @@
 package e2e
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,4 +68,35 @@ func TestHandoverIsNoStopForSystemd(t *testing.T) {
 	a.Wait(20 * time.Second)
 	b.Signal(syscall.SIGTERM)
 	b.Wait(20 * time.Second)
+}
+
+// TestNoGuardRetryIsNoStopForSystemd: a term given back for want of a
+// dead-man guard is followed by another campaign, not by leaderrun's end:
+// systemd must not hear STOPPING=1 then either.
+func TestNoGuardRetryIsNoStopForSystemd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "leaderrun"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A guard binary that cannot be executed.
+	if err := os.WriteFile(filepath.Join(bin, "leaderrun-guard"), []byte("\x7fELF broken"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock, msgs := notifyListener(t)
+	cmd := exec.Command(filepath.Join(bin, "leaderrun"), withCommand(localArgs(dir, "k"), "exec sleep 1000")...)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
+	p := launch(t, "no-guard", cmd)
+	notifyUntil(t, msgs, "STATUS=stopping", 20*time.Second)
+	notifyUntil(t, msgs, "STATUS=campaigning for", 20*time.Second)
+	p.Signal(syscall.SIGTERM)
+	p.Wait(20 * time.Second)
 }
