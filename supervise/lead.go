@@ -436,6 +436,7 @@ func (s *Supervisor) startOrFinish(l *leadership, what string) {
 	if errors.Is(err, errNoGuard) {
 		s.log.Error("not starting the command without a dead-man guard; giving leadership back", "error", err)
 		l.retry = true
+		call(s.cfg.Events.HandingOver)
 		s.finish(l, "no dead-man guard", false, ExitInternal)
 		return
 	}
