@@ -20,9 +20,11 @@ LDFLAGS := -s -w -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$
 TAGS    := urfave_cli_no_docs
 
 # Packages: a release tag vX.Y.Z gives version X.Y.Z; any other commit
-# 0.0.0~git<commit>, which sorts before every release.
+# 0.0.0~git<commit time, UTC>.<commit>, which sorts before every release
+# and after the builds of earlier commits (a hash alone sorts at random,
+# and apt refuses the newer build as a downgrade).
 GOARCH         ?= $(shell $(GO) env GOARCH)
-PKG_VERSION    ?= $(shell git describe --tags --match 'v[0-9]*' --exact-match 2>/dev/null | sed 's/^v//' | grep . || echo "0.0.0~git$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)")
+PKG_VERSION    ?= $(shell git describe --tags --match 'v[0-9]*' --exact-match 2>/dev/null | sed 's/^v//' | grep . || echo "0.0.0~git$$(TZ=UTC git log -1 --date=format-local:%Y%m%d%H%M%S --format=%cd.%h 2>/dev/null || echo unknown)")
 PKG_MAINTAINER ?= $(shell git log -1 --format='%an <%ae>' 2>/dev/null || echo leaderrun maintainers)
 NFPM_VERSION   := v2.45.2
 NFPM           := bin/nfpm

@@ -7,7 +7,7 @@
 #                                                      for the .rpm
 #
 # A build whose VERSION is not the newest entry's (a commit between
-# releases, 0.0.0~git<commit>) gets an entry of its own on top, dated EPOCH
+# releases, 0.0.0~git<time>.<commit>) gets an entry of its own on top, dated EPOCH
 # (the commit's time, so the same commit gives the same package), saying
 # so: both the .deb and the .rpm want their own version to be the newest
 # entry's. A release without its entry is an error.

@@ -125,6 +125,12 @@ type Events struct {
 	ChildSignalled func(sig syscall.Signal)
 	// Stopping: the stop sequence began; lost says leadership was lost.
 	Stopping func(reason string, lost bool)
+	// HandingOver: the stop sequence that begins next (Stopping follows)
+	// ends the term, not leaderrun: a handover for the operator (step-down,
+	// pause, preemption, §1.16), or a term given back for want of a
+	// dead-man guard. Once the job is gone and the key released, the
+	// candidate campaigns again.
+	HandingOver func()
 	// Released: leadership is given back (or lost) and the group is gone.
 	Released func()
 	// HeldBack: a campaign is held back for why (the key is paused, with

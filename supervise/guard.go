@@ -54,6 +54,7 @@ func (s *Supervisor) onGuardExit(l *leadership) {
 	if err := s.ensureGuard(l); err != nil {
 		s.log.Error("cannot restart the dead-man guard; stopping the job", "error", err)
 		l.retry = true
+		call(s.cfg.Events.HandingOver)
 		s.finish(l, "no dead-man guard", false, ExitInternal)
 		return
 	}

@@ -125,6 +125,11 @@ func (w *historyWriter) write(t locker.Term, what string) {
 	ctx, cancel := clock.WithTimeout(context.Background(), w.s.clock, historyTimeout)
 	defer cancel()
 	if err := w.h.RecordTerm(ctx, t, w.s.cfg.History.Keep); err != nil {
-		w.s.log.Warn("cannot write the run history; the run goes on", "record", what, "epoch", t.Epoch, "error", err)
+		msg := "cannot write the run history; the run goes on"
+		if what == "end" {
+			// Written after the release, as the term ends: nothing goes on.
+			msg = "cannot write the run history; it shows this term without an end"
+		}
+		w.s.log.Warn(msg, "record", what, "epoch", t.Epoch, "error", err)
 	}
 }

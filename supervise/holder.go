@@ -47,7 +47,7 @@ func (s *Supervisor) watchHolder(ctx context.Context) *holderWatch {
 		for {
 			if h, ok := w.read(ctx, s.cfg.Locker); ok && (h.ID != last.ID || h.Epoch != last.Epoch) {
 				last = h
-				s.log.Info("waiting for the holder", "holder", h.ID, "host", h.Hostname, "pid", h.PID, "epoch", h.Epoch)
+				s.log.Info("waiting for the holder", holderFields(h, "host", h.Hostname, "pid", h.PID)...)
 			}
 			if !s.sleep(ctx, max(s.cfg.RenewInterval, s.cfg.TTL, holderReread)) {
 				return
@@ -99,3 +99,15 @@ var hostname = sync.OnceValue(func() string {
 	h, _ := os.Hostname()
 	return h
 })
+
+// holderFields are a log line's fields naming holder h, extra after its
+// id, and its epoch only once it has one: a holder that took the lock and
+// has no epoch granted yet (the local backend's pending record) reads as
+// epoch 0, which no term has.
+func holderFields(h locker.Holder, extra ...any) []any {
+	f := append([]any{"holder", h.ID}, extra...)
+	if h.Epoch != 0 {
+		f = append(f, "epoch", h.Epoch)
+	}
+	return f
+}

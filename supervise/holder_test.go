@@ -91,3 +91,18 @@ func TestAcquireTimeoutIsAConflictOnlyWithAHolderSeen(t *testing.T) {
 		t.Fatalf("%d holder reads in a 1s wait with a 15s TTL, want 2", n)
 	}
 }
+
+// TestWaitingLineSaysNoEpochBeforeTheHolderHasOne: a holder read in the
+// moment after it took the lock and before its epoch was granted (the
+// local backend's pending record) has epoch 0, which no term has; the line
+// naming it must not say "epoch=0".
+func TestWaitingLineSaysNoEpochBeforeTheHolderHasOne(t *testing.T) {
+	host, _ := os.Hostname()
+	pending := &waitingLocker{leader: func(int32) (locker.Holder, error) {
+		return locker.Holder{ID: "other", Hostname: host + "-elsewhere", PID: 7}, nil
+	}}
+	_, out := runWaiting(t, pending)
+	if !strings.Contains(out, "waiting for the holder: holder=other host="+host+"-elsewhere pid=7") || strings.Contains(out, "epoch=0") {
+		t.Fatalf("want the holder named without epoch=0:\n%s", out)
+	}
+}

@@ -133,6 +133,7 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 			if why := s.askedToGo(l); why != "" {
 				// As on SIGTERM, then campaign again (§1.16).
 				l.handover = true
+				call(s.cfg.Events.HandingOver)
 				s.finish(l, why, false, l.lastCode)
 			}
 		}
@@ -435,6 +436,7 @@ func (s *Supervisor) startOrFinish(l *leadership, what string) {
 	if errors.Is(err, errNoGuard) {
 		s.log.Error("not starting the command without a dead-man guard; giving leadership back", "error", err)
 		l.retry = true
+		call(s.cfg.Events.HandingOver)
 		s.finish(l, "no dead-man guard", false, ExitInternal)
 		return
 	}

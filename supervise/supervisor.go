@@ -281,9 +281,16 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			holder.stop()
 			return nil, time.Time{}, s.timedOut(ctx, failed, holder), false
 		}
-		failed = err
 		wait := retry.Next()
-		s.log.Warn("campaign failed, retrying", "error", err, "retry_in", wait)
+		// The same failure again is news for the journal, not a warning:
+		// -q shows warnings, and cron would mail one every retry of a
+		// long --acquire-timeout. A new error, or the first, warns.
+		if failed != nil && failed.Error() == err.Error() {
+			s.log.Info("campaign failed, retrying", "error", err, "retry_in", wait)
+		} else {
+			s.log.Warn("campaign failed, retrying", "error", err, "retry_in", wait)
+		}
+		failed = err
 		t := s.clock.NewTimer(wait)
 		select {
 		case <-actx.Done():
@@ -320,7 +327,7 @@ func (s *Supervisor) timedOut(ctx context.Context, failed error, w *holderWatch)
 		h = last
 	}
 	if err == nil || seen {
-		s.log.Info("not acquired within --acquire-timeout", "timeout", s.cfg.AcquireTimeout, "holder", h.ID, "epoch", h.Epoch)
+		s.log.Info("not acquired within --acquire-timeout", append([]any{"timeout", s.cfg.AcquireTimeout}, holderFields(h)...)...)
 		return ExitNotHeld
 	}
 	msg := "not acquired within --acquire-timeout: the backend could not be reached"

@@ -133,6 +133,10 @@ func unknownOption(name string, flags []cli.Flag, cmd string) error {
 		if slices.ContainsFunc(runOptions(), func(f cli.Flag) bool { return slices.Contains(f.Names(), name) }) {
 			where = "it is an option of a run, not of " + cmd
 		}
+		// check and history read one slot of a key run with --holders N.
+		if name == "holders" && slices.ContainsFunc(flags, func(f cli.Flag) bool { return slices.Contains(f.Names(), "slot") }) {
+			where = "it is an option of a run and of status; " + cmd + " reads one slot: --slot S"
+		}
 	}
 	return fmt.Errorf("unknown option %s (%s)", typed, where)
 }

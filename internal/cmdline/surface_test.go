@@ -168,6 +168,7 @@ func TestTyposGetASuggestion(t *testing.T) {
 		{"run option prefix", []string{"--acquire", "5s"}, "unknown option --acquire (did you mean --acquire-timeout?)"},
 		{"status option", []string{"status", "k", "--jsn"}, "unknown option --jsn (did you mean --json?)"},
 		{"run option on status", []string{"status", "k", "--once-per", "1h"}, "unknown option --once-per (it is an option of a run, not of status)"},
+		{"--holders on check", []string{"check", "k", "--holders", "2", "--epoch", "1"}, "unknown option --holders (it is an option of a run and of status; check reads one slot: --slot S)"},
 		{"nothing near", []string{"--zzzzzz"}, "unknown option --zzzzzz (leaderrun help all lists them)"},
 		{"help topic", []string{"help", "stauts"}, `help: no command or backend "stauts"; did you mean "status"?`},
 	}

@@ -21,6 +21,7 @@ func Chain(a, b supervise.Events) supervise.Events {
 		ChildExited:    chain1(a.ChildExited, b.ChildExited),
 		ChildSignalled: chain1[syscall.Signal](a.ChildSignalled, b.ChildSignalled),
 		Stopping:       chain2(a.Stopping, b.Stopping),
+		HandingOver:    chain0(a.HandingOver, b.HandingOver),
 		Released:       chain0(a.Released, b.Released),
 		HeldBack:       chain2(a.HeldBack, b.HeldBack),
 		Tick:           chain0(a.Tick, b.Tick),

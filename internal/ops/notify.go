@@ -48,7 +48,8 @@ func (n notifier) enabled() bool { return n.send != nil }
 //     was won: a standby that waits its turn is a started service.
 //   - STATUS= on every change of role, epoch or child.
 //   - STOPPING=1 when the stop sequence begins a shutdown of leaderrun
-//     itself (not a loss with --on-lost rejoin), or at Close.
+//     itself (not a loss with --on-lost rejoin, nor a handover), or at
+//     Close.
 func (o *Observer) notifyLoop(ctx context.Context) {
 	var ping <-chan time.Time
 	if o.notify.watchdog > 0 {
@@ -77,7 +78,10 @@ func (o *Observer) notifyLoop(ctx context.Context) {
 		if s := st.statusLine(o.statusKey()); s != lastStatus {
 			lines, lastStatus = append(lines, "STATUS="+s), s
 		}
-		shuttingDown := st.role == RoleStopping && !(st.lost && o.cfg.Rejoin)
+		// A handover (step-down, pause) ends the term, not leaderrun:
+		// STOPPING=1 then would have systemd kill the waiting candidate
+		// once TimeoutStopSec passed.
+		shuttingDown := st.role == RoleStopping && !st.handover && !(st.lost && o.cfg.Rejoin)
 		if (shuttingDown || closing) && !sentStopping {
 			lines, sentStopping = append(lines, "STOPPING=1"), true
 		}

@@ -247,6 +247,9 @@ func (o *Observer) Events() supervise.Events {
 				o.metrics.lost.Inc()
 			}
 		},
+		HandingOver: func() {
+			o.update(func(st *state) { st.handover = true })
+		},
 		Released: func() {
 			o.update(func(st *state) {
 				st.holding, st.epoch, st.deadline, st.childPID = false, 0, time.Time{}, 0

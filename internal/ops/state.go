@@ -39,6 +39,7 @@ type state struct {
 	childPID int       // 0 when no child runs
 	reason   string    // why the stop sequence began
 	lost     bool      // the stop sequence began because leadership was lost
+	handover bool      // the stop sequence hands the key over; the candidate waits again
 	ready    bool      // the backend answered, or leadership was won
 	// heldBack says why the campaign is held back (DESIGN §1.16), and
 	// paused by whom when a pause is why; empty while campaigning freely.

@@ -906,9 +906,9 @@ func TestPackages(t *testing.T) {
 		t.Fatalf("installed leaderrun version: %q %v", ver, err)
 	}
 	t.Logf("installed: %s", strings.TrimSpace(string(ver)))
-	// A build between releases is versioned 0.0.0~git<commit>: the binary
-	// says which commit it is too.
-	if m := regexp.MustCompile(`~git([0-9a-f]{7,})_`).FindStringSubmatch(filepath.Base(deb)); m != nil && !strings.Contains(string(ver), "commit "+m[1]) {
+	// A build between releases is versioned 0.0.0~git<time>.<commit>: the
+	// binary says which commit it is too.
+	if m := regexp.MustCompile(`~git[0-9]{14}\.([0-9a-f]{7,})_`).FindStringSubmatch(filepath.Base(deb)); m != nil && !strings.Contains(string(ver), "commit "+m[1]) {
 		t.Errorf("installed leaderrun version %q does not name commit %s, the package's", ver, m[1])
 	}
 	for _, f := range append(want, "/lib/systemd/system/leaderrun@.service") {
