@@ -196,21 +196,7 @@ func TestDeadGuardIsReplaced(t *testing.T) {
 func TestNoChildWithoutAGuard(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bin, "leaderrun"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// A guard binary that cannot be executed.
-	if err := os.WriteFile(filepath.Join(bin, "leaderrun-guard"), []byte("\x7fELF broken"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := withBrokenGuard(t, dir)
 	cmd := exec.Command(filepath.Join(bin, "leaderrun"), withCommand(localArgs(dir, "k"), "touch "+dir+"/ran")...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -227,4 +213,26 @@ func TestNoChildWithoutAGuard(t *testing.T) {
 	if _, err := os.Stat(dir + "/ran"); err == nil {
 		t.Fatalf("the child ran without a guard\n%s", out.String())
 	}
+}
+
+// withBrokenGuard copies leaderrun into DIR/bin beside a leaderrun-guard
+// that cannot be executed, and returns DIR/bin: a leaderrun started from
+// there has no dead-man guard to start.
+func withBrokenGuard(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "leaderrun"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "leaderrun-guard"), []byte("\x7fELF broken"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }

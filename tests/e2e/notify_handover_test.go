@@ -76,21 +76,7 @@ func TestHandoverIsNoStopForSystemd(t *testing.T) {
 func TestNoGuardRetryIsNoStopForSystemd(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bin, "leaderrun"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// A guard binary that cannot be executed.
-	if err := os.WriteFile(filepath.Join(bin, "leaderrun-guard"), []byte("\x7fELF broken"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := withBrokenGuard(t, dir)
 	sock, msgs := notifyListener(t)
 	cmd := exec.Command(filepath.Join(bin, "leaderrun"), withCommand(localArgs(dir, "k"), "exec sleep 1000")...)
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
