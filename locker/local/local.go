@@ -801,10 +801,10 @@ func readEpoch(d *dir, name string) (uint64, error) {
 	return n, nil
 }
 
-// openLockRead opens the lock file for reading, creating nothing. A
-// missing lock directory is a *locker.ConfigError; a missing lock file
-// (or prefix directory) is nil, nil.
-func (l *Locker) openLockRead() (*os.File, error) {
+// lockDirRead opens the directory of the lock file for reading, creating
+// nothing: nil, nil when it (or the lock directory's prefix) does not
+// exist; a missing lock directory is a *locker.ConfigError.
+func (l *Locker) lockDirRead() (*dir, error) {
 	root, err := openDir(l.dir, "Dir", false)
 	if err != nil {
 		return nil, readError(l.dir, err)
@@ -814,7 +814,15 @@ func (l *Locker) openLockRead() (*os.File, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
+	return d, err
+}
+
+// openLockRead opens the lock file for reading, creating nothing. A
+// missing lock directory is a *locker.ConfigError; a missing lock file
+// (or prefix directory) is nil, nil.
+func (l *Locker) openLockRead() (*os.File, error) {
+	d, err := l.lockDirRead()
+	if d == nil || err != nil {
 		return nil, err
 	}
 	defer d.close()

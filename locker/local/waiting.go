@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"io"
 	"os"
 	"slices"
@@ -120,17 +119,12 @@ func (l *Locker) sweepWaiting(d *dir) {
 // user may not read, is not listed.
 func (l *Locker) Candidates(ctx context.Context) ([]locker.Candidate, error) {
 	out := []locker.Candidate{}
-	root, err := openDir(l.dir, "Dir", false)
-	if err != nil {
-		return nil, readError(l.dir, err)
-	}
-	defer root.close()
-	d, err := root.sub(l.lockRel, false)
-	if errors.Is(err, os.ErrNotExist) {
-		return out, nil
-	}
+	d, err := l.lockDirRead()
 	if err != nil {
 		return nil, err
+	}
+	if d == nil {
+		return out, nil
 	}
 	defer d.close()
 	type found struct {
