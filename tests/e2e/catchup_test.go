@@ -91,6 +91,46 @@ func catchUpScenarios(t *testing.T, args, query func(key string) []string) {
 			t.Fatalf("history: exit %d, want %s marked \"caught up\":\n%s", code, s(missed), h.Output())
 		}
 	})
+	t.Run("a key's first run catches up nothing", func(t *testing.T) {
+		t.Parallel()
+		log := filepath.Join(t.TempDir(), "runs")
+		key := newKey("catchupfresh")
+		// No candidate ever campaigned for the key: no period before this
+		// one was meant to run, so there is nothing to catch up.
+		current := waitIntoSlot(500 * time.Millisecond)
+		p := start(t, "first host", nil, withCommand(append(args(key), "--once-per", period, "--catch-up", period, "-q"), script(log))...)
+		if code := p.Wait(60 * time.Second); code != 0 {
+			t.Fatalf("exit %d\n%s", code, p.Output())
+		}
+		if got, want := runLines(log), "own_"+current.Format(time.RFC3339); len(got) != 1 || got[0] != want {
+			t.Fatalf("children ran %v, want only %s: a key never used has no missed period", got, want)
+		}
+	})
+	t.Run("a failed catch-up is the exit code", func(t *testing.T) {
+		t.Parallel()
+		log := filepath.Join(t.TempDir(), "runs")
+		key := newKey("catchupfail")
+		first := waitIntoSlot(500 * time.Millisecond)
+		p := start(t, "earlier period", nil, withCommand(append(args(key), "--once-per", period, "-q"), script(log))...)
+		if code := p.Wait(60 * time.Second); code != 0 {
+			t.Fatalf("earlier period: exit %d\n%s", code, p.Output())
+		}
+		missed := first.Add(catchUpPeriod)
+		current := missed.Add(catchUpPeriod)
+		time.Sleep(time.Until(current.Add(500 * time.Millisecond)))
+		// The catch-up fails with 3; the current period's run succeeds.
+		failing := script(log) + `; [ -z "$LEADER_CATCH_UP" ] || exit 3`
+		p = start(t, "host", nil, withCommand(append(args(key), "--once-per", period, "--catch-up", period, "-q"), failing)...)
+		code := p.Wait(90 * time.Second)
+		s := func(tm time.Time) string { return tm.Format(time.RFC3339) }
+		want := []string{"own_" + s(first), s(missed) + "_" + s(missed), "own_" + s(current)}
+		if got := runLines(log); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("children ran %v, want %v", got, want)
+		}
+		if code != 3 {
+			t.Fatalf("exit %d, want the failed catch-up's 3 (the command ran here and failed)\n%s", code, p.Output())
+		}
+	})
 	t.Run("past the grace, nothing is caught up", func(t *testing.T) {
 		t.Parallel()
 		log := filepath.Join(t.TempDir(), "runs")
