@@ -131,6 +131,34 @@ func catchUpScenarios(t *testing.T, args, query func(key string) []string) {
 			t.Fatalf("exit %d, want the failed catch-up's 3 (the command ran here and failed)\n%s", code, p.Output())
 		}
 	})
+	t.Run("a catch-up that keeps failing under --restart on-failure leaves the current period its run", func(t *testing.T) {
+		t.Parallel()
+		log := filepath.Join(t.TempDir(), "runs")
+		key := newKey("catchuprestart")
+		first := waitIntoSlot(500 * time.Millisecond)
+		p := start(t, "earlier period", nil, withCommand(append(args(key), "--once-per", period, "-q"), script(log))...)
+		if code := p.Wait(60 * time.Second); code != 0 {
+			t.Fatalf("earlier period: exit %d\n%s", code, p.Output())
+		}
+		missed := first.Add(catchUpPeriod)
+		current := missed.Add(catchUpPeriod)
+		time.Sleep(time.Until(current.Add(500 * time.Millisecond)))
+		// The missed period's job fails every time (its input is gone):
+		// restarting it while leading would hold the key, and keep the
+		// current period from running, for ever.
+		failing := script(log) + `; [ -z "$LEADER_CATCH_UP" ] || exit 3`
+		p = start(t, "host", nil, withCommand(append(args(key), "--once-per", period, "--catch-up", period,
+			"--restart", "on-failure", "--restart-delay", "1s", "-q"), failing)...)
+		code := p.Wait(90 * time.Second)
+		s := func(tm time.Time) string { return tm.Format(time.RFC3339) }
+		want := []string{"own_" + s(first), s(missed) + "_" + s(missed), "own_" + s(current)}
+		if got := runLines(log); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("children ran %v, want %v: one catch-up attempt, then the current period", got, want)
+		}
+		if code != 3 {
+			t.Fatalf("exit %d, want the failed catch-up's 3\n%s", code, p.Output())
+		}
+	})
 	t.Run("past the grace, nothing is caught up", func(t *testing.T) {
 		t.Parallel()
 		log := filepath.Join(t.TempDir(), "runs")
