@@ -15,6 +15,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/once"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/supervise"
 )
 
 // onceFlags are the options of once-per mode (distributed cron).
@@ -170,5 +171,11 @@ func catchUpOf(cfg *runConfig, now time.Time) *runConfig {
 	co := *o
 	co.catchUp, co.until = slot, until
 	c.once = &co
+	// One attempt: the grace is read once per term, under the lease, so
+	// restarts in the term would retry the missed period past its grace
+	// and, while it fails, hold the key from the current period's run on
+	// every host. A failed catch-up is left to the next candidate within
+	// the grace.
+	c.sup.Restart = supervise.RestartNever
 	return &c
 }
