@@ -106,6 +106,31 @@ func catchUpScenarios(t *testing.T, args, query func(key string) []string) {
 			t.Fatalf("children ran %v, want only %s: a key never used has no missed period", got, want)
 		}
 	})
+	t.Run("the first hosts of a new key catch up nothing, one after the other", func(t *testing.T) {
+		t.Parallel()
+		log := filepath.Join(t.TempDir(), "runs")
+		key := newKey("catchupfirsts")
+		a := append(args(key), "--once-per", period, "--catch-up", period, "-q")
+		// A new job on a fleet: the first host's run makes the key used,
+		// and the next ones start moments later, within the same period.
+		current := waitIntoSlot(500 * time.Millisecond)
+		p := start(t, "first host", nil, withCommand(a, script(log))...)
+		if code := p.Wait(60 * time.Second); code != 0 {
+			t.Fatalf("first host: exit %d\n%s", code, p.Output())
+		}
+		if !time.Now().Before(current.Add(catchUpPeriod * 3 / 4)) {
+			t.Fatalf("the first run ended after %v (the machine is too slow for this test)", current)
+		}
+		ps := []*Proc{start(t, "host b", nil, withCommand(a, script(log))...), start(t, "host c", nil, withCommand(a, script(log))...)}
+		for _, p := range ps {
+			if code := p.Wait(90 * time.Second); code != 0 {
+				t.Fatalf("%s: exit %d, want 0\n%s", p.name, code, p.Output())
+			}
+		}
+		if got, want := runLines(log), "own_"+current.Format(time.RFC3339); len(got) != 1 || got[0] != want {
+			t.Fatalf("children ran %v, want only %s: the key was first used after the period before had ended", got, want)
+		}
+	})
 	t.Run("a failed catch-up is the exit code", func(t *testing.T) {
 		t.Parallel()
 		log := filepath.Join(t.TempDir(), "runs")
