@@ -50,6 +50,9 @@ func onceGate(cfg *runConfig, lk locker.Locker, log hclog.Logger) (*once.Gate, e
 	if o.catchUp != "" {
 		// A term of its own before the current period's (runCatchUp).
 		g.Slot, g.CatchUp, g.Until = o.catchUp, true, o.until
+		g.PeriodEnd = o.until.Add(-o.grace)
+		g.History, _ = locker.As[locker.History](lk)
+		g.HistoryKeep = cfg.sup.History.Keep
 	}
 	rl, ok := locker.RunLogOf(lk)
 	if !ok {
