@@ -15,6 +15,7 @@ import (
 
 	"github.com/leaderrun/leaderrun/internal/once"
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/supervise"
 )
 
 // onceFlags are the options of once-per mode (distributed cron).
@@ -49,6 +50,9 @@ func onceGate(cfg *runConfig, lk locker.Locker, log hclog.Logger) (*once.Gate, e
 	if o.catchUp != "" {
 		// A term of its own before the current period's (runCatchUp).
 		g.Slot, g.CatchUp, g.Until = o.catchUp, true, o.until
+		g.PeriodEnd = o.until.Add(-o.grace)
+		g.History, _ = locker.As[locker.History](lk)
+		g.HistoryKeep = cfg.sup.History.Keep
 	}
 	rl, ok := locker.RunLogOf(lk)
 	if !ok {
@@ -170,5 +174,11 @@ func catchUpOf(cfg *runConfig, now time.Time) *runConfig {
 	co := *o
 	co.catchUp, co.until = slot, until
 	c.once = &co
+	// One attempt: the grace is read once per term, under the lease, so
+	// restarts in the term would retry the missed period past its grace
+	// and, while it fails, hold the key from the current period's run on
+	// every host. A failed catch-up is left to the next candidate within
+	// the grace.
+	c.sup.Restart = supervise.RestartNever
 	return &c
 }

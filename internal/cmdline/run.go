@@ -179,14 +179,17 @@ func run(cfg *runConfig) error {
 	trimResidentLater()
 	if cfg.holders <= 1 {
 		var ctx context.Context
+		var caught catchUpResult
 		if cu := catchUpOf(cfg, time.Now()); cu != nil {
 			// One stop signal ends both terms.
 			c, stop := stopOnSignal()
 			defer stop()
 			ctx = c
-			if code, err := runCatchUp(ctx, cu, path, obs, log); err != nil || ctx.Err() != nil {
+			if keyNeverUsed(ctx, lk) {
+				log.Debug("no catch-up: the key was never used, so no period before this one was meant to run", "slot", cu.once.catchUp)
+			} else if caught, err = runCatchUp(ctx, cu, path, obs, log); err != nil || ctx.Err() != nil {
 				if err == nil {
-					err = exitCode(code)
+					err = exitCode(caught.code)
 				}
 				lk.Close()
 				return err
@@ -200,6 +203,11 @@ func run(cfg *runConfig) error {
 		}
 		if agree.refused != nil {
 			return usage(agree.refused)
+		}
+		if code == 0 && caught.ran && caught.code != 0 {
+			// The command ran here and failed: exit 0 would hide it.
+			log.Warn("exiting with the failed catch-up's code: this period's run is done, the missed one is not", "slot", caught.slot, "exit_code", caught.code)
+			code = caught.code
 		}
 		return exitCode(code)
 	}
@@ -251,22 +259,46 @@ func run(cfg *runConfig) error {
 // is not over (once.Gate). Whatever it did, the current period's term
 // follows: its code is leaderrun's exit code. Only a stop signal (ctx
 // ended) or an error ends the run here.
-func runCatchUp(ctx context.Context, cfg *runConfig, path string, obs *ops.Observer, log hclog.Logger) (int, error) {
+func runCatchUp(ctx context.Context, cfg *runConfig, path string, obs *ops.Observer, log hclog.Logger) (catchUpResult, error) {
 	lk, err := cfg.settings.New(cfg.opts, false, log)
 	if err != nil {
-		return 0, usage(cfg.configError(err))
+		return catchUpResult{}, usage(cfg.configError(err))
 	}
 	log.Debug("looking whether the last period needs its catch-up", "slot", cfg.once.catchUp, "grace_ends", cfg.once.until.UTC().Format(time.RFC3339))
+	r := catchUpResult{slot: cfg.once.catchUp}
+	cfg.sup.Events = ops.Chain(cfg.sup.Events, supervise.Events{ChildStarted: func(int) { r.ran = true }})
 	agree := withAgreement(cfg, lk, log)
-	code, _, err := runTerm(ctx, cfg, agree, path, obs, log)
+	r.code, _, err = runTerm(ctx, cfg, agree, path, obs, log)
 	if err != nil {
-		return 0, err
+		return catchUpResult{}, err
 	}
 	if agree.refused != nil {
-		return 0, usage(agree.refused)
+		return catchUpResult{}, usage(agree.refused)
 	}
-	log.Debug("catch-up term over; now the current period", "code", code)
-	return code, nil
+	log.Debug("catch-up term over; now the current period", "code", r.code, "ran", r.ran)
+	return r, nil
+}
+
+// catchUpResult is how a catch-up term ended: its code, and whether the
+// command ran in it (a code from a skipped or held-elsewhere term is no
+// run of the command).
+type catchUpResult struct {
+	slot string
+	code int
+	ran  bool
+}
+
+// keyNeverUsed reports whether the backend finds no trace that any
+// candidate ever campaigned for the key (locker.ErrNeverUsed): then no
+// period before this one was meant to run, and there is nothing to catch
+// up. Any other answer, an error or a timeout included, leaves the
+// decision to the catch-up term's gate, as before: skipping a catch-up can
+// only mean fewer runs, never two.
+func keyNeverUsed(ctx context.Context, lk locker.Locker) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := lk.Leader(ctx)
+	return errors.Is(err, locker.ErrNeverUsed)
 }
 
 // runTerm runs the supervisor on lk, the Locker of the key or of the slot

@@ -125,3 +125,50 @@ func TestCatchUpGate(t *testing.T) {
 		}
 	})
 }
+
+// memHistory is a run history in memory, for the gate's reading of it.
+type memHistory struct {
+	terms []locker.Term
+	err   error
+}
+
+func (m *memHistory) RecordTerm(context.Context, locker.Term, int) error { return nil }
+
+func (m *memHistory) Terms(context.Context, int) ([]locker.Term, error) { return m.terms, m.err }
+
+// TestCatchUpFirstUsedAfter: a history whose other terms all started
+// after the missed period ended skips the catch-up; an older term, a full
+// history, no other term, an error or no history leave it to the record.
+func TestCatchUpFirstUsedAfter(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 7, 3, 7, 0, 0, time.UTC)
+	end := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	after, before := locker.Term{Epoch: 3, Start: end.Add(time.Hour)}, locker.Term{Epoch: 2, Start: end.Add(-time.Hour)}
+	ours := locker.Term{Epoch: 7, Start: now} // epochLease's
+	cases := []struct {
+		name string
+		h    *memHistory
+		keep int
+		skip bool
+	}{
+		{"only terms after the period", &memHistory{terms: []locker.Term{ours, after}}, 30, true},
+		{"a term before", &memHistory{terms: []locker.Term{ours, after, before}}, 30, false},
+		{"a full history", &memHistory{terms: []locker.Term{ours, after}}, 2, false},
+		{"no other term", &memHistory{terms: []locker.Term{ours}}, 30, false},
+		{"unreadable", &memHistory{err: fmt.Errorf("down")}, 30, false},
+		{"no history", nil, 30, false},
+		{"history off", &memHistory{terms: []locker.Term{after}}, 0, false},
+	}
+	for _, c := range cases {
+		log := &memLog{runs: map[string]locker.Run{}}
+		g := catchUpGate(t, log, RecordSuccess, &now)
+		g.PeriodEnd, g.HistoryKeep = end, c.keep
+		if c.h != nil {
+			g.History = c.h
+		}
+		skip, _, _ := g.beforeStart(ctx, epochLease{})
+		if skip != c.skip {
+			t.Errorf("%s: skip %v, want %v", c.name, skip, c.skip)
+		}
+	}
+}

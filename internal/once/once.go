@@ -125,6 +125,13 @@ type Gate struct {
 	CatchUp bool
 	Until   time.Time
 	Now     func() time.Time
+	// For a catch-up: the key's run history (nil: none to read), the
+	// number of terms it keeps, and when the missed period ended. A
+	// history that shows every term of the key starting after that end
+	// says no candidate was there to run the period (firstUsedAfter).
+	History     locker.History
+	HistoryKeep int
+	PeriodEnd   time.Time
 }
 
 // Hooks are the gate as supervisor term hooks.
@@ -146,6 +153,10 @@ func (g *Gate) beforeStart(ctx context.Context, lease locker.Lease) (bool, strin
 			g.Logger.Info("no catch-up: its grace ended while waiting to lead", "slot", g.Slot, "grace_ended", g.Until.UTC().Format(time.RFC3339))
 			return true, "catch-up grace over", g.SkipCode
 		}
+	}
+	if g.CatchUp && g.firstUsedAfter(ctx, lease.Epoch()) {
+		g.Logger.Info("no catch-up: the key was first used after that period ended", "slot", g.Slot)
+		return true, "key first used after slot " + g.Slot, g.SkipCode
 	}
 	run, err := g.Log.LookupRun(ctx, g.Slot)
 	switch {
@@ -190,6 +201,35 @@ func (g *Gate) afterRun(ctx context.Context, lease locker.Lease, succeeded bool)
 	}
 	// Debug: history shows it; a successful cron run says only start and end.
 	g.Logger.Debug("recorded the slot's run", "slot", g.Slot)
+}
+
+// firstUsedAfter reports whether the key's history shows that it was
+// first used after the missed period ended: it holds terms other than
+// this one (epoch), all started at or after PeriodEnd, and fewer than it
+// keeps, so none older was pruned. Then nobody was there to run that
+// period: the first hosts of a new key, started one after another, catch
+// up nothing. Anything else (no history, an error, a pruned history, no
+// other term) leaves the catch-up to the run record, as before; the
+// answer can only skip a catch-up, never add a run.
+func (g *Gate) firstUsedAfter(ctx context.Context, epoch uint64) bool {
+	if g.History == nil || g.HistoryKeep <= 0 || g.PeriodEnd.IsZero() {
+		return false
+	}
+	terms, err := g.History.Terms(ctx, 0)
+	if err != nil || len(terms) >= g.HistoryKeep {
+		return false
+	}
+	others := 0
+	for _, t := range terms {
+		if t.Epoch == epoch {
+			continue
+		}
+		if t.Start.Before(g.PeriodEnd) {
+			return false
+		}
+		others++
+	}
+	return others > 0
 }
 
 // newRun is the record of this gate's slot, marked when it is a catch-up.

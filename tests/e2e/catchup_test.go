@@ -91,6 +91,99 @@ func catchUpScenarios(t *testing.T, args, query func(key string) []string) {
 			t.Fatalf("history: exit %d, want %s marked \"caught up\":\n%s", code, s(missed), h.Output())
 		}
 	})
+	t.Run("a key's first run catches up nothing", func(t *testing.T) {
+		t.Parallel()
+		log := filepath.Join(t.TempDir(), "runs")
+		key := newKey("catchupfresh")
+		// No candidate ever campaigned for the key: no period before this
+		// one was meant to run, so there is nothing to catch up.
+		current := waitIntoSlot(500 * time.Millisecond)
+		p := start(t, "first host", nil, withCommand(append(args(key), "--once-per", period, "--catch-up", period, "-q"), script(log))...)
+		if code := p.Wait(60 * time.Second); code != 0 {
+			t.Fatalf("exit %d\n%s", code, p.Output())
+		}
+		if got, want := runLines(log), "own_"+current.Format(time.RFC3339); len(got) != 1 || got[0] != want {
+			t.Fatalf("children ran %v, want only %s: a key never used has no missed period", got, want)
+		}
+	})
+	t.Run("the first hosts of a new key catch up nothing, one after the other", func(t *testing.T) {
+		t.Parallel()
+		log := filepath.Join(t.TempDir(), "runs")
+		key := newKey("catchupfirsts")
+		a := append(args(key), "--once-per", period, "--catch-up", period, "-q")
+		// A new job on a fleet: the first host's run makes the key used,
+		// and the next ones start moments later, within the same period.
+		current := waitIntoSlot(500 * time.Millisecond)
+		p := start(t, "first host", nil, withCommand(a, script(log))...)
+		if code := p.Wait(60 * time.Second); code != 0 {
+			t.Fatalf("first host: exit %d\n%s", code, p.Output())
+		}
+		if !time.Now().Before(current.Add(catchUpPeriod * 3 / 4)) {
+			t.Fatalf("the first run ended after %v (the machine is too slow for this test)", current)
+		}
+		ps := []*Proc{start(t, "host b", nil, withCommand(a, script(log))...), start(t, "host c", nil, withCommand(a, script(log))...)}
+		for _, p := range ps {
+			if code := p.Wait(90 * time.Second); code != 0 {
+				t.Fatalf("%s: exit %d, want 0\n%s", p.name, code, p.Output())
+			}
+		}
+		if got, want := runLines(log), "own_"+current.Format(time.RFC3339); len(got) != 1 || got[0] != want {
+			t.Fatalf("children ran %v, want only %s: the key was first used after the period before had ended", got, want)
+		}
+	})
+	t.Run("a failed catch-up is the exit code", func(t *testing.T) {
+		t.Parallel()
+		log := filepath.Join(t.TempDir(), "runs")
+		key := newKey("catchupfail")
+		first := waitIntoSlot(500 * time.Millisecond)
+		p := start(t, "earlier period", nil, withCommand(append(args(key), "--once-per", period, "-q"), script(log))...)
+		if code := p.Wait(60 * time.Second); code != 0 {
+			t.Fatalf("earlier period: exit %d\n%s", code, p.Output())
+		}
+		missed := first.Add(catchUpPeriod)
+		current := missed.Add(catchUpPeriod)
+		time.Sleep(time.Until(current.Add(500 * time.Millisecond)))
+		// The catch-up fails with 3; the current period's run succeeds.
+		failing := script(log) + `; [ -z "$LEADER_CATCH_UP" ] || exit 3`
+		p = start(t, "host", nil, withCommand(append(args(key), "--once-per", period, "--catch-up", period, "-q"), failing)...)
+		code := p.Wait(90 * time.Second)
+		s := func(tm time.Time) string { return tm.Format(time.RFC3339) }
+		want := []string{"own_" + s(first), s(missed) + "_" + s(missed), "own_" + s(current)}
+		if got := runLines(log); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("children ran %v, want %v", got, want)
+		}
+		if code != 3 {
+			t.Fatalf("exit %d, want the failed catch-up's 3 (the command ran here and failed)\n%s", code, p.Output())
+		}
+	})
+	t.Run("a catch-up that keeps failing under --restart on-failure leaves the current period its run", func(t *testing.T) {
+		t.Parallel()
+		log := filepath.Join(t.TempDir(), "runs")
+		key := newKey("catchuprestart")
+		first := waitIntoSlot(500 * time.Millisecond)
+		p := start(t, "earlier period", nil, withCommand(append(args(key), "--once-per", period, "-q"), script(log))...)
+		if code := p.Wait(60 * time.Second); code != 0 {
+			t.Fatalf("earlier period: exit %d\n%s", code, p.Output())
+		}
+		missed := first.Add(catchUpPeriod)
+		current := missed.Add(catchUpPeriod)
+		time.Sleep(time.Until(current.Add(500 * time.Millisecond)))
+		// The missed period's job fails every time (its input is gone):
+		// restarting it while leading would hold the key, and keep the
+		// current period from running, for ever.
+		failing := script(log) + `; [ -z "$LEADER_CATCH_UP" ] || exit 3`
+		p = start(t, "host", nil, withCommand(append(args(key), "--once-per", period, "--catch-up", period,
+			"--restart", "on-failure", "--restart-delay", "1s", "-q"), failing)...)
+		code := p.Wait(90 * time.Second)
+		s := func(tm time.Time) string { return tm.Format(time.RFC3339) }
+		want := []string{"own_" + s(first), s(missed) + "_" + s(missed), "own_" + s(current)}
+		if got := runLines(log); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("children ran %v, want %v: one catch-up attempt, then the current period", got, want)
+		}
+		if code != 3 {
+			t.Fatalf("exit %d, want the failed catch-up's 3\n%s", code, p.Output())
+		}
+	})
 	t.Run("past the grace, nothing is caught up", func(t *testing.T) {
 		t.Parallel()
 		log := filepath.Join(t.TempDir(), "runs")
