@@ -85,6 +85,7 @@ dist: build
 	bin/leaderrun gen zsh > dist/completions/_leaderrun
 	gzip -9n < README.md > dist/doc/README.md.gz
 	gzip -9n < docs/DESIGN.md > dist/doc/DESIGN.md.gz
+	gzip -9n < docs/DESIGN-SAFETY.md > dist/doc/DESIGN-SAFETY.md.gz
 	for d in $(SHIPPED_DOCS); do gzip -9n < docs/$$d.md > dist/doc/docs/$$d.md.gz; done
 	packaging/changelog.sh deb '$(PKG_VERSION)' '$(PKG_MAINTAINER)' '$(PKG_DATE)' '$(PKG_COMMIT)' > dist/doc/changelog
 	gzip -9n dist/doc/changelog

@@ -801,7 +801,7 @@ func TestPackages(t *testing.T) {
 	}
 	for _, f := range append(want, "/lib/systemd/system/leaderrun@.service", "/usr/share/zsh/vendor-completions/_leaderrun",
 		"/usr/share/doc/leaderrun/copyright", "/usr/share/doc/leaderrun/changelog.gz",
-		"/usr/share/doc/leaderrun/README.md.gz", "/usr/share/doc/leaderrun/DESIGN.md.gz", "/var/lib/leaderrun/",
+		"/usr/share/doc/leaderrun/README.md.gz", "/usr/share/doc/leaderrun/DESIGN.md.gz", "/usr/share/doc/leaderrun/DESIGN-SAFETY.md.gz", "/var/lib/leaderrun/",
 		"/usr/share/doc/leaderrun/docs/REFERENCE.md.gz", "/usr/share/doc/leaderrun/docs/OPERATING.md.gz",
 		"/usr/share/doc/leaderrun/docs/BACKENDS.md.gz", "/usr/share/doc/leaderrun/docs/SAFETY.md.gz",
 		"/usr/share/doc/leaderrun/docs/FENCING.md.gz") {
