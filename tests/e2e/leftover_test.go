@@ -288,7 +288,8 @@ func TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob(t *testing.T) {
 			if tc.uid != 0 {
 				bin, dir = asUser(t, tc.uid, cg)
 			}
-			args := localArgs(dir, "k", "--contain", "cgroup")
+			// The containment line of cgroup mode is at debug level.
+			args := localArgs(dir, "k", "--contain", "cgroup", "--log-level", "debug")
 			// Unless it exits, the child stays the moved process's parent.
 			p := startIn(t, "A", cg, tc.uid, bin, withCommand(args, intrudingJob(root, dir, tc.end != exits))...)
 			intruder := readPID(t, filepath.Join(dir, "intruder.pid"))
@@ -513,7 +514,7 @@ func TestIntruderInDeadLeaderrunsCgroupSwept(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	root, cg := delegatedCgroup(t)
-	args := localArgs(dir, "k", "--contain", "cgroup")
+	args := localArgs(dir, "k", "--contain", "cgroup", "--log-level", "debug")
 	job := `env -i sleep 1000 </dev/null >/dev/null 2>&1 &
 p=$!
 echo $p > ` + root + `$(sed -n 's/^0:://p' /proc/$PPID/cgroup)/cgroup.procs || exit 9
