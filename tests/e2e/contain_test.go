@@ -95,7 +95,8 @@ const (
 // as told; when B's child starts, nothing of A's job may run, as /proc says.
 func noEscape(t *testing.T, mode contain.Mode, how ending, args []string, lose func(), takeover time.Duration) {
 	dir := t.TempDir()
-	args = append(args, "--contain", string(mode))
+	// The containment line of cgroup mode is at debug level.
+	args = append(args, "--contain", string(mode), "--log-level", "debug")
 	// Group mode cannot find a daemon that left the group, cleared its
 	// environment and was re-parented to init when leaderrun died: the limit
 	// of that mode, written in the README.

@@ -94,7 +94,8 @@ func TestLeftoverOfKilledSupervisorsIsSweptBeforeTheNextChild(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			args := localArgs(dir, "k", "--contain", string(tc.mode))
+			// The containment line of cgroup mode is at debug level.
+			args := localArgs(dir, "k", "--contain", string(tc.mode), "--log-level", "debug")
 			a := start(t, "A", nil, withCommand(args, daemonizingJob(dir, tc.env))...)
 			daemon := jobPids(t, dir, 1)[0]
 			t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
