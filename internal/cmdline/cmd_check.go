@@ -56,7 +56,7 @@ func checkAction(c *cli.Context) error {
 		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
 		return exitCode(exitcode.CheckNotLeader)
 	case err != nil:
-		return usage(fmt.Errorf("check key %q: %w", read.Key, err))
+		return usage(unreadBackend(c, read.Key, fmt.Errorf("check key %q: %w", read.Key, err)))
 	}
 	return checkRemaining(c, read.Key, epoch, read.Holder)
 }
