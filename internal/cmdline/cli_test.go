@@ -296,6 +296,15 @@ func TestEnvFile(t *testing.T) {
 	if code, _, errOut := leaderrun(t, nil, "status", "--env-file", bad, "k"); code != 125 || !strings.Contains(errOut, "bad.env:2: not a VAR=value line") {
 		t.Errorf("bad env file: exit %d, %q", code, errOut)
 	}
+	// A shell's export is no systemd EnvironmentFile= line: said so, with
+	// the file and line.
+	exp := filepath.Join(dir, "export.env")
+	if err := os.WriteFile(exp, []byte("# settings\nexport LEADERRUN_BACKEND=local\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := leaderrun(t, nil, "status", "--env-file", exp, "k"); code != 125 || !strings.Contains(errOut, "export.env:2:") || !strings.Contains(errOut, "export") || !strings.Contains(errOut, "EnvironmentFile=") {
+		t.Errorf("export in an env file: exit %d, %q; want 125 naming export.env:2, export and EnvironmentFile=", code, errOut)
+	}
 	// A FIFO where the settings should be (another user's, in a shared
 	// directory) is refused at once: opening it to read would wait for a
 	// writer for good.
