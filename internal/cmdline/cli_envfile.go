@@ -163,6 +163,9 @@ func readEnvFile(path string) ([]string, error) {
 		}
 		name, value, ok := strings.Cut(line, "=")
 		name = strings.TrimSpace(name)
+		if rest, isExport := strings.CutPrefix(name, "export"); isExport && ok && rest != strings.TrimLeft(rest, " \t") && envName.MatchString(strings.TrimSpace(rest)) {
+			return nil, fmt.Errorf("%s:%d: \"export\" is not allowed: settings files are systemd EnvironmentFile= lines, VAR=value without export", path, n)
+		}
 		if !ok || !envName.MatchString(name) {
 			return nil, fmt.Errorf("%s:%d: not a VAR=value line", path, n)
 		}
