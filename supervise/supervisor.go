@@ -67,6 +67,9 @@ type Supervisor struct {
 	ctl         *controlWatch
 	health      *healthWatch
 	steppedDown uint64
+	// pausedOut: the last term handed over ended for a pause, not a
+	// step-down or failed health checks.
+	pausedOut   bool
 	preemptWait time.Duration
 	preempted   atomic.Bool
 }
@@ -152,7 +155,12 @@ func (s *Supervisor) Run(ctx context.Context) int {
 		if handover {
 			// Stopped and released for the operator: wait again (§1.16).
 			s.steppedDown = lease.Epoch()
-			s.log.Info("waiting again after stepping down", "epoch", lease.Epoch())
+			if s.pausedOut {
+				// Said as what happens next: nothing, until a resume.
+				s.log.Info("paused: not campaigning until resumed", "epoch", lease.Epoch())
+			} else {
+				s.log.Info("waiting again after stepping down", "epoch", lease.Epoch())
+			}
 			if s.cfg.Rerace {
 				return ExitRerace
 			}
