@@ -105,7 +105,7 @@ func TestManPageDocsPaths(t *testing.T) {
 			t.Errorf("the man page names %s, which the .deb ships as %s.gz", bad, bad)
 		}
 	}
-	for _, want := range []string{"/usr/share/doc/leaderrun/", ".gz", "Debian"} {
+	for _, want := range []string{"/usr/share/doc/leaderrun/", "as .gz", "Debian"} {
 		if !strings.Contains(page, roffText(want)) {
 			t.Errorf("the man page does not say %q of the docs' place", want)
 		}
