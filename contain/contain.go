@@ -122,8 +122,21 @@ func Open(want Mode, opts Options) (*Box, error) {
 	if want == Cgroup {
 		return nil, fmt.Errorf("--contain cgroup: %w", err)
 	}
-	b.mode, b.reason = Group, "no cgroup: "+err.Error()
+	b.mode, b.reason = Group, groupReason(err, os.Geteuid())
 	return b, nil
+}
+
+// groupReason says why Auto fell back to group mode, after err from
+// openCgroup. A user other than root may not make a cgroup where its
+// processes are unless one was delegated to it: that is the normal state
+// of a user's shell, said as what it means and how to get one, not as the
+// failure of a mkdir.
+func groupReason(err error, euid int) string {
+	if euid != 0 && errors.Is(err, os.ErrPermission) {
+		return "no cgroup of its own for a non-root user without a delegated cgroup " +
+			"(run under systemd --user, or as a unit with Delegate=yes, for one): jobs are held by process group"
+	}
+	return "no cgroup: " + err.Error()
 }
 
 // Mode is the mode in force.

@@ -319,17 +319,18 @@ func (s *Supervisor) markTaken(epoch uint64) {
 }
 
 // askedToGo says why the term must end now for the operator ("" when it
-// may go on): the control record pauses the key or asks this term to step
-// down, or the health check failed --health-failures times in a row.
-func (s *Supervisor) askedToGo(l *leadership) string {
+// may go on): the control record pauses the key (paused) or asks this
+// term to step down, or the health check failed --health-failures times
+// in a row.
+func (s *Supervisor) askedToGo(l *leadership) (why string, paused bool) {
 	if s.health != nil {
 		if st := s.health.state(); st.fails >= s.health.cfg.Failures {
-			return fmt.Sprintf("the health check failed %d times in a row", st.fails)
+			return fmt.Sprintf("the health check failed %d times in a row", st.fails), false
 		}
 	}
 	c, _ := s.ctl.get()
-	why, _ := c.AsksToStepDown(s.cfg.Control.Name, l.lease.Epoch(), time.Now())
-	return why
+	why, _ = c.AsksToStepDown(s.cfg.Control.Name, l.lease.Epoch(), time.Now())
+	return why, why != "" && c.Pause != nil
 }
 
 // handoverWindow is how long a preemption reserves the key for the

@@ -130,9 +130,10 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		s.overdue(l)
 		ctlC, healthC := s.changes()
 		if !l.stopping {
-			if why := s.askedToGo(l); why != "" {
+			if why, paused := s.askedToGo(l); why != "" {
 				// As on SIGTERM, then campaign again (§1.16).
 				l.handover = true
+				s.pausedOut = paused
 				call(s.cfg.Events.HandingOver)
 				s.finish(l, why, false, l.lastCode)
 			}

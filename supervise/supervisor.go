@@ -67,6 +67,9 @@ type Supervisor struct {
 	ctl         *controlWatch
 	health      *healthWatch
 	steppedDown uint64
+	// pausedOut: the last term handed over ended for a pause, not a
+	// step-down or failed health checks.
+	pausedOut   bool
 	preemptWait time.Duration
 	preempted   atomic.Bool
 }
@@ -152,7 +155,12 @@ func (s *Supervisor) Run(ctx context.Context) int {
 		if handover {
 			// Stopped and released for the operator: wait again (§1.16).
 			s.steppedDown = lease.Epoch()
-			s.log.Info("waiting again after stepping down", "epoch", lease.Epoch())
+			if s.pausedOut {
+				// Said as what happens next: nothing, until a resume.
+				s.log.Info("paused: not campaigning until resumed", "epoch", lease.Epoch())
+			} else {
+				s.log.Info("waiting again after stepping down", "epoch", lease.Epoch())
+			}
 			if s.cfg.Rerace {
 				return ExitRerace
 			}
@@ -191,7 +199,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 	}
 	defer cancel()
 
-	retry := retry.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+	backoff := retry.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
 	var failed error // the last attempt that failed for a reason of its own
 	holder := s.watchHolder(actx)
 	defer holder.stop()
@@ -245,7 +253,7 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 						return nil, time.Time{}, ExitNotHeld, false
 					}
 					if unread {
-						s.sleep(actx, retry.Next()) // an end of actx: awaitFree says
+						s.sleep(actx, backoff.Next()) // an end of actx: awaitFree says
 					}
 					if s.cfg.Rerace {
 						if ctx.Err() != nil {
@@ -281,15 +289,10 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			holder.stop()
 			return nil, time.Time{}, s.timedOut(ctx, failed, holder), false
 		}
-		wait := retry.Next()
-		// The same failure again is news for the journal, not a warning:
-		// -q shows warnings, and cron would mail one every retry of a
-		// long --acquire-timeout. A new error, or the first, warns.
-		if failed != nil && failed.Error() == err.Error() {
-			s.log.Info("campaign failed, retrying", "error", err, "retry_in", wait)
-		} else {
-			s.log.Warn("campaign failed, retrying", "error", err, "retry_in", wait)
-		}
+		wait := backoff.Next()
+		// The same failure again is logged at INFO, a new one warns:
+		// cron would mail a line every retry of a long --acquire-timeout.
+		retry.SayFailure(s.log, failed, err, "campaign failed, retrying", "error", err, "retry_in", wait)
 		failed = err
 		t := s.clock.NewTimer(wait)
 		select {

@@ -69,8 +69,13 @@ func loadEnvFiles(args []string) error {
 	if len(files) == 0 && !internalCommand(args) {
 		files = envFileVariable()
 	}
-	for _, f := range append(unitFiles, files...) {
+	for i, f := range append(unitFiles, files...) {
 		vars, err := readEnvFile(f)
+		if err != nil && i < len(unitFiles) && errors.Is(err, fs.ErrPermission) {
+			// The packaged unit's settings are root's, mode 600: a user
+			// typing status --unit NAME needs root, or the options.
+			return fmt.Errorf("%w: the settings of --unit are root's: run it as root (e.g. with sudo), or give the backend options yourself (--backend and its address) instead of --unit", err)
+		}
 		if err != nil {
 			return err
 		}
@@ -158,6 +163,9 @@ func readEnvFile(path string) ([]string, error) {
 		}
 		name, value, ok := strings.Cut(line, "=")
 		name = strings.TrimSpace(name)
+		if rest, isExport := strings.CutPrefix(name, "export"); isExport && ok && rest != strings.TrimLeft(rest, " \t") && envName.MatchString(strings.TrimSpace(rest)) {
+			return nil, fmt.Errorf("%s:%d: \"export\" is not allowed: settings files are systemd EnvironmentFile= lines, VAR=value without export", path, n)
+		}
 		if !ok || !envName.MatchString(name) {
 			return nil, fmt.Errorf("%s:%d: not a VAR=value line", path, n)
 		}

@@ -5,6 +5,8 @@ package cmdline
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -173,4 +175,31 @@ func hide(f cli.Flag) {
 	default:
 		panic(fmt.Sprintf("hide: --%s is a %T; add its type", f.Names()[0], f))
 	}
+}
+
+// unreadBackend is err, a failure to read or write the key's records,
+// with defaultBackendHint added: every command that reads the backend
+// (status, check, history, step-down, pause, resume) says it alike.
+func unreadBackend(c *cli.Context, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if base, _, ok := locker.SplitSlotKey(key); ok {
+		key = base
+	}
+	return fmt.Errorf("%w%s", err, defaultBackendHint(c, key))
+}
+
+// defaultBackendHint is what an error reading the backend adds when no
+// backend was named anywhere: `leaderrun status billing` typed on a host
+// whose instance runs on etcd reads Consul, and a Consul URL alone does
+// not say why.
+func defaultBackendHint(c *cli.Context, key string) string {
+	if c.IsSet("backend") || c.IsSet("unit") || c.IsSet("env-file") || os.Getenv("LEADERRUN_BACKEND") != "" || c.String("backend") != "consul" {
+		return ""
+	}
+	if strings.Contains(key, "/") {
+		return " (consul, the default, was read: name the key's backend with --backend)"
+	}
+	return fmt.Sprintf(" (consul, the default, was read: name the key's backend with --backend, or use --unit %s for the settings of leaderrun@%s)", key, key)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/internal/exitcode"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // TestMain lets the CLI tests run this test binary as leaderrun itself:
@@ -22,6 +23,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("LEADERRUN_TEST_RUN_MAIN") == "1" {
 		if os.Getenv("LEADERRUN_TEST_FAKE_BACKEND") == "1" {
 			backends = append(backends, fakeBackend)
+		}
+		if dir := os.Getenv("LEADERRUN_TEST_CONFIG_DIR"); dir != "" {
+			configDir = dir
 		}
 		os.Exit(Main(os.Args))
 	}
@@ -292,6 +296,15 @@ func TestEnvFile(t *testing.T) {
 	if code, _, errOut := leaderrun(t, nil, "status", "--env-file", bad, "k"); code != 125 || !strings.Contains(errOut, "bad.env:2: not a VAR=value line") {
 		t.Errorf("bad env file: exit %d, %q", code, errOut)
 	}
+	// A shell's export is no systemd EnvironmentFile= line: said so, with
+	// the file and line.
+	exp := filepath.Join(dir, "export.env")
+	if err := os.WriteFile(exp, []byte("# settings\nexport LEADERRUN_BACKEND=local\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := leaderrun(t, nil, "status", "--env-file", exp, "k"); code != 125 || !strings.Contains(errOut, "export.env:2:") || !strings.Contains(errOut, "export") || !strings.Contains(errOut, "EnvironmentFile=") {
+		t.Errorf("export in an env file: exit %d, %q; want 125 naming export.env:2, export and EnvironmentFile=", code, errOut)
+	}
 	// A FIFO where the settings should be (another user's, in a shared
 	// directory) is refused at once: opening it to read would wait for a
 	// writer for good.
@@ -349,6 +362,56 @@ func TestUnitSettings(t *testing.T) {
 	// After "--" everything belongs to the command.
 	if err := loadEnvFiles([]string{"leaderrun", "--key", "k", "--", "job", "--unit", "nope"}); err != nil {
 		t.Errorf("--unit after --: %v", err)
+	}
+}
+
+// TestUnitSettingsOfRootSaySo: `leaderrun status --unit billing` typed
+// by a user who may not read the unit's settings (root's, mode 600) says
+// that they are root's and what to do, not only "permission denied".
+func TestUnitSettingsOfRootSaySo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run leaderrun as another user")
+	}
+	// This test binary, where another user may run it.
+	bin := filepath.Join(t.TempDir(), "leaderrun")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Dir(bin); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(filepath.Dir(bin), "conf")
+	if err := os.Mkdir(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"leaderrun.env", "billing.env"} {
+		if err := os.WriteFile(filepath.Join(conf, f), []byte("LEADERRUN_BACKEND=local\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "status", "--unit", "billing")
+	cmd.Env = []string{"LEADERRUN_TEST_RUN_MAIN=1", "LEADERRUN_TEST_CONFIG_DIR=" + conf, "PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Dir(bin)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: testsupport.Nobody, Gid: testsupport.Nobody}}
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 125 {
+		t.Fatalf("status --unit as another user: %v, want exit 125\n%s", err, errOut.String())
+	}
+	for _, want := range []string{"leaderrun.env", "root", "sudo", "--backend"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("status --unit with settings it may not read does not say %q:\n%s", want, errOut.String())
+		}
+	}
+	if lines := strings.Split(strings.TrimSpace(errOut.String()), "\n"); len(lines) != 1 {
+		t.Errorf("want one line, got %d:\n%s", len(lines), errOut.String())
 	}
 }
 

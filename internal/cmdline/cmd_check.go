@@ -3,9 +3,11 @@
 package cmdline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -53,12 +55,60 @@ func checkAction(c *cli.Context) error {
 	err = checkEpoch(read.Key, epoch, read.Holder, read.Err)
 	switch {
 	case errors.Is(err, errNotLeader):
-		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", oneLine(err))
+		fmt.Fprintf(errorOutput(), "leaderrun: %s%s\n", oneLine(err), printable(otherSlots(c, read, epoch)))
 		return exitCode(exitcode.CheckNotLeader)
 	case err != nil:
-		return usage(fmt.Errorf("check key %q: %w", read.Key, err))
+		return usage(unreadBackend(c, read.Key, fmt.Errorf("check key %q: %w", read.Key, err)))
 	}
 	return checkRemaining(c, read.Key, epoch, read.Holder)
+}
+
+// otherSlots is what a check that found epoch not leading slot 0 of a key
+// run with --holders N adds when epoch holds another slot: its slot, and
+// --slot to check it. The key's slots are known as status knows them
+// (statusReport.withSlots): its control record's bound, its slot 0's
+// holder's N. "" when --slot was given, the key has no slots, none has
+// epoch, or they cannot be read: the answer is "not leader" of slot 0
+// either way.
+func otherSlots(c *cli.Context, read leaderRead, epoch uint64) string {
+	if c.IsSet("slot") {
+		return ""
+	}
+	opts, err := lockerOptions(c, read.Key)
+	if err != nil {
+		return ""
+	}
+	b, settings, err := readBackend(c, opts)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("timeout"))
+	defer cancel()
+	ctl, _ := readControlRecord(ctx, settings.New, opts)
+	n := ctl.Holders
+	if read.Err == nil {
+		n = max(n, read.Holder.Holders)
+	}
+	if n <= 1 {
+		return ""
+	}
+	slots, _, err := readSlots(c, settings.New, b, opts, min(n, locker.MaxHolders))
+	if err != nil {
+		return ""
+	}
+	var held []int
+	for _, s := range slots {
+		if s.Slot > 0 && s.Leader != nil && s.Leader.Epoch == epoch {
+			held = append(held, s.Slot)
+		}
+	}
+	switch len(held) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf(" (the key runs with --holders %d: epoch %d holds slot %d; check it with --slot %d, as LEADER_SLOT says in its job)", n, epoch, held[0], held[0])
+	}
+	return fmt.Sprintf(" (the key runs with --holders %d: epoch %d holds slots %s; check one with --slot S, as LEADER_SLOT says in its job)", n, epoch, strings.Trim(fmt.Sprint(held), "[]"))
 }
 
 // errNotLeader is returned by checkEpoch when the epoch no longer holds the

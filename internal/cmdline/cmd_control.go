@@ -182,7 +182,7 @@ func stepDownAction(c *cli.Context) error {
 	case errors.Is(err, locker.ErrNoLeader):
 		return usage(fmt.Errorf("step-down: nobody leads key %q: there is nothing to step down", t.opts.Key))
 	case err != nil:
-		return usage(fmt.Errorf("step-down: read the leader of %q: %w", t.opts.Key, err))
+		return usage(unreadBackend(c, t.key, fmt.Errorf("step-down: read the leader of %q: %w", t.opts.Key, err)))
 	case to != "" && h.ID == to:
 		// Nothing to do, as starting a unit that runs already: not an error.
 		fmt.Printf("%s already leads %s with epoch %d\n", printable(to), printable(t.opts.Key), h.Epoch)
@@ -190,15 +190,20 @@ func stepDownAction(c *cli.Context) error {
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	req := &locker.StepDown{Key: t.opts.Key, Epoch: h.Epoch, To: to, By: operator(), At: now, Until: now.Add(timeout)}
+	var paused error
 	err = updateControl(ctx, t.ctl, func(rec *locker.Control) error {
 		if rec.Pause != nil {
-			return fmt.Errorf("key %q is paused by %s: resume it first", t.key, rec.Pause.By)
+			paused = fmt.Errorf("key %q is paused by %s: resume it first", t.key, rec.Pause.By)
+			return paused
 		}
 		rec.StepDown = req
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err != nil && errors.Is(err, paused):
 		return usage(fmt.Errorf("step-down: %w", err))
+	case err != nil:
+		return usage(unreadBackend(c, t.key, fmt.Errorf("step-down: %w", err)))
 	}
 	fmt.Fprintf(errorOutput(), "leaderrun: asked %s (epoch %d) to step down from %q\n", printable(h.ID), h.Epoch, t.opts.Key)
 	for {
@@ -272,7 +277,7 @@ func pauseAction(c *cli.Context) error {
 		return nil
 	})
 	if err != nil {
-		return usage(fmt.Errorf("pause: %w", err))
+		return usage(unreadBackend(c, t.key, fmt.Errorf("pause: %w", err)))
 	}
 	fmt.Fprintf(errorOutput(), "leaderrun: paused %q: %s\n", t.key, printable(reason))
 	var slots []locker.Locker
@@ -360,7 +365,7 @@ func resumeAction(c *cli.Context) error {
 		return nil
 	})
 	if err != nil {
-		return usage(fmt.Errorf("resume: %w", err))
+		return usage(unreadBackend(c, t.key, fmt.Errorf("resume: %w", err)))
 	}
 	if pause == nil && sd == nil {
 		fmt.Fprintf(errorOutput(), "leaderrun: key %q was not paused and no step-down keeps it\n", t.key)

@@ -185,10 +185,14 @@ func manDescription() []string {
 		dashRule,
 		"A dead-man guard process kills the command at its kill point if leaderrun itself is frozen, " +
 			"and at once if leaderrun dies, then releases the lease.",
-		"The design, and which promise each part keeps, is described in " +
-			"/usr/share/doc/leaderrun/DESIGN.md.",
+		"The design, and which promise each part keeps, is described in DESIGN.md in " +
+			docsDir + ".",
 	}
 }
+
+// docsDir is where the packages put README.md and DESIGN.md: the .deb
+// gzips them (Debian policy), the .rpm does not.
+const docsDir = "/usr/share/doc/leaderrun/ (compressed as .gz on Debian)"
 
 // manSections follow OPTIONS and COMMANDS. A paragraph starting with two
 // spaces is a literal example; "* TAG\tTEXT" is a tagged paragraph.
@@ -256,7 +260,7 @@ var manSections = []struct {
 	}},
 	{"SEE ALSO", []string{
 		"systemctl(1), systemd.service(5), systemd.exec(5), flock(1), timeout(1), consul(1), etcdctl(1); " +
-			"/usr/share/doc/leaderrun/README.md and DESIGN.md.",
+			"README.md and DESIGN.md in " + docsDir + ".",
 	}},
 }
 

@@ -122,7 +122,7 @@ func historyAction(c *cli.Context) error {
 	defer cancel()
 	terms, err := h.Terms(ctx, limit)
 	if err != nil {
-		return usage(fmt.Errorf("history of key %q: %w", opts.Key, err))
+		return usage(unreadBackend(c, opts.Key, fmt.Errorf("history of key %q: %w", opts.Key, err)))
 	}
 	// Who leads tells a running term from one whose holder died, and a
 	// key without history from one never used.

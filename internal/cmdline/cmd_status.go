@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -80,7 +79,7 @@ func statusAction(c *cli.Context) error {
 func statusOf(c *cli.Context, read leaderRead) (report statusReport, unread, err error) {
 	report, err = newStatusReport(read.Key, c.String("backend"), read.Holder, read.Err)
 	if err != nil {
-		return report, nil, fmt.Errorf("status of key %q: %w%s", read.Key, err, defaultBackendHint(c, read.Key))
+		return report, nil, unreadBackend(c, read.Key, fmt.Errorf("status of key %q: %w", read.Key, err))
 	}
 	if report.Leader != nil && report.Leader.LeaseRemainingSeconds == nil && read.TTL > 0 {
 		ttl := read.TTL.Seconds()
@@ -119,18 +118,4 @@ func (r *statusReport) withSlots(c *cli.Context, read leaderRead) (unread, err e
 		return fmt.Errorf("the key runs with --holders %d, but its slots could not be read: %w", r.Holders, err), nil
 	}
 	return nil, nil
-}
-
-// defaultBackendHint is what an error reading the backend adds when no
-// backend was named anywhere: `leaderrun status billing` typed on a host
-// whose instance runs on etcd reads Consul, and a Consul URL alone does
-// not say why.
-func defaultBackendHint(c *cli.Context, key string) string {
-	if c.IsSet("backend") || c.IsSet("unit") || c.IsSet("env-file") || os.Getenv("LEADERRUN_BACKEND") != "" || c.String("backend") != "consul" {
-		return ""
-	}
-	if strings.Contains(key, "/") {
-		return " (consul, the default, was read: name the key's backend with --backend)"
-	}
-	return fmt.Sprintf(" (consul, the default, was read: name the key's backend with --backend, or use --unit %s for the settings of leaderrun@%s)", key, key)
 }

@@ -90,3 +90,24 @@ func manExampleLines() []string {
 	}
 	return lines
 }
+
+// TestManPageDocsPaths: the .deb ships the docs gzipped (README.md.gz,
+// DESIGN.md.gz) and the .rpm plain: the man page names the directory and
+// says both, not a path that exists on one of them only.
+func TestManPageDocsPaths(t *testing.T) {
+	t.Parallel()
+	page, err := manPage(newApp(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"/usr/share/doc/leaderrun/DESIGN.md", "/usr/share/doc/leaderrun/README.md"} {
+		if strings.Contains(page, roffText(bad)) {
+			t.Errorf("the man page names %s, which the .deb ships as %s.gz", bad, bad)
+		}
+	}
+	for _, want := range []string{"/usr/share/doc/leaderrun/", "as .gz", "Debian"} {
+		if !strings.Contains(page, roffText(want)) {
+			t.Errorf("the man page does not say %q of the docs' place", want)
+		}
+	}
+}

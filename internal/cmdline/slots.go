@@ -94,6 +94,7 @@ func raceSlots(ctx context.Context, slots []locker.Locker, log hclog.Logger) (sl
 // backend refuses, or (--no-wait) the slot is held.
 func campaignSlot(ctx context.Context, s int, lk locker.Locker, log hclog.Logger) slotResult {
 	backoff := retry.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+	var failed error
 	for {
 		lease, err := lk.Acquire(ctx)
 		switch {
@@ -105,7 +106,9 @@ func campaignSlot(ctx context.Context, s int, lk locker.Locker, log hclog.Logger
 			return slotResult{slot: s, err: err}
 		}
 		wait := backoff.Next()
-		log.Warn("campaign failed, retrying", "slot", s, "error", err, "retry_in", wait)
+		// As a key without slots: a WARN for a new failure, INFO again.
+		retry.SayFailure(log, failed, err, "campaign failed, retrying", "slot", s, "error", err, "retry_in", wait)
+		failed = err
 		if !retry.Sleep(ctx, wait) {
 			return slotResult{slot: s, err: ctx.Err()}
 		}

@@ -8,12 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // slotFake is one slot's backend: Acquire waits for free (or returns err),
@@ -472,5 +474,42 @@ func TestCheckHoldersObservedUnreadable(t *testing.T) {
 	defer cancel()
 	if _, err := a.checkHolders(ctx, 0, 4); !errors.Is(err, errHoldersDiffer) {
 		t.Fatalf("a holder of --holders 4 whose record could not be read again: %v, want refused", err)
+	}
+}
+
+// countingSlot counts the attempts on a slot that fails every one alike.
+type countingSlot struct {
+	*slotFake
+	calls atomic.Int32
+}
+
+func (c *countingSlot) Acquire(ctx context.Context) (locker.Lease, error) {
+	c.calls.Add(1)
+	return c.slotFake.Acquire(ctx)
+}
+
+// TestSlotCampaignRepeatedFailureWarnsOnce: a slot whose backend fails
+// every attempt with the same error warns once, then logs the repeats at
+// INFO, as the campaign for a key without slots does: -q under cron
+// mails the first failure, not a line every retry.
+func TestSlotCampaignRepeatedFailureWarnsOnce(t *testing.T) {
+	var buf testsupport.SyncBuffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn})
+	lk := &countingSlot{slotFake: &slotFake{err: errors.New("dial tcp 10.0.0.1:2379: connect: connection refused")}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan slotResult, 1)
+	go func() { done <- campaignSlot(ctx, 1, lk, log) }()
+	// Three attempts (the backoff starts at 0.5s), then the end.
+	for deadline := time.Now().Add(60 * time.Second); lk.calls.Load() < 3 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if n := lk.calls.Load(); n < 3 {
+		t.Fatalf("%d attempts within 60s, want 3 or more", n)
+	}
+	if n := strings.Count(buf.String(), "campaign failed, retrying"); n != 1 {
+		t.Errorf("%d WARN lines for %d attempts failing alike, want 1:\n%s", n, lk.calls.Load(), buf.String())
 	}
 }

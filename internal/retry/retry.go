@@ -85,3 +85,22 @@ func (r *Run) Again(ctx context.Context, limit time.Duration) bool {
 
 // Reset ends the run: a call succeeded.
 func (r *Run) Reset() { r.began = time.Time{} }
+
+// Logger is what SayFailure logs on (an hclog.Logger is one).
+type Logger interface {
+	Warn(msg string, args ...any)
+	Info(msg string, args ...any)
+}
+
+// SayFailure logs err, the failure of an attempt that will be retried,
+// with msg and args: at WARN when it is the first (prev nil) or differs
+// from prev, the previous attempt's; at INFO when it is the same again.
+// The same failure again is news for the journal, not a warning: -q
+// shows warnings, and cron would mail one every retry of a long wait.
+func SayFailure(log Logger, prev, err error, msg string, args ...any) {
+	if prev != nil && err != nil && prev.Error() == err.Error() {
+		log.Info(msg, args...)
+		return
+	}
+	log.Warn(msg, args...)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -264,5 +265,41 @@ func TestDoubleForkDaemonStoppedGroupMode(t *testing.T) {
 		if escaped > 0 {
 			t.Errorf("%sus between the forks: the daemon outlived leaderrun in %d of %d runs", us, escaped, runs)
 		}
+	}
+}
+
+// TestGroupModeOfAUserSaysWhatItMeans: leaderrun run by a user with no
+// cgroup delegated to it holds its jobs by process group, and its one
+// line at INFO says so and how to get a cgroup, not a bare "permission
+// denied" that reads as a failure.
+func TestGroupModeOfAUserSaysWhatItMeans(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run leaderrun as another user")
+	}
+	t.Parallel()
+	bin, dir := asUser(t, testsupport.Nobody, "")
+	cmd := exec.Command(bin, withCommand(localArgs(dir, "k"), "exit 0")...)
+	cmd.Env = append(os.Environ(), "HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: testsupport.Nobody, Gid: testsupport.Nobody}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("leaderrun as nobody: %v\n%s", err, out)
+	}
+	var line string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "containment") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "[INFO]") || !strings.Contains(line, "mode=group") {
+		t.Fatalf("no INFO line of group mode:\n%s", out)
+	}
+	for _, want := range []string{"non-root", "Delegate=yes", "systemd --user", "process group"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the containment line does not say %q: %s", want, line)
+		}
+	}
+	if strings.Contains(line, "permission denied") {
+		t.Errorf("the containment line reads as a failure: %s", line)
 	}
 }

@@ -229,8 +229,8 @@ func nextLeaderSwept(t *testing.T, b *Proc, dir string, pid int, what string) {
 }
 
 // asUser copies leaderrun and its guard where uid may run them, gives uid
-// the cgroup dir (as systemd's Delegate=yes does for User=) and a lock
-// directory, and returns the binary and that directory.
+// the cgroup dir cg unless "" (as systemd's Delegate=yes does for User=)
+// and a lock directory, and returns the binary and that directory.
 func asUser(t *testing.T, uid int, cg string) (bin, dir string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "leaderrun-e2e-user-")
@@ -250,7 +250,11 @@ func asUser(t *testing.T, uid int, cg string) (bin, dir string) {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range []string{dir, cg, cg + "/cgroup.procs", cg + "/cgroup.threads", cg + "/cgroup.subtree_control"} {
+	owned := []string{dir}
+	if cg != "" {
+		owned = append(owned, cg, cg+"/cgroup.procs", cg+"/cgroup.threads", cg+"/cgroup.subtree_control")
+	}
+	for _, p := range owned {
 		if err := os.Chown(p, uid, uid); err != nil {
 			t.Fatal(err)
 		}

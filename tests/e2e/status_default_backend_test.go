@@ -32,3 +32,33 @@ func TestStatusOnTheDefaultBackendSaysSo(t *testing.T) {
 		t.Errorf("status --backend consul: exit %d, want 125 without a word of the default:\n%s", code, errOut)
 	}
 }
+
+// TestQueriesOnTheDefaultBackendSaySo: every command that reads or
+// writes a key's records says, as status does, that consul was read as
+// the default when nothing named a backend, and not when --backend did.
+func TestQueriesOnTheDefaultBackendSaySo(t *testing.T) {
+	t.Parallel()
+	env := []string{"CONSUL_HTTP_ADDR=127.0.0.1:1"}
+	for _, args := range [][]string{
+		{"check", "billing", "--epoch", "1"},
+		{"history", "billing"},
+		{"step-down", "billing"},
+		{"pause", "billing", "--reason", "maintenance"},
+		{"resume", "billing"},
+	} {
+		code, _, errOut, _ := runOnce(t, env, append(args, "--timeout", "5s")...)
+		if code != 125 {
+			t.Errorf("%s: exit %d, want 125\n%s", args[0], code, errOut)
+			continue
+		}
+		for _, want := range []string{"consul, the default", "--backend", "--unit billing"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%s on the default backend does not say %q:\n%s", args[0], want, errOut)
+			}
+		}
+		code, _, errOut, _ = runOnce(t, env, append(args, "--timeout", "5s", "--backend", "consul")...)
+		if code != 125 || strings.Contains(errOut, "the default") {
+			t.Errorf("%s --backend consul: exit %d, want 125 without a word of the default:\n%s", args[0], code, errOut)
+		}
+	}
+}
