@@ -21,13 +21,26 @@ type BackendHello struct {
 	Settings json.RawMessage `json:"settings,omitempty"`
 }
 
-// ParseBackendHello reads a hello payload.
+// ParseBackendHello reads a hello payload. Its Options name the slot held
+// as the backend holds it, in Key (HelloOptions); the Options returned
+// have the key in Key and the slot in Slot.
 func ParseBackendHello(hello []byte) (BackendHello, error) {
 	var h BackendHello
 	if err := json.Unmarshal(hello, &h); err != nil {
 		return h, fmt.Errorf("hello: %w", err)
 	}
+	if key, slot, ok := locker.SplitSlotKey(h.Options.Key); ok && h.Options.Slot == 0 {
+		h.Options.Key, h.Options.Slot = key, slot
+	}
 	return h, nil
+}
+
+// HelloOptions are o as a hello carries them: the name the backend holds
+// in Key, as every release of leaderrun and of the guard writes and
+// reads it.
+func HelloOptions(o locker.Options) locker.Options {
+	o.Key, o.Slot = o.Name(), 0
+	return o
 }
 
 // ErrNoDirectRelease says the backend's lease cannot be released by the

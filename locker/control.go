@@ -106,15 +106,6 @@ const ControlPoll = time.Second
 // ControlsOf returns the Controls of a backend, looking through wrappers.
 func ControlsOf(l Locker) (Controls, bool) { return As[Controls](l) }
 
-// ControlKey is the key whose control record a holder of name (a key or
-// one of its slot keys) reads: the key itself.
-func ControlKey(name string) string {
-	if key, _, ok := SplitSlotKey(name); ok {
-		return key
-	}
-	return name
-}
-
 // Record encodes the control record as the value stored on the backend.
 func (c Control) Record() []byte { return Encode(c, "control record") }
 

@@ -156,8 +156,14 @@ type Holder struct {
 
 // Options are the settings every backend shares.
 type Options struct {
-	// Key names the leadership; see ValidateKey.
+	// Key names the leadership: the key an operator typed
+	// (ValidateUserKey), never one of its slot keys. Its shared records
+	// (the control record) are named by it.
 	Key string
+	// Slot is the slot of Key this Locker campaigns for: 0 is the key
+	// itself, s > 0 is held under SlotKey(Key, s) (see Name). Left out of
+	// JSON when 0: the guard's hello names a slot by its name in Key.
+	Slot int `json:",omitempty"`
 	// Prefix namespaces leaderrun's keys on the backend.
 	Prefix string
 	// ID names this candidate in logs and in the holder record.
@@ -175,6 +181,24 @@ type Options struct {
 	// Priority is the --priority of the candidate, recorded in the holder
 	// record for candidates of a higher one to read (DESIGN §1.16).
 	Priority int
+}
+
+// Name is the name the backend holds: the key itself for slot 0, the
+// slot key SlotKey(Key, Slot) for another slot. Backends name the lock,
+// lease, row or node, and the records filed with it, by Name; the
+// records the key's slots share, by Key.
+func (o Options) Name() string { return SlotKey(o.Key, o.Slot) }
+
+// ValidateName checks Key (ValidateUserKey) and Slot (0 to
+// MaxHolders-1): the name a Locker of o holds.
+func (o Options) ValidateName() error {
+	if err := ValidateUserKey(o.Key); err != nil {
+		return err
+	}
+	if o.Slot < 0 || o.Slot >= MaxHolders {
+		return fmt.Errorf("slot %d of %q must be from 0 to %d", o.Slot, o.Key, MaxHolders-1)
+	}
+	return nil
 }
 
 // simpleName reports whether s is 1 to 128 characters: a letter or digit,
@@ -266,11 +290,12 @@ func ValidatePrefix(prefix string) error {
 	return ValidateUserKey(prefix)
 }
 
-// CheckKey is the ConfigError (Field "Key" or "Prefix") of a key
-// (ValidateKey) or a prefix, when one is given (ValidatePrefix), that is
-// not valid; nil when both are.
-func CheckKey(key, prefix string) error {
-	if err := ValidateKey(key); err != nil {
+// CheckKey is the ConfigError (Field "Key" or "Prefix") of the key and
+// slot of o (Options.ValidateName) or its prefix, when one is given
+// (ValidatePrefix), that is not valid; nil when both are.
+func CheckKey(o Options) error {
+	prefix := o.Prefix
+	if err := o.ValidateName(); err != nil {
 		return &ConfigError{Field: "Key", Rule: "is not a valid key", Err: err}
 	}
 	if err := ValidatePrefix(prefix); prefix != "" && err != nil {

@@ -109,3 +109,24 @@ func TestSlotKey(t *testing.T) {
 		t.Error("a slot key was accepted as a user key or prefix")
 	}
 }
+
+func TestOptionsName(t *testing.T) {
+	for s := range MaxHolders {
+		o := Options{Key: "a/b", Slot: s}
+		if o.Name() != SlotKey("a/b", s) || o.ValidateName() != nil {
+			t.Fatalf("slot %d: Name %q, ValidateName %v", s, o.Name(), o.ValidateName())
+		}
+	}
+	for _, bad := range []Options{{Key: "a~2"}, {Key: "a", Slot: -1}, {Key: "a", Slot: MaxHolders}, {Key: ""}, {Key: "a..b", Slot: 1}} {
+		if bad.ValidateName() == nil {
+			t.Errorf("ValidateName accepted key %q slot %d", bad.Key, bad.Slot)
+		}
+	}
+	var ce *ConfigError
+	if err := CheckKey(Options{Key: "a", Slot: 1, Prefix: "p~1"}); !errors.As(err, &ce) || ce.Field != "Prefix" {
+		t.Errorf("CheckKey of a bad prefix: %v", err)
+	}
+	if err := CheckKey(Options{Key: "a", Slot: MaxHolders}); !errors.As(err, &ce) || ce.Field != "Key" {
+		t.Errorf("CheckKey of a bad slot: %v", err)
+	}
+}

@@ -91,7 +91,7 @@ func readLeader(c *cli.Context, lastRun bool) (leaderRead, error) {
 		return leaderRead{}, err
 	}
 	defer lk.Close()
-	return readLeaderFrom(context.Background(), c, lk, opts.Key, lastRun), nil
+	return readLeaderFrom(context.Background(), c, lk, opts.Name(), lastRun), nil
 }
 
 // readLeaderFrom is readLeader on a Locker already built, within
@@ -135,7 +135,7 @@ func queryLocker(c *cli.Context) (locker.Locker, locker.Options, error) {
 	if err != nil {
 		return nil, opts, err
 	}
-	if opts.Key, err = querySlotKey(c, opts.Key); err != nil {
+	if opts.Slot, err = querySlot(c); err != nil {
 		return nil, opts, err
 	}
 	if c.Duration("timeout") <= 0 {

@@ -111,8 +111,7 @@ func openControl(c *cli.Context) (*controlTarget, error) {
 		lk.Close()
 		return nil, fmt.Errorf("--backend %s keeps no control record", c.String("backend"))
 	}
-	key, _, _ := locker.SplitSlotKey(opts.Key)
-	return &controlTarget{lk: lk, ctl: ctl, opts: opts, key: key}, nil
+	return &controlTarget{lk: lk, ctl: ctl, opts: opts, key: opts.Key}, nil
 }
 
 // updateControl reads the record, applies change and writes it back,
@@ -180,16 +179,16 @@ func stepDownAction(c *cli.Context) error {
 	case errors.As(err, &nu):
 		return usage(fmt.Errorf("step-down: %w", nu))
 	case errors.Is(err, locker.ErrNoLeader):
-		return usage(fmt.Errorf("step-down: nobody leads key %q: there is nothing to step down", t.opts.Key))
+		return usage(fmt.Errorf("step-down: nobody leads key %q: there is nothing to step down", t.opts.Name()))
 	case err != nil:
-		return usage(unreadBackend(c, t.key, fmt.Errorf("step-down: read the leader of %q: %w", t.opts.Key, err)))
+		return usage(unreadBackend(c, t.key, fmt.Errorf("step-down: read the leader of %q: %w", t.opts.Name(), err)))
 	case to != "" && h.ID == to:
 		// Nothing to do, as starting a unit that runs already: not an error.
-		fmt.Printf("%s already leads %s with epoch %d\n", printable(to), printable(t.opts.Key), h.Epoch)
+		fmt.Printf("%s already leads %s with epoch %d\n", printable(to), printable(t.opts.Name()), h.Epoch)
 		return nil
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	req := &locker.StepDown{Key: t.opts.Key, Epoch: h.Epoch, To: to, By: operator(), At: now, Until: now.Add(timeout)}
+	req := &locker.StepDown{Key: t.opts.Name(), Epoch: h.Epoch, To: to, By: operator(), At: now, Until: now.Add(timeout)}
 	var paused error
 	err = updateControl(ctx, t.ctl, func(rec *locker.Control) error {
 		if rec.Pause != nil {
@@ -205,7 +204,7 @@ func stepDownAction(c *cli.Context) error {
 	case err != nil:
 		return usage(unreadBackend(c, t.key, fmt.Errorf("step-down: %w", err)))
 	}
-	fmt.Fprintf(errorOutput(), "leaderrun: asked %s (epoch %d) to step down from %q\n", printable(h.ID), h.Epoch, t.opts.Key)
+	fmt.Fprintf(errorOutput(), "leaderrun: asked %s (epoch %d) to step down from %q\n", printable(h.ID), h.Epoch, t.opts.Name())
 	for {
 		next, err := t.lk.Leader(ctx)
 		// With --to, another holder's term is one that won meanwhile and
@@ -213,10 +212,10 @@ func stepDownAction(c *cli.Context) error {
 		if err == nil && next.Epoch > h.Epoch && (to == "" || next.ID == to) {
 			if next.ID == h.ID && to == "" {
 				fmt.Fprintf(errorOutput(), "leaderrun: no other candidate took key %q within %s; %s leads it again (epoch %d)\n",
-					t.opts.Key, roundDuration(timeout), printable(next.ID), next.Epoch)
+					t.opts.Name(), roundDuration(timeout), printable(next.ID), next.Epoch)
 				return exitCode(exitcode.ControlNotDone)
 			}
-			fmt.Printf("%s leads %s with epoch %d\n", printable(next.ID), printable(t.opts.Key), next.Epoch)
+			fmt.Printf("%s leads %s with epoch %d\n", printable(next.ID), printable(t.opts.Name()), next.Epoch)
 			return nil
 		}
 		select {
@@ -241,7 +240,7 @@ func stepDownTimedOut(t *controlTarget, h locker.Holder, to string, timeout time
 	default:
 		why = "no other candidate took it"
 	}
-	fmt.Fprintf(errorOutput(), "leaderrun: step-down of %q not done within %s: %s\n", t.opts.Key, roundDuration(timeout), printable(why))
+	fmt.Fprintf(errorOutput(), "leaderrun: step-down of %q not done within %s: %s\n", t.opts.Name(), roundDuration(timeout), printable(why))
 	return exitCode(exitcode.ControlNotDone)
 }
 
@@ -291,7 +290,7 @@ func pauseAction(c *cli.Context) error {
 	addSlots := func(n int) error {
 		for s := len(slots); s < min(n, locker.MaxHolders); s++ {
 			o := t.opts
-			o.Key = locker.SlotKey(t.key, s)
+			o.Slot = s
 			lk, err := queryLockerFor(c, o, true)
 			if err != nil {
 				return err

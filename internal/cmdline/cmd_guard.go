@@ -79,7 +79,7 @@ func guardHello(cfg *runConfig, lk locker.Locker) ([]byte, string) {
 	raw, err := json.Marshal(settings)
 	if err == nil {
 		var b []byte
-		if b, err = json.Marshal(guard.BackendHello{Backend: cfg.backend.Name, Options: cfg.opts, Settings: raw}); err == nil {
+		if b, err = json.Marshal(guard.BackendHello{Backend: cfg.backend.Name, Options: guard.HelloOptions(cfg.opts), Settings: raw}); err == nil {
 			return b, whyFull
 		}
 	}

@@ -122,7 +122,7 @@ func historyAction(c *cli.Context) error {
 	defer cancel()
 	terms, err := h.Terms(ctx, limit)
 	if err != nil {
-		return usage(unreadBackend(c, opts.Key, fmt.Errorf("history of key %q: %w", opts.Key, err)))
+		return usage(unreadBackend(c, opts.Key, fmt.Errorf("history of key %q: %w", opts.Name(), err)))
 	}
 	// Who leads tells a running term from one whose holder died, and a
 	// key without history from one never used.
@@ -130,7 +130,7 @@ func historyAction(c *cli.Context) error {
 	var nu *locker.NeverUsedError
 	if len(terms) == 0 && errors.As(lerr, &nu) {
 		// As status says it: exit 3, a key the backend has no trace of.
-		r, _ := newStatusReport(opts.Key, c.String("backend"), holder, lerr)
+		r, _ := newStatusReport(opts.Name(), c.String("backend"), holder, lerr)
 		fmt.Fprintf(errorOutput(), "leaderrun: %s\n", printable(r.neverUsedLine()))
 		return exitCode(exitcode.StatusNeverUsed)
 	}
@@ -139,12 +139,12 @@ func historyAction(c *cli.Context) error {
 		leading = holder.Epoch
 	}
 	now := time.Now()
-	report := historyReport{Key: opts.Key, Backend: c.String("backend"), Terms: historyRows(terms, leading, now)}
+	report := historyReport{Key: opts.Name(), Backend: c.String("backend"), Terms: historyRows(terms, leading, now)}
 	if c.IsSet("since") {
 		report.Terms = slices.DeleteFunc(report.Terms, func(r historyRow) bool { return r.last.Before(now.Add(-since)) })
 	}
 	if c.Bool("prometheus") {
-		return writeHistoryMetrics(os.Stdout, opts.Key, terms, report.Terms)
+		return writeHistoryMetrics(os.Stdout, opts.Name(), terms, report.Terms)
 	}
 	if c.Bool("json") {
 		return writeJSON(os.Stdout, report)

@@ -101,7 +101,7 @@ func (r *statusReport) withSlots(c *cli.Context, read leaderRead) (unread, err e
 	if read.Err == nil {
 		n = max(n, read.Holder.Holders)
 	}
-	if _, slot, ok := locker.SplitSlotKey(read.Key); n <= 1 || !ok || slot != 0 {
+	if slot, _ := querySlot(c); n <= 1 || slot != 0 {
 		return nil, nil
 	}
 	opts, err := lockerOptions(c, read.Key)

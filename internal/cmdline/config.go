@@ -38,8 +38,8 @@ type runConfig struct {
 	contain        contain.Mode
 	noGuard        bool
 	httpAddr       string
-	// holders is --holders; slot, the slot this run won (winSlot).
-	holders, slot int
+	// holders is --holders; the slot this run won is opts.Slot (winSlot).
+	holders int
 }
 
 // logSettings are --log-level, --log-format and --quiet.

@@ -24,7 +24,7 @@ func openContainment(cfg *runConfig, log hclog.Logger) (*contain.Box, error) {
 	mode := cfg.contain
 	opts := contain.Options{AdoptOrphans: true, Known: supervise.Started, Reaped: supervise.Reaped, HoldReaps: supervise.HoldReaps, Key: jobKey(cfg)}
 	if mode != contain.Group {
-		if dir, err := systemdScope(cfg.opts.Key); err != nil {
+		if dir, err := systemdScope(cfg.opts.Name()); err != nil {
 			log.Warn("cannot get a systemd scope for the job", "error", err)
 		} else if dir != "" {
 			opts.Cgroup = dir
@@ -52,7 +52,7 @@ func openContainment(cfg *runConfig, log hclog.Logger) (*contain.Box, error) {
 // address lists, and a leftover of a dead leaderrun missed is worse than an
 // unsupervised job of the same key in another cluster killed.
 func jobKey(cfg *runConfig) string {
-	id := []string{cfg.backend.Name, cfg.opts.Prefix, cfg.opts.Key}
+	id := []string{cfg.backend.Name, cfg.opts.Prefix, cfg.opts.Name()}
 	if scope := cfg.settings.Scope(); scope != "" {
 		id = append(id, scope)
 	}

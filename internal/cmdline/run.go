@@ -220,7 +220,6 @@ func run(cfg *runConfig) error {
 	health := supervise.StartHealth(hctx, cfg.sup.Control.Health, log)
 	defer func() { stopHealth(); health.Wait() }()
 	cfg.sup.Control.Shared = health
-	key := cfg.opts.Key
 	var held slotHold
 	for {
 		if !health.Ready(ctx) {
@@ -233,12 +232,11 @@ func run(cfg *runConfig) error {
 		}
 		// Every campaign races all N slots (DESIGN §1.15), holding back
 		// from what the control record keeps this candidate out of.
-		cfg.opts.Key = key
 		lk, err = winSlot(ctx, cfg, log, held)
 		if err != nil {
 			return err
 		}
-		obs.SetSlot(cfg.opts.Key, metricsSlot(cfg))
+		obs.SetSlot(cfg.opts.Name(), metricsSlot(cfg))
 		code, s, err := runTerm(ctx, cfg, lk, path, obs, log)
 		if err != nil {
 			return err
@@ -247,9 +245,9 @@ func run(cfg *runConfig) error {
 			return exitCode(code)
 		}
 		if e := s.SteppedDown(); e != 0 {
-			held = slotHold{name: cfg.opts.Key, epoch: e}
+			held = slotHold{name: cfg.opts.Name(), epoch: e}
 		}
-		log.Debug("campaigning for every slot again", "was", cfg.opts.Key)
+		log.Debug("campaigning for every slot again", "was", cfg.opts.Name())
 	}
 }
 
@@ -302,7 +300,7 @@ func keyNeverUsed(ctx context.Context, lk locker.Locker) bool {
 }
 
 // runTerm runs the supervisor on lk, the Locker of the key or of the slot
-// won (cfg.opts.Key names it), with everything that depends on that key:
+// won (cfg.opts.Name() names it), with everything that depends on that key:
 // the once-per gate, the guard, the containment, the deadline file and
 // the child's environment. It returns the supervisor's outcome
 // (supervise.ExitRerace: campaign for every slot again), or the error to
@@ -313,7 +311,7 @@ func runTerm(ctx context.Context, cfg *runConfig, lk locker.Locker, path string,
 	defer lk.Close()
 	if cfg.opts.NoWait && cfg.holders <= 1 {
 		addr, timeout := cfg.settings.Target(lk)
-		lk = locker.OneAttempt(lk, cfg.opts.Key, addr, timeout)
+		lk = locker.OneAttempt(lk, cfg.opts.Name(), addr, timeout)
 	}
 	gate, err := onceGate(cfg, lk, log)
 	if err != nil {
@@ -329,7 +327,7 @@ func runTerm(ctx context.Context, cfg *runConfig, lk locker.Locker, path string,
 	}
 
 	sup.Locker = lk
-	sup.Control.Name = cfg.opts.Key // the slot's key, once won
+	sup.Control.Name = cfg.opts.Name() // the slot's key, once won
 	sup.Rerace = cfg.holders > 1
 	sup.Target, _ = cfg.settings.Target(lk)
 	sup.Logger = log
@@ -434,9 +432,8 @@ func roundDuration(d time.Duration) string {
 // variables (the child must not notify for us, DESIGN §5), plus what the
 // child and `leaderrun check` need. Secrets given by flag are never added.
 func childEnv(cfg *runConfig) []string {
-	key, _, _ := locker.SplitSlotKey(cfg.opts.Key)
 	vars := []envVar{
-		{Name: "LEADER_KEY", Value: key},
+		{Name: "LEADER_KEY", Value: cfg.opts.Key},
 		{Name: "LEADER_ID", Value: cfg.opts.ID},
 		{Name: "LEADERRUN_BACKEND", Value: cfg.backend.Name},
 		{Name: "LEADERRUN_PREFIX", Value: cfg.opts.Prefix},

@@ -38,11 +38,11 @@ func readHolders(c *cli.Context) (int, error) {
 // holder.
 const slotReadTimeout = 5 * time.Second
 
-// readSlot reads the holder of slot s of key with a Locker of its own,
-// built to read only.
-func readSlot(ctx context.Context, cfg *runConfig, key string, s int) (slotRecord, error) {
+// readSlot reads the holder of slot s of the key with a Locker of its
+// own, built to read only.
+func readSlot(ctx context.Context, cfg *runConfig, s int) (slotRecord, error) {
 	o := cfg.opts
-	o.Key = locker.SlotKey(key, s)
+	o.Slot = s
 	lk, err := cfg.settings.New(o, true, newQuietLogger())
 	if err != nil {
 		return slotRecord{}, err
@@ -55,8 +55,8 @@ func readSlot(ctx context.Context, cfg *runConfig, key string, s int) (slotRecor
 // one Locker per slot, refuses to campaign when a live holder of the key
 // runs with another N, campaigns for every slot at once, checks the
 // agreement again once it won, and returns the winning slot's Locker
-// (whose first Acquire returns the won lease). cfg.opts then name the
-// slot's key. It races only the slots the key's control record does not
+// (whose first Acquire returns the won lease). cfg.opts.Slot is then
+// the slot won. It races only the slots the key's control record does not
 // hold it back from (held: the term it last stepped down from), and races
 // again as that changes. A non-nil error is the exit to return; nothing
 // is held then.
@@ -72,7 +72,7 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger, held slotHol
 	}
 	for s := range lks {
 		o := cfg.opts
-		o.Key, o.Holders = locker.SlotKey(key, s), n
+		o.Slot, o.Holders = s, n
 		lk, err := cfg.settings.New(o, false, log)
 		if err != nil {
 			closeAll(-1)
@@ -84,7 +84,7 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger, held slotHol
 		if s < n {
 			return slotReaderOf(rctx, lks[s])
 		}
-		return readSlot(rctx, cfg, key, s)
+		return readSlot(rctx, cfg, s)
 	}
 	ctl, _ := locker.ControlsOf(lks[0])
 	agree := newAgreement(key, n, ctl, read, log)
@@ -140,8 +140,7 @@ func winSlot(ctx context.Context, cfg *runConfig, log hclog.Logger, held slotHol
 		return nil, usage(err)
 	}
 	closeAll(won.Slot)
-	cfg.slot = won.Slot
-	cfg.opts.Key, cfg.opts.Holders = locker.SlotKey(key, won.Slot), n
+	cfg.opts.Slot, cfg.opts.Holders = won.Slot, n
 	log.Info("won a slot", "slot", won.Slot, "holders", n, "epoch", won.Lease.Epoch())
 	return &preWon{Locker: race[won.Slot], lease: won.Lease, log: log}, nil
 }
@@ -337,13 +336,13 @@ func slotCampaignExit(ctx context.Context, cfg *runConfig, err error, seen func(
 func withAgreement(cfg *runConfig, lk locker.Locker, log hclog.Logger) *agreeing {
 	ctl, _ := locker.ControlsOf(lk)
 	key := cfg.opts.Key
-	read := func(ctx context.Context, s int) (slotRecord, error) { return readSlot(ctx, cfg, key, s) }
+	read := func(ctx context.Context, s int) (slotRecord, error) { return readSlot(ctx, cfg, s) }
 	return &agreeing{Locker: lk, log: log, agree: newAgreement(key, 1, ctl, read, log)}
 }
 
 // slotEnv are the child's LEADER_SLOT and LEADER_HOLDERS.
 func slotEnv(cfg *runConfig) []envVar {
-	return []envVar{{Name: "LEADER_SLOT", Value: strconv.Itoa(cfg.slot)}, {Name: "LEADER_HOLDERS", Value: strconv.Itoa(max(cfg.holders, 1))}}
+	return []envVar{{Name: "LEADER_SLOT", Value: strconv.Itoa(cfg.opts.Slot)}, {Name: "LEADER_HOLDERS", Value: strconv.Itoa(max(cfg.holders, 1))}}
 }
 
 // metricsSlot labels the metrics of a --holders N > 1 run with its slot.
@@ -351,5 +350,5 @@ func metricsSlot(cfg *runConfig) string {
 	if cfg.holders <= 1 {
 		return ""
 	}
-	return strconv.Itoa(cfg.slot)
+	return strconv.Itoa(cfg.opts.Slot)
 }

@@ -25,16 +25,17 @@ func slotFlag() cli.Flag {
 		Usage: "the slot `S` of a key run with --holders (LEADER_SLOT in the child); 0 is the key itself"}
 }
 
-// querySlotKey is the name check reads: the key, or its slot --slot.
-func querySlotKey(c *cli.Context, key string) (string, error) {
+// querySlot is the slot of the key a query reads: --slot, or 0 (the key
+// itself).
+func querySlot(c *cli.Context) (int, error) {
 	if !c.IsSet("slot") {
-		return key, nil
+		return 0, nil
 	}
 	s := c.Int("slot")
 	if s < 0 || s >= locker.MaxHolders {
-		return "", fmt.Errorf("--slot must be from 0 to %d, got %d", locker.MaxHolders-1, s)
+		return 0, fmt.Errorf("--slot must be from 0 to %d, got %d", locker.MaxHolders-1, s)
 	}
-	return locker.SlotKey(key, s), nil
+	return s, nil
 }
 
 // slotsReport is `status --holders N`: each slot's holder and the free
@@ -110,7 +111,7 @@ func readSlots(c *cli.Context, newLk newLocker, b *backend, opts locker.Options,
 	slots, free := []slotReport{}, []int{}
 	for s := range min(n, locker.MaxHolders) {
 		o := opts
-		o.Key = locker.SlotKey(key, s)
+		o.Slot = s
 		lk, err := newLk(o, true, newQuietLogger())
 		if err != nil {
 			return nil, nil, configError(b, err)
@@ -119,7 +120,7 @@ func readSlots(c *cli.Context, newLk newLocker, b *backend, opts locker.Options,
 		h, lerr := lk.Leader(ctx)
 		cancel()
 		lk.Close()
-		r, err := newStatusReport(o.Key, b.Name, h, lerr)
+		r, err := newStatusReport(o.Name(), b.Name, h, lerr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("status of slot %d of key %q: %w", s, key, err)
 		}

@@ -57,7 +57,7 @@ func statusWatch(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	w := &watcher{c: c, lk: lk, key: opts.Key, json: c.Bool("json"), out: os.Stdout, errOut: errorOutput()}
+	w := &watcher{c: c, lk: lk, key: opts.Name(), json: c.Bool("json"), out: os.Stdout, errOut: errorOutput()}
 	done := make(chan error, 1)
 	go func() { done <- w.run(ctx) }()
 	// A signal ends the watch at once, also in the middle of a read.

@@ -28,10 +28,11 @@ import (
 // Config configures an Observer.
 type Config struct {
 	// Key and ID name this leaderrun in /status and STATUS=, and label
-	// the leaderrun_info series.
+	// the leaderrun_info series. Key is the key, never one of its slot
+	// keys: SetSlot names the slot's key in /status and STATUS=.
 	Key, ID string
 	// Slot labels leaderrun_info with the slot a --holders N > 1 run
-	// holds ("" without one); Key is then the slot's key. Slotted gives
+	// holds ("" without one). Slotted gives
 	// leaderrun_info its slot label from the start, empty until SetSlot
 	// names the slot won.
 	Slot    string
@@ -116,7 +117,7 @@ func start(cfg Config, n notifier) (*Observer, error) {
 	if o.log == nil {
 		o.log = hclog.NewNullLogger()
 	}
-	o.metrics = newMetrics(metricsKey(cfg), cfg.ID, cfg.Slot, cfg.Slotted || cfg.Slot != "", max(cfg.Holders, 1), cfg.TTL, o.gauge(func(st *state, _ time.Time) float64 {
+	o.metrics = newMetrics(cfg.Key, cfg.ID, cfg.Slot, cfg.Slotted || cfg.Slot != "", max(cfg.Holders, 1), cfg.TTL, o.gauge(func(st *state, _ time.Time) float64 {
 		if st.role == RoleLeader {
 			return 1
 		}
@@ -372,16 +373,6 @@ func (o *Observer) probe(ctx context.Context) {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
-}
-
-// metricsKey is the key leaderrun_info names: a slot's key without its
-// slot, which the slot label carries.
-func metricsKey(cfg Config) string {
-	key, _, ok := locker.SplitSlotKey(cfg.Key)
-	if !ok {
-		return cfg.Key
-	}
-	return key
 }
 
 func boolGauge(b bool) float64 {

@@ -215,9 +215,9 @@ func New(cfg Config) (*Locker, error) {
 		}
 		ep.clients = append(ep.clients, client)
 	}
-	path := cfg.Key
+	path := cfg.Name()
 	if cfg.Prefix != "" {
-		path = cfg.Prefix + "/" + cfg.Key
+		path = cfg.Prefix + "/" + cfg.Name()
 	}
 	opts := cfg.Options
 	if opts.ID == "" {
@@ -241,7 +241,7 @@ func New(cfg Config) (*Locker, error) {
 
 // validate checks the rules of DESIGN §1.5 and §1.10 that belong to Consul.
 func validate(cfg Config) error {
-	if err := locker.CheckKey(cfg.Key, cfg.Prefix); err != nil {
+	if err := locker.CheckKey(cfg.Options); err != nil {
 		return err
 	}
 	if cfg.TTL < MinTTL || cfg.TTL > MaxTTL {

@@ -19,15 +19,18 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/locker/lockertest"
 	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // testConfig is a valid configuration for tests: Consul's shortest TTL and
 // a small lock-delay.
 func testConfig(key, addr string) Config {
+	k, slot := lockertest.KeySlot(key)
 	return Config{
 		Options: locker.Options{
-			Key:    key,
+			Key:    k,
+			Slot:   slot,
 			Prefix: "leaderrun-test",
 			ID:     "test-" + key,
 			TTL:    MinTTL,

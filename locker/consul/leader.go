@@ -98,7 +98,7 @@ func (l *Locker) neverUsed() error {
 		where += " (datacenter " + l.dc + ")"
 		fields = append(fields, "Datacenter")
 	}
-	return &locker.NeverUsedError{Key: l.opts.Key, Where: where, Fields: fields}
+	return &locker.NeverUsedError{Key: l.opts.Name(), Where: where, Fields: fields}
 }
 
 // ReleaseHandle gives back the lease named by a handle from Lease.Handle,

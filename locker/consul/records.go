@@ -51,7 +51,7 @@ func newRecords(l *Locker) *records.Core {
 
 // controlPath is the KV path of the key's control record.
 func (l *Locker) controlPath() string {
-	return strings.TrimSuffix(l.path, l.opts.Key) + locker.ControlKey(l.opts.Key) + "/~control"
+	return strings.TrimSuffix(l.path, l.opts.Name()) + l.opts.Key + "/~control"
 }
 
 // dirOf is the KV prefix of the records of kind (Term, Run).

@@ -133,7 +133,7 @@ type API interface {
 // credentials DynamoDB refuses are configuration errors at once; an
 // endpoint it cannot reach is left to the first call, which retries.
 func New(cfg Config) (*leaserow.Locker, error) {
-	if err := locker.CheckKey(cfg.Key, cfg.Prefix); err != nil {
+	if err := locker.CheckKey(cfg.Options); err != nil {
 		return nil, err
 	}
 	st, err := newStore(cfg)
@@ -215,9 +215,9 @@ func newStore(cfg Config) (*store, error) {
 		}
 	})
 	addr := endpointHost(client.Options())
-	key := cfg.Key
+	key := cfg.Name()
 	if cfg.Prefix != "" {
-		key = cfg.Prefix + "/" + cfg.Key
+		key = cfg.Prefix + "/" + cfg.Name()
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -227,7 +227,7 @@ func newStore(cfg Config) (*store, error) {
 	if cfg.wrap != nil {
 		api = cfg.wrap(client)
 	}
-	ctlKey := locker.ControlKey(cfg.Key)
+	ctlKey := cfg.Key
 	if cfg.Prefix != "" {
 		ctlKey = cfg.Prefix + "/" + ctlKey
 	}

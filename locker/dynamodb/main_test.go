@@ -52,8 +52,9 @@ func newLocker(t testing.TB, endpoint, key string, mods ...func(*Config)) *lease
 
 // lockerConfig is newLocker's Config: a candidate of its own for key.
 func lockerConfig(endpoint, key string) Config {
+	k, slot := lockertest.KeySlot(key)
 	return Config{
-		Options: locker.Options{Key: key, Prefix: "lrtest", ID: fmt.Sprintf("%s-%d", key, candidates.Add(1)),
+		Options: locker.Options{Key: k, Slot: slot, Prefix: "lrtest", ID: fmt.Sprintf("%s-%d", key, candidates.Add(1)),
 			TTL: 2 * time.Second, Version: "test"},
 		Endpoint:    endpoint,
 		CreateTable: true,

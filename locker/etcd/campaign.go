@@ -100,7 +100,7 @@ func (l *Locker) enter(ctx context.Context, cli *clientv3.Client) (*candidate, e
 
 // held builds the NoWait error, naming the current holder when it can.
 func (c *candidate) held(ctx context.Context) error {
-	err := fmt.Errorf("etcd: key %q: %w", c.l.opts.Key, locker.ErrHeld)
+	err := fmt.Errorf("etcd: key %q: %w", c.l.opts.Name(), locker.ErrHeld)
 	gctx, cancel := context.WithTimeout(ctx, c.l.timeout)
 	defer cancel()
 	resp, gerr := c.cli.Get(gctx, c.l.dir, clientv3.WithFirstCreate()...)
@@ -108,7 +108,7 @@ func (c *candidate) held(ctx context.Context) error {
 		return err
 	}
 	h := locker.ParseHolder(resp.Kvs[0].Value)
-	return fmt.Errorf("etcd: key %q led by %s (epoch %d): %w", c.l.opts.Key, h.ID, resp.Kvs[0].CreateRevision, locker.ErrHeld)
+	return fmt.Errorf("etcd: key %q led by %s (epoch %d): %w", c.l.opts.Name(), h.ID, resp.Kvs[0].CreateRevision, locker.ErrHeld)
 }
 
 // withdraw revokes our lease, which also deletes our election key. It runs

@@ -23,7 +23,7 @@ func (l *Locker) Candidates(ctx context.Context) ([]locker.Candidate, error) {
 	defer cancel()
 	resp, err := cli.Get(ctx, l.dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return nil, classify(fmt.Sprintf("etcd: list the candidates of %q", l.opts.Key), err)
+		return nil, classify(fmt.Sprintf("etcd: list the candidates of %q", l.opts.Name()), err)
 	}
 	out := []locker.Candidate{}
 	for i, kv := range resp.Kvs {

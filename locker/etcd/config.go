@@ -108,7 +108,7 @@ func New(cfg Config) (*Locker, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	if err := locker.ValidateKey(opts.Key); err != nil {
+	if err := opts.ValidateName(); err != nil {
 		return refuse("Options.Key", "is not a valid key", err)
 	}
 	if err := locker.ValidatePrefix(opts.Prefix); err != nil {
@@ -124,7 +124,7 @@ func New(cfg Config) (*Locker, error) {
 
 	l := &Locker{
 		opts:     opts,
-		dir:      "/" + opts.Prefix + "/" + opts.Key + "/@",
+		dir:      "/" + opts.Prefix + "/" + opts.Name() + "/@",
 		ttl:      int64((opts.TTL + time.Second - 1) / time.Second),
 		username: cfg.Username,
 		password: cfg.Password,

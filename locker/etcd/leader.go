@@ -26,7 +26,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 	defer cancel()
 	resp, err := cli.Get(ctx, l.dir, clientv3.WithFirstCreate()...)
 	if err != nil {
-		return locker.Holder{}, classify(fmt.Sprintf("etcd: read leader of %q", l.opts.Key), err)
+		return locker.Holder{}, classify(fmt.Sprintf("etcd: read leader of %q", l.opts.Name()), err)
 	}
 	if len(resp.Kvs) == 0 {
 		// No candidate: was there ever one? Every candidate leaves the
@@ -37,13 +37,13 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		// keys at most tell whether anything else is there.
 		used, err := cli.Get(ctx, l.tracePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2))
 		if err != nil {
-			if err := classify(fmt.Sprintf("etcd: read the records of %q", l.opts.Key), err); !errors.Is(err, locker.ErrRefused) {
+			if err := classify(fmt.Sprintf("etcd: read the records of %q", l.opts.Name()), err); !errors.Is(err, locker.ErrRefused) {
 				return locker.Holder{}, err
 			}
 		} else if used.Count == 0 || used.Count == 1 && string(used.Kvs[0].Key) == l.controlKey() {
 			return locker.Holder{}, l.neverUsed()
 		}
-		return locker.Holder{}, fmt.Errorf("etcd: key %q: %w", l.opts.Key, locker.ErrNoLeader)
+		return locker.Holder{}, fmt.Errorf("etcd: key %q: %w", l.opts.Name(), locker.ErrNoLeader)
 	}
 	kv := resp.Kvs[0]
 	h := locker.ParseHolder(kv.Value)
@@ -51,13 +51,13 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 	if kv.Lease != 0 {
 		ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 		if err != nil {
-			return locker.Holder{}, classify(fmt.Sprintf("etcd: read lease %x of %q", kv.Lease, l.opts.Key), err)
+			return locker.Holder{}, classify(fmt.Sprintf("etcd: read lease %x of %q", kv.Lease, l.opts.Name()), err)
 		}
 		if ttl.TTL <= 0 {
 			// -1: expired, its key goes with it; 0: under a second left,
 			// which a renewing holder never lets happen. Naming it would
 			// let `check` pass an epoch whose job is being stopped.
-			return locker.Holder{}, fmt.Errorf("etcd: key %q: the holder's lease %x is expiring: %w", l.opts.Key, kv.Lease, locker.ErrNoLeader)
+			return locker.Holder{}, fmt.Errorf("etcd: key %q: the holder's lease %x is expiring: %w", l.opts.Name(), kv.Lease, locker.ErrNoLeader)
 		}
 		h.LeaseRemaining = time.Duration(ttl.TTL) * time.Second
 	}
@@ -91,7 +91,7 @@ func (l *Locker) neverUsed() error {
 	for i, e := range l.endpoints {
 		eps[i] = e.raw
 	}
-	return &locker.NeverUsedError{Key: l.opts.Key,
+	return &locker.NeverUsedError{Key: l.opts.Name(),
 		Where:  strings.TrimSuffix(l.dir, "@") + " on etcd " + strings.Join(eps, ","),
 		Fields: []string{"Endpoints", "Prefix"}}
 }

@@ -40,6 +40,7 @@ func newLocker(t testing.TB, endpoints []string, key string, mods ...func(*Confi
 		Endpoints:   endpoints,
 		DialTimeout: 2 * time.Second,
 	}
+	cfg.Options.Key, cfg.Options.Slot = lockertest.KeySlot(key)
 	cfg.Logger = lockertest.DebugLogger(key)
 	return lockertest.Open(t, New, cfg, mods...)
 }

@@ -54,7 +54,7 @@ func newRecords(l *Locker) *records.Core {
 
 // controlKey is the key's control record.
 func (l *Locker) controlKey() string {
-	return "/" + l.opts.Prefix + "/" + locker.ControlKey(l.opts.Key) + "/~control"
+	return "/" + l.opts.Prefix + "/" + l.opts.Key + "/~control"
 }
 
 // dirOf is where the records of kind live (Term, Run).
@@ -144,7 +144,7 @@ func (s store) Put(ctx context.Context, kind records.Kind, name string, value []
 func (s store) PutHeld(ctx context.Context, ls locker.Lease, kind records.Kind, name string, value []byte, expires time.Time) error {
 	ours, ok := ls.(*lease)
 	if !ok || !strings.HasPrefix(ours.key, s.l.dir) {
-		return fmt.Errorf("etcd: record run: not a lease of key %q", s.l.opts.Key)
+		return fmt.Errorf("etcd: record run: not a lease of key %q", s.l.opts.Name())
 	}
 	p := s.path(kind, name)
 	ttl := int64((time.Until(expires) + time.Second - 1) / time.Second)

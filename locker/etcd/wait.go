@@ -241,7 +241,7 @@ func (c *candidate) awaitLeaseEnd(ctx context.Context, lc *leaseCheck, expired <
 		case first && c.l.opts.NoWait:
 			// A single attempt does not wait a lease out.
 			return false, fmt.Errorf("etcd: key %q: %w: the lease %x of its last leader lives though its election key is gone (deleted by hand?): its job may still run; a waiting candidate takes the key once that lease ends (BACKENDS.md, \"Hand edits\")",
-				c.l.opts.Key, locker.ErrHeld, lc.id)
+				c.l.opts.Name(), locker.ErrHeld, lc.id)
 		case first && lc.last:
 			c.l.log.Warn("the key's last leader's lease lives, though no election key is ahead of ours (deleted by hand?); waiting until its lease is revoked or expires, so that its job is gone",
 				"key", lc.pred, "lease", fmt.Sprintf("%x", lc.id), "lease_ttl", time.Duration(a.resp.TTL)*time.Second)

@@ -96,13 +96,13 @@ func New(cfg Config) (*Locker, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	if err := locker.ValidateKey(opts.Key); err != nil {
+	if err := opts.ValidateName(); err != nil {
 		return nil, refuse("Key", err.Error(), nil)
 	}
 	if err := locker.ValidatePrefix(opts.Prefix); err != nil {
 		return nil, refuse("Prefix", err.Error(), nil)
 	}
-	name, err := LeaseName(opts.Prefix, opts.Key)
+	name, err := LeaseName(opts.Prefix, opts.Name())
 	if err != nil {
 		return nil, refuse("Key", err.Error(), nil)
 	}

@@ -22,7 +22,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 		// A release keeps the Lease (holderIdentity cleared), so only a
 		// key never campaigned for here, or a Lease deleted by hand, has
 		// none.
-		return locker.Holder{}, &locker.NeverUsedError{Key: l.opts.Key,
+		return locker.Holder{}, &locker.NeverUsedError{Key: l.opts.Name(),
 			Where:  fmt.Sprintf("Lease %s/%s on %s", l.namespace, l.name, l.host),
 			Fields: []string{"Namespace", "Context", "Prefix"}}
 	}

@@ -46,6 +46,7 @@ func (s *server) newLocker(t testing.TB, key string, mods ...func(*Config)) *Loc
 		Namespace:  testNamespace,
 		Timeout:    5 * time.Second,
 	}
+	cfg.Options.Key, cfg.Options.Slot = lockertest.KeySlot(key)
 	cfg.Logger = lockertest.DebugLogger(key)
 	return lockertest.Open(t, New, cfg, mods...)
 }

@@ -145,7 +145,7 @@ func (l *Locker) claim(cur *coordinationv1.Lease, term string) *coordinationv1.L
 		ann[annPrevious] = previous
 	}
 	host, _ := os.Hostname()
-	ann[annKey] = l.opts.Key
+	ann[annKey] = l.opts.Name()
 	ann[annContract] = observe.Contract
 	ann[annTTL] = l.ttl.String()
 	ann[annTerm] = term
@@ -209,7 +209,7 @@ func released(cur *coordinationv1.Lease, term string) *coordinationv1.Lease {
 // still check its epoch is greater. Nothing else of the deleted Lease
 // comes back (its once-per records are forgotten, as BACKENDS says).
 func (l *Locker) releasedAnew(last *coordinationv1.Lease, term string) *coordinationv1.Lease {
-	ann := map[string]string{annKey: l.opts.Key, annReleased: term}
+	ann := map[string]string{annKey: l.opts.Name(), annReleased: term}
 	if last != nil {
 		for _, a := range []string{annEpoch, annPrevious} {
 			if v := last.Annotations[a]; v != "" {

@@ -20,7 +20,7 @@ import (
 //
 //   - the control record lives on a Lease of its own,
 //     <prefix>.<key>.control, in the control annotation (the record's
-//     JSON), shared by the key's slot keys (locker.ControlKey: a Locker
+//     JSON), shared by the key's slot keys (locker.Options.Key: a Locker
 //     of "jobs~2" uses the Lease of "jobs"). Its version is the Lease's
 //     resourceVersion. A write is a create (no version: AlreadyExists is
 //     a conflict) or a get and an update conditioned on the version
@@ -79,14 +79,14 @@ func newRecords(l *Locker) *records.Core {
 
 // controlName is the name of the key's control Lease.
 func (l *Locker) controlName() (string, error) {
-	base, err := LeaseName(l.opts.Prefix, locker.ControlKey(l.opts.Key))
+	base, err := LeaseName(l.opts.Prefix, l.opts.Key)
 	if err != nil {
 		return "", fmt.Errorf("kubernetes: %w: %v", locker.ErrRefused, err)
 	}
 	name := base + controlSuffix
 	if len(name) > maxNameLength {
 		return "", fmt.Errorf("kubernetes: %w: the control Lease %s of key %q would have %d characters; Kubernetes allows %d",
-			locker.ErrRefused, name, locker.ControlKey(l.opts.Key), len(name), maxNameLength)
+			locker.ErrRefused, name, l.opts.Key, len(name), maxNameLength)
 	}
 	return name, nil
 }
@@ -96,7 +96,7 @@ func (l *Locker) historyName() (string, error) {
 	name := l.name + historySuffix
 	if len(name) > maxNameLength {
 		return "", fmt.Errorf("kubernetes: %w: the history Lease %s of key %q would have %d characters; Kubernetes allows %d",
-			locker.ErrRefused, name, l.opts.Key, len(name), maxNameLength)
+			locker.ErrRefused, name, l.opts.Name(), len(name), maxNameLength)
 	}
 	return name, nil
 }
@@ -165,7 +165,7 @@ func (s store) Swap(ctx context.Context, _ records.Kind, _, prev string, value [
 	if next.Annotations == nil {
 		next.Annotations = map[string]string{}
 	}
-	next.Annotations[annKey] = locker.ControlKey(l.opts.Key)
+	next.Annotations[annKey] = l.opts.Key
 	next.Annotations[annControl] = string(value)
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
@@ -237,7 +237,7 @@ func (s store) editHistory(ctx context.Context, edit func([]locker.Term) []locke
 		if err != nil {
 			return fmt.Errorf("kubernetes: encode term records: %w", err)
 		}
-		next.Annotations[annKey] = l.opts.Key
+		next.Annotations[annKey] = l.opts.Name()
 		next.Annotations[annTerms] = string(b)
 		verb := "update"
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)

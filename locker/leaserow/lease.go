@@ -31,7 +31,7 @@ var _ locker.Lease = (*lease)(nil)
 func (s *lease) Epoch() uint64 { return s.row.Epoch }
 
 // Handle names the key and our term; see Locker.ReleaseHandle.
-func (s *lease) Handle() string { return handle(s.l.opts.Key, s.term) }
+func (s *lease) Handle() string { return handle(s.l.opts.Name(), s.term) }
 
 // Renew makes one write of our row conditioned on every field of our own
 // last successful write, and returns our TTL. It succeeds only when that
@@ -124,7 +124,7 @@ func (r Row) StoredHolder() string {
 
 func (s *lease) markLost(reason string) {
 	if s.Mark(reason) {
-		s.l.log.Debug("leadership lost", "key", s.l.opts.Key, "reason", reason)
+		s.l.log.Debug("leadership lost", "key", s.l.opts.Name(), "reason", reason)
 	}
 }
 

@@ -22,7 +22,8 @@ const testControlPoll = 20 * time.Millisecond
 
 func newTestLocker(t *testing.T, db *memDB, key, id string, mods ...func(*Config)) *Locker {
 	t.Helper()
-	cfg := Config{Options: locker.Options{Key: key, ID: id, TTL: testTTL}, Store: memStore{db, key}, Name: "mem", Poll: 5 * time.Millisecond, ControlPoll: testControlPoll}
+	k, slot := lockertest.KeySlot(key)
+	cfg := Config{Options: locker.Options{Key: k, Slot: slot, ID: id, TTL: testTTL}, Store: memStore{db, key}, Name: "mem", Poll: 5 * time.Millisecond, ControlPoll: testControlPoll}
 	for _, m := range mods {
 		m(&cfg)
 	}

@@ -217,18 +217,18 @@ func (l *Locker) Acquire(ctx context.Context) (locker.Lease, error) {
 		case v.forever:
 			if !warned {
 				l.log.Warn("the lease row is held by a holder that does not follow leaderrun's observer-clock contract; waiting until it is released",
-					"key", l.opts.Key, "holder", cur.Holder.ID)
+					"key", l.opts.Name(), "holder", cur.Holder.ID)
 				warned = true
 			}
 		case v.left > 0:
 			wait = min(wait, v.left)
 			if v.silent && !v.told {
 				l.log.Warn("the lease row was "+v.how+" without a release (by hand?): waiting one TTL of the holder before taking the key",
-					"key", l.opts.Key, "ttl", v.ttl)
+					"key", l.opts.Name(), "ttl", v.ttl)
 			}
 		default:
 			if v.silent {
-				l.log.Info("the lease row was "+v.how+" without a release and has stayed so for a TTL; taking over", "key", l.opts.Key, "ttl", v.ttl)
+				l.log.Info("the lease row was "+v.how+" without a release and has stayed so for a TTL; taking over", "key", l.opts.Name(), "ttl", v.ttl)
 			} else {
 				l.log.Info("holder stopped renewing; taking over", "holder", cur.Holder.ID, "ttl", v.ttl)
 			}
@@ -308,7 +308,7 @@ func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (l
 		return nil, fmt.Errorf("%s: %w: the new epoch %d is not greater than the previous holder's %d: the store's epoch counter went back",
 			l.name, locker.ErrRefused, epoch, cur.Epoch)
 	}
-	l.log.Debug("acquired", "key", l.opts.Key, "epoch", epoch)
+	l.log.Debug("acquired", "key", l.opts.Name(), "epoch", epoch)
 	return &lease{l: l, term: term, row: row}, nil
 }
 
@@ -328,7 +328,7 @@ func (l *Locker) withdraw(term, version string) {
 		l.log.Debug("withdrawing a claim cut short failed; it expires on its own", "error", err)
 		return
 	}
-	l.log.Debug("withdrew a claim whose write was cut short", "key", l.opts.Key)
+	l.log.Debug("withdrew a claim whose write was cut short", "key", l.opts.Name())
 }
 
 // Leader reads the row's holder. A free row, or none, is ErrNoLeader. How
@@ -348,13 +348,13 @@ func (l *Locker) holder(ctx context.Context, traced bool) (locker.Holder, Row, e
 		return locker.Holder{}, cur, err
 	case !exists && traced:
 		if t, err := l.traced(ctx); err != nil || t {
-			return locker.Holder{}, cur, fmt.Errorf("%s: %w for key %q: its lease row was deleted (by hand?)", l.name, locker.ErrNoLeader, l.opts.Key)
+			return locker.Holder{}, cur, fmt.Errorf("%s: %w for key %q: its lease row was deleted (by hand?)", l.name, locker.ErrNoLeader, l.opts.Name())
 		}
 		fallthrough
 	case !exists:
 		return locker.Holder{}, cur, l.neverUsed()
 	case cur.Term == "":
-		return locker.Holder{}, cur, fmt.Errorf("%s: %w for key %q", l.name, locker.ErrNoLeader, l.opts.Key)
+		return locker.Holder{}, cur, fmt.Errorf("%s: %w for key %q", l.name, locker.ErrNoLeader, l.opts.Name())
 	}
 	h := cur.Holder
 	h.Epoch = cur.Epoch
@@ -366,10 +366,10 @@ func (l *Locker) holder(ctx context.Context, traced bool) (locker.Holder, Row, e
 func (l *Locker) neverUsed() error {
 	if p, ok := l.store.(Placer); ok {
 		where, fields := p.Place()
-		return &locker.NeverUsedError{Key: l.opts.Key, Where: where, Fields: append(fields, "Prefix")}
+		return &locker.NeverUsedError{Key: l.opts.Name(), Where: where, Fields: append(fields, "Prefix")}
 	}
 	addr, _ := l.store.Target()
-	return &locker.NeverUsedError{Key: l.opts.Key, Where: l.name + " " + addr, Fields: []string{"Prefix"}}
+	return &locker.NeverUsedError{Key: l.opts.Name(), Where: l.name + " " + addr, Fields: []string{"Prefix"}}
 }
 
 // handle is a lease's Handle: the key and the term, which no key contains
@@ -380,8 +380,8 @@ func handle(key, term string) string { return key + " " + term }
 // holds it (see Lease.Handle).
 func (l *Locker) ReleaseHandle(ctx context.Context, h string) error {
 	key, term, ok := strings.Cut(h, " ")
-	if !ok || key != l.opts.Key || term == "" {
-		return fmt.Errorf("%s: %w: %q is not a handle for key %q", l.name, locker.ErrRefused, h, l.opts.Key)
+	if !ok || key != l.opts.Name() || term == "" {
+		return fmt.Errorf("%s: %w: %q is not a handle for key %q", l.name, locker.ErrRefused, h, l.opts.Name())
 	}
 	return l.clear(ctx, term, Row{}, false)
 }
@@ -411,7 +411,7 @@ func (l *Locker) clear(ctx context.Context, term string, last Row, known bool) e
 		}
 		known = false
 	}
-	return fmt.Errorf("%s: release of key %q: conflicting writes kept coming", l.name, l.opts.Key)
+	return fmt.Errorf("%s: release of key %q: conflicting writes kept coming", l.name, l.opts.Name())
 }
 
 // ID is the candidate's id (Options.ID).

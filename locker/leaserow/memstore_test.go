@@ -19,7 +19,7 @@ type memDB struct {
 	rows  map[string]*Row
 	runs  map[string]map[string][]byte
 	terms map[string]map[string][]byte
-	// controls are the control records by locker.ControlKey.
+	// controls are the control records by the key they are of (controlOf).
 	controls map[string]memControl
 	counter  uint64
 	// lostAnswer, when set, makes the next Renew be written but answered
@@ -204,7 +204,7 @@ type memControl struct {
 func (s memStore) ReadControl(context.Context) ([]byte, uint64, error) {
 	s.db.mu.Lock()
 	defer s.db.mu.Unlock()
-	c, ok := s.db.controls[locker.ControlKey(s.key)]
+	c, ok := s.db.controls[controlOf(s.key)]
 	if !ok {
 		return nil, 0, ErrNoRow
 	}
@@ -214,7 +214,7 @@ func (s memStore) ReadControl(context.Context) ([]byte, uint64, error) {
 func (s memStore) WriteControl(_ context.Context, prev uint64, value []byte) error {
 	s.db.mu.Lock()
 	defer s.db.mu.Unlock()
-	k := locker.ControlKey(s.key)
+	k := controlOf(s.key)
 	if s.db.controls[k].version != prev {
 		return ErrConflict
 	}
@@ -246,4 +246,13 @@ func (db *memDB) remove(key string) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	delete(db.rows, key)
+}
+
+// controlOf is the key whose control record the row name holds: the key
+// itself, for a slot key too, as a backend's store files it.
+func controlOf(name string) string {
+	if key, _, ok := locker.SplitSlotKey(name); ok {
+		return key
+	}
+	return name
 }

@@ -102,7 +102,7 @@ func (r rowRecords) Get(ctx context.Context, kind records.Kind, name string) ([]
 // whose answer was lost may have happened: the caller's next write at the
 // same version then conflicts, and it reads again.
 func (r rowRecords) Swap(ctx context.Context, _ records.Kind, _, prev string, value []byte) (string, error) {
-	what := fmt.Sprintf("%s: control record of key %q", r.l.name, locker.ControlKey(r.l.opts.Key))
+	what := fmt.Sprintf("%s: control record of key %q", r.l.name, r.l.opts.Key)
 	n, ok := ParseControlVersion(prev)
 	if !ok { // no record of this store ever had that version
 		return "", fmt.Errorf("%s: version %q: %w", what, prev, locker.ErrConflict)

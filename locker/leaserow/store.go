@@ -181,7 +181,7 @@ type Store interface {
 	// ReadControl reads the key's control record (locker.Controls): the
 	// value last written and its version, with a strongly consistent read,
 	// or an error wrapping ErrNoRow when the key has none. The record is
-	// the key's, shared by its slot keys (locker.ControlKey), and lives
+	// the key's, shared by its slot keys (locker.Options.Key), and lives
 	// where no lease row, run or history record can be.
 	ReadControl(ctx context.Context) (value []byte, version uint64, err error)
 

@@ -33,8 +33,9 @@ func TestControlContract(t *testing.T) {
 // survives the lock file's record.
 func TestControlApart(t *testing.T) {
 	dir := t.TempDir()
-	lockertest.ControlApart(t, func(t *testing.T, key string) locker.Locker {
-		l, err := New(Config{Options: locker.Options{Key: key, Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second, Priority: 7}, Dir: dir})
+	lockertest.ControlApart(t, func(t *testing.T, name string) locker.Locker {
+		key, slot := lockertest.KeySlot(name)
+		l, err := New(Config{Options: locker.Options{Key: key, Slot: slot, Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second, Priority: 7}, Dir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,8 @@ func TestRecordsLayout(t *testing.T) {
 	dir, state := t.TempDir(), t.TempDir()
 	lockertest.LayoutContract(t, lockertest.Layout{
 		NewLocker: func(t *testing.T, key string) locker.Locker {
-			l, err := New(Config{Options: locker.Options{Key: key, Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}, Dir: dir, StateDir: state})
+			k, slot := lockertest.KeySlot(key)
+			l, err := New(Config{Options: locker.Options{Key: k, Slot: slot, Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}, Dir: dir, StateDir: state})
 			if err != nil {
 				t.Fatal(err)
 			}

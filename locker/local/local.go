@@ -173,7 +173,7 @@ type Locker struct {
 // start-up leaves nothing behind (DESIGN §1.10). A refused setting is a
 // *locker.ConfigError.
 func New(cfg Config) (*Locker, error) {
-	if err := locker.ValidateKey(cfg.Key); err != nil {
+	if err := cfg.ValidateName(); err != nil {
 		return nil, &locker.ConfigError{Field: "Key", Rule: err.Error()}
 	}
 	if err := locker.ValidatePrefix(cfg.Prefix); err != nil {
@@ -190,7 +190,7 @@ func New(cfg Config) (*Locker, error) {
 		return nil, &locker.ConfigError{Field: "StateDir", Rule: fmt.Sprintf("must be an absolute path, got %q", cfg.StateDir)}
 	}
 	cfg.Dir = filepath.Clean(cfg.Dir)
-	rel := filepath.Join(cfg.Prefix, cfg.Key)
+	rel := filepath.Join(cfg.Prefix, cfg.Name())
 	l := &Locker{opts: cfg.Options, lockPath: filepath.Join(cfg.Dir, rel) + ".lock", dir: cfg.Dir, defaultDir: !explicit, readOnly: cfg.ReadOnly}
 	l.lockDir = filepath.Dir(l.lockPath)
 	l.lockRel = filepath.Dir(rel)
@@ -937,7 +937,7 @@ func (l *Locker) neverUsed() error {
 	if l.stateDir != l.dir {
 		where += ", state dir " + l.stateDir
 	}
-	return &locker.NeverUsedError{Key: l.opts.Key, Where: where, Fields: []string{"Dir"}}
+	return &locker.NeverUsedError{Key: l.opts.Name(), Where: where, Fields: []string{"Dir"}}
 }
 
 // ReleaseHandle has nothing to do: the kernel released the flock when its

@@ -194,7 +194,8 @@ func TestRunLogContract(t *testing.T) {
 
 func newLockerKey(t *testing.T, dir, key string) *Locker {
 	t.Helper()
-	l, err := New(Config{Options: locker.Options{Key: key, Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}, Dir: dir})
+	k, slot := lockertest.KeySlot(key)
+	l, err := New(Config{Options: locker.Options{Key: k, Slot: slot, Prefix: "leaderrun", ID: "me", TTL: 15 * time.Second}, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 //
 //   - the control record is <dir>/<prefix>/<key>~control in the lock
 //     directory, beside the lock file, for the key and each of its slot
-//     keys alike (locker.ControlKey): {"version":N,"control":{...}}, N a
+//     keys alike (locker.Options.Key): {"version":N,"control":{...}}, N a
 //     counter every write advances. A write is a temporary file
 //     (<key>~control.tmp) renamed over it, made while holding an flock on
 //     <key>~control.lock, so that reading the version and writing the
@@ -73,7 +73,7 @@ func (l *Locker) controlPath() string {
 
 // controlRel is the control file below the lock directory.
 func (l *Locker) controlRel() string {
-	return filepath.Join(l.opts.Prefix, locker.ControlKey(l.opts.Key)) + "~control"
+	return filepath.Join(l.opts.Prefix, l.opts.Key) + "~control"
 }
 
 // controlDir opens the directory of the control file, making it unless

@@ -259,3 +259,14 @@ func StandbyClockRates(t *testing.T, ttl time.Duration, open func(now func() tim
 		}
 	}
 }
+
+// KeySlot is the key and the slot of name, a key or one of its slot keys
+// as a backend holds it (locker.SplitSlotKey), for the Options of a
+// NewLocker given that name; a name that is neither is returned as the
+// key of slot 0, for the backend to refuse.
+func KeySlot(name string) (key string, slot int) {
+	if key, slot, ok := locker.SplitSlotKey(name); ok {
+		return key, slot
+	}
+	return name, 0
+}

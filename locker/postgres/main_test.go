@@ -43,5 +43,6 @@ func newLocker(t testing.TB, dsn, key string, mods ...func(*Config)) *leaserow.L
 		ConnectTimeout: 2 * time.Second,
 		Logger:         lockertest.DebugLogger(key),
 	}
+	cfg.Options.Key, cfg.Options.Slot = lockertest.KeySlot(key)
 	return lockertest.Open(t, New, cfg, mods...)
 }

@@ -97,7 +97,7 @@ type Config struct {
 // a server it cannot reach is left to the first call, which retries.
 // Every new connection checks again that the server is no standby.
 func New(cfg Config) (*leaserow.Locker, error) {
-	if err := locker.CheckKey(cfg.Key, cfg.Prefix); err != nil {
+	if err := locker.CheckKey(cfg.Options); err != nil {
 		return nil, err
 	}
 	st, err := newStore(cfg)
@@ -197,7 +197,7 @@ func newStore(cfg Config) (*store, error) {
 	if err != nil {
 		return nil, &locker.ConfigError{Field: "DSN", Rule: "cannot be used", Err: err}
 	}
-	key, ctlKey := cfg.Key, locker.ControlKey(cfg.Key)
+	key, ctlKey := cfg.Name(), cfg.Key
 	if cfg.Prefix != "" {
 		key, ctlKey = cfg.Prefix+"/"+key, cfg.Prefix+"/"+ctlKey
 	}

@@ -30,7 +30,7 @@ type Kind int
 
 const (
 	// Control is the key's control record, shared by its slot keys
-	// (locker.ControlKey); its name is always "".
+	// (locker.Options.Key); its name is always "".
 	Control Kind = iota
 	// Term is a history record, named locker.TermName(epoch).
 	Term
@@ -149,7 +149,8 @@ type Config struct {
 	Store Store
 	// Name prefixes the Core's own errors ("etcd").
 	Name string
-	// Key is the name the Locker holds (a key or a slot key), for errors.
+	// Key is the key whose control record the Core reads (the key
+	// itself, never a slot key: locker.Options.Key), for errors.
 	Key string
 	// Timeout bounds each call to the Store; 0 leaves ctx alone.
 	Timeout time.Duration
@@ -224,7 +225,7 @@ func (r *Core) parseControl(value []byte, version string, ok bool) (locker.Contr
 	}
 	c, err := locker.ParseControl(value, version)
 	if err != nil {
-		return locker.Control{}, fmt.Errorf("%s: control record of key %q: %w", r.c.Name, locker.ControlKey(r.c.Key), err)
+		return locker.Control{}, fmt.Errorf("%s: control record of key %q: %w", r.c.Name, r.c.Key, err)
 	}
 	return c, nil
 }
@@ -268,7 +269,7 @@ func (r *Core) WaitControl(ctx context.Context, version string) (locker.Control,
 		case err != nil && (errors.Is(err, locker.ErrRefused) || r.c.Final(err)):
 			return locker.Control{}, err
 		case err != nil:
-			r.c.Log.Debug("reading the control record failed; retrying", "key", locker.ControlKey(r.c.Key), "error", err)
+			r.c.Log.Debug("reading the control record failed; retrying", "key", r.c.Key, "error", err)
 			if !r.c.Clock.Sleep(ctx, backoff.Next()) {
 				return locker.Control{}, ctx.Err()
 			}

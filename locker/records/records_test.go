@@ -165,7 +165,7 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) bool {
 }
 
 func newCore(s Store, clk *fakeClock) *Core {
-	return New(Config{Store: s, Name: "mem", Key: "jobs~2", Clock: clk, Final: func(err error) bool { return errors.Is(err, errFinal) }})
+	return New(Config{Store: s, Name: "mem", Key: "jobs", Clock: clk, Final: func(err error) bool { return errors.Is(err, errFinal) }})
 }
 
 var errFinal = errors.New("mem: closed")

@@ -225,7 +225,7 @@ func (c *candidate) waitTurn(ctx context.Context) error {
 			if c.l.opts.NoWait {
 				// A single attempt does not wait a TTL out.
 				return fmt.Errorf("zookeeper: key %q: %w: its last leader went silent without a release (its znode deleted by hand, or its session expired): its job may still run; a waiting candidate takes the key once that leader's TTL has passed (BACKENDS.md, \"Hand edits\")",
-					c.l.opts.Key, locker.ErrHeld)
+					c.l.opts.Name(), locker.ErrHeld)
 			}
 			if err := c.awaitSilent(ctx); err != nil {
 				return err
@@ -322,7 +322,7 @@ func (c *candidate) nextEvent(ctx context.Context, ch <-chan zk.Event) (zk.Event
 
 // held builds the NoWait error, naming the current holder when it can.
 func (c *candidate) held(ctx context.Context, first string) error {
-	err := fmt.Errorf("zookeeper: key %q: %w", c.l.opts.Key, locker.ErrHeld)
+	err := fmt.Errorf("zookeeper: key %q: %w", c.l.opts.Name(), locker.ErrHeld)
 	type got struct {
 		data []byte
 		stat *zk.Stat
@@ -335,7 +335,7 @@ func (c *candidate) held(ctx context.Context, first string) error {
 		return err
 	}
 	h := locker.ParseHolder(g.data)
-	return fmt.Errorf("zookeeper: key %q led by %s (epoch %d): %w", c.l.opts.Key, h.ID, g.stat.Czxid, locker.ErrHeld)
+	return fmt.Errorf("zookeeper: key %q led by %s (epoch %d): %w", c.l.opts.Name(), h.ID, g.stat.Czxid, locker.ErrHeld)
 }
 
 // verify checks, after the wait, that our znode still exists and belongs to

@@ -23,7 +23,7 @@ func (l *Locker) Candidates(ctx context.Context) ([]locker.Candidate, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	what := fmt.Sprintf("zookeeper: list the candidates of %q", l.opts.Key)
+	what := fmt.Sprintf("zookeeper: list the candidates of %q", l.opts.Name())
 	if _, err := call(ctx, func() (string, error) { return s.conn.Sync(l.dir) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return nil, classify(what, err)
 	}

@@ -103,7 +103,7 @@ func New(cfg Config) (*Locker, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	if err := locker.ValidateKey(opts.Key); err != nil {
+	if err := opts.ValidateName(); err != nil {
 		return refuse("Key", "%v", err)
 	}
 	if err := locker.ValidatePrefix(opts.Prefix); err != nil {
@@ -134,7 +134,7 @@ func New(cfg Config) (*Locker, error) {
 	}
 	l := &Locker{
 		opts:    opts,
-		dir:     chroot + "/" + opts.Prefix + "/" + opts.Key,
+		dir:     chroot + "/" + opts.Prefix + "/" + opts.Name(),
 		servers: servers,
 		auth:    cfg.Auth,
 		acl:     zk.WorldACL(zk.PermAll),

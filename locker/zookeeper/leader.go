@@ -85,7 +85,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	if _, err := call(ctx, func() (string, error) { return s.conn.Sync(l.dir) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return locker.Holder{}, classify(fmt.Sprintf("zookeeper: sync before reading the leader of %q", l.opts.Key), err)
+		return locker.Holder{}, classify(fmt.Sprintf("zookeeper: sync before reading the leader of %q", l.opts.Name()), err)
 	}
 	for {
 		type kids struct {
@@ -100,14 +100,14 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 			return locker.Holder{}, l.neverUsed()
 		}
 		if err != nil {
-			return locker.Holder{}, classify(fmt.Sprintf("zookeeper: read leader of %q", l.opts.Key), err)
+			return locker.Holder{}, classify(fmt.Sprintf("zookeeper: read leader of %q", l.opts.Name()), err)
 		}
 		names := candidates(k.names)
 		if len(names) == 0 {
 			if !traced(k.names, k.stat) {
 				return locker.Holder{}, l.neverUsed()
 			}
-			return locker.Holder{}, fmt.Errorf("zookeeper: key %q: %w", l.opts.Key, locker.ErrNoLeader)
+			return locker.Holder{}, fmt.Errorf("zookeeper: key %q: %w", l.opts.Name(), locker.ErrNoLeader)
 		}
 		type got struct {
 			data []byte
@@ -121,7 +121,7 @@ func (l *Locker) Leader(ctx context.Context) (locker.Holder, error) {
 			continue // released between the two reads: look again
 		}
 		if err != nil {
-			return locker.Holder{}, classify(fmt.Sprintf("zookeeper: read leader of %q", l.opts.Key), err)
+			return locker.Holder{}, classify(fmt.Sprintf("zookeeper: read leader of %q", l.opts.Name()), err)
 		}
 		h := locker.ParseHolder(g.data)
 		h.Epoch = uint64(g.stat.Czxid)
@@ -147,7 +147,7 @@ func traced(children []string, stat *zk.Stat) bool {
 // neverUsed is Leader's answer for a key whose znode is absent, or was
 // only made as the parent of other keys: it names the znode and servers.
 func (l *Locker) neverUsed() error {
-	return &locker.NeverUsedError{Key: l.opts.Key,
+	return &locker.NeverUsedError{Key: l.opts.Name(),
 		Where:  "znode " + l.dir + " on ZooKeeper " + strings.Join(l.servers, ","),
 		Fields: []string{"Servers", "Chroot", "Prefix"}}
 }

@@ -41,6 +41,7 @@ func newLocker(t testing.TB, servers []string, key string, mods ...func(*Config)
 		Servers:     servers,
 		DialTimeout: 3 * time.Second,
 	}
+	cfg.Options.Key, cfg.Options.Slot = lockertest.KeySlot(key)
 	cfg.Logger = lockertest.DebugLogger(key)
 	return lockertest.Open(t, New, cfg, mods...)
 }

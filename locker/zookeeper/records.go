@@ -21,7 +21,7 @@ import (
 // so none collides with anything else under the key:
 //
 //   - the control record, /<chroot>/<prefix>/<key>/~control, under the
-//     key itself for every one of its slot keys (locker.ControlKey): a
+//     key itself for every one of its slot keys (locker.Options.Key): a
 //     Locker of "jobs~2" reads and writes the record of "jobs". Its
 //     version is the znode's dataVersion as "v<n>" ("" never names an
 //     existing record); a write is a create (no version yet: it must not
@@ -72,8 +72,8 @@ func newRecords(l *Locker) *records.Core {
 
 // controlPath is where the key's control record lives.
 func (l *Locker) controlPath() string {
-	root := strings.TrimSuffix(l.dir, l.opts.Key) // /<chroot>/<prefix>/
-	return root + locker.ControlKey(l.opts.Key) + "/" + controlNode
+	root := strings.TrimSuffix(l.dir, l.opts.Name()) // /<chroot>/<prefix>/
+	return root + l.opts.Key + "/" + controlNode
 }
 
 // dirOf is the znode under which the records of kind live (Term, Run).
@@ -250,7 +250,7 @@ func (s store) Put(ctx context.Context, kind records.Kind, name string, value []
 func (s store) PutHeld(ctx context.Context, ls locker.Lease, kind records.Kind, name string, value []byte, _ time.Time) error {
 	ours, ok := ls.(*lease)
 	if !ok || !strings.HasPrefix(ours.node, s.l.dir+"/@") {
-		return fmt.Errorf("zookeeper: record run: not a lease of key %q", s.l.opts.Key)
+		return fmt.Errorf("zookeeper: record run: not a lease of key %q", s.l.opts.Name())
 	}
 	p := s.path(kind, name)
 	what := "zookeeper: write " + p
