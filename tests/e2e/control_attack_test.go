@@ -236,8 +236,7 @@ func TestControlAttackGarbageRecord(t *testing.T) {
 	dir := t.TempDir()
 	key, mark, env := markedKey("garbage")
 	a := candidate(t, env, localArgs(dir, key), "a", sleeper)
-	waitLeader(t, 10*time.Second, "a leading", mark, "a")
-	_, e := leaderChild(mark)
+	e := leaderChildEpoch(t, mark, "a")
 	b := candidate(t, env, localArgs(dir, key), "b", sleeper)
 	time.Sleep(500 * time.Millisecond)
 	testsupport.WriteFile(t, filepath.Join(dir, "leaderrun", key+"~control"), "{not json", 0o644)
@@ -556,7 +555,7 @@ func TestControlAttackPriorities(t *testing.T) {
 		candidate(t, env, run, "p10", sleeper, "--priority", "10", "--preempt-after", "1s"),
 		candidate(t, env, run, "p20", sleeper, "--priority", "20", "--preempt-after", "1s"))
 	waitLeader(t, 20*time.Second, "p20 leading", mark, "p20")
-	_, e := leaderChild(mark)
+	e := leaderChildEpoch(t, mark, "p20")
 	time.Sleep(5 * time.Second)
 	if id, e2 := leaderChild(mark); id != "p20" || e2 != e {
 		t.Errorf("p20 (epoch %d) did not stay: %s leads with epoch %d", e, id, e2)
@@ -623,7 +622,7 @@ func TestControlAttackLeaderCannotReadRecord(t *testing.T) {
 	proxy := failingPath(t, c.HTTPAddr(0), "/v1/kv/leaderrun/"+key+"/~control", &fail)
 	a := candidate(t, env, consulArgs(proxy, key), "a", sleeper)
 	waitLeader(t, 20*time.Second, "a leading", mark, "a")
-	_, e := leaderChild(mark)
+	e := leaderChildEpoch(t, mark, "a")
 	fail.Store(true)
 	time.Sleep(11 * time.Second) // the TTL is 10s
 	if id, e2 := leaderChild(mark); id != "a" || e2 != e {

@@ -49,6 +49,19 @@ func leaderChild(mark string) (id string, epoch uint64) {
 	return "", 0
 }
 
+// leaderChildEpoch waits for id's child to run and returns its epoch:
+// status names a holder a moment before its child starts.
+func leaderChildEpoch(t *testing.T, mark, id string) uint64 {
+	t.Helper()
+	var e uint64
+	waitFor(t, 20*time.Second, id+"'s child", func() bool {
+		var got string
+		got, e = leaderChild(mark)
+		return got == id && e > 0
+	})
+	return e
+}
+
 // controlSuite drives step-down, step-down --to, pause and resume,
 // --priority preemption and --health-cmd on one backend, with three
 // candidates and then two more, while a /proc watch fails the test on any
