@@ -190,9 +190,11 @@ func TestZooKeeperEnsemble(t *testing.T) {
 	servers := z.Addrs()
 
 	// The ensemble's leader dies: the session moves on to the new leader
-	// and the child keeps running, unrestarted.
+	// and the child keeps running, unrestarted. A TTL of the sessions'
+	// 20s: a CI machine running the other tests beside it once took more
+	// than 10s to elect the next leader.
 	dir := t.TempDir()
-	a := startHost(t, dir, "a", "b", zkArgs(servers, newKey("zkleader"), "--ttl", "10s", "--renew-interval", "1s"))
+	a := startHost(t, dir, "a", "b", zkArgs(servers, newKey("zkleader"), "--ttl", "20s", "--renew-interval", "1s"))
 	pid := a.waitStarted(t, 30*time.Second)
 	leader := z.Leader(t)
 	z.Kill(leader)
