@@ -455,7 +455,8 @@ type leftoverProc struct {
 // of leaderrun's own user, and a process found dead counts only if its
 // real uid is leaderrun's user's or that of a leftover found by this sweep
 // (a job may switch user in place), so that another user's processes dying
-// by the thousand cannot keep every scan from settling. The real uid, not
+// by the thousand cannot keep every scan from settling, and only if it is
+// no bystander's own child (bystanders). The real uid, not
 // the effective one: any user can start a set-user-ID-root program that
 // exits at once, and its zombie's effective uid is root's, but its real
 // uid stays the user's who started it. Pids gone before
@@ -591,8 +592,10 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 		}
 	}()
 	zombies := map[int]uint64{}
+	listed := map[int]procInfo{}
 	settled = true
 	procs, vanished := scanProcs(func(p procInfo) {
+		listed[p.pid] = p
 		if s.mine[p.pid] {
 			return
 		}
@@ -614,6 +617,8 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 				settled = false // reaped as it was read: a pid gone
 				return
 			case !s.users[r]:
+				return
+			case s.bystanders(p, listed, found):
 				return
 			}
 			zombies[p.pid] = p.start
@@ -665,6 +670,36 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 	}
 	s.seen, s.zombies = seen, zombies
 	return hits, settled
+}
+
+// bystanders reports whether the dead process z is the own child of a
+// live process that is no leftover: its parent, not init and not found by
+// this scan, is in z's process group. Every job runs in a process group
+// of its own (supervise's Setpgid), and its processes make new groups only
+// of their own pids (setpgid, setsid), so a leftover's group is one a
+// leftover made; a live parent in it is a leftover itself, found by this
+// scan if it carries the marker, and beyond any sweep if it does not
+// (group mode's limit, DESIGN §1.9). A leftover adopted once its parent
+// died has a subreaper or init for parent, in a group of their own: it
+// still counts. Without this, a busy host's own dying processes (a build's
+// compilers, a shell's commands), or another user's churn slowing every
+// scan, kept every sweep from settling (TestLocalOtherUserZombieChurnBlocksJob).
+func (s *sweeper) bystanders(z procInfo, listed map[int]procInfo, found map[int]leftoverProc) bool {
+	if z.ppid <= 1 || s.mine[z.ppid] {
+		return false
+	}
+	if _, ok := found[z.ppid]; ok {
+		return false
+	}
+	q, ok := listed[z.ppid]
+	if !ok {
+		st, read := readStat("/proc/" + strconv.Itoa(z.ppid) + "/stat")
+		if !read {
+			return false
+		}
+		q = procInfo{pid: z.ppid, ppid: st.ppid, pgid: st.pgid, start: st.start, state: st.state}
+	}
+	return q.state != 'Z' && q.state != 'X' && q.pgid == z.pgid && q.start <= z.start
 }
 
 // signalFound sends sig to pid through a pidfd, once the pidfd is known to
