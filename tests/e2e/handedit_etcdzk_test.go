@@ -160,7 +160,8 @@ func TestHandEditEtcd(t *testing.T) {
 }
 
 func TestHandEditZooKeeper(t *testing.T) {
-	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1})
+	// Sessions of up to 20s for "value edited"; the others ask for 3s.
+	z := testcluster.StartZooKeeper(t, testcluster.ZooKeeperOptions{Servers: 1, MaxSessionTimeout: 20 * time.Second})
 	servers := z.Addrs()
 	c := zkConn(t, servers)
 	// holderNode is the znode of key's holder: the lowest sequence.
@@ -257,16 +258,20 @@ func TestHandEditZooKeeper(t *testing.T) {
 		t.Parallel()
 		key := newKey("hand-set")
 		// An edited value changes nothing: a keeps leading, b waits, and
-		// a's release hands over as usual.
+		// a's release hands over as usual. An 8s TTL, watched for two:
+		// with 3s, a loaded CI machine's ZooKeeper once answered none of
+		// a's renewals in time, and a stopped for that.
+		const ttl = 8 * time.Second
 		dir := t.TempDir()
-		a := startHost(t, dir, "a", "b", zkArgs(servers, key))
+		args := zkArgs(servers, key, "--ttl", ttl.String())
+		a := startHost(t, dir, "a", "b", args)
 		a.waitStarted(t, 30*time.Second)
-		b := startHost(t, dir, "b", "a", zkArgs(servers, key))
+		b := startHost(t, dir, "b", "a", args)
 		waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
 		if _, err := c.Set(holderNode(t, key), []byte("edited"), -1); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * zkTTL)
+		time.Sleep(2 * ttl)
 		if b.started() || a.p.Exited() {
 			t.Fatalf("an edited value moved the lead (a exited %v, b started %v)", a.p.Exited(), b.started())
 		}
