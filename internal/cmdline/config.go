@@ -232,8 +232,12 @@ func (l logSettings) logger() (hclog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format must be text or json, got %q", l.format)
 	}
-	// One line per record, durations in seconds (package logline).
-	return logline.Wrap(hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, Output: logOutput()})), nil
+	// One line per record, durations in seconds (package logline). The
+	// journal stamps each line itself: a text line written there leaves
+	// out its own time, which journalctl would show twice.
+	out := logOutput()
+	_, journal := out.(*journalWriter)
+	return logline.Wrap(hclog.New(&hclog.LoggerOptions{Name: "leaderrun", Level: level, JSONFormat: json, DisableTime: journal && !json, Output: out})), nil
 }
 
 // lockerOptions are the settings every backend shares; key is the one the

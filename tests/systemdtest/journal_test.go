@@ -2,6 +2,7 @@ package systemdtest
 
 import (
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,11 @@ func TestJournalPrioritiesAndSecrets(t *testing.T) {
 	}
 	if strings.Contains(warn, "[INFO]") {
 		t.Errorf("journalctl -p warning shows INFO lines:\n%s", warn)
+	}
+	// The journal stamps each line: leaderrun's text lines carry no time
+	// of their own.
+	if stamp := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d`); stamp.MatchString(warn) {
+		t.Errorf("journal lines carry a second timestamp:\n%s", warn)
 	}
 	if info := m.Journal("leaderrun@good", "-p", "info..info"); !strings.Contains(info, "[INFO]") || strings.Contains(info, "[WARN]") {
 		t.Errorf("journalctl -p info..info:\n%s", info)
