@@ -298,6 +298,29 @@ func (j *Job) Started(pid int) {
 // boot): no older process can belong to the job.
 func (j *Job) Since() uint64 { return j.since }
 
+// Contains reports whether pid is a live process of the job: in the job's
+// cgroup or one below it in cgroup mode; in group mode, started with or
+// after the job and carrying its marker. It reads /proc once or twice and
+// holds no lock: a process that exits meanwhile is no longer the job's.
+func (j *Job) Contains(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if j.cgroup != "" {
+		mnt, err := cgroup2Mount()
+		if err != nil {
+			return false
+		}
+		own, err := ownCgroup(pid)
+		if err != nil {
+			return false
+		}
+		dir := strings.TrimSuffix(mnt+own, "/")
+		return dir == j.cgroup || strings.HasPrefix(dir, j.cgroup+"/")
+	}
+	return j.token != "" && StartTime(pid) >= j.since && hasMarker(pid, j.token)
+}
+
 func (j *Job) closeFD() {
 	if j.cgfd >= 0 {
 		_ = syscall.Close(j.cgfd)
