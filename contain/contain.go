@@ -299,9 +299,10 @@ func (j *Job) Started(pid int) {
 func (j *Job) Since() uint64 { return j.since }
 
 // Contains reports whether pid is a live process of the job: in the job's
-// cgroup or one below it in cgroup mode; in group mode, started with or
-// after the job and carrying its marker. It reads /proc once or twice and
-// holds no lock: a process that exits meanwhile is no longer the job's.
+// cgroup or one below it in cgroup mode; in group mode, carrying its
+// marker, whose token is the job's alone. It reads /proc once or twice and
+// only what NewJob set, so it may run beside Started, from the fork on:
+// a process that exits meanwhile is no longer the job's.
 func (j *Job) Contains(pid int) bool {
 	if pid <= 0 {
 		return false
@@ -318,7 +319,7 @@ func (j *Job) Contains(pid int) bool {
 		dir := strings.TrimSuffix(mnt+own, "/")
 		return dir == j.cgroup || strings.HasPrefix(dir, j.cgroup+"/")
 	}
-	return j.token != "" && StartTime(pid) >= j.since && hasMarker(pid, j.token)
+	return j.token != "" && hasMarker(pid, j.token)
 }
 
 func (j *Job) closeFD() {

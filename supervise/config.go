@@ -77,6 +77,8 @@ type Config struct {
 	OnLost LostPolicy
 	// Forward carries signals to pass on to the child's group.
 	Forward <-chan os.Signal
+	// Notify: what is asked of the job over its notify socket (notify.go).
+	Notify NotifyConfig
 	// Events are optional callbacks for observers (metrics, systemd).
 	Events Events
 	// Logger receives one line per state change, each record on one line and
@@ -137,6 +139,10 @@ type Events struct {
 	// pause saying by whom; handed over to another candidate; the health
 	// check fails), or may go on (why empty).
 	HeldBack func(why string, pause *locker.Pause)
+	// JobReady: the running job sent READY=1, at that time.
+	JobReady func(at time.Time)
+	// JobStatus: the running job sent a new STATUS= text.
+	JobStatus func(text string)
 	// Tick: the leader's event loop took another turn. While leading or
 	// stopping it turns at least every HeartbeatInterval, so an observer
 	// that sees no Tick for much longer knows the loop is stuck;
@@ -216,8 +222,23 @@ func (c *Config) ValidateOptions() error {
 			return optionError("HealthFailures", "must be at least 1, got %d", h.Failures)
 		}
 	}
+	n := c.Notify
+	switch {
+	case n.ReadyTimeout < 0:
+		return optionError("ReadyTimeout", "must not be negative, got %v", n.ReadyTimeout)
+	case n.Watchdog < 0:
+		return optionError("JobWatchdog", "must not be negative, got %v", n.Watchdog)
+	case n.Watchdog > 0 && n.Watchdog < MinJobWatchdog:
+		return optionError("JobWatchdog", "must be 0 (off) or at least %v, got %v", MinJobWatchdog, n.Watchdog)
+	case n.Off && (n.ReadyTimeout > 0 || n.Watchdog > 0):
+		return optionError("ReadyTimeout", "needs the job's notify socket")
+	}
 	return nil
 }
+
+// MinJobWatchdog is the shortest job watchdog period: a job is asked to
+// ping at about half of it, as under systemd.
+const MinJobWatchdog = 100 * time.Millisecond
 
 // optionError is a refused option as a *locker.ConfigError. Durations in
 // the rule are rounded to the millisecond (1.667s, not 1.666666666s).

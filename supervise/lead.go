@@ -13,6 +13,7 @@ import (
 	"github.com/leaderrun/leaderrun/internal/retry"
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/signals"
+	"github.com/leaderrun/leaderrun/supervise/jobnotify"
 )
 
 // jobPollInterval is how often a stopping supervisor looks whether the job
@@ -59,6 +60,11 @@ type leadership struct {
 	killed     bool           // SIGKILL was sent: sweep again while the job lives
 
 	guard guardTerm // the term's dead-man guard and what it was told (§1.9)
+
+	// What the running job said over the notify socket, judged by the
+	// term's rules (notify.go); nil when no child runs or it is stopping.
+	said       *jobnotify.State
+	jobCheckAt Timer // armed at the judgement's next deadline
 
 	// What the term did (TermHooks.AfterRun, the exit code of a stop).
 	started   bool // a child was started this term
@@ -233,6 +239,11 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 		case <-l.guard.releasedC():
 			l.guard.noteReleased()
 			s.checkGuard(l) // a guard that released has fired
+		case m := <-s.notify.messages():
+			s.jobSaid(l, m)
+		case <-timerC(l.jobCheckAt):
+			l.jobCheckAt = nil
+			s.armJobCheck(l)
 		case <-tickerC(poll):
 			// A heartbeat; while stopping, re-check the job at the top.
 		case <-ctlC:
@@ -362,6 +373,13 @@ func (s *Supervisor) onChildExit(l *leadership) {
 	c := l.child
 	l.lastCode = c.ExitCode()
 	l.child = nil
+	// A job's run ends with its child: what is left of it is not heard.
+	l.said = nil
+	if l.jobCheckAt != nil {
+		l.jobCheckAt.Stop()
+		l.jobCheckAt = nil
+	}
+	s.notify.watch(nil)
 	if !l.stopping && l.lastCode == 0 {
 		l.succeeded = true
 	}
@@ -478,7 +496,7 @@ func (s *Supervisor) startChild(l *leadership) error {
 	}
 	s.log.Debug("job made", "cgroup", job.Cgroup())
 	cmd := s.cfg.Command
-	cmd.Env = s.childEnv(l.lease.Epoch())
+	cmd.Env = append(s.childEnv(l.lease.Epoch()), s.notify.env(s.cfg.Notify)...)
 	// On a terminal the job writes to the same screen at once: the start
 	// line goes out before the fork, or it could land inside the job's
 	// first output (its prompt), and the pid is logged at debug level.
@@ -486,13 +504,20 @@ func (s *Supervisor) startChild(l *leadership) error {
 	if onTerminal {
 		s.log.Info("starting the child", "epoch", l.lease.Epoch())
 	}
+	// Its processes are heard from the fork on.
+	s.notify.watch(job)
 	c, err := StartChild(cmd, job)
 	if err != nil {
+		s.notify.watch(nil)
 		_ = job.Remove()
 		return err
 	}
 	job.Started(c.Pid())
 	l.child, l.job, l.startedAt = c, job, s.clock.Now()
+	if s.notify != nil {
+		l.said = jobnotify.New(s.cfg.Notify.rules(), l.startedAt)
+		s.armJobCheck(l)
+	}
 	l.killed = false
 	l.started = true
 	l.guard.watch(l.timeline.KillAt(), job)

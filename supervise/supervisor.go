@@ -72,6 +72,13 @@ type Supervisor struct {
 	pausedOut   bool
 	preemptWait time.Duration
 	preempted   atomic.Bool
+
+	// The job's notify socket (notify.go; nil: none), and the terms in a
+	// row whose job hung on this host, with when it may campaign again.
+	notify      *notifySocket
+	zombies     int
+	zombieUntil time.Time
+	zombieTerm  bool // the last term's job hung
 }
 
 // New validates cfg and returns a supervisor.
@@ -114,6 +121,8 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	if err := s.sweepLeftovers(); err != nil {
 		s.log.Warn("a leftover job of this key is still alive; it is swept again before any child starts", "error", err)
 	}
+	s.notify = s.openNotify()
+	defer s.notify.close()
 	wctx, stopWatching := context.WithCancel(ctx)
 	s.ctl = s.startControl(wctx)
 	if sh := s.cfg.Control.Shared; sh != nil {
@@ -133,7 +142,11 @@ func (s *Supervisor) Run(ctx context.Context) int {
 			return code
 		}
 		began := s.clock.Now()
+		s.zombieTerm = false
 		code, lost, retry, handover := s.lead(ctx, lease, deadline)
+		if !s.zombieTerm {
+			s.zombies = 0
+		}
 		s.afterPreemptedTerm(s.clock.Now().Sub(began))
 		if ctx.Err() != nil {
 			if retry {

@@ -273,6 +273,7 @@ var fieldFlags = map[string]string{
 	"RenewInterval": "--renew-interval", "KillGrace": "--kill-grace", "SafetyMargin": "--safety-margin",
 	"StopSignal": "--stop-signal", "AcquireTimeout": "--acquire-timeout", "Restart": "--restart",
 	"RestartDelay": "--restart-delay", "OnLost": "--on-lost", "HTTPAddr": "--http-addr",
+	"ReadyTimeout": "--ready-timeout", "JobWatchdog": "--job-watchdog",
 }
 
 // configError words a setting a library refused with the flag the operator

@@ -103,6 +103,10 @@ func runFlags() []cli.Flag {
 			Usage: "a check still running after this long is killed and fails"},
 		&cli.IntFlag{Name: "health-failures", Category: catLeadership, EnvVars: []string{"LEADERRUN_HEALTH_FAILURES"}, Value: 3,
 			Usage: "failed checks in a row that make a leader step down"},
+		&cli.DurationFlag{Name: "ready-timeout", Category: catLeadership, EnvVars: []string{"LEADERRUN_READY_TIMEOUT"},
+			Usage: "a job that sends no READY=1 to its NOTIFY_SOCKET within this long of its start is stopped and the key handed over (0: not awaited)"},
+		&cli.DurationFlag{Name: "job-watchdog", Category: catLeadership, EnvVars: []string{"LEADERRUN_JOB_WATCHDOG"},
+			Usage: "a job that sends no WATCHDOG=1 for this long (it reads WATCHDOG_USEC) hangs: it is stopped, the key handed over, and this host backs off (0: off)"},
 
 		&cli.DurationFlag{Name: "ttl", Category: catTiming, EnvVars: []string{"LEADERRUN_TTL"}, Value: 15 * time.Second,
 			Usage: "lease time asked of the backend, at most 24h; on the local backend: how long the job may run without a successful check of its lock file"},

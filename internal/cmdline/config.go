@@ -289,6 +289,7 @@ func supervisorConfig(c *cli.Context, ttl time.Duration) (supervise.Config, erro
 		Restart:        supervise.RestartPolicy(c.String("restart")),
 		RestartDelay:   c.Duration("restart-delay"),
 		OnLost:         supervise.LostPolicy(c.String("on-lost")),
+		Notify:         supervise.NotifyConfig{ReadyTimeout: c.Duration("ready-timeout"), Watchdog: c.Duration("job-watchdog")},
 	}, nil
 }
 

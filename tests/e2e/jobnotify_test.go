@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testcluster"
+)
+
+// notifyHost starts a host whose job speaks the notify protocol with
+// systemd-notify: it says READY=1 unless NAME.noready exists, writes its
+// NOTIFY_SOCKET to NAME.sock, and pings WATCHDOG=1 every 200ms from a
+// loop that stops once NAME.hang exists, or sends WATCHDOG=trigger once
+// NAME.trigger exists. The rest is hostScript's: pid, epoch, the overlap
+// it saw at its start.
+func notifyHost(t *testing.T, dir, name, other string, args []string) *host {
+	t.Helper()
+	if _, err := exec.LookPath("systemd-notify"); err != nil {
+		t.Fatalf("needs systemd-notify (Debian package systemd): %v", err)
+	}
+	f := func(suffix string) string { return filepath.Join(dir, name+"."+suffix) }
+	job := strings.Join([]string{
+		"echo $NOTIFY_SOCKET > " + f("sock"),
+		"[ -e " + f("noready") + " ] || systemd-notify --ready --status=serving",
+		"(while [ ! -e " + f("hang") + " ]; do if [ -e " + f("trigger") + " ]; then systemd-notify WATCHDOG=trigger; else systemd-notify WATCHDOG=1; fi; sleep 0.2; done; sleep 1000) &",
+		hostScript(dir, name, other),
+	}, "\n")
+	full := append(append([]string{"--id", name}, args...), "--", "sh", "-c", job)
+	return &host{name: name, dir: dir, p: start(t, name, nil, full...)}
+}
+
+// notifyPair is pair for notifyHost; before, if set, runs before a starts.
+func notifyPair(t *testing.T, args []string, before func(dir string)) (a, b *host) {
+	t.Helper()
+	dir := t.TempDir()
+	if before != nil {
+		before(dir)
+	}
+	a = notifyHost(t, dir, "a", "b", args)
+	a.waitStarted(t, 30*time.Second)
+	b = notifyHost(t, dir, "b", "a", args)
+	waitFor(t, 10*time.Second, "b to campaign", func() bool { return strings.Contains(b.p.Output(), "waiting for the holder") })
+	return a, b
+}
+
+// handedOver checks that b's job started after a's was stopped for why,
+// never beside it, with a higher epoch, and that a stays out for a while.
+func handedOver(t *testing.T, a, b *host, why string, within time.Duration) {
+	t.Helper()
+	b.waitStarted(t, within)
+	b.noOverlap(t)
+	if ea, eb := a.epoch(t), b.epoch(t); eb <= ea {
+		t.Errorf("epoch %d after the handover, want > %d", eb, ea)
+	}
+	if !strings.Contains(a.p.Output(), why) {
+		t.Errorf("a's log does not say %q:\n%s", why, a.p.Output())
+	}
+	if !strings.Contains(a.p.Output(), "the job hung here") {
+		t.Errorf("a does not back off after its job hung:\n%s", a.p.Output())
+	}
+	if a.p.Exited() {
+		t.Errorf("a exited; want it standing by:\n%s", a.p.Output())
+	}
+}
+
+func notifyBackends(t *testing.T) map[string]func(key string, extra ...string) []string {
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	lockDir := t.TempDir()
+	return map[string]func(string, ...string) []string{
+		"local": func(key string, extra ...string) []string { return localArgs(lockDir, key, extra...) },
+		"etcd":  func(key string, extra ...string) []string { return etcdArgs(eps, key, extra...) },
+	}
+}
+
+// TestJobWatchdogHandsOver: a job that stops pinging is a zombie: its
+// leaderrun stops it and hands the key over, and the standby's job starts
+// within --job-watchdog + kill grace + one failover, never beside it.
+func TestJobWatchdogHandsOver(t *testing.T) {
+	for name, args := range notifyBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			a, b := notifyPair(t, args(newKey("zombie"), "--job-watchdog", "1s"), nil)
+			waitFor(t, 10*time.Second, "a's job ready", func() bool { return strings.Contains(a.p.Output(), "the job is ready") })
+			// Pinging, a keeps the key well past its watchdog period.
+			time.Sleep(2 * time.Second)
+			if b.started() {
+				t.Fatalf("b started while a's job pinged:\n%s", a.p.Output())
+			}
+			if err := os.WriteFile(a.file("hang"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			hung := time.Now()
+			handedOver(t, a, b, "sent no WATCHDOG=1", 30*time.Second)
+			t.Logf("job hung -> standby's job started: %v", b.stamp(t, "start").Sub(hung).Round(time.Millisecond))
+		})
+	}
+}
+
+// TestJobWatchdogTrigger: WATCHDOG=trigger hands over at once.
+func TestJobWatchdogTrigger(t *testing.T) {
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	a, b := notifyPair(t, etcdArgs(eps, newKey("trigger"), "--job-watchdog", "30s"), nil)
+	if err := os.WriteFile(a.file("trigger"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	handedOver(t, a, b, "WATCHDOG=trigger", 20*time.Second)
+}
+
+// TestReadyTimeoutHandsOver: a job that never says READY=1 is stopped at
+// --ready-timeout and the standby leads.
+func TestReadyTimeoutHandsOver(t *testing.T) {
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	a, b := notifyPair(t, etcdArgs(eps, newKey("unready"), "--ready-timeout", "2s"), func(dir string) {
+		if err := os.WriteFile(filepath.Join(dir, "a.noready"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	handedOver(t, a, b, "sent no READY=1", 30*time.Second)
+	waitFor(t, 10*time.Second, "b's job ready", func() bool { return strings.Contains(b.p.Output(), "the job is ready") })
+}
+
+// TestNotifyFromOutsideTheJobIsIgnored: a process outside the job, of the
+// same user, pings the job's socket on its behalf while the job hangs: it
+// is not heard, and the zombie is still replaced.
+func TestNotifyFromOutsideTheJobIsIgnored(t *testing.T) {
+	dir := t.TempDir()
+	a, b := notifyPair(t, localArgs(dir, newKey("outside"), "--job-watchdog", "1s"), nil)
+	sock, err := os.ReadFile(a.file("sock"))
+	if err != nil || strings.TrimSpace(string(sock)) == "" {
+		t.Fatalf("the job's NOTIFY_SOCKET: %q %v", sock, err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			// Sent from this test's process (systemd-notify run by root
+			// names its parent), in no job.
+			cmd := exec.Command("systemd-notify", "WATCHDOG=1")
+			cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+strings.TrimSpace(string(sock)))
+			_ = cmd.Run()
+		}
+	}()
+	if err := os.WriteFile(a.file("hang"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	handedOver(t, a, b, "sent no WATCHDOG=1", 30*time.Second)
+	if !strings.Contains(a.p.Output(), "outside the job was ignored") {
+		t.Errorf("a does not say it ignored a process outside the job:\n%s", a.p.Output())
+	}
+}
