@@ -24,6 +24,8 @@ func Chain(a, b supervise.Events) supervise.Events {
 		HandingOver:    chain0(a.HandingOver, b.HandingOver),
 		Released:       chain0(a.Released, b.Released),
 		HeldBack:       chain2(a.HeldBack, b.HeldBack),
+		JobReady:       chain1(a.JobReady, b.JobReady),
+		JobStatus:      chain1(a.JobStatus, b.JobStatus),
 		Tick:           chain0(a.Tick, b.Tick),
 	}
 }

@@ -5,6 +5,7 @@ package ops
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -38,6 +39,10 @@ type RunStatus struct {
 	// Paused is the key's pause as this candidate last read it: by,
 	// since, reason; absent when the key is not paused.
 	Paused *locker.Pause `json:"paused,omitempty"`
+	// JobReadyAt is when the running job sent READY=1 to its notify
+	// socket; absent until it does. JobStatus is its last STATUS= text.
+	JobReadyAt *time.Time `json:"job_ready_at,omitempty"`
+	JobStatus  string     `json:"job_status,omitempty"`
 }
 
 // Status is the current RunStatus.
@@ -54,7 +59,17 @@ func (o *Observer) Status() RunStatus {
 		Problems:              h.Problems,
 		HeldBack:              st.heldBack,
 		Paused:                st.paused,
+		JobReadyAt:            readyAt(st),
+		JobStatus:             st.jobStatus,
 	}
+}
+
+func readyAt(st state) *time.Time {
+	if st.childPID == 0 || st.jobReadyAt.IsZero() {
+		return nil
+	}
+	t := st.jobReadyAt.UTC().Round(time.Millisecond)
+	return &t
 }
 
 // Handler serves /healthz, /status and /metrics.

@@ -136,6 +136,10 @@ func start(cfg Config, n notifier) (*Observer, error) {
 			Name: "leaderrun_held_back",
 			Help: "1 while this candidate does not campaign: the key is paused or handed over to another candidate, or the health check fails; else 0.",
 		}, o.gauge(func(st *state, _ time.Time) float64 { return boolGauge(st.heldBack != "") })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaderrun_job_ready",
+			Help: "1 while the running job has sent READY=1 to its NOTIFY_SOCKET, else 0.",
+		}, o.gauge(func(st *state, _ time.Time) float64 { return boolGauge(st.childPID != 0 && !st.jobReadyAt.IsZero()) })),
 	)
 
 	if cfg.HTTPAddr != "" {
@@ -235,12 +239,18 @@ func (o *Observer) Events() supervise.Events {
 			o.metrics.renewals.WithLabelValues("error").Inc()
 		},
 		ChildStarted: func(pid int) {
-			o.update(func(st *state) { st.childPID = pid })
+			o.update(func(st *state) { st.childPID, st.jobReadyAt, st.jobStatus = pid, time.Time{}, "" })
 			o.metrics.starts.Inc()
 		},
 		ChildExited: func(code int) {
-			o.update(func(st *state) { st.childPID = 0 })
+			o.update(func(st *state) { st.childPID, st.jobReadyAt, st.jobStatus = 0, time.Time{}, "" })
 			o.metrics.childExited(code)
+		},
+		JobReady: func(at time.Time) {
+			o.update(func(st *state) { st.jobReadyAt = at })
+		},
+		JobStatus: func(text string) {
+			o.update(func(st *state) { st.jobStatus = text })
 		},
 		Stopping: func(reason string, lost bool) {
 			o.update(func(st *state) { st.role, st.reason, st.lost = RoleStopping, reason, lost })

@@ -45,6 +45,10 @@ type state struct {
 	// paused by whom when a pause is why; empty while campaigning freely.
 	heldBack string
 	paused   *locker.Pause
+	// What the running job said over its notify socket: when it sent
+	// READY=1 (zero: not yet), and its last STATUS= text.
+	jobReadyAt time.Time
+	jobStatus  string
 }
 
 // Health is the verdict shared by /healthz and the systemd watchdog.
@@ -106,6 +110,9 @@ func (st *state) leaseRemaining(now time.Time) time.Duration {
 func (st *state) statusLine(key string) string {
 	switch st.role {
 	case RoleLeader:
+		if st.childPID != 0 && st.jobStatus != "" {
+			return fmt.Sprintf("leader of %s, epoch %d, child pid %d: %s", key, st.epoch, st.childPID, st.jobStatus)
+		}
 		if st.childPID != 0 {
 			return fmt.Sprintf("leader of %s, epoch %d, child pid %d", key, st.epoch, st.childPID)
 		}

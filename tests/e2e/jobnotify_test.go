@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/tests/testcluster"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // notifyHost starts a host whose job speaks the notify protocol with
@@ -155,5 +156,20 @@ func TestNotifyFromOutsideTheJobIsIgnored(t *testing.T) {
 	handedOver(t, a, b, "sent no WATCHDOG=1", 30*time.Second)
 	if !strings.Contains(a.p.Output(), "outside the job was ignored") {
 		t.Errorf("a does not say it ignored a process outside the job:\n%s", a.p.Output())
+	}
+}
+
+// TestJobReadinessAndStatusServed: what the job says reaches /status
+// (job_ready_at, job_status) and /metrics (leaderrun_job_ready), with no
+// rule set; a job that never speaks the protocol runs as before.
+func TestJobReadinessAndStatusServed(t *testing.T) {
+	dir := t.TempDir()
+	args := localArgs(dir, newKey("said"), "--http-addr", "127.0.0.1:0")
+	p := start(t, "a", nil, withCommand(args, `sleep 0.5; systemd-notify --ready --status="copying 3 of 7"; exec sleep 1000`)...)
+	addr := httpAddr(t, p)
+	waitMetrics(t, addr, 20*time.Second, map[string]float64{"leaderrun_job_ready": 1})
+	_, status := testsupport.HTTPGet(t, addr, "/status")
+	if !strings.Contains(status, `"job_status": "copying 3 of 7"`) || !strings.Contains(status, `"job_ready_at"`) {
+		t.Errorf("/status lacks what the job said:\n%s", status)
 	}
 }
