@@ -173,3 +173,29 @@ func TestJobReadinessAndStatusServed(t *testing.T) {
 		t.Errorf("/status lacks what the job said:\n%s", status)
 	}
 }
+
+// TestNotifyExamplesRun: the shell and Go jobs of examples/notify keep a
+// 1s --job-watchdog for several periods and say they are ready.
+func TestNotifyExamplesRun(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "notify")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/leaderrun/leaderrun/examples/notify").CombinedOutput(); err != nil {
+		t.Fatalf("build examples/notify: %v\n%s", err, out)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, job := range map[string]string{"shell": filepath.Join(root, "examples/notify/job.sh"), "go": bin} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := append(localArgs(dir, newKey("example"), "--job-watchdog", "1s"), "--", job)
+			p := start(t, name, nil, args...)
+			waitFor(t, 20*time.Second, "the job ready", func() bool { return strings.Contains(p.Output(), "the job is ready") })
+			time.Sleep(4 * time.Second)
+			if out := p.Output(); strings.Contains(out, "hangs") || p.Exited() {
+				t.Fatalf("the example missed its watchdog:\n%s", out)
+			}
+		})
+	}
+}
