@@ -72,6 +72,7 @@ var faults = []fault{
 	{name: "guard-fires-first", doc: "hosts with a kill grace below the renew interval and `--restart on-failure`; SIGSTOP of the leader's leaderrun alone (not its guard, not its job) until its guard has killed the job at the kill point, then SIGCONT at once, before the supervisor's own deadline where it can: it must end the term, exit 123, and start nothing", guardFirst: true, inject: guardFiresFirst},
 	{name: "both-killed", doc: "the leader's writer is a daemon, as for escape; `kill -9` of the leader's leaderrun and its guard at once, then the same host's leaderrun started again", job: jobEscape, inject: bothKilled},
 	{name: "hand-edit", doc: "an operator's hand edit of the leader's record on the backend, one of those it has (delete it, empty it, lower its TTL, set its epoch down), while the leader's job ignores SIGTERM and takes its whole kill grace to stop; held until another host leads or 2 x TTL + 5s passed", job: jobLinger, inject: handEdit},
+	{name: "zombie-job", doc: "the leader's writer, which pings WATCHDOG=1 after each write (hosts with `--job-watchdog 1s`), is SIGSTOPped: it hangs; its leaderrun must stop it and hand over, and another host's child write within the watchdog + kill grace + a takeover", backends: []string{"local", "etcd", "consul"}, job: jobPing, inject: zombieJob},
 	{name: "fork-storm", doc: "the job keeps forking: chains of relays that each live a few ms, start their successor in a session of their own and exit; then `kill -9` of the leader's leaderrun, `kill -9` of its writer, a frozen leaderrun or a partition (at random; local: no partition)", job: jobStorm, inject: forkStorm},
 }
 
@@ -473,4 +474,24 @@ func (w *world) waitJobSize(pid, n int, timeout time.Duration) int {
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// zombieJob stops the leader's writer, a job that pings the watchdog after
+// each write: the job hangs while its leaderrun renews. The leaderrun must
+// stop it (its SIGTERM waits, its SIGKILL after the kill grace does not)
+// and hand the key over without exiting; another host's child must write
+// within the watchdog, the kill grace and a takeover.
+func zombieJob(w *world, h *host, in fence.Instance) outcome {
+	at := fence.Now()
+	_ = syscall.Kill(in.Pid, syscall.SIGSTOP)
+	o := w.stopped(in, at)
+	bound := zombieWatchdog + w.tm.KillGrace + w.takeoverTimeout()
+	if !w.waitNewLeadership(in, at, bound) {
+		w.t.Errorf("zombie-job: no other leadership wrote within %v of %s's writer hanging\n%s", bound, h.id, w.describe())
+	}
+	_ = syscall.Kill(in.Pid, syscall.SIGCONT)
+	if h.proc.Exited() {
+		w.t.Errorf("zombie-job: %s's leaderrun exited; it must hand over and stand by", h.id)
+	}
+	return o
 }

@@ -61,7 +61,13 @@ const (
 	// jobLinger is a writer that ignores SIGTERM and writes on until the
 	// kill grace ends in SIGKILL (FENCE_LINGER=1).
 	jobLinger = "linger"
+	// jobPing is a writer that pings WATCHDOG=1 after each write
+	// (FENCE_PING=1), its hosts run with --job-watchdog zombieWatchdog.
+	jobPing = "ping"
 )
+
+// zombieWatchdog is the hosts' --job-watchdog for the zombie-job fault.
+const zombieWatchdog = time.Second
 
 // stormChains is how many relay chains a fork-storm job keeps going.
 const stormChains = 2
@@ -225,6 +231,9 @@ func (w *world) start(h *host) {
 		args = append(args, "--restart", "on-failure")
 	}
 	args = append(args, priorityArgs(h)...)
+	if w.prof.job == jobPing {
+		args = append(args, "--job-watchdog", zombieWatchdog.String())
+	}
 	args = append(args, "--key", key, "--id", h.id, "--log-level", "debug", "--", w.bins.Writer)
 	env := append(w.fence.Env(h.id), HostEnv(w.cl)...)
 	switch w.prof.job {
@@ -234,6 +243,8 @@ func (w *world) start(h *host) {
 		env = append(env, "FENCE_STORM="+strconv.Itoa(stormChains))
 	case jobLinger:
 		env = append(env, "FENCE_LINGER=1")
+	case jobPing:
+		env = append(env, "FENCE_PING=1")
 	}
 	p, err := Start(ProcSpec{
 		Name: h.id, Path: w.bins.Leaderrun, Args: args, Env: env,

@@ -114,6 +114,7 @@ func run(started fence.Mono) error {
 		}
 	}
 
+	ping := pinger()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for seq := uint64(1); ; seq++ {
@@ -123,7 +124,31 @@ func run(started fence.Mono) error {
 		if _, err := r.ReadString('\n'); err != nil {
 			return err
 		}
+		ping(seq == 1)
 		<-tick.C
+	}
+}
+
+// pinger, with FENCE_PING=1, sends READY=1 after the first write and
+// WATCHDOG=1 after each to NOTIFY_SOCKET (the notify protocol, one
+// datagram each): a writer that stops writing stops pinging. Otherwise
+// it does nothing.
+func pinger() func(first bool) {
+	sock := os.Getenv("NOTIFY_SOCKET")
+	if os.Getenv("FENCE_PING") != "1" || sock == "" {
+		return func(bool) {}
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writer: notify socket:", err)
+		return func(bool) {}
+	}
+	return func(first bool) {
+		msg := "WATCHDOG=1"
+		if first {
+			msg = "READY=1\nWATCHDOG=1"
+		}
+		_, _ = conn.Write([]byte(msg))
 	}
 }
 
