@@ -79,6 +79,9 @@ type Config struct {
 	Forward <-chan os.Signal
 	// Notify: what is asked of the job over its notify socket (notify.go).
 	Notify NotifyConfig
+	// Zombies, when set, counts the terms whose job hung across the
+	// supervisors of one run (--holders); nil: this supervisor's own.
+	Zombies *ZombieHold
 	// Events are optional callbacks for observers (metrics, systemd).
 	Events Events
 	// Logger receives one line per state change, each record on one line and

@@ -129,7 +129,7 @@ func (w *controlWatch) read() (locker.Control, error) {
 // from c and the health check, and until when at the latest the reason
 // holds (zero: until something changes).
 func (s *Supervisor) heldBack(c locker.Control) (why string, until time.Time) {
-	if why, until := s.zombieHold(time.Now()); why != "" {
+	if why, until := s.zombies.Hold(time.Now()); why != "" {
 		return why, until
 	}
 	if s.health != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -228,16 +229,7 @@ func (s *Supervisor) jobFailed(l *leadership, why string) {
 		return
 	}
 	l.said = nil
-	s.zombies++
-	wait := zombieBackoffMin
-	if s.cfg.Notify.Watchdog > wait {
-		wait = s.cfg.Notify.Watchdog
-	}
-	for i := 1; i < s.zombies && wait < zombieBackoffMax; i++ {
-		wait *= 2
-	}
-	wait = min(wait, zombieBackoffMax)
-	s.zombieUntil = time.Now().Add(wait)
+	wait := s.zombies.note(s.cfg.Notify.Watchdog, time.Now())
 	s.log.Warn("the job hangs; stopping it and handing the key over", "reason", why, "campaign_again_in", wait)
 	l.handover = true
 	s.zombieTerm = true
@@ -245,11 +237,53 @@ func (s *Supervisor) jobFailed(l *leadership, why string) {
 	s.finish(l, why, false, l.lastCode)
 }
 
-// zombieHold is heldBack's reason while this host backs off after a job
-// that hung; "" once it may campaign.
-func (s *Supervisor) zombieHold(now time.Time) (string, time.Time) {
-	if s.zombies == 0 || !now.Before(s.zombieUntil) {
+// ZombieHold counts the terms in a row whose job hung on this host, and
+// says until when it waits before campaigning again. One is shared by the
+// terms of a run (Config.Zombies), so that with --holders, where each term
+// has a supervisor of its own, the count carries over.
+type ZombieHold struct {
+	mu    sync.Mutex
+	n     int
+	until time.Time
+}
+
+// note counts a term whose job hung at now and returns the wait: 5s or the
+// watchdog period (the longer) after the first, twice the last after each
+// next one, at most 5 minutes.
+func (z *ZombieHold) note(period time.Duration, now time.Time) time.Duration {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.n++
+	wait := max(zombieBackoffMin, period)
+	for i := 1; i < z.n && wait < zombieBackoffMax; i++ {
+		wait *= 2
+	}
+	wait = min(wait, zombieBackoffMax)
+	z.until = now.Add(wait)
+	return wait
+}
+
+// reset forgets the count: a term ended otherwise.
+func (z *ZombieHold) reset() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.n, z.until = 0, time.Time{}
+}
+
+// Hold is why this host does not campaign at now, and until when; "" once
+// it may.
+func (z *ZombieHold) Hold(now time.Time) (string, time.Time) {
+	if z == nil {
 		return "", time.Time{}
 	}
-	return fmt.Sprintf("the job hung here (%d terms in a row); campaigning again at %s", s.zombies, s.zombieUntil.Format(time.RFC3339)), s.zombieUntil
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.n == 0 || !now.Before(z.until) {
+		return "", time.Time{}
+	}
+	terms := "term"
+	if z.n > 1 {
+		terms = "terms in a row"
+	}
+	return fmt.Sprintf("the job hung here (%d %s); campaigning again at %s", z.n, terms, z.until.Format(time.RFC3339)), z.until
 }

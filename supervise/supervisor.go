@@ -74,11 +74,10 @@ type Supervisor struct {
 	preempted   atomic.Bool
 
 	// The job's notify socket (notify.go; nil: none), and the terms in a
-	// row whose job hung on this host, with when it may campaign again.
-	notify      *notifySocket
-	zombies     int
-	zombieUntil time.Time
-	zombieTerm  bool // the last term's job hung
+	// row whose job hung on this host (Config.Zombies, or its own).
+	notify     *notifySocket
+	zombies    *ZombieHold
+	zombieTerm bool // the last term's job hung
 }
 
 // New validates cfg and returns a supervisor.
@@ -94,6 +93,10 @@ func New(cfg Config) (*Supervisor, error) {
 	s.log = logline.Wrap(s.log)
 	if s.clock == nil {
 		s.clock = RealClock{}
+	}
+	s.zombies = cfg.Zombies
+	if s.zombies == nil {
+		s.zombies = &ZombieHold{}
 	}
 	s.preemptWait = cfg.Control.PreemptAfter
 	if s.preemptWait <= 0 {
@@ -145,7 +148,7 @@ func (s *Supervisor) Run(ctx context.Context) int {
 		s.zombieTerm = false
 		code, lost, retry, handover := s.lead(ctx, lease, deadline)
 		if !s.zombieTerm {
-			s.zombies = 0
+			s.zombies.reset()
 		}
 		s.afterPreemptedTerm(s.clock.Now().Sub(began))
 		if ctx.Err() != nil {

@@ -220,8 +220,26 @@ func run(cfg *runConfig) error {
 	health := supervise.StartHealth(hctx, cfg.sup.Control.Health, log)
 	defer func() { stopHealth(); health.Wait() }()
 	cfg.sup.Control.Shared = health
+	// Jobs that hung count across the slots' terms (a supervisor each).
+	cfg.sup.Zombies = &supervise.ZombieHold{}
 	var held slotHold
 	for {
+		if why, until := cfg.sup.Zombies.Hold(time.Now()); why != "" {
+			log.Info("not campaigning", "reason", why)
+			t := time.NewTimer(time.Until(until))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				log.Info("stopped while waiting for leadership")
+				var sc supervise.SignalCause
+				if errors.As(context.Cause(ctx), &sc) {
+					return exitCode(exitcode.SignalBase + int(sc.Signal))
+				}
+				return exitCode(exitcode.Internal)
+			case <-t.C:
+			}
+			log.Info("campaigning again", "was", why)
+		}
 		if !health.Ready(ctx) {
 			log.Info("stopped while waiting for a passing health check")
 			var sc supervise.SignalCause

@@ -199,3 +199,39 @@ func TestNotifyExamplesRun(t *testing.T) {
 		})
 	}
 }
+
+// TestJobWatchdogWithHolders: with --holders 2 a hung job's slot goes to
+// the waiting candidate, and the hung host backs off before it races the
+// slots again (its count carries over from one slot's term to the next).
+func TestJobWatchdogWithHolders(t *testing.T) {
+	dir := t.TempDir()
+	key := newKey("zombie-slots")
+	job := func(name string) string {
+		hang := filepath.Join(dir, name+".hang")
+		return "touch " + filepath.Join(dir, name+".started") + "\n" +
+			"while [ ! -e " + hang + " ]; do systemd-notify WATCHDOG=1; sleep 0.2; done; exec sleep 1000"
+	}
+	started := func(name string) bool {
+		_, err := os.Stat(filepath.Join(dir, name+".started"))
+		return err == nil
+	}
+	procs := map[string]*Proc{}
+	for _, name := range []string{"a", "b"} {
+		procs[name] = start(t, name, nil, withCommand(localArgs(dir, key, "--holders", "2", "--id", name, "--job-watchdog", "1s"), job(name))...)
+	}
+	waitFor(t, 20*time.Second, "a and b to lead", func() bool { return started("a") && started("b") })
+	procs["c"] = start(t, "c", nil, withCommand(localArgs(dir, key, "--holders", "2", "--id", "c", "--job-watchdog", "1s"), job("c"))...)
+	time.Sleep(2 * time.Second)
+	if started("c") {
+		t.Fatal("c started while both slots' jobs pinged")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.hang"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "c to take a's slot", func() bool { return started("c") })
+	a := procs["a"]
+	waitFor(t, 10*time.Second, "a to back off", func() bool { return strings.Contains(a.Output(), "the job hung here (1 term)") })
+	if !strings.Contains(a.Output(), "the job hangs") || a.Exited() {
+		t.Fatalf("a:\n%s", a.Output())
+	}
+}
