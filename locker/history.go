@@ -57,6 +57,11 @@ type Term struct {
 	// catch-up of a missed period (--catch-up). Absent otherwise, so that
 	// older releases read the record as before.
 	CatchUp bool `json:"catch_up,omitempty"`
+	// Ready is when the term's job first sent READY=1 to its notify
+	// socket, and Status its last STATUS= text; both absent when it sent
+	// none (and from older releases).
+	Ready  time.Time `json:"ready,omitzero"`
+	Status string    `json:"status,omitempty"`
 }
 
 // History is the run history of a key kept on the backend: the last terms,

@@ -5,6 +5,7 @@ package supervise
 import (
 	"context"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/leaderrun/leaderrun/internal/clock"
@@ -42,7 +43,19 @@ type historyWriter struct {
 	h     locker.History
 	term  locker.Term
 	start chan struct{} // closed once the start record's write is over
+
+	// What the job said (said), written again while the term runs: at
+	// most one update under way, none once the end record is due.
+	mu       sync.Mutex
+	updating bool
+	last     time.Time // the last update's write
+	done     chan struct{}
+	updates  sync.WaitGroup
 }
+
+// historyUpdateEvery bounds how often a running term's record is written
+// again for what its job said.
+const historyUpdateEvery = 10 * time.Second
 
 // newHistory returns the term's writer, or nil when history is off.
 func (s *Supervisor) newHistory(lease locker.Lease) *historyWriter {
@@ -55,7 +68,7 @@ func (s *Supervisor) newHistory(lease locker.Lease) *historyWriter {
 		return nil
 	}
 	host, _ := os.Hostname()
-	return &historyWriter{s: s, h: h, term: locker.Term{
+	return &historyWriter{s: s, h: h, done: make(chan struct{}), term: locker.Term{
 		Epoch: lease.Epoch(), ID: c.ID, Hostname: host, PID: os.Getpid(),
 		Start: time.Now().UTC().Truncate(time.Millisecond), Slot: c.Slot, Period: c.Period, CatchUp: c.CatchUp,
 	}}
@@ -88,6 +101,12 @@ func (w *historyWriter) ended(l *leadership) {
 		return
 	}
 	<-w.start
+	// An update under way is written first, or given up: the end record
+	// is the one that stays.
+	w.mu.Lock()
+	close(w.done)
+	w.mu.Unlock()
+	w.updates.Wait()
 	t := w.term
 	t.End = time.Now().UTC().Truncate(time.Millisecond)
 	switch {
@@ -115,6 +134,54 @@ func (w *historyWriter) ended(l *leadership) {
 		}
 	}
 	w.write(t, "end")
+}
+
+// said records what the running job said (its first READY=1, its last
+// STATUS=) and writes the term's record again in the background, at most
+// once per historyUpdateEvery, so that history and status show it while
+// the term runs. Nothing waits for it.
+func (w *historyWriter) said(ready time.Time, status string) {
+	if w == nil || w.start == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !ready.IsZero() && w.term.Ready.IsZero() {
+		w.term.Ready = ready.UTC().Truncate(time.Millisecond)
+	}
+	w.term.Status = status
+	select {
+	case <-w.done:
+		return
+	default:
+	}
+	if w.updating {
+		return // the update under way takes this too
+	}
+	w.updating = true
+	wait := time.Until(w.last.Add(historyUpdateEvery))
+	w.updates.Add(1)
+	go func() {
+		defer w.updates.Done()
+		<-w.start
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-w.done:
+				t.Stop()
+				return
+			}
+		}
+		w.mu.Lock()
+		t := w.term
+		w.updating, w.last = false, time.Now()
+		w.mu.Unlock()
+		if t.Slot != "" {
+			t.SlotOutcome = locker.RunStarted
+		}
+		w.write(t, "update")
+	}()
 }
 
 // SlotFailed is the slot outcome of a once-per term whose child ran but

@@ -197,6 +197,13 @@ func (s *Supervisor) jobSaid(l *leadership, m jobnotify.Message) {
 			f(st)
 		}
 	}
+	if ready, at := l.said.Ready(); (ready && !wasReady) || m.Status != nil {
+		st, _ := l.said.Status()
+		if !ready {
+			at = time.Time{}
+		}
+		l.history.said(at, st)
+	}
 	if l.said.Stopping() && !wasStopping {
 		s.log.Info("the job says it is stopping")
 	}

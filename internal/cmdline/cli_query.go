@@ -74,6 +74,9 @@ type leaderRead struct {
 	// expiry of its own for it (a lease row: PostgreSQL, DynamoDB), when
 	// asked for; 0 when unknown.
 	TTL time.Duration
+	// Term is the leader's term in the key's run history, when asked for
+	// and recorded: what its job said over its notify socket.
+	Term *locker.Term
 	// Candidates are who waits for the key, when asked for and the
 	// backend can tell (CandidatesListed), or why not (CandidatesErr).
 	Candidates       []locker.Candidate
@@ -116,6 +119,16 @@ func readLeaderFrom(ctx context.Context, c *cli.Context, lk locker.Locker, key s
 	if ctl, ok := locker.ControlsOf(lk); ok && lastRun {
 		if c, err := ctl.Control(ctx); err == nil {
 			read.Control = c
+		}
+	}
+	if hist, ok := locker.As[locker.History](lk); ok && lastRun && err == nil {
+		if terms, err := hist.Terms(ctx, 3); err == nil {
+			for _, t := range terms {
+				if t.Epoch == h.Epoch && t.End.IsZero() {
+					read.Term = &t
+					break
+				}
+			}
 		}
 	}
 	if lastRun {

@@ -86,6 +86,10 @@ type historyRow struct {
 	Missed        bool       `json:"missed,omitempty"`
 	// CaughtUp: the term ran Slot after its period, as a catch-up.
 	CaughtUp bool `json:"caught_up,omitempty"`
+	// JobReady and JobStatus are what the term's job said over its
+	// notify socket: when it first sent READY=1, its last STATUS= text.
+	JobReady  *time.Time `json:"job_ready,omitempty"`
+	JobStatus string     `json:"job_status,omitempty"`
 
 	at time.Time // the row's place in time, for the order
 	// last is the last moment the row covers, for --since: a term's end,
@@ -159,6 +163,11 @@ func historyRows(terms []locker.Term, leading uint64, now time.Time) []historyRo
 	for _, t := range terms {
 		r := historyRow{Epoch: t.Epoch, ID: t.ID, Hostname: t.Hostname, PID: t.PID, Ended: t.Ended, ExitCode: t.ExitCode,
 			Reason: t.Reason, Slot: t.Slot, SlotOutcome: t.SlotOutcome, PeriodSeconds: int64(t.Period / time.Second), CaughtUp: t.CatchUp}
+		r.JobStatus = t.Status
+		if !t.Ready.IsZero() {
+			ready := t.Ready.UTC()
+			r.JobReady = &ready
+		}
 		start := t.Start.UTC()
 		r.Start, r.at = &start, start
 		if !t.End.IsZero() {
@@ -261,6 +270,8 @@ func (r historyReport) writeText(w io.Writer) error {
 		}
 		ended := t.Ended
 		switch {
+		case t.Leading && t.JobStatus != "":
+			ended = "running: " + t.JobStatus
 		case t.Leading:
 			ended = "running"
 		case t.End == nil:

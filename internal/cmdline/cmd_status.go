@@ -86,6 +86,13 @@ func statusOf(c *cli.Context, read leaderRead) (report statusReport, unread, err
 		report.Leader.LeaseTTLSeconds = &ttl
 	}
 	report.LastRun = read.LastRun
+	if t := read.Term; t != nil && report.Leader != nil {
+		if !t.Ready.IsZero() {
+			ready := t.Ready.UTC()
+			report.Leader.JobReady = &ready
+		}
+		report.Leader.JobStatus = t.Status
+	}
 	report.withControl(read.Control, time.Now())
 	report.withCandidates(read)
 	unread, err = report.withSlots(c, read)

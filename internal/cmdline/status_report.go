@@ -86,6 +86,11 @@ type leaderReport struct {
 	Version string `json:"version,omitempty"`
 	// Priority is the holder's --priority, when it has one.
 	Priority int `json:"priority,omitempty"`
+	// JobReady and JobStatus are what the holder's job said over its
+	// notify socket, as its term's history record says: when it first
+	// sent READY=1, its last STATUS= text; absent when it said nothing.
+	JobReady  *time.Time `json:"job_ready,omitempty"`
+	JobStatus string     `json:"job_status,omitempty"`
 	// LeaseRemainingSeconds is how long the backend keeps the lease without
 	// a renewal: etcd, the lease's TimeToLive (whole seconds); Consul, the
 	// session TTL, an upper bound since Consul does not say how much is
@@ -182,6 +187,9 @@ func (r statusReport) writeTable(w io.Writer, now time.Time) error {
 	}
 	if l.Priority != 0 {
 		row("priority", strconv.Itoa(l.Priority))
+	}
+	if job := l.jobText(); job != "" {
+		row("job", job)
 	}
 	r.lastRunRow(row)
 	return tw.Flush()
@@ -322,4 +330,17 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
+}
+
+// jobText is what the holder's job said over its notify socket, for the
+// "job" row: "ready since T: STATUS"; "" when it said nothing.
+func (l *leaderReport) jobText() string {
+	var parts []string
+	if l.JobReady != nil {
+		parts = append(parts, "ready since "+l.JobReady.Format(time.RFC3339))
+	}
+	if l.JobStatus != "" {
+		parts = append(parts, l.JobStatus)
+	}
+	return strings.Join(parts, ": ")
 }

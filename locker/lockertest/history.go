@@ -51,6 +51,9 @@ func HistoryContract(t *testing.T, newLocker NewLocker) {
 			end := start
 			end.End, end.Ended, end.ExitCode, end.SlotOutcome = start.Start.Add(time.Second), locker.TermExited, intp(3), "failed"
 			end.CatchUp = true // a --catch-up term's mark is kept
+			// What the job said over its notify socket is kept.
+			end.Ready, end.Status = start.Start.Add(200*time.Millisecond), "copying 3 of 7"
+
 			if err := h.RecordTerm(ctx(t), end, 5); err != nil {
 				t.Fatalf("RecordTerm at the end: %v", err)
 			}
@@ -223,7 +226,7 @@ func sameTerm(a, b locker.Term) bool {
 	return a.Epoch == b.Epoch && a.ID == b.ID && a.Hostname == b.Hostname && a.PID == b.PID &&
 		a.Start.Equal(b.Start) && a.End.Equal(b.End) && a.Ended == b.Ended && exit(a.ExitCode) == exit(b.ExitCode) &&
 		a.Reason == b.Reason && a.Slot == b.Slot && a.SlotOutcome == b.SlotOutcome && a.Period == b.Period &&
-		a.CatchUp == b.CatchUp
+		a.CatchUp == b.CatchUp && a.Ready.Equal(b.Ready) && a.Status == b.Status
 }
 
 func epochsOf(terms []locker.Term) []uint64 {

@@ -164,13 +164,25 @@ func TestNotifyFromOutsideTheJobIsIgnored(t *testing.T) {
 // rule set; a job that never speaks the protocol runs as before.
 func TestJobReadinessAndStatusServed(t *testing.T) {
 	dir := t.TempDir()
-	args := localArgs(dir, newKey("said"), "--http-addr", "127.0.0.1:0")
+	key := newKey("said")
+	args := localArgs(dir, key, "--http-addr", "127.0.0.1:0")
 	p := start(t, "a", nil, withCommand(args, `sleep 0.5; systemd-notify --ready --status="copying 3 of 7"; exec sleep 1000`)...)
 	addr := httpAddr(t, p)
 	waitMetrics(t, addr, 20*time.Second, map[string]float64{"leaderrun_job_ready": 1})
 	_, status := testsupport.HTTPGet(t, addr, "/status")
 	if !strings.Contains(status, `"job_status": "copying 3 of 7"`) || !strings.Contains(status, `"job_ready_at"`) {
 		t.Errorf("/status lacks what the job said:\n%s", status)
+	}
+	// The term's history record says it too, for status and history from
+	// any host.
+	query := []string{"--backend", "local", "--lock-dir", dir, key}
+	var out string
+	waitFor(t, 20*time.Second, "status to show the job's status", func() bool {
+		_, out, _, _ = runOnce(t, nil, append([]string{"status"}, query...)...)
+		return strings.Contains(out, "ready since") && strings.Contains(out, "copying 3 of 7")
+	})
+	if _, hist, _, _ := runOnce(t, nil, append([]string{"history"}, query...)...); !strings.Contains(hist, "running: copying 3 of 7") {
+		t.Errorf("history does not show the running job's status:\n%s", hist)
 	}
 }
 
