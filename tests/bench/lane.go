@@ -113,6 +113,9 @@ type Lane struct {
 	// onKey, when set, counts the requests on the lane's lock key
 	// (serverRequests).
 	onKey *atomic.Int64
+	// extraArgs go before the command of every leaderrun the lane starts,
+	// extraEnv into its environment (the step-down lanes' job watchdog).
+	extraArgs, extraEnv []string
 }
 
 // NewLane makes a lane for contender c. With shared, every candidate goes
@@ -197,9 +200,12 @@ func (ln *Lane) spawn(onReq func(string)) (*Candidate, error) {
 		}
 	}
 	path, args := ln.c.argv(ln.e, ln.lock, id, c.Link.Addrs())
+	if i := slices.Index(args, "--"); i >= 0 && len(ln.extraArgs) > 0 {
+		args = slices.Concat(args[:i], ln.extraArgs, args[i:])
+	}
 	p, err := chaos.Start(chaos.ProcSpec{
 		Name: id, Path: path, Args: args,
-		Env:       append(append(ln.fence.Env(id), "SHELL=/bin/sh"), chaos.HostEnv(ln.e.cluster(ln.c))...),
+		Env:       slices.Concat(ln.fence.Env(id), []string{"SHELL=/bin/sh"}, chaos.HostEnv(ln.e.cluster(ln.c)), ln.extraEnv),
 		LogPath:   filepath.Join(ln.e.Dir, id+".log"),
 		KeepLines: ln.c.Leaderrun,
 	})

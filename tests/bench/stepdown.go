@@ -32,10 +32,18 @@ const (
 	KindStepDown   = "step-down"
 	KindStepDownTo = "step-down --to"
 	KindRestart    = "SIGTERM to the leader (restart)"
+	// KindZombie: the leader's job hangs (SIGSTOP of its writer, which
+	// pings WATCHDOG=1 after each write); its leaderrun, with
+	// --job-watchdog, stops it and hands over (DESIGN §5).
+	KindZombie = "job hung (--job-watchdog 1s)"
 )
 
 // StepDownKinds are the kinds of a round, in the order they run.
-var StepDownKinds = []string{KindStepDown, KindStepDownTo, KindRestart}
+var StepDownKinds = []string{KindStepDown, KindStepDownTo, KindRestart, KindZombie}
+
+// zombieWatchdog is the step-down lanes' --job-watchdog: every writer
+// pings after each write, so only KindZombie's hung writer misses it.
+const zombieWatchdog = time.Second
 
 // stepDownCandidates is a step-down lane's size: a leader and two standbys.
 const stepDownCandidates = 3
@@ -210,7 +218,7 @@ func (l *sdLane) Round(kind string) StepDown {
 		stdout, stderr bytes.Buffer
 		exited         = make(chan fence.Mono, 1)
 	)
-	if kind != KindRestart {
+	if kind != KindRestart && kind != KindZombie {
 		if kind == KindStepDownTo {
 			sd.To = l.target(leader).ID
 		}
@@ -224,9 +232,12 @@ func (l *sdLane) Round(kind string) StepDown {
 
 	at := fence.Now()
 	sd.at = at
-	if cmd == nil {
+	switch {
+	case kind == KindZombie:
+		_ = syscall.Kill(old.Pid, syscall.SIGSTOP)
+	case cmd == nil:
 		_ = leader.Proc.Signal(syscall.SIGTERM)
-	} else {
+	default:
 		if err := cmd.Start(); err != nil {
 			sd.Err = err.Error()
 			return sd
@@ -319,6 +330,9 @@ func (e *Env) StepDowns(c *Contender, n int) []StepDown {
 		}
 		if l == nil {
 			ln, err := e.NewLane(c, false)
+			if err == nil && c.Leaderrun {
+				ln.extraArgs, ln.extraEnv = []string{"--job-watchdog", zombieWatchdog.String()}, []string{"FENCE_PING=1"}
+			}
 			if err == nil {
 				err = ln.Start()
 			}
