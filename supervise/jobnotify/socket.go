@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,7 +34,8 @@ type Socket struct {
 // system's temporary directory). Socket paths are short (108 bytes), so
 // parent should be too.
 func Listen(parent string) (*Socket, error) {
-	dir, err := os.MkdirTemp(parent, "leaderrun-notify-")
+	sweepStale(parent)
+	dir, err := os.MkdirTemp(parent, dirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, fmt.Errorf("notify socket: %w", err)
 	}
@@ -64,6 +67,41 @@ func Listen(parent string) (*Socket, error) {
 		return nil, fmt.Errorf("notify socket: credentials: %w", err)
 	}
 	return &Socket{conn: conn, dir: dir, path: path}, nil
+}
+
+// dirPrefix begins the name of a socket's directory, followed by the pid
+// of the leaderrun that made it.
+const dirPrefix = "leaderrun-notify-"
+
+// sweepStale removes the socket directories under parent that a dead
+// leaderrun of this user left (a crash removes nothing): those named with
+// a pid no process has, owned by this user. A pid reused since only
+// leaves one behind, for the next sweep.
+func sweepStale(parent string) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), dirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		var st unix.Stat_t
+		path := filepath.Join(parent, e.Name())
+		if unix.Lstat(path, &st) != nil || int(st.Uid) != os.Geteuid() || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		_ = os.RemoveAll(path)
+	}
 }
 
 // Path is the socket's path, the job's NOTIFY_SOCKET.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -188,5 +189,33 @@ func TestAnotherUserCannotReachTheSocket(t *testing.T) {
 		t.Fatalf("received %q from nobody", buf[:n])
 	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
 		t.Fatalf("read: %v", err)
+	}
+}
+
+// TestStaleDirectoriesAreSwept: a socket directory a dead leaderrun left
+// is removed by the next Listen in the same place; a live one's is kept.
+func TestStaleDirectoriesAreSwept(t *testing.T) {
+	parent := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(parent, dirPrefix+strconv.Itoa(dead.Process.Pid)+"-x")
+	live := filepath.Join(parent, dirPrefix+strconv.Itoa(os.Getppid())+"-y")
+	for _, d := range []string{stale, live} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := Listen(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead leaderrun's directory is still there: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live leaderrun's directory was removed: %v", err)
 	}
 }
