@@ -135,7 +135,7 @@ func (e *Env) FootprintPSS(c *Contender, n int, window time.Duration) PSSPoint {
 		pt.Err = "no leader"
 		return pt
 	}
-	for _, p := range chaos.Scan(e.Bins.Guard) {
+	for _, p := range chaos.Scan(e.Bins.Leaderrun, e.Bins.Guard) {
 		if p.IsGuard() && p.PPid == leader {
 			guard = p.Pid
 		}
