@@ -129,3 +129,20 @@ func runPSS(e *Env, dir string) pssRuns {
 func (r pssRuns) report() string {
 	return fmt.Sprintf("\n### PSS with %d instances\n\n%s\n\n%s", pssInstances, pssHowToRead, PSSTable(r.cs, r.pts))
 }
+
+// TestBenchPSSSmoke runs the PSS rows' code once, on the local backend
+// with three instances and a short window, so that `make bench-pss` and
+// the PSS table of `make bench` cannot rot unnoticed. It asserts that
+// every role was found and measured, never a size.
+func TestBenchPSSSmoke(t *testing.T) {
+	e := newEnv(t, 0, 0, 0, false)
+	c := localContender(filepath.Join(e.Dir, "locks"))
+	pt := e.FootprintPSS(c, 3, 3*time.Second)
+	if pt.Err != "" {
+		t.Fatalf("PSS rows: %s", pt.Err)
+	}
+	if pt.Standbys != 2 || pt.Leader.PSS == 0 || pt.Leader.Anon == 0 || pt.Guard.PSS == 0 || pt.Standby.PSS == 0 || pt.Total < pt.Leader.PSS+pt.Guard.PSS {
+		t.Errorf("PSS rows: a role not measured: %+v", pt)
+	}
+	t.Logf("\n%s", PSSTable([]*Contender{c}, map[string]PSSPoint{c.Name(): pt}))
+}
