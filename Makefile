@@ -171,7 +171,8 @@ bench-stepdown: deps servers
 
 # PSS with 10 instances: 10 leaderruns of one key (a leader, its guard,
 # 9 standbys) on each backend, one at a time (a few minutes): writes
-# docs/results/bench-DATE-pss.md, listed in docs/BENCHMARKS.md.
+# docs/results/bench-DATE-pss.md, listed in docs/BENCHMARKS.md; `make
+# test` runs its code once (TestBenchPSSSmoke).
 PSS_INSTANCES ?= 10
 .PHONY: bench-pss
 bench-pss: deps servers
