@@ -169,6 +169,17 @@ bench-stepdown: deps servers
 		-bench.stepdown=$(STEPDOWN_ROUNDS) -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md \
 		-bench.command='make bench-stepdown STEPDOWN_ROUNDS=$(STEPDOWN_ROUNDS)'
 
+# PSS with 10 instances: 10 leaderruns of one key (a leader, its guard,
+# 9 standbys) on each backend, one at a time (a few minutes): writes
+# docs/results/bench-DATE-pss.md, listed in docs/BENCHMARKS.md; `make
+# test` runs its code once (TestBenchPSSSmoke).
+PSS_INSTANCES ?= 10
+.PHONY: bench-pss
+bench-pss: deps servers
+	$(GO) test -count=1 -timeout 30m -run 'TestBenchPSS$$' -v ./tests/bench/ -args \
+		-bench.pss=$(PSS_INSTANCES) -bench.footprint=30s -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md \
+		-bench.command='make bench-pss PSS_INSTANCES=$(PSS_INSTANCES)'
+
 # The failover path alone, step by step, on every backend (a few minutes):
 # writes docs/results/bench-DATE-breakdown.md, listed in docs/BENCHMARKS.md.
 BREAKDOWN_TRIALS ?= 5

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 
@@ -87,16 +88,25 @@ func givenOnCommandLine(c *cli.Context, flag string) bool {
 	return false
 }
 
-// Errors of Go's flag package and urfave/cli, reworded below.
-var (
-	reBadValue  = regexp.MustCompile(`^invalid value "(.*)" for flag -([\w-]+): (.*)$`)
-	reBadBool   = regexp.MustCompile(`^invalid boolean value "(.*)" for -([\w-]+): (.*)$`)
-	reBadEnv    = regexp.MustCompile(`^could not parse "(.*)" as (\w+) value from environment variable "(\w+)" for flag ([\w-]+): (.*)$`)
-	reBadEnvGen = regexp.MustCompile(`^could not parse "(.*)" from environment variable "(\w+)" as value for flag ([\w-]+): (.*)$`)
-	reUndefined = regexp.MustCompile(`^flag provided but not defined: -+([\w-]+)$`)
-	reNeedsArg  = regexp.MustCompile(`^flag needs an argument: -+([\w-]+)$`)
-	reNumber    = regexp.MustCompile(`^[0-9.]+$`)
-)
+// flagErrorPatterns match the errors of Go's flag package and urfave/cli,
+// reworded below.
+type flagErrorPatterns struct {
+	badValue, badBool, badEnv, badEnvGen, undefined, needsArg, number *regexp.Regexp
+}
+
+// flagErrors compiles the patterns on first use: most runs read a valid
+// command line, and what package init builds every process keeps.
+var flagErrors = sync.OnceValue(func() *flagErrorPatterns {
+	return &flagErrorPatterns{
+		badValue:  regexp.MustCompile(`^invalid value "(.*)" for flag -([\w-]+): (.*)$`),
+		badBool:   regexp.MustCompile(`^invalid boolean value "(.*)" for -([\w-]+): (.*)$`),
+		badEnv:    regexp.MustCompile(`^could not parse "(.*)" as (\w+) value from environment variable "(\w+)" for flag ([\w-]+): (.*)$`),
+		badEnvGen: regexp.MustCompile(`^could not parse "(.*)" from environment variable "(\w+)" as value for flag ([\w-]+): (.*)$`),
+		undefined: regexp.MustCompile(`^flag provided but not defined: -+([\w-]+)$`),
+		needsArg:  regexp.MustCompile(`^flag needs an argument: -+([\w-]+)$`),
+		number:    regexp.MustCompile(`^[0-9.]+$`),
+	}
+})
 
 // flagError rewords the parser's errors the way an operator reads them:
 // flags with their double dash, and what a valid value looks like.
@@ -104,19 +114,20 @@ func flagError(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
+	msg, re := err.Error(), flagErrors()
 	switch m := matchAny(msg); {
-	case m.re == reBadValue:
+	case m.re == nil:
+	case m.re == re.badValue:
 		return errors.New(badValue("--"+m.sub[2], m.sub[1], m.sub[3]))
-	case m.re == reBadBool:
+	case m.re == re.badBool:
 		return fmt.Errorf("--%s takes no value (or true/false), got %q", m.sub[2], m.sub[1])
-	case m.re == reBadEnv:
+	case m.re == re.badEnv:
 		return errors.New(badValue(m.sub[3]+"="+m.sub[1]+" (--"+m.sub[4]+")", m.sub[1], m.sub[2]+" "+m.sub[5]))
-	case m.re == reBadEnvGen:
+	case m.re == re.badEnvGen:
 		return errors.New(badValue(m.sub[2]+"="+m.sub[1]+" (--"+m.sub[3]+")", m.sub[1], m.sub[4]))
-	case m.re == reUndefined:
+	case m.re == re.undefined:
 		return fmt.Errorf("unknown option --%s (leaderrun help all lists them)", m.sub[1])
-	case m.re == reNeedsArg:
+	case m.re == re.needsArg:
 		return fmt.Errorf("--%s needs a value", m.sub[1])
 	}
 	return err
@@ -128,7 +139,8 @@ type match struct {
 }
 
 func matchAny(msg string) match {
-	for _, re := range []*regexp.Regexp{reBadValue, reBadBool, reBadEnv, reBadEnvGen, reUndefined, reNeedsArg} {
+	re := flagErrors()
+	for _, re := range []*regexp.Regexp{re.badValue, re.badBool, re.badEnv, re.badEnvGen, re.undefined, re.needsArg} {
 		if sub := re.FindStringSubmatch(msg); sub != nil {
 			return match{re, sub}
 		}
@@ -142,7 +154,7 @@ func matchAny(msg string) match {
 func badValue(subject, value, kind string) string {
 	if !strings.Contains(subject, "=") {
 		subject += " " + strconv.Quote(value)
-		if reNumber.MatchString(value) {
+		if flagErrors().number.MatchString(value) {
 			subject = strings.Trim(subject, `"`)
 		}
 	}
@@ -153,7 +165,7 @@ func badValue(subject, value, kind string) string {
 		}
 	}
 	if _, ok := f.(*cli.DurationFlag); ok || strings.Contains(kind, "duration") {
-		if reNumber.MatchString(value) {
+		if flagErrors().number.MatchString(value) {
 			return fmt.Sprintf("%s: a duration needs a unit, as in %ss or %sm", strings.ReplaceAll(subject, `"`, ""), value, value)
 		}
 		return fmt.Sprintf("%s: not a duration; write it as 5s, 2m or 1h30m", subject)
@@ -440,7 +452,7 @@ func takesValue(flags []cli.Flag, arg string) bool {
 // usageError is the one-line refusal of a command line the flag parser
 // could not read; unknown options get a suggestion from c's options.
 func usageError(c *cli.Context, err error) error {
-	if m := reUndefined.FindStringSubmatch(err.Error()); m != nil {
+	if m := flagErrors().undefined.FindStringSubmatch(err.Error()); m != nil {
 		flags, cmd := c.App.Flags, ""
 		if c.Command != nil && c.Command.Name != c.App.Name {
 			flags, cmd = c.Command.Flags, c.Command.Name

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/leaderrun/leaderrun/internal/secretfile"
@@ -128,7 +129,9 @@ func flagValue(args []string, i *int, name string) (string, bool) {
 	return "", false
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// envName is a variable's name; compiled on first use (most runs read
+// no environment file).
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // readEnvFile reads VAR=value lines as systemd's EnvironmentFile= does:
 // blank lines and lines starting with # or ; are skipped, a value may be
@@ -163,10 +166,10 @@ func readEnvFile(path string) ([]string, error) {
 		}
 		name, value, ok := strings.Cut(line, "=")
 		name = strings.TrimSpace(name)
-		if rest, isExport := strings.CutPrefix(name, "export"); isExport && ok && rest != strings.TrimLeft(rest, " \t") && envName.MatchString(strings.TrimSpace(rest)) {
+		if rest, isExport := strings.CutPrefix(name, "export"); isExport && ok && rest != strings.TrimLeft(rest, " \t") && envName().MatchString(strings.TrimSpace(rest)) {
 			return nil, fmt.Errorf("%s:%d: \"export\" is not allowed: settings files are systemd EnvironmentFile= lines, VAR=value without export", path, n)
 		}
-		if !ok || !envName.MatchString(name) {
+		if !ok || !envName().MatchString(name) {
 			return nil, fmt.Errorf("%s:%d: not a VAR=value line", path, n)
 		}
 		vars = append(vars, name+"="+unquoteEnv(strings.TrimSpace(value)))

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -70,12 +71,15 @@ const periodFormat = "as 30m, 6h, 1d, 2w or 1d12h: d is 24h, w 7d"
 // exactly 24h: the slots are counted in UTC, where no day is longer.
 type periodValue struct{ d time.Duration }
 
-// periodPart is one number and its unit; a period is one or more of them.
-var periodPart = regexp.MustCompile(`([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h|d|w)`)
+// periodPart is one number and its unit; a period is one or more of
+// them. Compiled on first use: only --once-per reads it.
+var periodPart = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h|d|w)`)
+})
 
 // Set parses a period: "1d12h" is 36h, "2w" 336h.
 func (p *periodValue) Set(s string) error {
-	parts := periodPart.FindAllStringSubmatchIndex(s, -1)
+	parts := periodPart().FindAllStringSubmatchIndex(s, -1)
 	end := 0
 	var total time.Duration
 	for _, m := range parts {

@@ -35,6 +35,7 @@ func Main(args []string) int {
 	// with SIGPIPE: that would take the child down with it. Handling the
 	// signal, rather than ignoring it, keeps the child's default SIGPIPE.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	applyRuntimeSettings()
 	return runApp(args)
 }
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,11 @@ func TestBenchmark(t *testing.T) {
 	wg.Wait()
 	done()
 
+	// 4b. PSS with 10 instances of each leaderrun, one backend at a time.
+	done = phase("pss")
+	pss := runPSS(e, filepath.Join(e.Dir, "pss-locks"))
+	done()
+
 	// 5. Scale: many candidates on one key, one contender at a time.
 	done = phase("scale")
 	sizes := scaleSizes()
@@ -167,7 +173,7 @@ func TestBenchmark(t *testing.T) {
 
 	took := time.Since(start)
 	sd.Rivals = RivalRows(res)
-	body := benchReport(res, bd, sd, commit, took)
+	body := benchReport(res, bd, sd, commit, took) + pss.report()
 	t.Logf("\n%s", body)
 	for _, err := range res.Errors() {
 		t.Logf("trial could not start (run again): %s", err)
