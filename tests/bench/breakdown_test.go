@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,23 @@ import (
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
-var flagBreakdown = flag.Int("bench.breakdown", 0, "run only the failover breakdown, this many crash and handoff trials per backend (make bench-breakdown)")
+var (
+	flagBreakdown         = flag.Int("bench.breakdown", 0, "run only the failover breakdown, this many crash and handoff trials per backend (make bench-breakdown)")
+	flagBreakdownBackends = flag.String("bench.breakdown-backends", "", "run the breakdown on these backends only (comma-separated: etcd, consul, zookeeper, kubernetes, postgres, dynamodb, local; default: all)")
+)
+
+// breakdownOn reports whether the breakdown runs on backend be.
+func breakdownOn(be string) bool {
+	return *flagBreakdownBackends == "" || slices.Contains(strings.Split(*flagBreakdownBackends, ","), be)
+}
+
+// servers is n when the breakdown runs on backend be, else 0.
+func servers(be string, n int) int {
+	if breakdownOn(be) {
+		return n
+	}
+	return 0
+}
 
 // TestBreakdown takes failovers apart, step by step, on every backend:
 // 3-server etcd, Consul and ZooKeeper clusters, a kube-apiserver, a
@@ -29,12 +46,20 @@ func TestBreakdown(t *testing.T) {
 	}
 	start, load0 := time.Now(), loadAvg()
 	commit := chaos.Commit()
-	e := newEnv(t, 3, 3, 3, false)
-	k := chaos.StartKube(t)
-	e.Kube = &k
-	pg := chaos.StartPostgres(t)
-	e.Postgres = &pg
-	set := runBreakdowns(t, e, testcluster.StartDynalite(t), *flagBreakdown)
+	e := newEnv(t, servers("etcd", 3), servers("consul", 3), servers("zookeeper", 3), false)
+	if breakdownOn("kubernetes") {
+		k := chaos.StartKube(t)
+		e.Kube = &k
+	}
+	if breakdownOn("postgres") {
+		pg := chaos.StartPostgres(t)
+		e.Postgres = &pg
+	}
+	var dyn *testcluster.Dynalite
+	if breakdownOn("dynamodb") {
+		dyn = testcluster.StartDynalite(t)
+	}
+	set := runBreakdowns(t, e, dyn, *flagBreakdown)
 	var b strings.Builder
 	cmd := *flagCommand
 	if cmd == "" {
@@ -79,6 +104,9 @@ func loadAvg() string {
 func runBreakdowns(t *testing.T, e *Env, dyn *testcluster.Dynalite, n int) *BreakdownSet {
 	set := NewBreakdownSet()
 	for _, c := range e.BreakdownContenders(dyn) {
+		if !breakdownOn(c.Backend) {
+			continue
+		}
 		for _, kind := range []string{KindCrash, KindGraceful} {
 			bs := e.Breakdowns(c, kind, n)
 			set.Add(bs)
