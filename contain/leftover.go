@@ -237,6 +237,9 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 		return nil, nil
 	}
 	key := keyHash(b.opts.Key)
+	// Registered jobs of leaderruns dead before the first scan: once the
+	// scans settle, their jobs are gone (registry.go).
+	dead, _ := registered(key)
 	found := map[string]*Leftover{}
 	var order []string
 	note := func(tok string, o owner) *Leftover {
@@ -320,6 +323,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 			RemoveTree(parent)
 		}
 	}
+	forget(dead)
 	return list(found, order), nil
 }
 

@@ -29,7 +29,26 @@ func (s *Supervisor) sweepLeftovers() error {
 
 func (s *Supervisor) sweepNow() sweepResult {
 	found, err := s.box.Sweep(contain.SweepTimeout)
+	s.sweptClean.Store(err == nil)
 	return sweepResult{found: found, err: err}
+}
+
+// termSweep is a term's sweep: once a sweep of this process found every
+// leftover gone (at the latest the one at start, before the first
+// campaign), only a Recheck, which reads the registry of live jobs and the
+// job cgroups' directories but no /proc, and a full sweep only when it
+// finds a job of a dead leaderrun of the key or cannot tell (DESIGN §1.9:
+// what could be left since that sweep is a job of a leaderrun that died
+// since, and every such job is registered).
+func (s *Supervisor) termSweep() sweepResult {
+	if s.sweptClean.Load() {
+		why := s.box.Recheck()
+		if why == "" {
+			return sweepResult{}
+		}
+		s.log.Debug("sweeping leftovers", "reason", why)
+	}
+	return s.sweepNow()
 }
 
 func (s *Supervisor) logSweep(r sweepResult) {
@@ -56,7 +75,7 @@ func (s *Supervisor) startSweep() (<-chan sweepResult, func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c <- s.sweepNow()
+		c <- s.termSweep()
 	}()
 	return c, func() { <-done }
 }

@@ -59,6 +59,10 @@ type Supervisor struct {
 	log   hclog.Logger
 	clock Clock
 	box   *contain.Box
+	// sweptClean: a sweep of this process found every leftover of the key
+	// gone, so a term's sweep may be a Recheck (leftover.go). Set and
+	// read by Run's goroutine only, a term's sweep before lead returns.
+	sweptClean atomic.Bool
 
 	// The operator's control (control.go, health.go): the key's control
 	// record and the health check as last seen, the epoch this candidate
