@@ -17,15 +17,45 @@ import (
 // start had just killed every leftover of the key. What can have been
 // left since is a job of a leaderrun that died since, and every job a
 // leaderrun of this user starts is registered before its first process
-// exists: an empty file live.TOKEN (the token without its seal) beside
-// the marker key, removed only once the job is seen gone (Job.Remove, by
+// exists: an empty file named by its token without the seal, in the
+// key's directory live.KEY beside the marker key, removed only once the job is seen gone (Job.Remove, by
 // its leaderrun or its guard) or by a sweep that killed it. Recheck reads
 // that directory and the job cgroups' directories only: a job of a dead
 // leaderrun of the key is there, or it was there when the start-up
 // sweep ran, or it is not a job this user's leaderrun started.
 
-// liveName is the registry entry of the job whose token, unsealed, is base.
-func liveName(base string) string { return "live." + base }
+// liveDir is the registry's directory of key (a key hash): one entry for
+// each live job of the key, named by its token without the seal.
+func liveDir(key string) string { return "live." + key }
+
+// tokenKey is the KEY field of a token without its seal.
+func tokenKey(base string) string { return base[strings.LastIndexByte(base, '.')+1:] }
+
+// openLiveDir opens key's registry directory beside the marker key, made
+// (0700) with create, and only if it is this user's and no one else may
+// write in it.
+func openLiveDir(key string, create bool) (int, error) {
+	dfd, err := openPrivateDir(sealDir())
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(dfd)
+	if create {
+		if err := unix.Mkdirat(dfd, liveDir(key), 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, err
+		}
+	}
+	fd, err := unix.Openat(dfd, liveDir(key), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s/%s is not a private directory of uid %d", sealDir(), liveDir(key), os.Geteuid())
+	}
+	return fd, nil
+}
 
 // register records tok's job as live, before its first process starts.
 // Without a usable marker key (SealError) nothing is registered, and every
@@ -35,12 +65,12 @@ func register(tok string) error {
 		return nil
 	}
 	base, _ := unseal(tok)
-	dfd, err := openPrivateDir(sealDir())
-	if err != nil {
-		return fmt.Errorf("register the job in %s: %w", sealDir(), err)
+	fd, err := openLiveDir(tokenKey(base), true)
+	if err == nil {
+		err = writePrivate(fd, base, nil, true)
+		unix.Close(fd)
 	}
-	defer unix.Close(dfd)
-	if err := writePrivate(dfd, liveName(base), nil, true); err != nil {
+	if err != nil {
 		return fmt.Errorf("register the job in %s: %w", sealDir(), err)
 	}
 	return nil
@@ -49,12 +79,12 @@ func register(tok string) error {
 // unregister removes tok's entry: its job is gone.
 func unregister(tok string) {
 	base, _ := unseal(tok)
-	dfd, err := openPrivateDir(sealDir())
+	fd, err := openLiveDir(tokenKey(base), false)
 	if err != nil {
 		return
 	}
-	defer unix.Close(dfd)
-	_ = unix.Unlinkat(dfd, liveName(base), 0)
+	defer unix.Close(fd)
+	_ = unix.Unlinkat(fd, base, 0)
 }
 
 // registered lists the tokens of the registry's entries of key (a key
@@ -63,21 +93,23 @@ func registered(key string) ([]string, error) {
 	if err := SealError(); err != nil {
 		return nil, err
 	}
-	dfd, err := openPrivateDir(sealDir())
+	fd, err := openLiveDir(key, false)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil // no job of the key was ever registered
+	}
 	if err != nil {
 		return nil, err
 	}
-	d := os.NewFile(uintptr(dfd), sealDir())
+	d := os.NewFile(uintptr(fd), liveDir(key))
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
 		return nil, err
 	}
 	var dead []string
-	for _, n := range names {
-		base, ok := strings.CutPrefix(n, "live.")
-		if !ok || !strings.HasSuffix(base, "."+key) {
-			continue
+	for _, base := range names {
+		if !strings.HasSuffix(base, "."+key) {
+			continue // writePrivate's file, not yet in place
 		}
 		if _, ok := leftoverOf(base, key); ok {
 			dead = append(dead, base)

@@ -30,7 +30,7 @@ func TestRecheckFindsRegisteredJobsOfDeadLeaderruns(t *testing.T) {
 	}
 	entry := func(tok string) string {
 		base, _ := unseal(tok)
-		return filepath.Join(sealDir(), liveName(base))
+		return filepath.Join(sealDir(), liveDir(tokenKey(base)), base)
 	}
 	j, err := b.NewJob()
 	if err != nil {
