@@ -103,6 +103,11 @@ type Box struct {
 	ownsDir bool   // parent was created by us and is removed by Close
 	hasKill bool   // cgroup.kill exists
 	seq     atomic.Uint64
+
+	// spared: the leaderruns, alive then, of the unregistered jobs of the
+	// key the last settled Sweep saw (registry.go).
+	mu     sync.Mutex
+	spared []owner
 }
 
 // Open picks the containment mode. Auto takes a cgroup where one can be had

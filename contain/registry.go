@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -118,18 +119,30 @@ func registered(key string) ([]string, error) {
 	return dead, nil
 }
 
+// isRegistered reports whether the job whose token, unsealed, is base has
+// its entry; false when that cannot be read.
+func isRegistered(base string) bool {
+	fd, err := openLiveDir(tokenKey(base), false)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Faccessat(fd, base, unix.F_OK, unix.AT_SYMLINK_NOFOLLOW) == nil
+}
+
 // errNoRegistry: Recheck cannot vouch for the host; sweep.
 var errNoRegistry = errors.New("the registry of live jobs cannot be read")
 
 // Recheck reports why a leftover of this box's key could be on this host
 // now, "" if none can, given that a Sweep since this process started found
-// every leftover gone (it is the caller's to know that). It reads no
-// /proc: a job of a dead leaderrun of the key is registered (register) or
-// in one of the job cgroups a Sweep looks at; anything else of the key
-// ran already when that Sweep did, which killed it, or was started by a
-// leaderrun of another user, or of a version without the registry, which
-// a Sweep would not have found either unless its job runs as this user
-// (see DESIGN §1.9 for that limit). Call Sweep when it returns a reason.
+// every leftover gone (it is the caller's to know that). It reads no scan
+// of /proc: a job of a dead leaderrun of the key is registered (register)
+// or in one of the job cgroups a Sweep looks at, or it is unregistered
+// (a leaderrun of an older version, or of another user) and its
+// leaderrun, alive at the last Sweep, has died since (spared); anything
+// else of the key ran already when that Sweep did, which killed it, or is
+// an unregistered job started since (see DESIGN §1.9 for that limit).
+// Call Sweep when it returns a reason.
 func (b *Box) Recheck() string {
 	if b.opts.Key == "" || self().ns == "unknown" {
 		return ""
@@ -142,6 +155,14 @@ func (b *Box) Recheck() string {
 	if len(dead) > 0 {
 		o, _ := parseToken(dead[0])
 		return fmt.Sprintf("a job of leaderrun %d, which is dead, is registered (%s)", o.pid, dead[0])
+	}
+	b.mu.Lock()
+	spared := b.spared
+	b.mu.Unlock()
+	for _, o := range spared {
+		if st, ok := readStat("/proc/" + strconv.Itoa(o.pid) + "/stat"); !ok || st.start != o.start || !ProcessAlive(o.pid) {
+			return fmt.Sprintf("leaderrun %d, whose job is not registered, has died since the last sweep", o.pid)
+		}
 	}
 	for _, c := range b.leftoverCgroups(key) {
 		if c.populated {
