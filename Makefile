@@ -183,8 +183,10 @@ bench-pss: deps servers
 # The failover path alone, step by step, on every backend (a few minutes):
 # writes docs/results/bench-DATE-breakdown.md, listed in docs/BENCHMARKS.md.
 BREAKDOWN_TRIALS ?= 5
+# Only some backends (comma-separated, e.g. etcd,local); empty: all.
+BREAKDOWN_BACKENDS ?=
 .PHONY: bench-breakdown
 bench-breakdown: deps servers
 	$(GO) test -count=1 -timeout 20m -run 'TestBreakdown$$' -v ./tests/bench/ -args \
-		-bench.breakdown=$(BREAKDOWN_TRIALS) -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md \
-		-bench.command='make bench-breakdown BREAKDOWN_TRIALS=$(BREAKDOWN_TRIALS)'
+		-bench.breakdown=$(BREAKDOWN_TRIALS) -bench.breakdown-backends=$(BREAKDOWN_BACKENDS) -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md \
+		-bench.command='make bench-breakdown BREAKDOWN_TRIALS=$(BREAKDOWN_TRIALS) BREAKDOWN_BACKENDS=$(BREAKDOWN_BACKENDS)'

@@ -265,6 +265,14 @@ func (j *Job) killCgroup() error {
 // reports whether it is gone. In cgroup mode it sleeps on cgroup.events
 // (the kernel wakes pollers when "populated" changes), never polling.
 func (j *Job) WaitGone(timeout time.Duration) bool {
+	gone := j.waitGone(timeout)
+	if gone {
+		j.seenGone.Store(true)
+	}
+	return gone
+}
+
+func (j *Job) waitGone(timeout time.Duration) bool {
 	end := time.Now().Add(timeout)
 	if j.cgroup == "" {
 		for j.Alive() {

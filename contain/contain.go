@@ -103,6 +103,11 @@ type Box struct {
 	ownsDir bool   // parent was created by us and is removed by Close
 	hasKill bool   // cgroup.kill exists
 	seq     atomic.Uint64
+
+	// spared: the leaderruns, alive then, of the unregistered jobs of the
+	// key the last settled Sweep saw (registry.go).
+	mu     sync.Mutex
+	spared []owner
 }
 
 // Open picks the containment mode. Auto takes a cgroup where one can be had
@@ -180,15 +185,23 @@ func (b *Box) newJob(check bool) (*Job, error) {
 	} else {
 		j.token = b.newToken(n)
 	}
+	if b.opts.Key != "" {
+		// Before anything of the job exists (registry.go).
+		if err := register(j.token); err != nil {
+			return nil, err
+		}
+	}
 	if b.mode == Cgroup {
 		base, _ := unseal(j.token) // the seal stays in the environment
 		dir := b.parent + "/" + kind + base
 		if err := os.Mkdir(dir, 0o755); err != nil {
+			unregister(j.token)
 			return nil, fmt.Errorf("create %s cgroup: %w", what, err)
 		}
 		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			_ = syscall.Rmdir(dir)
+			unregister(j.token)
 			return nil, fmt.Errorf("open %s cgroup: %w", what, err)
 		}
 		j.cgroup, j.cgfd, j.hasKill = dir, fd, b.hasKill
@@ -226,6 +239,8 @@ type Job struct {
 	adoptFrom int
 	// check: a health check (check.go), which adopts no orphans.
 	check bool
+	// seenGone: WaitGone saw the job gone (registry.go).
+	seenGone atomic.Bool
 
 	// Group mode's memory of its scans (group.go).
 	mu    sync.Mutex
@@ -383,6 +398,12 @@ func (j *Job) Remove() error {
 		// its kill is left to the next sweep, which another user's copy
 		// of its marker must not stall for good (seal.go).
 		markEnded(j.token)
+		// A job is removed once gone (or never started); a check maybe
+		// not: its entry stays until it is seen gone, or a sweep after
+		// its leaderrun's death (registry.go).
+		if !j.check || j.seenGone.Load() {
+			unregister(j.token)
+		}
 	}
 	j.closeFD()
 	if j.leaderFD >= 0 {

@@ -237,6 +237,9 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 		return nil, nil
 	}
 	key := keyHash(b.opts.Key)
+	// Registered jobs of leaderruns dead before the first scan: once the
+	// scans settle, their jobs are gone (registry.go).
+	dead, _ := registered(key)
 	found := map[string]*Leftover{}
 	var order []string
 	note := func(tok string, o owner) *Leftover {
@@ -320,6 +323,10 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 			RemoveTree(parent)
 		}
 	}
+	forget(dead)
+	b.mu.Lock()
+	b.spared = sw.sparedOwners()
+	b.mu.Unlock()
 	return list(found, order), nil
 }
 
@@ -476,6 +483,38 @@ type sweeper struct {
 	// churn: a scan was unsettled by a process of those users (a find, or
 	// one found dead), not only by pids gone before they were read.
 	churn bool
+	// spared: the live leaderruns of the key's jobs that are not
+	// registered (registry.go), by token; unregistered: whether a token
+	// of a live leaderrun is not registered, as first read.
+	spared       map[string]owner
+	unregistered map[string]bool
+}
+
+// sparedOwners are the leaderruns of the unregistered jobs the sweep left
+// alone, each once.
+func (s *sweeper) sparedOwners() []owner {
+	var out []owner
+	for _, o := range s.spared {
+		if !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// noteSpared remembers base's leaderrun if it is a live leaderrun of the
+// key (not this one) and base is not registered: a Recheck must see it
+// die (registry.go).
+func (s *sweeper) noteSpared(base string) {
+	if _, done := s.unregistered[base]; done {
+		return
+	}
+	o, ok := parseToken(base)
+	live := ok && o.key == s.key && o.ns == self().ns && o.ns != "unknown" && !(o.pid == self().pid && o.start == self().start)
+	s.unregistered[base] = live && !isRegistered(base)
+	if s.unregistered[base] {
+		s.spared[base] = o
+	}
 }
 
 // A sweep that has found nothing of its key, and was kept from settling
@@ -491,7 +530,8 @@ const (
 
 func newSweeper(key string) *sweeper {
 	me := self().pid
-	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}, users: map[int]bool{os.Geteuid(): true}, ended: endedUpTo(key, false), checked: endedUpTo(key, true)}
+	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}, users: map[int]bool{os.Geteuid(): true}, ended: endedUpTo(key, false), checked: endedUpTo(key, true),
+		spared: map[string]owner{}, unregistered: map[string]bool{}}
 	for p := me; p > 1; {
 		st, ok := readStat("/proc/" + strconv.Itoa(p) + "/stat")
 		if !ok || s.mine[st.ppid] {
@@ -520,7 +560,11 @@ func (s *sweeper) leftover(pid int) (string, owner, bool) {
 				s.judged[base] = o // a dead leaderrun stays dead
 			}
 		}
-		if !ok || (slices.Contains(s.carried, tok) && s.descendant(pid)) {
+		if !ok {
+			s.noteSpared(base)
+			continue
+		}
+		if slices.Contains(s.carried, tok) && s.descendant(pid) {
 			continue
 		}
 		if own < 0 {

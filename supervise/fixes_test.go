@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leaderrun/leaderrun/locker"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
 )
 
 // waitUntil polls cond in real time.
@@ -519,4 +520,43 @@ func stepFor(t *testing.T, clock *fakeClock, d, step time.Duration) time.Time {
 		clock.Step(t, step, t0.Add(d))
 	}
 	return t0
+}
+
+// The term's sweep runs beside the confirm, but no child starts before the
+// confirm answers, however long after the sweep that is.
+func TestNoChildBeforeTheConfirmAnswers(t *testing.T) {
+	clock := newFakeClock()
+	rec := &recorder{clock: clock}
+	inConfirm := make(chan struct{})
+	release := make(chan struct{})
+	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
+		grant: func(int) time.Duration { return 15 * time.Second },
+		hold: func(n int) {
+			if n == 1 {
+				close(inConfirm)
+				<-release
+			}
+		}}
+	sh, _ := ResolveCommand("sh")
+	s, err := New(Config{
+		Locker: &anyLocker{lease: lease}, Command: Command{Path: sh, Args: []string{"sh", "-c", "exec sleep 1000"}, Env: os.Environ()},
+		TTL: 15 * time.Second, RenewInterval: 5 * time.Second, KillGrace: 5 * time.Second, SafetyMargin: time.Second,
+		StopSignal: syscall.SIGTERM, RestartDelay: time.Second, Restart: RestartNever, OnLost: LostExit,
+		Clock: clock, Events: rec.events_(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- s.Run(ctx) }()
+	<-inConfirm
+	time.Sleep(300 * time.Millisecond) // the sweep beside it is long over
+	if n := rec.count("started"); n != 0 {
+		t.Fatalf("child started %d times while the confirm was in flight", n)
+	}
+	close(release)
+	testsupport.WaitFor(t, 10*time.Second, "the child to start once confirmed", func() bool { return rec.count("started") == 1 })
+	cancel(SignalCause{Signal: syscall.SIGTERM})
+	advanceUntilDone(t, clock, done, 100*time.Millisecond)
 }

@@ -123,10 +123,20 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	// Closed channels that were handled once are set to nil, so the select
 	// does not spin on them.
 	ctxDone, lostC := ctx.Done(), lease.Lost()
-	// Leftovers of this key are swept beside the loop; the first child
-	// waits for the sweep (DESIGN §1.9).
-	sweepC, sweepWait := s.startSweep()
-	defer sweepWait()
+	// Leftovers of this key are swept beside the confirm and the loop; the
+	// first child waits for the sweep (DESIGN §1.9).
+	sw := s.early
+	s.early = nil
+	if sw == nil {
+		sw = s.startSweep()
+	}
+	sweepC := sw.c
+	defer sw.wait()
+	// The guard starts beside the sweep: armed with the lease, with no job
+	// yet. startChild starts it if this failed, and handles the failure.
+	if err := s.ensureGuard(l); err != nil {
+		s.log.Debug("no guard yet; trying again before the child", "error", err)
+	}
 
 	for {
 		call(s.cfg.Events.Tick)

@@ -29,7 +29,26 @@ func (s *Supervisor) sweepLeftovers() error {
 
 func (s *Supervisor) sweepNow() sweepResult {
 	found, err := s.box.Sweep(contain.SweepTimeout)
+	s.sweptClean.Store(err == nil)
 	return sweepResult{found: found, err: err}
+}
+
+// termSweep is a term's sweep: once a sweep of this process found every
+// leftover gone (at the latest the one at start, before the first
+// campaign), only a Recheck, which reads the registry of live jobs and the
+// job cgroups' directories but no /proc, and a full sweep only when it
+// finds a job of a dead leaderrun of the key or cannot tell (DESIGN §1.9:
+// what could be left since that sweep is a job of a leaderrun that died
+// since, and every such job is registered).
+func (s *Supervisor) termSweep() sweepResult {
+	if s.sweptClean.Load() {
+		why := s.box.Recheck()
+		if why == "" {
+			return sweepResult{}
+		}
+		s.log.Debug("sweeping leftovers", "reason", why)
+	}
+	return s.sweepNow()
 }
 
 func (s *Supervisor) logSweep(r sweepResult) {
@@ -46,19 +65,36 @@ func (s *Supervisor) logSweep(r sweepResult) {
 	}
 }
 
-// startSweep sweeps leftover jobs of this key beside the term's control
+// termSweepRun is a term's sweep running beside whatever does not depend
+// on it: its result, and wait, which blocks until it is over.
+type termSweepRun struct {
+	c    <-chan sweepResult
+	wait func()
+}
+
+// startSweep starts a term's sweep (termSweep) of leftover jobs of this key
+// beside the confirming renewal (campaign) and then the term's control
 // loop, which goes on renewing meanwhile: a sweep that meets a slow /proc
-// or a job still forking must not cost the lease. The term's first child
-// starts only once the result is in; the returned wait blocks until the
-// sweep is over, so that nothing of it outlives the term.
-func (s *Supervisor) startSweep() (<-chan sweepResult, func()) {
+// or a job still forking must not cost the lease. It starts once the key
+// is won, never before: a leaderrun of the key that dies before then may
+// leave a job (DESIGN §1.9). The term's first child starts only once the
+// result is in; wait blocks until the sweep is over, so that nothing of it
+// outlives the term, or the campaign when the term does not begin.
+func (s *Supervisor) startSweep() *termSweepRun {
 	c := make(chan sweepResult, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c <- s.sweepNow()
+		c <- s.termSweep()
 	}()
-	return c, func() { <-done }
+	return &termSweepRun{c: c, wait: func() { <-done }}
+}
+
+// drop waits for a sweep whose term does not begin (the confirm failed,
+// the key is given back) and logs what it killed.
+func (s *Supervisor) drop(sw *termSweepRun) {
+	sw.wait()
+	s.logSweep(<-sw.c)
 }
 
 // swept handles the result of the term's sweep and reports whether the

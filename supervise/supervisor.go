@@ -59,6 +59,13 @@ type Supervisor struct {
 	log   hclog.Logger
 	clock Clock
 	box   *contain.Box
+	// sweptClean: a sweep of this process found every leftover of the key
+	// gone, so a term's sweep may be a Recheck (leftover.go). Set and
+	// read by Run's goroutine only, a term's sweep before lead returns.
+	sweptClean atomic.Bool
+	// early is the term's sweep, started beside the confirming renewal,
+	// that campaign hands to lead.
+	early *termSweepRun
 
 	// The operator's control (control.go, health.go): the key's control
 	// record and the health check as last seen, the epoch this candidate
@@ -255,9 +262,14 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 		}
 		if err == nil {
 			s.log.Debug("won the key; confirming", "epoch", lease.Epoch())
+			// The term's sweep needs no lease: it runs beside the
+			// confirm (DESIGN §1.9), its result waited for before
+			// the first child.
+			sw := s.startSweep()
 			deadline, err = s.confirm(lease)
 			if err == nil {
 				if why := s.refuseWon(lease); why != "" {
+					s.drop(sw)
 					s.log.Info("giving the key back before any child starts", "epoch", lease.Epoch(), "reason", why)
 					s.release(lease, false)
 					unread := strings.HasPrefix(why, errControlUnread)
@@ -284,8 +296,10 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 				if f := s.cfg.Events.Acquired; f != nil {
 					f(lease.Epoch(), deadline)
 				}
+				s.early = sw
 				return lease, deadline, 0, true
 			}
+			s.drop(sw)
 			s.release(lease, false)
 		}
 		switch {

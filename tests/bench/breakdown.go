@@ -55,8 +55,10 @@ var standbySteps = []Step{
 	{Name: stepWake, From: stepRelease},
 	{Name: "key won (acquire round trips)", Module: "leaderrun", Message: "won the key; confirming", From: stepWake},
 	{Name: "lease confirmed (one renewal)", Module: "leaderrun", Message: "acquired"},
-	{Name: "leftovers of the key swept (/proc scans)", Module: "leaderrun", Message: "leftovers swept"},
+	// The term's sweep runs beside the confirm, the guard's start beside
+	// the sweep: each step is what the next one still waited.
 	{Name: "guard started (fork/exec)", Module: "leaderrun", Message: "guard started"},
+	{Name: "leftovers of the key checked (registry; /proc scans if one is dead), after the guard", Module: "leaderrun", Message: "leftovers swept"},
 	{Name: "job's cgroup made", Module: "leaderrun", Message: "job made"},
 	{Name: "fork/exec returned", Module: "leaderrun", Message: "child started"},
 	{Name: stepChild},

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,23 @@ import (
 	"github.com/leaderrun/leaderrun/tests/testcluster"
 )
 
-var flagBreakdown = flag.Int("bench.breakdown", 0, "run only the failover breakdown, this many crash and handoff trials per backend (make bench-breakdown)")
+var (
+	flagBreakdown         = flag.Int("bench.breakdown", 0, "run only the failover breakdown, this many crash and handoff trials per backend (make bench-breakdown)")
+	flagBreakdownBackends = flag.String("bench.breakdown-backends", "", "run the breakdown on these backends only (comma-separated: etcd, consul, zookeeper, kubernetes, postgres, dynamodb, local; default: all)")
+)
+
+// breakdownOn reports whether the breakdown runs on backend be.
+func breakdownOn(be string) bool {
+	return *flagBreakdownBackends == "" || slices.Contains(strings.Split(*flagBreakdownBackends, ","), be)
+}
+
+// servers is n when the breakdown runs on backend be, else 0.
+func servers(be string, n int) int {
+	if breakdownOn(be) {
+		return n
+	}
+	return 0
+}
 
 // TestBreakdown takes failovers apart, step by step, on every backend:
 // 3-server etcd, Consul and ZooKeeper clusters, a kube-apiserver, a
@@ -29,12 +46,20 @@ func TestBreakdown(t *testing.T) {
 	}
 	start, load0 := time.Now(), loadAvg()
 	commit := chaos.Commit()
-	e := newEnv(t, 3, 3, 3, false)
-	k := chaos.StartKube(t)
-	e.Kube = &k
-	pg := chaos.StartPostgres(t)
-	e.Postgres = &pg
-	set := runBreakdowns(t, e, testcluster.StartDynalite(t), *flagBreakdown)
+	e := newEnv(t, servers("etcd", 3), servers("consul", 3), servers("zookeeper", 3), false)
+	if breakdownOn("kubernetes") {
+		k := chaos.StartKube(t)
+		e.Kube = &k
+	}
+	if breakdownOn("postgres") {
+		pg := chaos.StartPostgres(t)
+		e.Postgres = &pg
+	}
+	var dyn *testcluster.Dynalite
+	if breakdownOn("dynamodb") {
+		dyn = testcluster.StartDynalite(t)
+	}
+	set := runBreakdowns(t, e, dyn, *flagBreakdown)
 	var b strings.Builder
 	cmd := *flagCommand
 	if cmd == "" {
@@ -45,7 +70,11 @@ func TestBreakdown(t *testing.T) {
 	fmt.Fprintf(&b, "- tree: %s\n", commit)
 	fmt.Fprintf(&b, "- machine: %s\n", chaos.Machine())
 	fmt.Fprintf(&b, "- load average before / after: %s / %s\n", load0, loadAvg())
-	b.WriteString(breakdownServers)
+	if *flagBreakdownBackends == "" {
+		b.WriteString(breakdownServers)
+	} else {
+		fmt.Fprintf(&b, "- servers: only those of %s (etcd: 3 servers), as `make bench-breakdown` starts them\n", *flagBreakdownBackends)
+	}
 	fmt.Fprintf(&b, "- trials: %d crash and %d handoff per backend\n", *flagBreakdown, *flagBreakdown)
 	if errs := set.Errors(); len(errs) > 0 {
 		fmt.Fprintf(&b, "- %d trials could not run and were run again in a fresh lane, e.g.: %s\n", len(errs), errs[0])
@@ -54,7 +83,11 @@ func TestBreakdown(t *testing.T) {
 	b.WriteString(set.Report())
 	t.Logf("\n%s", b.String())
 	if *flagReport != "" {
-		writeRun(t, "breakdown", "`make bench-breakdown`, every backend", commit, b.String())
+		what := "`make bench-breakdown`, every backend"
+		if *flagBreakdownBackends != "" {
+			what = "`make bench-breakdown`, " + strings.ReplaceAll(*flagBreakdownBackends, ",", " and ") + " only"
+		}
+		writeRun(t, "breakdown", what, commit, b.String())
 	}
 }
 
@@ -79,6 +112,9 @@ func loadAvg() string {
 func runBreakdowns(t *testing.T, e *Env, dyn *testcluster.Dynalite, n int) *BreakdownSet {
 	set := NewBreakdownSet()
 	for _, c := range e.BreakdownContenders(dyn) {
+		if !breakdownOn(c.Backend) {
+			continue
+		}
 		for _, kind := range []string{KindCrash, KindGraceful} {
 			bs := e.Breakdowns(c, kind, n)
 			set.Add(bs)

@@ -581,3 +581,52 @@ func TestGuardKillsForkRelayOfItsDeadLeaderrun(t *testing.T) {
 		})
 	}
 }
+
+// TestLeftoverStartedAfterTheStandbysSweepIsSwept: a standby's term sweeps
+// in full only when something of the key could have been left since its
+// own sweep (the registry of live jobs, contain/registry.go). Here the
+// leftover comes after that sweep: leader A's job daemonizes only once
+// standby B is waiting (swept at its start, A then alive), then A and its
+// guard are killed together. B must kill the daemon, and say so, before
+// its own child starts: on etcd once A's lease expires, on the local
+// backend at once.
+func TestLeftoverStartedAfterTheStandbysSweepIsSwept(t *testing.T) {
+	eps := strings.Join(testcluster.StartEtcd(t, 1).Endpoints(), ",")
+	for _, tc := range []struct {
+		backend string
+		mode    contain.Mode
+	}{
+		{"etcd", contain.Group},
+		{"etcd", contain.Cgroup},
+		{"local", contain.Group},
+	} {
+		t.Run(tc.backend+"/"+string(tc.mode), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := []string{"--backend", "etcd", "--etcd-endpoints", eps, "--key", newKey("after-sweep"),
+				"--ttl", "3s", "--renew-interval", "1s", "--kill-grace", "1s", "--safety-margin", "500ms"}
+			if tc.backend == "local" {
+				args = localArgs(dir, "k")
+			}
+			args = append(args, "--contain", string(tc.mode), "--log-level", "debug")
+			later := `while [ ! -e ` + dir + `/go ]; do sleep 0.05; done
+` + daemonizingJob(dir, "env -u LEADER_KEY ")
+			a := start(t, "A", nil, withCommand(args, later)...)
+			waitFor(t, 15*time.Second, "A's child to start", func() bool { return strings.Contains(a.Output(), "child started") })
+			if !strings.Contains(a.Output(), "mode="+string(tc.mode)) {
+				t.Fatalf("containment mode %s not in force:\n%s", tc.mode, a.Output())
+			}
+			b := start(t, "B", nil, withCommand(args, checkingJob(dir))...)
+			// B swept before it campaigned.
+			waitFor(t, 15*time.Second, "the standby to campaign", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
+			testsupport.WriteFile(t, filepath.Join(dir, "go"), "", 0o644)
+			daemon := jobPids(t, dir, 1)[0]
+			t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+			killBoth(t, a)
+			if !contain.ProcessAlive(daemon) {
+				t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+			}
+			nextLeaderSwept(t, b, dir, daemon, "daemon")
+		})
+	}
+}

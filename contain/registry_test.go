@@ -1,0 +1,130 @@
+//go:build linux
+
+package contain
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// The registry of live jobs: a job is registered from NewJob until it is
+// removed; Recheck names a registered job of a dead leaderrun of the key,
+// and nothing else, until a Sweep that began after that leaderrun died
+// forgets it.
+func TestRecheckFindsRegisteredJobsOfDeadLeaderruns(t *testing.T) {
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00recheck-" + strconv.Itoa(os.Getpid())
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Fatalf("recheck of a key never run: %q", why)
+	}
+	entry := func(tok string) string {
+		base, _ := unseal(tok)
+		return filepath.Join(sealDir(), liveDir(tokenKey(base)), base)
+	}
+	j, err := b.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(entry(j.token)); err != nil {
+		t.Fatalf("the job is not registered: %v", err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Errorf("recheck beside this process's own job: %q", why)
+	}
+
+	// This pid with another start time: a dead leaderrun. And one of
+	// another key.
+	me, myStart := os.Getpid(), StartTime(os.Getpid())
+	dead := fmt.Sprintf("%d.%d.%d.%d.%s.%s", me, 1, monoNow(), myStart+1, self().ns, keyHash(key))
+	other := fmt.Sprintf("%d.%d.%d.%d.%s.%s", me, 1, monoNow(), myStart+1, self().ns, keyHash(key+"-other"))
+	for _, tok := range []string{dead, other} {
+		if err := register(tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { unregister(other) })
+	if why := b.Recheck(); !strings.Contains(why, dead) {
+		t.Errorf("recheck with a dead leaderrun's job registered: %q, want it named", why)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Errorf("recheck after a sweep: %q", why)
+	}
+	if _, err := os.Stat(entry(other)); err != nil {
+		t.Errorf("the sweep forgot another key's entry: %v", err)
+	}
+	if _, err := os.Stat(entry(j.token)); err != nil {
+		t.Errorf("the sweep forgot a live leaderrun's entry: %v", err)
+	}
+	if err := j.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(entry(j.token)); !os.IsNotExist(err) {
+		t.Errorf("the job's entry outlived its removal: %v", err)
+	}
+}
+
+// A job that is not registered (a leaderrun of an older version) and whose
+// leaderrun is alive when a sweep runs is spared by it; once that
+// leaderrun dies, Recheck must ask for a sweep, though nothing is
+// registered.
+func TestRecheckWatchesTheLeaderrunsOfUnregisteredJobs(t *testing.T) {
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00unregistered-" + strconv.Itoa(os.Getpid())
+	owner := exec.Command("sleep", "60")
+	if err := owner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go owner.Wait()
+	defer owner.Process.Kill()
+	testsupport.WaitFor(t, 5*time.Second, "the owner to run", func() bool { return StartTime(owner.Process.Pid) != 0 })
+	job, _ := markedProcess(t, owner.Process.Pid, StartTime(owner.Process.Pid), key, `exec sleep 60`)
+	testsupport.WaitFor(t, 5*time.Second, "the job to run", func() bool { return len(markers(job.Process.Pid)) > 0 })
+
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !ProcessAlive(job.Process.Pid) {
+		t.Fatal("a live leaderrun's job was swept")
+	}
+	if why := b.Recheck(); why != "" {
+		t.Fatalf("recheck while the job's leaderrun lives: %q", why)
+	}
+	_ = owner.Process.Kill()
+	testsupport.WaitFor(t, 5*time.Second, "the owner to die", func() bool { return !ProcessAlive(owner.Process.Pid) })
+	why := b.Recheck()
+	if !strings.Contains(why, strconv.Itoa(owner.Process.Pid)) {
+		t.Fatalf("recheck once the unregistered job's leaderrun died: %q, want a sweep asked for", why)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ProcessAlive(job.Process.Pid) {
+		t.Error("the dead leaderrun's job survived the sweep")
+	}
+	if why := b.Recheck(); why != "" {
+		t.Errorf("recheck after that sweep: %q", why)
+	}
+}
