@@ -41,6 +41,9 @@ const (
 // StepDownKinds are the kinds of a round, in the order they run.
 var StepDownKinds = []string{KindStepDown, KindStepDownTo, KindRestart, KindZombie}
 
+// zombieHow names KindZombie's rows in the table.
+const zombieHow = "the leader's job hung (SIGSTOP of its writer; --job-watchdog 1s)"
+
 // zombieWatchdog is the step-down lanes' --job-watchdog: every writer
 // pings after each write, so only KindZombie's hung writer misses it.
 const zombieWatchdog = time.Second
@@ -450,9 +453,11 @@ func (s *StepDownSet) Table() string {
 				how = fmt.Sprintf("`leaderrun step-down --to ID` (%d/%d to ID)", toOK, ran)
 			case KindRestart:
 				how = "SIGTERM to the leader's leaderrun (restart)"
+			case KindZombie:
+				how = zombieHow
 			}
 			ex := medP99(exit)
-			if kind == KindRestart {
+			if kind == KindRestart || kind == KindZombie {
 				ex = "n/a"
 			}
 			rows = append(rows, []string{be, how, fmt.Sprint(ran), medP99(death), medP99(start), ex,
