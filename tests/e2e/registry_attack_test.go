@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaderrun/leaderrun/contain"
+	"github.com/leaderrun/leaderrun/tests/testsupport"
+)
+
+// registryEntryOf is the registry entry (contain/registry.go) of a job
+// of leaderrun pid: root's registry, live.KEYHASH/PID.N.MONO.START.NS.KEY
+// under /run/leaderrun.
+func registryEntryOf(t *testing.T, pid int) string {
+	t.Helper()
+	var entry string
+	waitFor(t, 10*time.Second, "the job's registry entry", func() bool {
+		m, _ := filepath.Glob("/run/leaderrun/live.*/" + strconv.Itoa(pid) + ".*")
+		if len(m) == 1 {
+			entry = m[0]
+		}
+		return entry != ""
+	})
+	return entry
+}
+
+// leftoverAfterRegistryLoss runs leader A, whose job daemonizes once
+// standby B (same key, same host, local backend) has swept at its start,
+// lets lose do what an operator or a cleaner does to A's registry entry,
+// kills A and its guard together and checks that B kills the daemon
+// before its own child starts.
+func leftoverAfterRegistryLoss(t *testing.T, lose func(t *testing.T, entry string)) {
+	dir := t.TempDir()
+	args := append(localArgs(dir, "k"), "--contain", "group", "--log-level", "debug")
+	later := `while [ ! -e ` + dir + `/go ]; do sleep 0.05; done
+` + daemonizingJob(dir, "env -u LEADER_KEY ")
+	a := start(t, "A", nil, withCommand(args, later)...)
+	waitFor(t, 15*time.Second, "A's child to start", func() bool { return strings.Contains(a.Output(), "child started") })
+	b := start(t, "B", nil, withCommand(args, checkingJob(dir))...)
+	waitFor(t, 15*time.Second, "the standby to campaign", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
+	testsupport.WriteFile(t, filepath.Join(dir, "go"), "", 0o644)
+	daemon := jobPids(t, dir, 1)[0]
+	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	lose(t, registryEntryOf(t, a.Pid()))
+	killBoth(t, a)
+	if !contain.ProcessAlive(daemon) {
+		t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+	}
+	nextLeaderSwept(t, b, dir, daemon, "daemon")
+}
+
+// TestLeftoverSweptAfterTheRegistryDirectoryWasRemoved: an operator
+// removes the key's registry directory (`rm -rf /run/leaderrun/live.*`,
+// cleaning up the entries the docs say stay behind) while a job runs;
+// then its leaderrun and guard are killed together. The standby's term
+// must still kill the leftover before its child starts: the re-check
+// alone found nothing to sweep (the registry was gone) and started the
+// child beside it.
+func TestLeftoverSweptAfterTheRegistryDirectoryWasRemoved(t *testing.T) {
+	leftoverAfterRegistryLoss(t, func(t *testing.T, entry string) {
+		if err := os.RemoveAll(filepath.Dir(entry)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
