@@ -106,8 +106,11 @@ type Box struct {
 
 	// spared: the leaderruns, alive then, of the unregistered jobs of the
 	// key the last settled Sweep saw (registry.go).
-	mu     sync.Mutex
-	spared []owner
+	// registry: the identity of the key's registry directory that
+	// Sweep read (registry.go).
+	mu       sync.Mutex
+	spared   []owner
+	registry regID
 }
 
 // Open picks the containment mode. Auto takes a cgroup where one can be had

@@ -239,7 +239,12 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 	key := keyHash(b.opts.Key)
 	// Registered jobs of leaderruns dead before the first scan: once the
 	// scans settle, their jobs are gone (registry.go).
-	dead, _ := registered(key)
+	// The registry's directory, made if missing, is read before the
+	// scans: Recheck trusts it only while it is this one (regID).
+	dead, reg, rerr := registered(key, true)
+	if rerr != nil {
+		reg = regID{}
+	}
 	found := map[string]*Leftover{}
 	var order []string
 	note := func(tok string, o owner) *Leftover {
@@ -326,6 +331,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 	forget(dead)
 	b.mu.Lock()
 	b.spared = sw.sparedOwners()
+	b.registry = reg
 	b.mu.Unlock()
 	return list(found, order), nil
 }

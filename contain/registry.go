@@ -3,6 +3,8 @@
 package contain
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -89,23 +91,30 @@ func unregister(tok string) {
 }
 
 // registered lists the tokens of the registry's entries of key (a key
-// hash) whose leaderrun is dead, as leftoverOf judges them.
-func registered(key string) ([]string, error) {
+// hash) whose leaderrun is dead, as leftoverOf judges them, and the
+// identity of the directory it read (regID); with create it makes the
+// directory and its stamp if they are missing, and a missing one is none
+// (the zero regID).
+func registered(key string, create bool) ([]string, regID, error) {
 	if err := SealError(); err != nil {
-		return nil, err
+		return nil, regID{}, err
 	}
-	fd, err := openLiveDir(key, false)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil // no job of the key was ever registered
+	fd, err := openLiveDir(key, create)
+	if !create && errors.Is(err, unix.ENOENT) {
+		return nil, regID{}, nil // no job of the key was ever registered, or it was removed
 	}
 	if err != nil {
-		return nil, err
+		return nil, regID{}, err
 	}
 	d := os.NewFile(uintptr(fd), liveDir(key))
 	defer d.Close()
+	id, err := stamp(fd, create)
+	if err != nil {
+		return nil, regID{}, err
+	}
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return nil, err
+		return nil, regID{}, err
 	}
 	var dead []string
 	for _, base := range names {
@@ -116,7 +125,51 @@ func registered(key string) ([]string, error) {
 			dead = append(dead, base)
 		}
 	}
-	return dead, nil
+	return dead, id, nil
+}
+
+// regID is a registry directory's identity: the random content of its
+// stamp, a file a Sweep makes there if it is missing (an inode number is
+// no identity: a disk's file system gives a removed directory's to the
+// next one made). A Sweep keeps the one it read before its scans, and a
+// Recheck that finds another or none (the directory was removed, by hand
+// or by a cleaner, with the entries of live jobs in it, and maybe made
+// again by the next register) sweeps in full: the entries of jobs that
+// may have been left since can be gone.
+type regID struct{ stamp string }
+
+// stampName is the stamp's file in a registry directory; it never ends
+// in a key hash, so it is no entry.
+const stampName = "stamp"
+
+// stamp reads the stamp of the registry directory dfd, made first with
+// create if it is missing; the zero regID if it is missing.
+func stamp(dfd int, create bool) (regID, error) {
+	for range 3 {
+		fd, err := unix.Openat(dfd, stampName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if errors.Is(err, unix.ENOENT) {
+			if !create {
+				return regID{}, nil
+			}
+			v := make([]byte, 16)
+			_, _ = rand.Read(v)
+			if err := writePrivate(dfd, stampName, []byte(hex.EncodeToString(v)), false); err != nil && !errors.Is(err, unix.EEXIST) {
+				return regID{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return regID{}, err
+		}
+		b := make([]byte, 64)
+		n, err := unix.Read(fd, b)
+		unix.Close(fd)
+		if err != nil || n <= 0 {
+			return regID{}, fmt.Errorf("the registry's stamp cannot be read: %v", err)
+		}
+		return regID{stamp: string(b[:n])}, nil
+	}
+	return regID{}, errors.New("the registry's stamp keeps vanishing")
 }
 
 // isRegistered reports whether the job whose token, unsealed, is base has
@@ -148,9 +201,15 @@ func (b *Box) Recheck() string {
 		return ""
 	}
 	key := keyHash(b.opts.Key)
-	dead, err := registered(key)
+	dead, id, err := registered(key, false)
 	if err != nil {
 		return fmt.Sprintf("%v: %v", errNoRegistry, err)
+	}
+	b.mu.Lock()
+	swept := b.registry
+	b.mu.Unlock()
+	if id == (regID{}) || id != swept {
+		return "the registry of live jobs is not the one the last sweep read: it was removed since"
 	}
 	if len(dead) > 0 {
 		o, _ := parseToken(dead[0])

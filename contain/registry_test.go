@@ -28,6 +28,9 @@ func TestRecheckFindsRegisteredJobsOfDeadLeaderruns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if why := b.Recheck(); why != "" {
 		t.Fatalf("recheck of a key never run: %q", why)
 	}
@@ -126,5 +129,51 @@ func TestRecheckWatchesTheLeaderrunsOfUnregisteredJobs(t *testing.T) {
 	}
 	if why := b.Recheck(); why != "" {
 		t.Errorf("recheck after that sweep: %q", why)
+	}
+}
+
+// A registry directory removed since the last sweep (an operator's rm -rf,
+// a cleaner of old files) took the entries of live jobs with it: Recheck
+// must ask for a sweep, whether the directory is missing or was made
+// again by the next job, until a sweep has read the new one.
+func TestRecheckSweepsOnceTheRegistryWasRemoved(t *testing.T) {
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00removed-" + strconv.Itoa(os.Getpid())
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why == "" {
+		t.Error("recheck before any sweep vouched for the host")
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Fatalf("recheck after a sweep: %q", why)
+	}
+	dir := filepath.Join(sealDir(), liveDir(keyHash(key)))
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why == "" {
+		t.Error("recheck with the registry removed vouched for the host")
+	}
+	j, err := b.NewJob() // makes the directory again
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Remove()
+	if why := b.Recheck(); why == "" {
+		t.Error("recheck with the registry made again vouched for the host")
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Errorf("recheck after the sweep that read the new registry: %q", why)
 	}
 }
