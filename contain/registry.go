@@ -61,11 +61,17 @@ func openLiveDir(key string, create bool) (int, error) {
 }
 
 // register records tok's job as live, before its first process starts.
-// Without a usable marker key (SealError) nothing is registered, and every
-// Recheck of this user says so and asks for a sweep.
+// Without a usable marker key (SealError), every Recheck of this process
+// asks for a sweep, and the job is still registered where the directory
+// has become this user's own since (made by this call, or by another
+// leaderrun of the user that has a key): another user who made it first
+// and removed it again must not leave this leaderrun's jobs out of the
+// other leaderruns' Rechecks. Where it still cannot be had, nothing is
+// registered: no leaderrun of this user has a registry there either.
 func register(tok string) error {
-	if SealError() != nil {
-		return nil
+	sealErr := SealError()
+	if sealErr != nil {
+		_ = os.Mkdir(sealDir(), 0o700)
 	}
 	base, _ := unseal(tok)
 	fd, err := openLiveDir(tokenKey(base), true)
@@ -73,7 +79,7 @@ func register(tok string) error {
 		err = writePrivate(fd, base, nil, true)
 		unix.Close(fd)
 	}
-	if err != nil {
+	if err != nil && sealErr == nil {
 		return fmt.Errorf("register the job in %s: %w", sealDir(), err)
 	}
 	return nil
