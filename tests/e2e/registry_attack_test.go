@@ -131,3 +131,43 @@ func TestLeftoverOfALeaderrunWithoutMarkerKeySwept(t *testing.T) {
 	}
 	nextLeaderSwept(t, b, dir, daemon, "daemon")
 }
+
+// TestLeftoverSweptAcrossContainmentModes: leader A and standby B of one
+// key on one host in different containment modes (a unit changed from
+// --contain cgroup to group, or back, while another instance runs). A's
+// job daemonizes once B has swept at its start; A and its guard are
+// killed together. B's re-check reads no job cgroups in group mode, and
+// in cgroup mode not A's: the registry must still make B kill the daemon
+// before its child starts.
+func TestLeftoverSweptAcrossContainmentModes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, for a cgroup of leaderrun's own")
+	}
+	for _, modes := range [][2]contain.Mode{{contain.Cgroup, contain.Group}, {contain.Group, contain.Cgroup}} {
+		t.Run(string(modes[0])+"-"+string(modes[1]), func(t *testing.T) {
+			dir := t.TempDir()
+			args := func(m contain.Mode) []string {
+				return append(localArgs(dir, "k"), "--contain", string(m), "--log-level", "debug")
+			}
+			later := `while [ ! -e ` + dir + `/go ]; do sleep 0.05; done
+` + daemonizingJob(dir, "env -u LEADER_KEY ")
+			a := start(t, "A", nil, withCommand(args(modes[0]), later)...)
+			waitFor(t, 15*time.Second, "A's child to start", func() bool { return strings.Contains(a.Output(), "child started") })
+			b := start(t, "B", nil, withCommand(args(modes[1]), checkingJob(dir))...)
+			waitFor(t, 15*time.Second, "the standby to campaign", func() bool { return strings.Contains(b.Output(), "waiting for the holder") })
+			for i, p := range []*Proc{a, b} {
+				if !strings.Contains(p.Output(), "mode="+string(modes[i])) {
+					t.Fatalf("containment mode %s not in force:\n%s", modes[i], p.Output())
+				}
+			}
+			testsupport.WriteFile(t, filepath.Join(dir, "go"), "", 0o644)
+			daemon := jobPids(t, dir, 1)[0]
+			t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+			killBoth(t, a)
+			if !contain.ProcessAlive(daemon) {
+				t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+			}
+			nextLeaderSwept(t, b, dir, daemon, "daemon")
+		})
+	}
+}
