@@ -37,9 +37,15 @@ func registryEntryOf(t *testing.T, pid int) string {
 // before its own child starts.
 func leftoverAfterRegistryLoss(t *testing.T, lose func(t *testing.T, entry string)) {
 	dir := t.TempDir()
+	leftoverAfterTheStandbysSweep(t, dir, daemonizingJob(dir, "env -u LEADER_KEY "), lose)
+}
+
+// leftoverAfterTheStandbysSweep is leftoverAfterRegistryLoss with job
+// (which writes its daemon's pid to dir/job.pids) for A's job.
+func leftoverAfterTheStandbysSweep(t *testing.T, dir, job string, lose func(t *testing.T, entry string)) {
 	args := append(localArgs(dir, "k"), "--contain", "group", "--log-level", "debug")
 	later := `while [ ! -e ` + dir + `/go ]; do sleep 0.05; done
-` + daemonizingJob(dir, "env -u LEADER_KEY ")
+` + job
 	a := start(t, "A", nil, withCommand(args, later)...)
 	waitFor(t, 15*time.Second, "A's child to start", func() bool { return strings.Contains(a.Output(), "child started") })
 	b := start(t, "B", nil, withCommand(args, checkingJob(dir))...)
@@ -170,4 +176,24 @@ func TestLeftoverSweptAcrossContainmentModes(t *testing.T) {
 			nextLeaderSwept(t, b, dir, daemon, "daemon")
 		})
 	}
+}
+
+// TestLeftoverThatSwitchedUserAfterTheStandbysSweepIsSwept: A's job
+// daemonizes and switches to nobody (setpriv) once standby B has swept;
+// A and its guard are killed together. B's re-check must send it to the
+// full sweep, which finds the daemon by its sealed marker.
+func TestLeftoverThatSwitchedUserAfterTheStandbysSweepIsSwept(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to switch user")
+	}
+	dir := t.TempDir()
+	job := `(setsid sh -c 'echo $$ >> ` + dir + `/job.pids; exec setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000' >/dev/null 2>&1 </dev/null &)
+exec sleep 1000`
+	leftoverAfterTheStandbysSweep(t, dir, job, func(t *testing.T, entry string) {
+		pid := jobPids(t, dir, 1)[0]
+		waitFor(t, 5*time.Second, "the daemon to run as nobody", func() bool {
+			st, err := os.Stat("/proc/" + strconv.Itoa(pid))
+			return err == nil && st.Sys().(*syscall.Stat_t).Uid == testsupport.Nobody
+		})
+	})
 }
