@@ -197,3 +197,38 @@ exec sleep 1000`
 		})
 	})
 }
+
+// TestLeftoverSweptAfterACleanerAgedItsRegistryEntry: a user's registry
+// lives under /tmp/leaderrun-UID, which systemd-tmpfiles ages (10 days by
+// default): the entry of a job that has run that long, never read since
+// it was written, is removed, though its directory's stamp, read by a
+// later sweep or re-check, is kept. Then the job's leaderrun and guard
+// are killed together. Here the age is one second, on root's registry:
+// the standby's re-check found nothing and started its child beside the
+// leftover. The cleaner leaves alone a file with the sticky bit set.
+func TestLeftoverSweptAfterACleanerAgedItsRegistryEntry(t *testing.T) {
+	tmpfiles, err := exec.LookPath("systemd-tmpfiles")
+	if err != nil {
+		t.Skip("no systemd-tmpfiles")
+	}
+	leftoverAfterRegistryLoss(t, func(t *testing.T, entry string) {
+		live := filepath.Dir(entry)
+		conf := filepath.Join(t.TempDir(), "age.conf")
+		testsupport.WriteFile(t, conf, "e "+live+" - - - 1s\n", 0o644)
+		time.Sleep(1500 * time.Millisecond)
+		// The stamp was read lately, the entry not.
+		now := time.Now()
+		if err := os.Chtimes(filepath.Join(live, "stamp"), now, now); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(tmpfiles, "--clean", conf).CombinedOutput(); err != nil {
+			t.Fatalf("systemd-tmpfiles --clean: %v\n%s", err, out)
+		}
+		if _, err := os.Stat(filepath.Join(live, "stamp")); err != nil {
+			t.Fatalf("the cleaner removed the stamp read lately: %v", err)
+		}
+		if _, err := os.Stat(entry); err == nil {
+			t.Logf("the cleaner left the entry: %s", entry)
+		}
+	})
+}
