@@ -76,7 +76,7 @@ func register(tok string) error {
 	base, _ := unseal(tok)
 	fd, err := openLiveDir(tokenKey(base), true)
 	if err == nil {
-		err = writePrivate(fd, base, nil, true)
+		err = writeFile(fd, base, nil, true, keptMode)
 		unix.Close(fd)
 	}
 	if err != nil && sealErr == nil {
@@ -84,6 +84,14 @@ func register(tok string) error {
 	}
 	return nil
 }
+
+// keptMode is an entry's and a stamp's mode: 0600 with the sticky bit,
+// which systemd-tmpfiles reads as "never remove for its age". A user's
+// registry is under /tmp, which it ages (10 days by default): an entry
+// is never read once written, and the entry of a job that ran that long
+// went, so a re-check missed what the job left once its leaderrun and
+// guard were killed together.
+const keptMode = 0o600 | unix.S_ISVTX
 
 // unregister removes tok's entry: its job is gone.
 func unregister(tok string) {
@@ -159,7 +167,7 @@ func stamp(dfd int, create bool) (regID, error) {
 			}
 			v := make([]byte, 16)
 			_, _ = rand.Read(v)
-			if err := writePrivate(dfd, stampName, []byte(hex.EncodeToString(v)), false); err != nil && !errors.Is(err, unix.EEXIST) {
+			if err := writeFile(dfd, stampName, []byte(hex.EncodeToString(v)), false, keptMode); err != nil && !errors.Is(err, unix.EEXIST) {
 				return regID{}, err
 			}
 			continue

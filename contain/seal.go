@@ -158,13 +158,25 @@ func makeSealKey(dfd int) error {
 // failing with EEXIST if name exists, or with replace renamed over it. A
 // reader never sees it half-written.
 func writePrivate(dfd int, name string, data []byte, replace bool) error {
+	return writeFile(dfd, name, data, replace, 0o600)
+}
+
+// writeFile is writePrivate with mode, which may add the sticky bit to
+// 0600.
+func writeFile(dfd int, name string, data []byte, replace bool, mode uint32) error {
 	tmp := name + "." + strconv.Itoa(os.Getpid())
 	_ = unix.Unlinkat(dfd, tmp, 0)
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
 	}
-	n, err := unix.Write(fd, data)
+	if mode != 0o600 {
+		err = unix.Fchmod(fd, mode)
+	}
+	n := len(data)
+	if err == nil {
+		n, err = unix.Write(fd, data)
+	}
 	unix.Close(fd)
 	if err == nil && n != len(data) {
 		err = errors.New("short write")
