@@ -324,6 +324,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 		}
 	}
 	forget(dead)
+	keepRegistry(key)
 	b.mu.Lock()
 	b.spared = sw.sparedOwners()
 	b.mu.Unlock()

@@ -96,7 +96,9 @@ func registered(key string) ([]string, error) {
 	}
 	fd, err := openLiveDir(key, false)
 	if errors.Is(err, unix.ENOENT) {
-		return nil, nil // no job of the key was ever registered
+		// A full sweep makes it (keepRegistry): gone since, it was
+		// deleted by hand (rm -rf /run/leaderrun), with what it named.
+		return nil, fmt.Errorf("%s/%s is gone: %w", sealDir(), liveDir(key), err)
 	}
 	if err != nil {
 		return nil, err
@@ -170,6 +172,18 @@ func (b *Box) Recheck() string {
 		}
 	}
 	return ""
+}
+
+// keepRegistry makes key's registry directory once a full sweep has found
+// every leftover of the key gone, so that a later Recheck that finds it
+// missing knows it was deleted, entries and all, and sweeps in full.
+func keepRegistry(key string) {
+	if SealError() != nil {
+		return
+	}
+	if fd, err := openLiveDir(key, true); err == nil {
+		unix.Close(fd)
+	}
 }
 
 // forget removes the registry's entries of toks, once a Sweep that began

@@ -28,8 +28,15 @@ func TestRecheckFindsRegisteredJobsOfDeadLeaderruns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Until a full sweep made its registry, a key's recheck asks for one.
+	if why := b.Recheck(); !strings.Contains(why, "is gone") {
+		t.Fatalf("recheck of a key never swept here: %q, want a sweep asked for", why)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if why := b.Recheck(); why != "" {
-		t.Fatalf("recheck of a key never run: %q", why)
+		t.Fatalf("recheck of a key swept, never run: %q", why)
 	}
 	entry := func(tok string) string {
 		base, _ := unseal(tok)
@@ -126,5 +133,37 @@ func TestRecheckWatchesTheLeaderrunsOfUnregisteredJobs(t *testing.T) {
 	}
 	if why := b.Recheck(); why != "" {
 		t.Errorf("recheck after that sweep: %q", why)
+	}
+}
+
+// The registry's directory deleted by hand (rm -rf /run/leaderrun) takes
+// the entries of running jobs with it: the next recheck asks for a full
+// sweep rather than vouch for the host.
+func TestRecheckSweepsOnceTheRegistryWasDeleted(t *testing.T) {
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00deleted-" + strconv.Itoa(os.Getpid())
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Fatalf("recheck after a sweep: %q", why)
+	}
+	if err := os.RemoveAll(filepath.Join(sealDir(), liveDir(keyHash(key)))); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); !strings.Contains(why, "is gone") {
+		t.Fatalf("recheck with the registry deleted: %q, want a full sweep asked for", why)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Fatalf("recheck after the sweep that made it again: %q", why)
 	}
 }
