@@ -22,27 +22,7 @@ func TestBenchFootprintOnly(t *testing.T) {
 	if backend == "" {
 		t.Skip("-bench.footprint-only not given")
 	}
-	var e *Env
-	switch backend {
-	case "etcd":
-		e = newEnv(t, 3, 0, 0, false)
-	case "consul":
-		e = newEnv(t, 0, 3, 0, false)
-	case "zookeeper":
-		e = newEnv(t, 0, 0, 3, false)
-	case "kubernetes":
-		e = newEnv(t, 0, 0, 0, true)
-	case "postgres":
-		e = newEnv(t, 0, 0, 0, false)
-		pg := chaos.StartPostgres(t)
-		e.Postgres = &pg
-	case "dynamodb":
-		e = newEnv(t, 0, 0, 0, false)
-		d := chaos.StartDynamoDB(t)
-		e.DynamoDB = &d
-	default:
-		t.Fatalf("-bench.footprint-only=%s: not a backend with a benchmark", backend)
-	}
+	e := backendEnv(t, backend, 3)
 	lr := contender(t, "leaderrun", backend, "")
 	fp := e.Footprint(lr, *flagWindow)
 	if fp.Err != "" {
@@ -55,4 +35,34 @@ func TestBenchFootprintOnly(t *testing.T) {
 		lr.Name(), fp.Window, mib(fp.LeaderRSS), mib(fp.LeaderAnon), mib(fp.GuardRSS), mib(fp.GuardAnon), mib(fp.StandbyRSS), mib(fp.StandbyAnon),
 		share(fp.LeaderCPU), share(fp.GuardCPU), share(fp.StandbyCPU),
 		perMin(fp.LeaderWakes), perMin(fp.GuardWakes), perMin(fp.StandbyWakes), perMin(fp.LeaderReqs), perMin(fp.StandbyReqs))
+}
+
+// backendEnv starts backend's servers for t, a cluster of servers where
+// the backend has one (etcd, Consul, ZooKeeper), else its one server.
+func backendEnv(t *testing.T, backend string, servers int) *Env {
+	t.Helper()
+	var e *Env
+	switch backend {
+	case "etcd":
+		e = newEnv(t, servers, 0, 0, false)
+	case "consul":
+		e = newEnv(t, 0, servers, 0, false)
+	case "zookeeper":
+		e = newEnv(t, 0, 0, servers, false)
+	case "kubernetes":
+		e = newEnv(t, 0, 0, 0, false)
+		k := chaos.StartKube(t)
+		e.Kube = &k
+	case "postgres":
+		e = newEnv(t, 0, 0, 0, false)
+		pg := chaos.StartPostgres(t)
+		e.Postgres = &pg
+	case "dynamodb":
+		e = newEnv(t, 0, 0, 0, false)
+		d := chaos.StartDynamoDB(t)
+		e.DynamoDB = &d
+	default:
+		t.Fatalf("%s: not a backend with a benchmark", backend)
+	}
+	return e
 }
