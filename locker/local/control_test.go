@@ -151,3 +151,61 @@ func TestWaitControlSeesAWriteWithinTwoStats(t *testing.T) {
 		t.Logf("the write reached the waiter after %v", d.Round(time.Millisecond))
 	}
 }
+
+// inotifyFDs counts this process's inotify instances.
+func inotifyFDs(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && target == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWaitControlWatchesOnceTheDirectoryExists: a WaitControl begun before
+// the key's directory exists (a leader's first start on a fresh lock
+// directory) sleeps on inotify once it appears, rather than stat the
+// file every controlPoll for as long as the record does not change; and
+// a write still reaches it.
+func TestWaitControlWatchesOnceTheDirectoryExists(t *testing.T) {
+	dir := t.TempDir()
+	w := newLockerKey(t, dir, "job")
+	if _, err := os.Stat(filepath.Dir(w.controlPath())); !os.IsNotExist(err) {
+		t.Fatalf("the key's directory exists before any use: %v", err)
+	}
+	before := inotifyFDs(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	var got locker.Control
+	go func() {
+		var err error
+		got, err = w.WaitControl(ctx, "")
+		done <- err
+	}()
+	// The waiter reads no record and finds no directory to watch; then
+	// the directory appears, as a campaign makes it.
+	time.Sleep(3 * controlPoll)
+	if err := os.MkdirAll(filepath.Dir(w.controlPath()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); inotifyFDs(t) <= before; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("WaitControl never watched the key's directory once it existed: it stats the control file every " + controlPoll.String())
+		}
+	}
+	writer := newLockerKey(t, dir, "job~2")
+	v, err := writer.SetControl(context.Background(), locker.Control{Pause: &locker.Pause{By: "ops@h", Reason: "r"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || got.Version != v || !got.Paused() {
+		t.Fatalf("WaitControl = %+v, %v; want the pause at %q", got, err, v)
+	}
+}
