@@ -323,8 +323,9 @@ func statControl(path string) fileState {
 // directory (a write renames a new file over it), or at most
 // recheckInterval; it reads it again when its stat changed. Without
 // inotify (no instance left, or no directory yet) it stats it every
-// controlPoll. An idle holder so wakes for a write, not five times a
-// second.
+// controlPoll and tries to watch again after each stat, so a directory
+// made after the wait began is watched once it exists. An idle holder so
+// wakes for a write, not five times a second.
 func (s store) WaitControl(ctx context.Context, version string) ([]byte, string, bool, error) {
 	path := s.l.controlPath()
 	// The watch and the stat before the read: a write after them shows
@@ -351,6 +352,13 @@ func (s store) WaitControl(ctx context.Context, version string) ([]byte, string,
 		}
 		if !retry.Sleep(ctx, controlPoll) {
 			return nil, "", false, ctx.Err()
+		}
+		if w == nil {
+			// The directory may exist by now (a leader's first start
+			// makes it after this wait began): watch it from here on.
+			if w = watchLock(path); w != nil {
+				defer w.close()
+			}
 		}
 	}
 	value, v, err = s.readControl()
