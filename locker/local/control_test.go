@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,5 +208,40 @@ func TestWaitControlWatchesOnceTheDirectoryExists(t *testing.T) {
 	}
 	if err := <-done; err != nil || got.Version != v || !got.Paused() {
 		t.Fatalf("WaitControl = %+v, %v; want the pause at %q", got, err, v)
+	}
+}
+
+// TestIdleWaitControlLooksRarely: a WaitControl on a record nobody writes
+// sleeps on inotify past the lock wait's 5s recheck: it looks at the file
+// when it begins and not again within 6s (an idle leader so wakes for its
+// renewals, not for its control record), and a write still reaches it.
+func TestIdleWaitControlLooksRarely(t *testing.T) {
+	dir := t.TempDir()
+	w, writer := newLockerKey(t, dir, "job"), newLockerKey(t, dir, "job~2")
+	v, err := writer.SetControl(context.Background(), locker.Control{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats atomic.Int64
+	stat := statControl
+	statControl = func(path string) fileState { stats.Add(1); return stat(path) }
+	t.Cleanup(func() { statControl = stat })
+	done := make(chan error, 1)
+	var got locker.Control
+	go func() {
+		var err error
+		got, err = w.WaitControl(context.Background(), v)
+		done <- err
+	}()
+	time.Sleep(recheckInterval + time.Second)
+	if n := stats.Load(); n > 2 {
+		t.Fatalf("an idle WaitControl looked at the control file %d times in %v, want twice (as it began)", n, recheckInterval+time.Second)
+	}
+	v2, err := writer.SetControl(context.Background(), locker.Control{Version: v, Pause: &locker.Pause{By: "ops@h", Reason: "r"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || got.Version != v2 || !got.Paused() {
+		t.Fatalf("WaitControl = %+v, %v; want the pause at %q", got, err, v2)
 	}
 }

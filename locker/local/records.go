@@ -310,7 +310,7 @@ type fileState struct {
 	mtim, ctim unix.Timespec
 }
 
-func statControl(path string) fileState {
+var statControl = func(path string) fileState {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return fileState{}
