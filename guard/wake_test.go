@@ -55,7 +55,9 @@ func TestGuardWakesOncePerMessage(t *testing.T) {
 	defer p.Stop()
 	far := MonoNow() + int64(time.Hour)
 	p.Watch(far, job(t))
-	time.Sleep(time.Second) // past its start
+	// Past its start and the trim of its pages 2s after it (TrimResident;
+	// the next is at 30s), which cost tens of wake-ups.
+	time.Sleep(3 * time.Second)
 	const messages = 30
 	before := voluntarySwitches(t, p.Pid())
 	for i := range messages {
