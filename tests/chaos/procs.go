@@ -173,8 +173,16 @@ func (p Process) IsGuard() bool {
 // VoluntarySwitches sums voluntary_ctxt_switches over every thread of pid:
 // how many times it went to sleep, so how often it woke.
 func VoluntarySwitches(pid int) int64 {
+	v, _ := ContextSwitches(pid)
+	return v
+}
+
+// ContextSwitches sums voluntary_ctxt_switches and
+// nonvoluntary_ctxt_switches over every thread of pid
+// (/proc/PID/task/*/status: /proc/PID/status counts the main thread's
+// only).
+func ContextSwitches(pid int) (voluntary, nonvoluntary int64) {
 	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-	var n int64
 	for _, t := range tasks {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/status")
 		if err != nil {
@@ -183,11 +191,14 @@ func VoluntarySwitches(pid int) int64 {
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
 				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += k
+				voluntary += k
+			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				nonvoluntary += k
 			}
 		}
 	}
-	return n
+	return voluntary, nonvoluntary
 }
 
 // Machine describes this machine for reports: CPUs and memory.
