@@ -223,7 +223,7 @@ func (b *Box) Recheck() string {
 	swept := b.registry
 	b.mu.Unlock()
 	if id == (regID{}) || id != swept {
-		return "the registry of live jobs is not the one the last sweep read: it was removed since"
+		return fmt.Sprintf("%s/%s is gone or not the one the last sweep read: it was deleted since, with what it named", sealDir(), liveDir(key))
 	}
 	if len(dead) > 0 {
 		o, _ := parseToken(dead[0])

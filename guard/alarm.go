@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,7 +41,10 @@ func newAlarm() *alarm {
 			at = 1 // zero would disarm it
 		}
 		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(at)}
-		_ = unix.TimerfdSettime(fd, unix.TFD_TIMER_ABSTIME, &spec, nil)
+		// Raw, as rawReader's reads: timerfd_settime never blocks, and a
+		// syscall the scheduler sees would wake its monitor thread at
+		// every extend.
+		_, _, _ = unix.RawSyscall6(unix.SYS_TIMERFD_SETTIME, uintptr(fd), unix.TFD_TIMER_ABSTIME, uintptr(unsafe.Pointer(&spec)), 0, 0, 0)
 	}
 	a.stop = func() { _ = f.Close() }
 	go func() {

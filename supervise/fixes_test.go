@@ -267,32 +267,7 @@ func TestRestartOfDeletedCommandExits127(t *testing.T) {
 
 // A stop requested while the new lease is being confirmed starts no child.
 func TestStopDuringConfirmStartsNothing(t *testing.T) {
-	clock := newFakeClock()
-	rec := &recorder{clock: clock}
-	inConfirm := make(chan struct{})
-	release := make(chan struct{})
-	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
-		grant: func(int) time.Duration { return 15 * time.Second },
-		hold: func(n int) {
-			if n == 1 {
-				close(inConfirm)
-				<-release
-			}
-		}}
-	sh, _ := ResolveCommand("sh")
-	s, err := New(Config{
-		Locker: &anyLocker{lease: lease}, Command: Command{Path: sh, Args: []string{"sh", "-c", "exec sleep 1000"}, Env: os.Environ()},
-		TTL: 15 * time.Second, RenewInterval: 5 * time.Second, KillGrace: 5 * time.Second, SafetyMargin: time.Second,
-		StopSignal: syscall.SIGTERM, RestartDelay: time.Second, Restart: RestartNever, OnLost: LostExit,
-		Clock: clock, Events: rec.events_(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	done := make(chan int, 1)
-	go func() { done <- s.Run(ctx) }()
-	<-inConfirm
+	rec, release, cancel, done := runHeldInConfirm(t)
 	cancel(SignalCause{Signal: syscall.SIGTERM})
 	close(release)
 	select {
@@ -525,10 +500,26 @@ func stepFor(t *testing.T, clock *fakeClock, d, step time.Duration) time.Time {
 // The term's sweep runs beside the confirm, but no child starts before the
 // confirm answers, however long after the sweep that is.
 func TestNoChildBeforeTheConfirmAnswers(t *testing.T) {
+	rec, release, cancel, done := runHeldInConfirm(t)
+	time.Sleep(300 * time.Millisecond) // the sweep beside it is long over
+	if n := rec.count("started"); n != 0 {
+		t.Fatalf("child started %d times while the confirm was in flight", n)
+	}
+	close(release)
+	testsupport.WaitFor(t, 10*time.Second, "the child to start once confirmed", func() bool { return rec.count("started") == 1 })
+	cancel(SignalCause{Signal: syscall.SIGTERM})
+	advanceUntilDone(t, rec.clock.(*fakeClock), done, 100*time.Millisecond)
+}
+
+// runHeldInConfirm runs a supervisor of "exec sleep 1000" on a fake clock
+// whose first renewal, the confirm of the new lease, is held until the
+// test closes release; it returns once that confirm is under way.
+func runHeldInConfirm(t *testing.T) (rec *recorder, release chan struct{}, cancel context.CancelCauseFunc, done chan int) {
+	t.Helper()
 	clock := newFakeClock()
-	rec := &recorder{clock: clock}
+	rec = &recorder{clock: clock}
 	inConfirm := make(chan struct{})
-	release := make(chan struct{})
+	release = make(chan struct{})
 	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
 		grant: func(int) time.Duration { return 15 * time.Second },
 		hold: func(n int) {
@@ -547,16 +538,9 @@ func TestNoChildBeforeTheConfirmAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	done := make(chan int, 1)
+	ctx, c := context.WithCancelCause(context.Background())
+	done = make(chan int, 1)
 	go func() { done <- s.Run(ctx) }()
 	<-inConfirm
-	time.Sleep(300 * time.Millisecond) // the sweep beside it is long over
-	if n := rec.count("started"); n != 0 {
-		t.Fatalf("child started %d times while the confirm was in flight", n)
-	}
-	close(release)
-	testsupport.WaitFor(t, 10*time.Second, "the child to start once confirmed", func() bool { return rec.count("started") == 1 })
-	cancel(SignalCause{Signal: syscall.SIGTERM})
-	advanceUntilDone(t, clock, done, 100*time.Millisecond)
+	return rec, release, c, done
 }

@@ -355,7 +355,11 @@ func leaderText(r statusReport) string {
 	case l == nil:
 		return "no leader"
 	}
-	return fmt.Sprintf("leader %s (host %s, pid %d) epoch %d", l.ID, orUnknown(l.Hostname), l.PID, l.Epoch)
+	t := fmt.Sprintf("leader %s (host %s, pid %d) epoch %d", l.ID, orUnknown(l.Hostname), l.PID, l.Epoch)
+	if job := l.jobText(); job != "" {
+		t += ", job " + job
+	}
+	return t
 }
 
 // wasText is the leader a change replaced: "ID epoch E", or "no leader".

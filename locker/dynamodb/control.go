@@ -54,7 +54,8 @@ func (s *store) WriteControl(ctx context.Context, prev uint64, value []byte) err
 
 // ProbeControl reads the control item's version with an eventually
 // consistent GetItem, half the read units of ReadControl's: WaitControl
-// polls with it every locker.ControlPoll and reads strongly only when it
+// polls with it once per renew interval (leaserow.Config.ControlPoll)
+// and reads strongly only when it
 // saw a change (leaserow.ControlProber). A stale answer costs a late
 // step-down by the replication lag, or one strong read more, never a
 // wrong answer: the record WaitControl returns comes from ReadControl.

@@ -72,8 +72,9 @@ func TestControlProbe(t *testing.T) {
 	lockertest.ControlContractPoll(t, testControlPoll, func(t *testing.T, key string) locker.Locker {
 		return newTestLocker(t, db, key, "c", func(c *Config) { c.Store = probeStore{memStore{db, key}, &probes, &reads} })
 	})
-	// Idle, on a fake clock at the real pace: one probe per
-	// locker.ControlPoll, and no full read.
+	// Idle, on a fake clock at the real pace: one probe per renew
+	// interval (TTL/3, at least locker.ControlPoll), and no full read.
+	poll := max(locker.ControlPoll, testTTL/3)
 	clk := fakeclock.New()
 	l := newTestLocker(t, db, "probe-idle", "c", func(c *Config) {
 		c.Store = probeStore{memStore{db, "probe-idle"}, &probes, &reads}
@@ -95,13 +96,13 @@ func TestControlProbe(t *testing.T) {
 	if p := probes.Load(); p != 1 {
 		t.Fatalf("WaitControl began with %d probes, want 1", p)
 	}
-	clk.Advance(locker.ControlPoll - time.Millisecond)
+	clk.Advance(poll - time.Millisecond)
 	clk.Settle(t)
 	if p := probes.Load(); p != 1 {
 		t.Fatalf("%d probes before a poll passed, want 1", p)
 	}
 	for range 3 {
-		clk.Step(t, locker.ControlPoll, time.Time{})
+		clk.Step(t, poll, time.Time{})
 	}
 	clk.Settle(t)
 	select {

@@ -29,7 +29,8 @@ type Config struct {
 	// Poll is how often a waiting candidate reads the row; 0: TTL/10,
 	// between 100ms and 1s. A holder that stopped renewing is replaced
 	// between TTL + allowance and TTL + allowance + Poll after its last
-	// renewal.
+	// renewal; a release the store does not announce (RowNotifier) is
+	// seen within Poll.
 	Poll time.Duration
 	// Timeout bounds each call Acquire, Leader and the releases make
 	// (renewals are bounded by the caller); 0: the store's Target timeout,
@@ -46,7 +47,8 @@ type Config struct {
 	// (tests of a standby whose clock runs fast or slow).
 	Now func() time.Time
 	// ControlPoll is the pace of WaitControl's reads (or probes) where
-	// the store has no notice of writes; 0: locker.ControlPoll. Retries
+	// the store has no notice of writes; 0: TTL/3, at least
+	// locker.ControlPoll. Retries
 	// after a failure are paced by the records core (records.WaitRetryMin).
 	ControlPoll time.Duration
 }
@@ -91,12 +93,18 @@ func New(cfg Config) (*Locker, error) {
 		l.now = l.clock.Now
 	}
 	if l.ctlPoll <= 0 {
-		l.ctlPoll = locker.ControlPoll
+		// Once per renew interval (TTL/3 by default), as the holder's
+		// renewals: an idle holder wakes at its own pace, and a step-down
+		// or pause reaches it within one renew interval.
+		l.ctlPoll = max(locker.ControlPoll, cfg.TTL/3)
 	}
 	if l.name == "" {
 		l.name = "leaserow"
 	}
 	if l.poll <= 0 {
+		// A standby's read is how soon it sees a release the store does
+		// not announce (DynamoDB): kept at TTL/10, at most a second,
+		// at least 100ms, for the failover's sake (DESIGN §1.12).
 		l.poll = min(max(cfg.TTL/10, 100*time.Millisecond), time.Second)
 	}
 	if l.timeout <= 0 {

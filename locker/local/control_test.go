@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,5 +150,98 @@ func TestWaitControlSeesAWriteWithinTwoStats(t *testing.T) {
 		t.Fatalf("the write reached the waiter after %v, want within two stats (%v)", d, 2*controlPoll)
 	} else {
 		t.Logf("the write reached the waiter after %v", d.Round(time.Millisecond))
+	}
+}
+
+// inotifyFDs counts this process's inotify instances.
+func inotifyFDs(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && target == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWaitControlWatchesOnceTheDirectoryExists: a WaitControl begun before
+// the key's directory exists (a leader's first start on a fresh lock
+// directory) sleeps on inotify once it appears, rather than stat the
+// file every controlPoll for as long as the record does not change; and
+// a write still reaches it.
+func TestWaitControlWatchesOnceTheDirectoryExists(t *testing.T) {
+	dir := t.TempDir()
+	w := newLockerKey(t, dir, "job")
+	if _, err := os.Stat(filepath.Dir(w.controlPath())); !os.IsNotExist(err) {
+		t.Fatalf("the key's directory exists before any use: %v", err)
+	}
+	before := inotifyFDs(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	var got locker.Control
+	go func() {
+		var err error
+		got, err = w.WaitControl(ctx, "")
+		done <- err
+	}()
+	// The waiter reads no record and finds no directory to watch; then
+	// the directory appears, as a campaign makes it.
+	time.Sleep(3 * controlPoll)
+	if err := os.MkdirAll(filepath.Dir(w.controlPath()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); inotifyFDs(t) <= before; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("WaitControl never watched the key's directory once it existed: it stats the control file every " + controlPoll.String())
+		}
+	}
+	writer := newLockerKey(t, dir, "job~2")
+	v, err := writer.SetControl(context.Background(), locker.Control{Pause: &locker.Pause{By: "ops@h", Reason: "r"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || got.Version != v || !got.Paused() {
+		t.Fatalf("WaitControl = %+v, %v; want the pause at %q", got, err, v)
+	}
+}
+
+// TestIdleWaitControlLooksRarely: a WaitControl on a record nobody writes
+// sleeps on inotify past the lock wait's 5s recheck: it looks at the file
+// when it begins and not again within 6s (an idle leader so wakes for its
+// renewals, not for its control record), and a write still reaches it.
+func TestIdleWaitControlLooksRarely(t *testing.T) {
+	dir := t.TempDir()
+	w, writer := newLockerKey(t, dir, "job"), newLockerKey(t, dir, "job~2")
+	v, err := writer.SetControl(context.Background(), locker.Control{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats atomic.Int64
+	stat := statControl
+	statControl = func(path string) fileState { stats.Add(1); return stat(path) }
+	t.Cleanup(func() { statControl = stat })
+	done := make(chan error, 1)
+	var got locker.Control
+	go func() {
+		var err error
+		got, err = w.WaitControl(context.Background(), v)
+		done <- err
+	}()
+	time.Sleep(recheckInterval + time.Second)
+	if n := stats.Load(); n > 2 {
+		t.Fatalf("an idle WaitControl looked at the control file %d times in %v, want twice (as it began)", n, recheckInterval+time.Second)
+	}
+	v2, err := writer.SetControl(context.Background(), locker.Control{Version: v, Pause: &locker.Pause{By: "ops@h", Reason: "r"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || got.Version != v2 || !got.Paused() {
+		t.Fatalf("WaitControl = %+v, %v; want the pause at %q", got, err, v2)
 	}
 }

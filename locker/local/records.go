@@ -310,7 +310,7 @@ type fileState struct {
 	mtim, ctim unix.Timespec
 }
 
-func statControl(path string) fileState {
+var statControl = func(path string) fileState {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return fileState{}
@@ -318,18 +318,29 @@ func statControl(path string) fileState {
 	return fileState{exists: true, dev: st.Dev, ino: st.Ino, size: st.Size, mtim: st.Mtim, ctim: st.Ctim}
 }
 
+// watchControl watches the control file's directory, rechecking every
+// controlRecheck; nil without inotify.
+func watchControl(path string) *lockWatch {
+	w := watchLock(path)
+	if w != nil {
+		w.recheck = controlRecheck
+	}
+	return w
+}
+
 // WaitControl reads the control file and, while its version is still
 // version, sleeps until inotify reports a change of its name in its
 // directory (a write renames a new file over it), or at most
-// recheckInterval; it reads it again when its stat changed. Without
+// controlRecheck; it reads it again when its stat changed. Without
 // inotify (no instance left, or no directory yet) it stats it every
-// controlPoll. An idle holder so wakes for a write, not five times a
-// second.
+// controlPoll and tries to watch again after each stat, so a directory
+// made after the wait began is watched once it exists. An idle holder so
+// wakes for a write, not five times a second.
 func (s store) WaitControl(ctx context.Context, version string) ([]byte, string, bool, error) {
 	path := s.l.controlPath()
 	// The watch and the stat before the read: a write after them shows
 	// as an event and at the next stat.
-	w := watchLock(path)
+	w := watchControl(path)
 	if w != nil {
 		defer w.close()
 	}
@@ -351,6 +362,13 @@ func (s store) WaitControl(ctx context.Context, version string) ([]byte, string,
 		}
 		if !retry.Sleep(ctx, controlPoll) {
 			return nil, "", false, ctx.Err()
+		}
+		if w == nil {
+			// The directory may exist by now (a leader's first start
+			// makes it after this wait began): watch it from here on.
+			if w = watchControl(path); w != nil {
+				defer w.close()
+			}
 		}
 	}
 	value, v, err = s.readControl()

@@ -28,10 +28,18 @@ const watchMask = unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_CREATE | unix.I
 // full inotify queue, or a lock dropped without one.
 const recheckInterval = 5 * time.Second
 
-// lockWatch reports events on one lock file, watched through its directory.
+// controlRecheck bounds a wait on the control file with no event. Every
+// write renames a new file over it, which inotify always reports (a full
+// queue says so: IN_Q_OVERFLOW), so this is a backstop only, and a late
+// pause or step-down is no safety matter: an idle leader wakes for its
+// renewals rather than for its control record.
+const controlRecheck = 30 * time.Second
+
+// lockWatch reports events on one file, watched through its directory.
 type lockWatch struct {
-	f    *os.File
-	name string
+	f       *os.File
+	name    string
+	recheck time.Duration // the longest wait without an event
 }
 
 // watchLock starts watching path's directory, or returns nil when inotify is
@@ -45,15 +53,16 @@ func watchLock(path string) *lockWatch {
 		_ = unix.Close(fd)
 		return nil
 	}
-	return &lockWatch{f: os.NewFile(uintptr(fd), "inotify"), name: filepath.Base(path)}
+	return &lockWatch{f: os.NewFile(uintptr(fd), "inotify"), name: filepath.Base(path), recheck: recheckInterval}
 }
 
 func (w *lockWatch) close() { _ = w.f.Close() }
 
-// wait returns when the lock file had an event that may have freed it,
-// after recheckInterval without one, or when ctx ends (with its error).
+// wait returns when the file had an event that may have freed it (or
+// changed it), after w.recheck without one, or when ctx ends (with its
+// error).
 func (w *lockWatch) wait(ctx context.Context) error {
-	_ = w.f.SetReadDeadline(time.Now().Add(recheckInterval))
+	_ = w.f.SetReadDeadline(time.Now().Add(w.recheck))
 	stop := context.AfterFunc(ctx, func() { _ = w.f.SetReadDeadline(time.Now()) })
 	defer stop()
 	buf := make([]byte, 4096)

@@ -157,7 +157,7 @@ func (s *store) ListenControl(ctx context.Context) (leaserow.ControlListen, erro
 			s.listenRefused = err
 			s.mu.Unlock()
 			if first {
-				s.log.Warn("cannot LISTEN for control writes; reading the control record every "+locker.ControlPoll.String()+" instead", "error", err)
+				s.log.Warn("cannot LISTEN for control writes; reading the control record once per renew interval instead", "error", err)
 			}
 		}
 		return nil, err

@@ -4,10 +4,8 @@ package bench
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/leaderrun/leaderrun/tests/chaos"
@@ -27,45 +25,15 @@ type PSSMemory struct {
 
 // readPSS reads pid's PSS and anonymous memory.
 func readPSS(pid int) (PSSMemory, error) {
-	var m PSSMemory
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	kb, err := chaos.ProcKB(pid, "smaps_rollup", "Pss", "Pss_Anon")
 	if err != nil {
-		return m, err
-	}
-	seen := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		name, v, ok := strings.Cut(line, ":")
-		var into *int64
-		switch {
-		case !ok:
-			continue
-		case name == "Pss":
-			into = &m.PSS
-		case name == "Pss_Anon":
-			into = &m.PSSAnon
-		default:
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) < 1 {
-			return m, fmt.Errorf("pid %d: an empty %s", pid, name)
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return m, fmt.Errorf("pid %d: %s: %w", pid, name, err)
-		}
-		*into = kb * 1024
-		seen++
-	}
-	if m.PSS == 0 {
-		return m, fmt.Errorf("pid %d: no Pss in smaps_rollup", pid)
+		return PSSMemory{}, err
 	}
 	r, err := chaos.Resident(pid)
 	if err != nil {
-		return m, err
+		return PSSMemory{}, err
 	}
-	m.Anon = r.Anon
-	return m, nil
+	return PSSMemory{PSS: kb["Pss"], PSSAnon: kb["Pss_Anon"], Anon: r.Anon}, nil
 }
 
 // PSSPoint is N leaderruns of one key on one host, idle: one leader

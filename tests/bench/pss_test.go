@@ -75,33 +75,11 @@ const pssHowToRead = "PSS (Pss: in /proc/PID/smaps_rollup) is what a process cos
 // pssEnv starts backend's server for t and gives the leaderrun contender
 // that uses it.
 func pssEnv(t *testing.T, backend string) (*Env, *Contender) {
-	var e *Env
-	switch backend {
-	case "local":
-		e = newEnv(t, 0, 0, 0, false)
+	if backend == "local" {
+		e := newEnv(t, 0, 0, 0, false)
 		return e, localContender(filepath.Join(e.Dir, "locks"))
-	case "etcd":
-		e = newEnv(t, 1, 0, 0, false)
-	case "consul":
-		e = newEnv(t, 0, 1, 0, false)
-	case "zookeeper":
-		e = newEnv(t, 0, 0, 1, false)
-	case "kubernetes":
-		e = newEnv(t, 0, 0, 0, false)
-		k := chaos.StartKube(t)
-		e.Kube = &k
-	case "postgres":
-		e = newEnv(t, 0, 0, 0, false)
-		pg := chaos.StartPostgres(t)
-		e.Postgres = &pg
-	case "dynamodb":
-		e = newEnv(t, 0, 0, 0, false)
-		d := chaos.StartDynamoDB(t)
-		e.DynamoDB = &d
-	default:
-		t.Fatalf("%s: not a backend with a benchmark", backend)
 	}
-	return e, contender(t, "leaderrun", backend, "")
+	return backendEnv(t, backend, 1), contender(t, "leaderrun", backend, "")
 }
 
 // pssRuns are the PSS rows of a run of `make bench`.

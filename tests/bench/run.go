@@ -137,9 +137,11 @@ type Footprint struct {
 	// Requests sent to the backend during the window.
 	LeaderReqs, StandbyReqs int64
 	// Wakes are voluntary context switches over all threads during the
-	// window: how often each process woke up.
-	LeaderWakes, GuardWakes, StandbyWakes int64
-	Err                                   string
+	// window: how often each process woke up. Preempts are the
+	// involuntary ones (a thread that ran out of its slice).
+	LeaderWakes, GuardWakes, StandbyWakes          int64
+	LeaderPreempts, GuardPreempts, StandbyPreempts int64
+	Err                                            string
 }
 
 // footprintSettle is how long a footprint waits before measuring.
@@ -186,16 +188,16 @@ func (e *Env) Footprint(c *Contender, window time.Duration) Footprint {
 		}
 		return out
 	}
-	wakes := func() [3]int64 {
-		var out [3]int64
+	wakes := func() (vol, invol [3]int64) {
 		for i, pid := range pids {
 			if pid != 0 {
-				out[i] = chaos.VoluntarySwitches(pid)
+				vol[i], invol[i] = chaos.ContextSwitches(pid)
 			}
 		}
-		return out
+		return vol, invol
 	}
-	cpu0, w0 := cpu(), wakes()
+	cpu0 := cpu()
+	w0, p0 := wakes()
 	lr0, sr0 := leader.Link.Requests(), standby.Link.Requests()
 	var rss, anon [3]int64
 	end := time.Now().Add(window)
@@ -210,8 +212,10 @@ func (e *Env) Footprint(c *Contender, window time.Duration) Footprint {
 		}
 		time.Sleep(time.Second) // sampling pace
 	}
-	cpu1, w1 := cpu(), wakes()
+	cpu1 := cpu()
+	w1, p1 := wakes()
 	fp.LeaderWakes, fp.GuardWakes, fp.StandbyWakes = w1[0]-w0[0], w1[1]-w0[1], w1[2]-w0[2]
+	fp.LeaderPreempts, fp.GuardPreempts, fp.StandbyPreempts = p1[0]-p0[0], p1[1]-p0[1], p1[2]-p0[2]
 	fp.LeaderRSS, fp.GuardRSS, fp.StandbyRSS = rss[0], rss[1], rss[2]
 	fp.LeaderAnon, fp.GuardAnon, fp.StandbyAnon = anon[0], anon[1], anon[2]
 	fp.LeaderCPU, fp.GuardCPU, fp.StandbyCPU = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2]

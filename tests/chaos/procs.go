@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,40 +82,42 @@ type Memory struct {
 
 // Resident reads pid's resident memory from /proc/PID/status.
 func Resident(pid int) (Memory, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	kb, err := ProcKB(pid, "status", "VmRSS", "RssAnon")
 	if err != nil {
 		return Memory{}, err
 	}
-	var m Memory
-	var seen int
+	return Memory{RSS: kb["VmRSS"], Anon: kb["RssAnon"]}, nil
+}
+
+// ProcKB reads the "Name: N kB" lines called names from /proc/PID/file
+// (status, smaps_rollup), in bytes; every one of them must be there.
+func ProcKB(pid int, file string, names ...string) (map[string]int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + file)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
 	for _, line := range strings.Split(string(b), "\n") {
 		name, v, ok := strings.Cut(line, ":")
-		var into *int64
-		switch {
-		case !ok:
-			continue
-		case name == "VmRSS":
-			into = &m.RSS
-		case name == "RssAnon":
-			into = &m.Anon
-		default:
+		if !ok || !slices.Contains(names, name) {
 			continue
 		}
 		f := strings.Fields(v)
 		if len(f) < 1 {
-			return Memory{}, fmt.Errorf("pid %d: an empty %s", pid, name)
+			return nil, fmt.Errorf("pid %d: an empty %s in %s", pid, name, file)
 		}
 		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return Memory{}, fmt.Errorf("pid %d: %s: %w", pid, name, err)
+			return nil, fmt.Errorf("pid %d: %s in %s: %w", pid, name, file, err)
 		}
-		*into = kb * 1024
-		seen++
+		out[name] = kb * 1024
 	}
-	if seen < 2 {
-		return Memory{}, fmt.Errorf("no VmRSS and RssAnon for pid %d", pid)
+	for _, name := range names {
+		if _, ok := out[name]; !ok {
+			return nil, fmt.Errorf("pid %d: no %s in %s", pid, name, file)
+		}
 	}
-	return m, nil
+	return out, nil
 }
 
 // Process is one live process found by Scan.
@@ -170,8 +173,16 @@ func (p Process) IsGuard() bool {
 // VoluntarySwitches sums voluntary_ctxt_switches over every thread of pid:
 // how many times it went to sleep, so how often it woke.
 func VoluntarySwitches(pid int) int64 {
+	v, _ := ContextSwitches(pid)
+	return v
+}
+
+// ContextSwitches sums voluntary_ctxt_switches and
+// nonvoluntary_ctxt_switches over every thread of pid
+// (/proc/PID/task/*/status: /proc/PID/status counts the main thread's
+// only).
+func ContextSwitches(pid int) (voluntary, nonvoluntary int64) {
 	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-	var n int64
 	for _, t := range tasks {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/status")
 		if err != nil {
@@ -180,11 +191,14 @@ func VoluntarySwitches(pid int) int64 {
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
 				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += k
+				voluntary += k
+			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				nonvoluntary += k
 			}
 		}
 	}
-	return n
+	return voluntary, nonvoluntary
 }
 
 // Machine describes this machine for reports: CPUs and memory.
