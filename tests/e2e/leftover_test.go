@@ -299,9 +299,9 @@ func TestProcessMovedIntoLeaderrunsCgroupDiesWithTheJob(t *testing.T) {
 			p := startIn(t, "A", cg, tc.uid, bin, withCommand(args, intrudingJob(root, dir, tc.end != exits))...)
 			intruder := readPID(t, filepath.Join(dir, "intruder.pid"))
 			t.Cleanup(func() { _ = syscall.Kill(intruder, syscall.SIGKILL) })
-			if !strings.Contains(p.Output(), "delegated") {
-				t.Fatalf("leaderrun did not take the delegated cgroup:\n%s", p.Output())
-			}
+			// Its output is read as it comes: the job may have written
+			// its pid before the containment line was read.
+			waitFor(t, 10*time.Second, "leaderrun to take the delegated cgroup", func() bool { return strings.Contains(p.Output(), "delegated") })
 			want := 0
 			switch tc.end {
 			case killed:

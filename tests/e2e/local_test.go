@@ -265,10 +265,13 @@ func TestChildEnvironment(t *testing.T) {
 			t.Errorf("child env lacks %q", strings.TrimSpace(want))
 		}
 	}
-	for _, banned := range []string{"NOTIFY_SOCKET=", "WATCHDOG_USEC="} {
-		if strings.Contains(got, banned) {
-			t.Errorf("child env has %q", banned)
-		}
+	// NOTIFY_SOCKET is leaderrun's own socket for the job (no
+	// --job-watchdog: no WATCHDOG_USEC).
+	if strings.Contains(got, "NOTIFY_SOCKET=/run/nope") || !strings.Contains(got, "/leaderrun-notify-") {
+		t.Errorf("child env lacks leaderrun's own NOTIFY_SOCKET")
+	}
+	if strings.Contains(got, "WATCHDOG_USEC=") {
+		t.Errorf("child env has WATCHDOG_USEC without --job-watchdog")
 	}
 	if _, err := strconv.Atoi("1"); err != nil {
 		t.Fatal(err)

@@ -408,7 +408,15 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 		return strings.Contains(string(b), "LEADER_EPOCH=")
 	})
 	childEnv, _ := os.ReadFile(dir + "/child.env")
-	for _, banned := range []string{"NOTIFY_SOCKET=", "WATCHDOG_USEC=", "WATCHDOG_PID="} {
+	// The child's NOTIFY_SOCKET is leaderrun's own socket for the job,
+	// never systemd's, and systemd's watchdog is not passed on.
+	if regexp.MustCompile(`(?m)^NOTIFY_SOCKET=` + regexp.QuoteMeta(sock) + `$`).Match(childEnv) {
+		t.Errorf("the child's environment has systemd's NOTIFY_SOCKET=%s", sock)
+	}
+	if !regexp.MustCompile(`(?m)^NOTIFY_SOCKET=.*/leaderrun-notify-`).Match(childEnv) {
+		t.Errorf("the child's environment lacks leaderrun's own NOTIFY_SOCKET:\n%s", childEnv)
+	}
+	for _, banned := range []string{"WATCHDOG_USEC=", "WATCHDOG_PID="} {
 		if regexp.MustCompile(`(?m)^` + banned).Match(childEnv) {
 			t.Errorf("the child's environment has %s", banned)
 		}
