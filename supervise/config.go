@@ -233,8 +233,6 @@ func (c *Config) ValidateOptions() error {
 		return optionError("JobWatchdog", "must not be negative, got %v", n.Watchdog)
 	case n.Watchdog > 0 && n.Watchdog < MinJobWatchdog:
 		return optionError("JobWatchdog", "must be 0 (off) or at least %v, got %v", MinJobWatchdog, n.Watchdog)
-	case n.Off && (n.ReadyTimeout > 0 || n.Watchdog > 0):
-		return optionError("ReadyTimeout", "needs the job's notify socket")
 	}
 	return nil
 }

@@ -30,8 +30,6 @@ type NotifyConfig struct {
 	// Dir is where the socket's private directory is made; "" for the
 	// default (runtimeDir).
 	Dir string
-	// Off serves no socket: the job's environment names none.
-	Off bool
 }
 
 func (n NotifyConfig) rules() jobnotify.Rules {
@@ -77,14 +75,10 @@ func runtimeDir() string {
 	return ""
 }
 
-// openNotify makes the socket and starts its receiver; nil when the
-// configuration turns it off or it cannot be made (said once: the job then
-// runs without it, and --ready-timeout or --job-watchdog could not be kept,
-// which ValidateNotify refuses earlier).
+// openNotify makes the socket and starts its receiver; nil when it cannot
+// be made (said once at WARN: the job then runs without it, and
+// --ready-timeout and --job-watchdog are not kept).
 func (s *Supervisor) openNotify() *notifySocket {
-	if s.cfg.Notify.Off {
-		return nil
-	}
 	dir := s.cfg.Notify.Dir
 	if dir == "" {
 		dir = runtimeDir()
