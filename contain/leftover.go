@@ -258,7 +258,8 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 	}
 	var cgroups []string
 	sw := newSweeper(key)
-	quiet, scans := 0, 0
+	defer sw.cursor.close()
+	quiet, calm, scans := 0, 0, 0
 	begun := time.Now()
 	end := begun.Add(timeout)
 	for {
@@ -284,7 +285,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 			}
 			_ = (&Job{cgroup: c.dir, cgfd: -1, hasKill: b.hasKill}).killCgroup()
 		}
-		hits, settled := sw.look()
+		hits, settled, wrapFree := sw.look()
 		for _, p := range hits {
 			alive++
 			l := note(p.token, p.owner)
@@ -293,14 +294,24 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 				l.Comm[p.pid] = p.comm
 			}
 		}
+		if alive == 0 && wrapFree {
+			calm++
+		} else {
+			calm = 0
+		}
 		if alive == 0 && settled {
-			// Two settled scans in a row (see sweeper.look).
-			if quiet++; quiet >= 2 {
-				break
-			}
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if quiet >= 2 || calm >= 2 {
+			// Two settled scans in a row, or two in a row that found
+			// nothing while no pid was handed out twice (see sweeper).
+			break
+		}
+		if alive == 0 && (settled || wrapFree) {
 			continue
 		}
-		quiet = 0
 		if alive == 0 && len(found) == 0 && !sw.churn && scans >= noiseScans && (time.Since(begun) >= noiseBound || time.Now().After(end)) {
 			// Nothing of the key was ever seen, and no process of a user
 			// a leftover could run as died unseen: what kept the scans
@@ -463,6 +474,18 @@ type leftoverProc struct {
 // since the last scan) and none of the last scan's finds was reaped since;
 // and two settled scans in a row are needed.
 //
+// Or two scans in a row that find nothing while the kernel hands out pids
+// upwards without wrapping round (pidCursor), from the first's start to the
+// second's end, whatever died meanwhile. A process a scan misses though it
+// lived through it was forked below the scan's position, so above the
+// kernel's cursor (older than its last wrap), by a parent the scan had not
+// read yet (else it was found and stopped): a parent older than the cursor
+// too, which the first scan read alive if it lived through it. The second
+// scan, then, has only younger parents to reckon with, whose children land
+// above it, and lists every lineage of a leftover that lives through it. A
+// busy host's deaths (another leaderrun's jobs exiting, each in a group of
+// its own) need not stop for a moment, but pid_max pids take a while.
+//
 // Other users' processes are no leftovers unless they carry a sealed
 // marker (seal.go): a marker without a good seal counts only on a process
 // of leaderrun's own user, and a process found dead counts only if its
@@ -494,6 +517,7 @@ type sweeper struct {
 	// of a live leaderrun is not registered, as first read.
 	spared       map[string]owner
 	unregistered map[string]bool
+	cursor       *pidCursor // nil if it cannot be read
 }
 
 // sparedOwners are the leaderruns of the unregistered jobs the sweep left
@@ -537,7 +561,7 @@ const (
 func newSweeper(key string) *sweeper {
 	me := self().pid
 	s := &sweeper{key: key, mine: map[int]bool{me: true}, carried: markers(me), judged: map[string]owner{}, users: map[int]bool{os.Geteuid(): true}, ended: endedUpTo(key, false), checked: endedUpTo(key, true),
-		spared: map[string]owner{}, unregistered: map[string]bool{}}
+		spared: map[string]owner{}, unregistered: map[string]bool{}, cursor: openPidCursor()}
 	for p := me; p > 1; {
 		st, ok := readStat("/proc/" + strconv.Itoa(p) + "/stat")
 		if !ok || s.mine[st.ppid] {
@@ -614,8 +638,9 @@ func (s *sweeper) descendant(pid int) bool {
 // stays the parent of its children, so a child without a marker listed
 // after it is still known by descent (killing at once re-parented it to
 // init first, and the scan lost it). It returns those it found alive and
-// whether the scan is settled (see sweeper).
-func (s *sweeper) look() (hits []leftoverProc, settled bool) {
+// whether the scan is settled, and whether it found nothing while no pid
+// was handed out twice since the previous scan's end (see sweeper).
+func (s *sweeper) look() (hits []leftoverProc, settled, wrapFree bool) {
 	found := map[int]leftoverProc{}
 	take := func(p procInfo, tok string, o owner) {
 		f := leftoverProc{pid: p.pid, start: p.start, token: tok, owner: o}
@@ -644,8 +669,12 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 	zombies := map[int]uint64{}
 	listed := map[int]procInfo{}
 	settled = true
+	wrapped := s.cursor.mark()
 	procs, vanished := scanProcs(func(p procInfo) {
 		listed[p.pid] = p
+		if len(listed)%8 == 0 && s.cursor.mark() {
+			wrapped = true
+		}
 		if s.mine[p.pid] {
 			return
 		}
@@ -719,7 +748,10 @@ func (s *sweeper) look() (hits []leftoverProc, settled bool) {
 		zombies[pid] = f.start
 	}
 	s.seen, s.zombies = seen, zombies
-	return hits, settled
+	if s.cursor.mark() {
+		wrapped = true
+	}
+	return hits, settled, !wrapped && len(hits) == 0
 }
 
 // bystanders reports whether the dead process z is the own child of a

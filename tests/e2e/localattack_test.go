@@ -111,8 +111,11 @@ func TestLocalOtherUserForgedMarkerBlocksJob(t *testing.T) {
 // shell's commands), each a zombie until its parent reaps it, and nobody's
 // churn, slowing every scan, widened the window in which one appears:
 // a CI run saw root's go build unsettle every scan. Root runs such a churn
-// here as well; a zombie in its live parent's process group is that
-// parent's own child, no leftover's (contain/leftover.go).
+// here as well, and one whose children each make a process group of their
+// own, as the jobs of root's other leaderruns do (a later CI run: other
+// tests' jobs exiting kept every scan unsettled). Neither can stand for a
+// leftover's dying process while no pid was handed out twice between two
+// scans (contain/leftover.go, pidCursor).
 func TestLocalOtherUserZombieChurnBlocksJob(t *testing.T) {
 	churn, err := testsupport.ZombieChurn()
 	if err != nil {
@@ -120,6 +123,7 @@ func TestLocalOtherUserZombieChurnBlocksJob(t *testing.T) {
 	}
 	testsupport.StartAsNobody(t, churn, "200", "120", "6")
 	testsupport.StartInGroup(t, exec.Command(churn, "2000", "120", "2"))
+	testsupport.StartInGroup(t, exec.Command(churn, "5000", "120", "1", "group"))
 	time.Sleep(500 * time.Millisecond)
 
 	dir := t.TempDir()

@@ -162,21 +162,27 @@ func Respawn() (string, error) { return buildOpenC("respawn", respawnC) }
 // eight forks later: a few zombies are always listed in /proc, never the
 // same ones for long, and nothing of it lives more than a moment. It needs
 // no privilege and knows nothing of leaderrun. After argv[2] seconds it
-// stops on its own.
+// stops on its own. With a fourth argument "group" each child first makes
+// a process group of its own, as a supervisor's jobs do.
 const zombieChurnC = `
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
 	useconds_t us = (useconds_t)atoi(argv[1]);
 	time_t end = time(0) + atoi(argv[2]);
+	int group = argc > 4 && strcmp(argv[4], "group") == 0;
 	for (int n = atoi(argv[3]); n > 1; n--)
 		if (fork() == 0) break;
 	pid_t ring[8] = {0};
 	for (int i = 0; time(0) <= end; i = (i + 1) % 8) {
 		pid_t p = fork();
-		if (p == 0) _exit(0);
+		if (p == 0) {
+			if (group) setpgid(0, 0);
+			_exit(0);
+		}
 		if (ring[i] > 0) waitpid(ring[i], 0, 0);
 		ring[i] = p;
 		usleep(us);
@@ -186,8 +192,9 @@ int main(int argc, char **argv) {
 `
 
 // ZombieChurn builds a program any user may run: "PROG MICROSECONDS
-// SECONDS N" keeps N processes forking a child that exits at once every
-// MICROSECONDS and reaping it eight forks later, for SECONDS.
+// SECONDS N [group]" keeps N processes forking a child that exits at once
+// every MICROSECONDS and reaping it eight forks later, for SECONDS; with
+// "group" each child makes a process group of its own first.
 func ZombieChurn() (string, error) { return buildOpenC("zombiechurn", zombieChurnC) }
 
 // buildOpenC is buildC for a program another user runs: its directory,

@@ -1,0 +1,40 @@
+//go:build linux
+
+package contain
+
+import (
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// TestPidCursorSeesWraps: forks alone do not wrap the cursor; a cursor
+// lower than the last sample, or a gap long enough to go round all pids,
+// does.
+func TestPidCursorSeesWraps(t *testing.T) {
+	c := openPidCursor()
+	if c == nil {
+		t.Fatal("/proc/sys/kernel/ns_last_pid cannot be read")
+	}
+	defer c.close()
+	if err := exec.Command("true").Run(); err != nil {
+		t.Fatal(err)
+	}
+	if c.mark() {
+		// Possible only if this fork was the one that went round.
+		if c.mark() {
+			t.Fatalf("two marks a moment apart, with no fork between, saw a wrap (cursor %d, pid_max %d)", c.last, c.max)
+		}
+	}
+	c.last = c.max // as if the kernel had handed out pid_max last
+	if !c.mark() {
+		t.Errorf("the cursor went down and mark saw no wrap")
+	}
+	c.at = time.Now().Add(-time.Hour)
+	if !c.mark() {
+		t.Errorf("an hour between samples and mark saw no wrap")
+	}
+	if (*pidCursor)(nil).mark() != true {
+		t.Errorf("a cursor that cannot be read must never say wrap-free")
+	}
+}
