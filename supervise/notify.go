@@ -75,22 +75,27 @@ func runtimeDir() string {
 	return ""
 }
 
-// openNotify makes the socket and starts its receiver; nil when it cannot
-// be made (said once at WARN: the job then runs without it, and
-// --ready-timeout and --job-watchdog are not kept).
-func (s *Supervisor) openNotify() *notifySocket {
+// openNotify makes the socket and starts its receiver. When it cannot be
+// made, the job runs without it (said once at WARN), unless
+// --ready-timeout or --job-watchdog is set: a job that can never be heard
+// would be judged a zombie term after term, so that is leaderrun's own
+// failure, returned before anything is campaigned for (exit 125).
+func (s *Supervisor) openNotify() (*notifySocket, error) {
 	dir := s.cfg.Notify.Dir
 	if dir == "" {
 		dir = runtimeDir()
 	}
 	sock, err := jobnotify.Listen(dir)
 	if err != nil {
+		if r := s.cfg.Notify.rules(); r.ReadyTimeout > 0 || r.Watchdog > 0 {
+			return nil, fmt.Errorf("--ready-timeout and --job-watchdog need the job's notify socket, which cannot be made: %w", err)
+		}
 		s.log.Warn("the job gets no notify socket", "error", err)
-		return nil
+		return nil, nil
 	}
 	n := &notifySocket{sock: sock, msgs: make(chan jobnotify.Message, 64), done: make(chan struct{})}
 	go n.receive(s)
-	return n
+	return n, nil
 }
 
 // receive hands on the messages of the running job's processes; others

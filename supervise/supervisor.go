@@ -131,7 +131,12 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	if err := s.sweepLeftovers(); err != nil {
 		s.log.Warn("a leftover job of this key is still alive; it is swept again before any child starts", "error", err)
 	}
-	s.notify = s.openNotify()
+	notify, err := s.openNotify()
+	if err != nil {
+		s.log.Error("cannot start", "error", err)
+		return ExitInternal
+	}
+	s.notify = notify
 	defer s.notify.close()
 	wctx, stopWatching := context.WithCancel(ctx)
 	s.ctl = s.startControl(wctx)
