@@ -245,3 +245,78 @@ int main(int argc, char **argv) {
 // N PATH ARGS..." keeps N processes starting PATH ARGS every MICROSECONDS
 // and reaping each eight starts later, for SECONDS.
 func ExecChurn() (string, error) { return buildOpenC("execchurn", execChurnC) }
+
+// stampStartC is the stamp child with nothing before its first
+// instruction but the kernel's exec: no libc, no dynamic loader, no
+// constructors. _start passes the initial stack (argc, argv) to
+// stamp_main, whose first act is clock_gettime(CLOCK_REALTIME) as a raw
+// system call; it then writes the nanoseconds since the epoch and a
+// newline, in one write, to the file argv[1] (created or truncated) and
+// pauses until it is killed. x86-64 only; elsewhere it does not build.
+const stampStartC = `
+#if !defined(__x86_64__)
+#error "x86-64 only"
+#endif
+static long sys3(long n, long a, long b, long c) {
+	long r;
+	__asm__ volatile ("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+	return r;
+}
+struct stamp_ts { long sec, nsec; };
+__attribute__((used)) void stamp_main(long *sp) {
+	struct stamp_ts now;
+	sys3(228 /* clock_gettime */, 0 /* CLOCK_REALTIME */, (long)&now, 0);
+	char **argv = (char **)(sp + 1);
+	char buf[24];
+	int i = sizeof buf;
+	unsigned long ns = (unsigned long)now.sec * 1000000000UL + (unsigned long)now.nsec;
+	buf[--i] = '\n';
+	do { buf[--i] = '0' + ns % 10; ns /= 10; } while (ns);
+	long fd = sp[0] > 1 ? sys3(2 /* open */, (long)argv[1], 01 | 0100 | 01000 /* O_WRONLY|O_CREAT|O_TRUNC */, 0644) : -1;
+	if (fd < 0) sys3(60 /* exit */, 127, 0, 0);
+	sys3(1 /* write */, fd, (long)(buf + i), sizeof buf - i);
+	sys3(3 /* close */, fd, 0, 0);
+	for (;;) sys3(34 /* pause */, 0, 0, 0);
+}
+__asm__(".text\n.globl _start\n_start:\n\tmov %rsp, %rdi\n\tand $-16, %rsp\n\tcall stamp_main\n\thlt\n");
+`
+
+// stampMainC is the stamp child where _start cannot be written: the same
+// steps from main's first statement, after libc's start-up.
+const stampMainC = `
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	char buf[32];
+	int n = snprintf(buf, sizeof buf, "%lld\n", (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
+	int fd = argc > 1 ? open(argv[1], O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
+	if (fd < 0) return 127;
+	write(fd, buf, n);
+	close(fd);
+	for (;;) pause();
+}
+`
+
+// StampChild builds the stamp child: "PROG FILE" reads CLOCK_REALTIME
+// first of all, writes the nanoseconds since the epoch and a newline to
+// FILE in one write, and waits until it is killed. how says which build it
+// got, best first: a static program without libc that reads the clock as
+// a raw system call from _start; a static one that reads it in main's
+// first statement; a dynamically linked one that does.
+func StampChild() (path, how string, err error) {
+	if path, err = buildC("stamp-start", stampStartC, "-O2", "-static", "-nostdlib", "-fno-stack-protector"); err == nil {
+		return path, "static, no libc: a raw clock_gettime(CLOCK_REALTIME) system call from _start", nil
+	}
+	if path, err = buildC("stamp-main-static", stampMainC, "-O2", "-static"); err == nil {
+		return path, "static: clock_gettime(CLOCK_REALTIME) in main's first statement", nil
+	}
+	if path, err = buildC("stamp-main", stampMainC, "-O2"); err == nil {
+		return path, "dynamically linked: clock_gettime(CLOCK_REALTIME) in main's first statement", nil
+	}
+	return "", "", err
+}
