@@ -190,3 +190,17 @@ bench-breakdown: deps servers
 	$(GO) test -count=1 -timeout 20m -run 'TestBreakdown$$' -v ./tests/bench/ -args \
 		-bench.breakdown=$(BREAKDOWN_TRIALS) -bench.breakdown-backends=$(BREAKDOWN_BACKENDS) -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md \
 		-bench.command='make bench-breakdown BREAKDOWN_TRIALS=$(BREAKDOWN_TRIALS) BREAKDOWN_BACKENDS=$(BREAKDOWN_BACKENDS)'
+
+# Failover as leaderrun's target states it, on an idle machine: from just
+# before kill(2) of the leader's leaderrun to the standby's stamp child's
+# first instruction, on CLOCK_REALTIME, one server per backend, no proxy:
+# writes docs/results/bench-DATE-stamp.md, listed in docs/BENCHMARKS.md.
+STAMP_TRIALS ?= 20
+# The backends (comma-separated); kubernetes, postgres and dynamodb may be
+# added.
+STAMP_BACKENDS ?= local,etcd,consul,zookeeper
+.PHONY: bench-stamp
+bench-stamp: deps servers
+	$(GO) test -count=1 -timeout 30m -run 'TestBenchStamp$$' -v ./tests/bench/ -args \
+		-bench.stamp=$(STAMP_TRIALS) -bench.stamp-backends=$(STAMP_BACKENDS) -bench.report=$(CURDIR)/docs/results/ -bench.index=$(CURDIR)/docs/BENCHMARKS.md \
+		-bench.command='make bench-stamp STAMP_TRIALS=$(STAMP_TRIALS) STAMP_BACKENDS=$(STAMP_BACKENDS)'

@@ -165,6 +165,7 @@ func TestBenchSmoke(t *testing.T) {
 	checkRatios(t, res)
 	smokeBreakdown(t, e)
 	smokeStepDown(t, e, lr)
+	smokeStamp(t)
 	if errs := res.Errors(); len(errs) > 0 {
 		t.Errorf("errors: %v", errs)
 	}
