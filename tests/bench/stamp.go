@@ -121,8 +121,9 @@ func stampKindName(kind string) string {
 	return "crash (SIGKILL)"
 }
 
-// Steps is, per kind, a table of where the time went: each logged step's
-// median point from the kill, per backend, and the stamp last.
+// Steps is, per kind, a table of where the time went: a row a logged
+// step, a column a backend, a cell the step's median point from the kill;
+// the stamp last.
 func (s *StampSet) Steps() string {
 	var b strings.Builder
 	for _, kind := range []string{KindCrash, KindGraceful} {
@@ -132,13 +133,12 @@ func (s *StampSet) Steps() string {
 				names = append(names, st.Name)
 			}
 		}
-		header := append([]string{"backend"}, names...)
-		header = append(header, "stamp: child's first instruction")
-		var rows [][]string
+		header := []string{"step"}
+		var cols []map[string]chaos.Durations
+		var stamps []chaos.Durations
 		for _, be := range s.Backends {
-			row := []string{be}
-			var stamp chaos.Durations
 			at := map[string]chaos.Durations{}
+			var stamp chaos.Durations
 			for _, tr := range s.Trials[be][kind] {
 				if tr.Err != "" {
 					continue
@@ -151,19 +151,33 @@ func (s *StampSet) Steps() string {
 			if len(stamp) == 0 {
 				continue
 			}
-			for _, n := range names {
+			header = append(header, be)
+			cols, stamps = append(cols, at), append(stamps, stamp)
+		}
+		if len(cols) == 0 {
+			continue
+		}
+		var rows [][]string
+		for _, n := range names {
+			row := []string{n}
+			for i, at := range cols {
 				switch {
 				case len(at[n]) == 0:
 					row = append(row, "–")
-				case len(at[n]) < len(stamp):
+				case len(at[n]) < len(stamps[i]):
 					// A median of fewer trials than the stamp's.
-					row = append(row, fmt.Sprintf("%s (%d of %d)", msu(at[n].Median()), len(at[n]), len(stamp)))
+					row = append(row, fmt.Sprintf("%s (%d of %d)", msu(at[n].Median()), len(at[n]), len(stamps[i])))
 				default:
 					row = append(row, msu(at[n].Median()))
 				}
 			}
-			rows = append(rows, append(row, msu(stamp.Median())))
+			rows = append(rows, row)
 		}
+		row := []string{"**stamp: the new child's first instruction**"}
+		for _, st := range stamps {
+			row = append(row, "**"+msu(st.Median())+"**")
+		}
+		rows = append(rows, row)
 		fmt.Fprintf(&b, "%s, medians from the kill:\n\n%s\n", stampKindName(kind), chaos.Table(header, rows))
 	}
 	return b.String()
