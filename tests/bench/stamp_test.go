@@ -42,7 +42,9 @@ func stampCluster(t *testing.T, backend string) chaos.Cluster {
 	t.Helper()
 	switch backend {
 	case "local":
-		return chaos.StartLocal(t)
+		// Where root's leaderrun keeps them by default: the lock on
+		// /run's tmpfs, the epoch's copy on disk.
+		return chaos.StartLocalAsRoot(t)
 	case "etcd":
 		return chaos.StartEtcd(t, 1)
 	case "consul":

@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"os"
 	"testing"
 )
 
@@ -16,12 +17,29 @@ var LocalTiming = EtcdTiming
 // one lock directory. There is no server to kill and no network to cut, so
 // the faults that need one are not injected (fault.remote).
 type Local struct {
-	dir string
+	dir   string
+	state string // the state directory, dir unless StartLocalAsRoot chose
 }
 
 // StartLocal makes the hosts' shared lock directory (it also holds the
 // epoch counter).
-func StartLocal(t testing.TB) Local { return Local{dir: t.TempDir()} }
+func StartLocal(t testing.TB) Local { d := t.TempDir(); return Local{dir: d, state: d} }
+
+// StartLocalAsRoot places the lock directory and the state directory as
+// root's defaults do: the lock directory on /run's tmpfs, the state
+// directory (the epoch's copy kept across reboots) on disk. Elsewhere, or
+// for another user, it is StartLocal.
+func StartLocalAsRoot(t testing.TB) Local {
+	if os.Geteuid() != 0 {
+		return StartLocal(t)
+	}
+	dir, err := os.MkdirTemp("/run", "leaderrun-chaos-")
+	if err != nil {
+		return StartLocal(t)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return Local{dir: dir, state: t.TempDir()}
+}
 
 // Name implements Cluster.
 func (Local) Name() string { return "local" }
@@ -51,7 +69,7 @@ func (Local) Timing() Timing { return LocalTiming }
 // keeps the epoch (given explicitly, so nothing lands in the user's state
 // directory).
 func (l Local) LeaderrunArgs([]string) []string {
-	return []string{"--backend", "local", "--lock-dir", l.dir, "--state-dir", l.dir}
+	return []string{"--backend", "local", "--lock-dir", l.dir, "--state-dir", l.state}
 }
 
 // HostServers implements Cluster: a host reaches no server, so its Link has
