@@ -30,6 +30,13 @@ func withArg(arg string) []int {
 	return out
 }
 
+// daemonUp is shell that waits until the daemon the script started last
+// ($!) is running as a session leader of its own: setsid(1) execs sleep
+// only after setsid(2). Each check's daemon is then detached from the
+// check's process group before the check ends, whatever the machine's
+// load, without a fixed sleep.
+const daemonUp = `until [ "$(cat /proc/$!/comm 2>/dev/null)" = sleep ]; do sleep 0.005; done; `
+
 // One check of each kind, each starting a real setsid daemon that holds
 // its output open, in each containment mode: the check ends with its shell
 // (or its timeout, or its context), its result is the shell's, and
@@ -49,21 +56,27 @@ func TestHealthCheckDaemonContained(t *testing.T) {
 			for i, tc := range []struct {
 				name, script string
 				timeout      time.Duration
-				cancelAfter  time.Duration
+				cancel       bool // once the daemon runs
 				ok           bool
 				err, out     string
 			}{
-				{name: "passes", script: "echo fine; sleep 0.2; exit 0", timeout: 5 * time.Second, ok: true, out: "fine"},
-				{name: "fails", script: "echo sick; sleep 0.2; exit 1", timeout: 5 * time.Second, err: "exited 1", out: "sick"},
-				{name: "times out", script: "sleep 30", timeout: 300 * time.Millisecond, err: "timed out after 300ms"},
-				{name: "stopped", script: "sleep 30", timeout: time.Minute, cancelAfter: 300 * time.Millisecond, err: "context canceled"},
+				{name: "passes", script: daemonUp + "echo fine; exit 0", timeout: 5 * time.Second, ok: true, out: "fine"},
+				{name: "fails", script: daemonUp + "echo sick; exit 1", timeout: 5 * time.Second, err: "exited 1", out: "sick"},
+				{name: "times out", script: daemonUp + "sleep 30", timeout: 100 * time.Millisecond, err: "timed out after 100ms"},
+				{name: "stopped", script: daemonUp + "sleep 30", timeout: time.Minute, cancel: true, err: "context canceled"},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					tag := "37." + strconv.Itoa(os.Getpid()%10000*100+i)
 					ctx, cancel := context.WithCancel(context.Background())
 					defer cancel()
-					if tc.cancelAfter > 0 {
-						time.AfterFunc(tc.cancelAfter, cancel)
+					if tc.cancel {
+						go func() {
+							// Stopped once its daemon runs, detached.
+							for ctx.Err() == nil && len(withArg(tag)) == 0 {
+								time.Sleep(time.Millisecond)
+							}
+							cancel()
+						}()
 					}
 					hc := HealthCheck{Command: "setsid sleep " + tag + " & " + tc.script, Timeout: tc.timeout}
 					began := time.Now()
