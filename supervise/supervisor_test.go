@@ -359,21 +359,32 @@ func TestRestartBackoffDoublesAndResetsAfterALongRun(t *testing.T) {
 	script := "echo x >> " + runs + "; [ $(wc -l < " + runs + ") -eq 4 ] && { echo $$ > " + dir + "/long.pid; exec sleep 1000; }; exit 1"
 	lease := newTestLease(1, 15*time.Second)
 	clock, rec, done := harness(t, script, lease, func(c *Config) { c.Restart = RestartOnFailure })
-	t0 := clock.Now()
-	advanceUntil := func(n int, limit time.Duration) {
+	// restarted waits for run n to end and for the restart due want after
+	// its exit. The runs that fail end at once, and a killed one as soon as
+	// it is reaped, with the fake clock still: nothing real is left
+	// pending once the exit is reported, so time moves on at once to the
+	// step before the restart is due (a timer due sooner still fires on
+	// its step). From there it moves step by step, skipping nothing, as
+	// the next run is forked in real time while the clock moves, and the
+	// next timer may be a renewal seconds away.
+	restarted := func(n int, want time.Duration) {
 		t.Helper()
-		for len(rec.startTimes()) < n {
-			if clock.Now().Sub(t0) > limit {
-				t.Fatalf("only %d starts by t0+%v", len(rec.startTimes()), limit)
+		waitUntil(t, "run "+strconv.Itoa(n)+" to exit", func() bool { return len(rec.times("exited")) >= n })
+		exit := rec.times("exited")[n-1]
+		for idle := exit.Add(want - 100*time.Millisecond); clock.Now().Before(idle); {
+			clock.Step(t, 100*time.Millisecond, idle)
+		}
+		for len(rec.startTimes()) <= n {
+			if late := MaxRestartDelay + want; clock.Now().Sub(exit) > late {
+				t.Fatalf("run %d not started by %v after run %d exited, want %v", n+1, late, n, want)
 			}
-			// Step by step, skipping nothing: a real child exits on
-			// its own while the clock moves, and the next timer may be
-			// a renewal seconds away.
 			clock.Settle(t)
 			clock.Advance(100 * time.Millisecond)
 		}
 	}
-	advanceUntil(4, 20*time.Second)
+	restarted(1, time.Second)
+	restarted(2, 2*time.Second)
+	restarted(3, 4*time.Second)
 	long := readPIDFile(t, filepath.Join(dir, "long.pid"))
 	// A healthy run: nothing real happens until the test kills it, so the
 	// steps between renewals can be skipped.
@@ -381,13 +392,14 @@ func TestRestartBackoffDoublesAndResetsAfterALongRun(t *testing.T) {
 		clock.Step(t, 100*time.Millisecond, end)
 	}
 	_ = syscall.Kill(long, syscall.SIGKILL)
-	advanceUntil(6, 60*time.Second)
+	restarted(4, time.Second)
+	restarted(5, 2*time.Second)
 	starts, exits := rec.startTimes(), rec.times("exited")
 	// Each restart is due its delay after the exit it follows, never
 	// sooner. It may come later in fake time: the fake clock moves on while
-	// the real child is reaped and the next one forked, which on a loaded
-	// machine takes several 100ms steps. Below twice the delay still tells
-	// a doubled delay, and one started over, from the next step.
+	// the real child is forked, which on a loaded machine takes several
+	// 100ms steps. Below twice the delay still tells a doubled delay, and
+	// one started over, from the next step.
 	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, time.Second, 2 * time.Second} {
 		if got := starts[i+1].Sub(exits[i]); got < want || got >= 2*want {
 			t.Errorf("restart %d came %v after the exit, want %v", i+1, got, want)
