@@ -32,8 +32,10 @@ func (s noListenStore) ListenControl(context.Context) (ControlListen, error) {
 // TestControlWithoutListen: a store whose listen is refused, or fails,
 // still passes the contract, by the poll.
 func TestControlWithoutListen(t *testing.T) {
+	t.Parallel()
 	for _, refused := range []bool{true, false} {
 		t.Run(fmt.Sprintf("refused=%v", refused), func(t *testing.T) {
+			t.Parallel()
 			db := newMemDB()
 			var listens atomic.Int64
 			lockertest.ControlContractPoll(t, testControlPoll, func(t *testing.T, key string) locker.Locker {
@@ -67,6 +69,7 @@ func (s probeStore) ReadControl(ctx context.Context) ([]byte, uint64, error) {
 // TestControlProbe: with a ControlProber, WaitControl passes the contract
 // and makes its full reads only when the probe saw a change.
 func TestControlProbe(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	var probes, reads atomic.Int64
 	lockertest.ControlContractPoll(t, testControlPoll, func(t *testing.T, key string) locker.Locker {

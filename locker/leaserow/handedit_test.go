@@ -73,9 +73,11 @@ func awaitAcquired(t *testing.T, clock *fakeclock.Clock, got <-chan lockertest.A
 // plus allowance has passed on its own clock since it saw the edit, and
 // the holder's next renewal fails on the edit.
 func TestHandEditIsAHolderGoneSilent(t *testing.T) {
+	t.Parallel()
 	due := testTTL + observe.Allowance(testTTL)
 	for name, edit := range handEdits {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			db := newMemDB()
 			a := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
 			clock := fakeclock.New()
@@ -106,6 +108,7 @@ func TestHandEditIsAHolderGoneSilent(t *testing.T) {
 // TestReleaseIsFreeAtOnce: the holder's own release is taken at once, and
 // it is told from an emptied row by its marker.
 func TestReleaseIsFreeAtOnce(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	a := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
 	clock := fakeclock.New()
@@ -134,9 +137,11 @@ func TestReleaseIsFreeAtOnce(t *testing.T) {
 // TTL on a deleted row the store shows was held, and on a row emptied
 // without a release; a single attempt gives up.
 func TestLateCandidateOnAnEditedKey(t *testing.T) {
+	t.Parallel()
 	due := testTTL + observe.Allowance(testTTL)
 	for _, name := range []string{"delete", "empty term and holder"} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			db := newMemDB()
 			al := newTestLocker(t, db, "k", "a")
 			a := lockertest.MustAcquire(t, al)
@@ -164,6 +169,7 @@ func TestLateCandidateOnAnEditedKey(t *testing.T) {
 		})
 	}
 	t.Run("fresh key", func(t *testing.T) {
+		t.Parallel()
 		db := newMemDB()
 		ls, err := newTestLocker(t, db, "k", "c", func(c *Config) { c.NoWait = true }).Acquire(ctx(t))
 		if err != nil {
@@ -177,6 +183,7 @@ func TestLateCandidateOnAnEditedKey(t *testing.T) {
 // still gives it back with the marker once its job is gone, so that
 // standbys need not wait.
 func TestReleaseOfAnEditedRowMarksIt(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	a := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
 	handEdits["lower ttl"](db, "k")

@@ -37,6 +37,7 @@ func newTestLocker(t *testing.T, db *memDB, key, id string, mods ...func(*Config
 func ctx(t *testing.T) context.Context { return lockertest.Ctx(t, 10*time.Second) }
 
 func TestAcquireCreatesThenHeld(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	a := newTestLocker(t, db, "k", "a")
 	ls := lockertest.MustAcquire(t, a)
@@ -58,6 +59,7 @@ func TestAcquireCreatesThenHeld(t *testing.T) {
 }
 
 func TestRenewIsConditionedOnOurLastWrite(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	ls := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
 	before, _ := memStore{db, "k"}.Read(ctx(t))
@@ -84,6 +86,7 @@ func TestRenewIsConditionedOnOurLastWrite(t *testing.T) {
 }
 
 func TestRenewAdoptsOwnWriteWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	ls := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
 	db.lostAnswer = true
@@ -99,6 +102,7 @@ func TestRenewAdoptsOwnWriteWhoseAnswerWasLost(t *testing.T) {
 }
 
 func TestTakeoverOnlyAfterTTLAndAllowanceOnOurClock(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	a := newTestLocker(t, db, "k", "a")
 	old := lockertest.MustAcquire(t, a)
@@ -139,6 +143,7 @@ func TestTakeoverOnlyAfterTTLAndAllowanceOnOurClock(t *testing.T) {
 }
 
 func TestHolderWithoutContractIsOnlyWaitedFor(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	db.rows["k"] = &Row{Term: "other", Holder: locker.Holder{ID: "other-tool"}, TTL: time.Second, Epoch: 5, Version: "v1"}
 	db.counter = 5
@@ -157,6 +162,7 @@ func TestHolderWithoutContractIsOnlyWaitedFor(t *testing.T) {
 }
 
 func TestEpochGrowsAcrossReleaseAndReacquire(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	a := newTestLocker(t, db, "k", "a")
 	var last uint64
@@ -187,6 +193,7 @@ func TestEpochGrowsAcrossReleaseAndReacquire(t *testing.T) {
 }
 
 func TestEpochThatWentBackIsRefused(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	a := newTestLocker(t, db, "k", "a")
 	ls := lockertest.MustAcquire(t, a)
@@ -205,6 +212,7 @@ func TestEpochThatWentBackIsRefused(t *testing.T) {
 }
 
 func TestRecordRunNeedsTheRow(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	a := newTestLocker(t, db, "k", "a")
 	ls := lockertest.MustAcquire(t, a)
@@ -216,6 +224,7 @@ func TestRecordRunNeedsTheRow(t *testing.T) {
 }
 
 func TestRunLogContractInMemory(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	lockertest.RunLogContractLifetime(t, 500*time.Millisecond, func(t *testing.T, key string) locker.Locker {
 		return newTestLocker(t, db, key, "c")
@@ -223,6 +232,7 @@ func TestRunLogContractInMemory(t *testing.T) {
 }
 
 func TestHistoryContractInMemory(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	lockertest.HistoryContract(t, func(t *testing.T, key string) locker.Locker {
 		return newTestLocker(t, db, key, "c")
@@ -257,6 +267,7 @@ func (c rateClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 // lockertest.StandbyClockRates (which the backends run in real time) on
 // fake time: the standby's watch and its polls run on its own clock.
 func TestFastStandbyClockNeverTakesOverEarly(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second
 	for _, tc := range []struct {
 		rate  float64
@@ -315,6 +326,7 @@ func TestFastStandbyClockNeverTakesOverEarly(t *testing.T) {
 // TestClaimWhoseAnswerWasLost: a claim written but answered with an
 // error is read back and is the leadership, not a row left to wait out.
 func TestClaimWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	a := newTestLocker(t, db, "k", "a")
 	db.lostTake = true
@@ -340,6 +352,7 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 // part (versions, conflicts, the poll of WaitControl). The backends run it
 // on their servers.
 func TestControlContract(t *testing.T) {
+	t.Parallel()
 	db := newMemDB()
 	lockertest.ControlContractPoll(t, testControlPoll, func(t *testing.T, key string) locker.Locker {
 		return newTestLocker(t, db, key, "c")
@@ -347,6 +360,7 @@ func TestControlContract(t *testing.T) {
 }
 
 func TestControlVersions(t *testing.T) {
+	t.Parallel()
 	for v, want := range map[string]bool{"": true, "1": true, "42": true, "0": false, "01": false, "-1": false, "x": false,
 		"9223372036854775807": false, "9223372036854775806": true} {
 		if _, ok := ParseControlVersion(v); ok != want {
