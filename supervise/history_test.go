@@ -130,7 +130,10 @@ func TestHistoryNeverDelaysNorFailsTheRun(t *testing.T) {
 	if d := time.Since(lost); d > time.Second {
 		t.Errorf("the stop signal came %v after the loss while a history write hung", d)
 	}
-	if code := advanceUntilDone(t, clock, done, 100*time.Millisecond); code != ExitLost {
+	// Steps of a second: the two hanging writes (start, then end) are given
+	// up after historyTimeout each, on the fake clock, while the stopped
+	// term's job poll keeps a timer due within every step.
+	if code := advanceUntilDone(t, clock, done, time.Second); code != ExitLost {
 		t.Fatalf("exit code %d with a hanging history, want %d", code, ExitLost)
 	}
 	select {
