@@ -109,9 +109,14 @@ func TestShorterGrantedTTLMovesTheDeadlineEarlier(t *testing.T) {
 	rec := &recorder{clock: clock}
 	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
 	t0 := clock.Now()
-	// The job is polled every 10ms while it is stopped: steps of 250ms
-	// keep the kill grace short in real time.
-	code := advanceUntilDone(t, clock, done, 250*time.Millisecond)
+	// Steps of 250ms up to the stop signal, whose time is what this test
+	// reads; then the job is polled every 10ms through the kill grace, so
+	// that no step is skipped: steps of a second keep it short in real
+	// time.
+	for rec.count(syscall.SIGTERM.String()) == 0 && clock.Now().Sub(t0) < 20*time.Second {
+		clock.Step(t, 250*time.Millisecond, t0.Add(20*time.Second))
+	}
+	code := advanceUntilDone(t, clock, done, time.Second)
 	term, ok := rec.find(syscall.SIGTERM.String())
 	if !ok {
 		t.Fatal("no SIGTERM")
@@ -432,8 +437,8 @@ func TestEarlyRenewalAnsweredAfterTheStopBeganChangesNothing(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
 	t0 := stepFor(t, clock, 6*time.Second, 50*time.Millisecond)
 	close(answer)
-	// Steps of 250ms from t0+6s land on the kill point, t0+10.5s.
-	code := advanceUntilDone(t, clock, done, 250*time.Millisecond)
+	// Steps of 500ms from t0+6s land on the kill point, t0+10.5s.
+	code := advanceUntilDone(t, clock, done, 500*time.Millisecond)
 	s := lease.sends()
 	if len(s) < 3 || s[2].Sub(t0) != 5050*time.Millisecond {
 		t.Fatalf("renewals sent at %v, want the third at t0+5.05s (t0 %v)", s, t0)
