@@ -357,8 +357,11 @@ func TestRestartBackoffDoublesAndResetsAfterALongRun(t *testing.T) {
 	runs := filepath.Join(dir, "runs")
 	// Runs 1-3 and 5 fail at once; run 4 lasts until the test kills it.
 	script := "echo x >> " + runs + "; [ $(wc -l < " + runs + ") -eq 4 ] && { echo $$ > " + dir + "/long.pid; exec sleep 1000; }; exit 1"
-	lease := newTestLease(1, 15*time.Second)
-	clock, rec, done := harness(t, script, lease, func(c *Config) { c.Restart = RestartOnFailure })
+	// Renewals every 20s: fewer turns to wait out during the long run.
+	lease := newTestLease(1, time.Minute)
+	clock, rec, done := harness(t, script, lease, func(c *Config) {
+		c.Restart, c.TTL, c.RenewInterval = RestartOnFailure, time.Minute, 20*time.Second
+	})
 	// restarted waits for run n to end and for the restart due want after
 	// its exit. The runs that fail end at once, and a killed one as soon as
 	// it is reaped, with the fake clock still: nothing real is left
