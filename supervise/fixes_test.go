@@ -370,7 +370,9 @@ func TestShortGrantPauseNeverExceedsTheInterval(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "exec sleep 1000", func(c *Config) {
 		c.TTL, c.RenewInterval, c.KillGrace, c.SafetyMargin = time.Second, 10*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
 	})
-	stepFor(t, clock, 150*time.Millisecond, time.Millisecond)
+	// Steps of 5ms land on every renewal (10ms apart) and on the stop
+	// signal that a 50ms pause would let come (send + 15ms).
+	stepFor(t, clock, 150*time.Millisecond, 5*time.Millisecond)
 	if e, ok := rec.find(syscall.SIGTERM.String()); ok {
 		t.Errorf("the child was signalled (%v) though a renewal every interval would have come in time; renewals at %v", e, lease.sends())
 	}
