@@ -233,10 +233,12 @@ func TestStopTimelineOnFailedRenewals(t *testing.T) {
 
 	var code int
 	finished := false
-	// Steps of 500ms land on both stop points; the job is polled every
-	// 10ms while it is stopped, so smaller steps only cost real time.
+	// Steps of a second land on both stop points; the failed renewals are
+	// retried every 250ms and the job is polled every 10ms while it is
+	// stopped, so every step settles, and smaller steps only cost real
+	// time.
 	for !finished && clock.Now().Sub(t0) < 20*time.Second {
-		clock.Step(t, 500*time.Millisecond, t0.Add(20*time.Second))
+		clock.Step(t, time.Second, t0.Add(20*time.Second))
 		select {
 		case code = <-done:
 			finished = true
