@@ -90,7 +90,6 @@ func (l *shrinkingLease) sends() []time.Time {
 // A renewal that is granted a shorter TTL than before moves the deadline
 // EARLIER: the backend will expire the lease on that TTL (DESIGN §1.6).
 func TestShorterGrantedTTLMovesTheDeadlineEarlier(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
 	clock := newFakeClock()
 	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
 		grant: func(n int) time.Duration {
@@ -138,7 +137,6 @@ func TestShorterGrantedTTLMovesTheDeadlineEarlier(t *testing.T) {
 // Renewals are spaced by the interval from send to send: a slow round trip
 // does not push the next renewal later.
 func TestRenewalsDoNotDriftByTheRoundTrip(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
 	clock := newFakeClock()
 	slow := make(chan struct{})
 	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
@@ -174,7 +172,6 @@ func TestRenewalsDoNotDriftByTheRoundTrip(t *testing.T) {
 // 5s, margin 1s, renewal timeout 1.5s): a renewal sent at s and granted 8s
 // is followed by one at s+0.5s, not s+5s, and the child keeps running.
 func TestShortGrantBringsTheNextRenewalForward(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
 	clock := newFakeClock()
 	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
 		grant: func(n int) time.Duration {
@@ -256,7 +253,10 @@ func TestStopSignalIsFollowedBySIGCONT(t *testing.T) {
 // A restart of a command whose file was deleted meanwhile exits 127, as a
 // shell would, not 125.
 func TestRestartOfDeletedCommandExits127(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
+	// In parallel: a supervisor in group mode of its own, no cgroup, no key,
+	// no freeze hook, and nothing timed on the fake clock that a busy
+	// machine could make late.
+	t.Parallel()
 	dir := t.TempDir()
 	script := filepath.Join(dir, "job.sh")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nrm -f "+script+"\nexit 1\n"), 0o755); err != nil {
@@ -276,7 +276,10 @@ func TestRestartOfDeletedCommandExits127(t *testing.T) {
 
 // A stop requested while the new lease is being confirmed starts no child.
 func TestStopDuringConfirmStartsNothing(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
+	// In parallel: a supervisor in group mode of its own, no cgroup, no key,
+	// no freeze hook, and nothing timed on the fake clock that a busy
+	// machine could make late.
+	t.Parallel()
 	rec, release, cancel, done := runHeldInConfirm(t)
 	cancel(SignalCause{Signal: syscall.SIGTERM})
 	close(release)
@@ -324,10 +327,8 @@ func (l *anyLocker) Acquire(ctx context.Context) (locker.Lease, error) {
 // requested TTL as its deadline (NewDeadline), so the next renewal keeps the
 // interval: it is not taken for a short grant and sent every 50ms.
 func TestUnreportedGrantKeepsTheRenewInterval(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
 	for _, grant := range []time.Duration{0, -time.Second} {
 		t.Run(grant.String(), func(t *testing.T) {
-			t.Parallel()
 			clock := newFakeClock()
 			lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
 				grant: func(n int) time.Duration {
@@ -357,7 +358,6 @@ func TestUnreportedGrantKeepsTheRenewInterval(t *testing.T) {
 // granted 615ms must be renewed 10ms later, before its stop signal at
 // send + 15ms, not 50ms later after it.
 func TestShortGrantPauseNeverExceedsTheInterval(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
 	clock := newFakeClock()
 	lease := &shrinkingLease{testLease: newTestLease(1, time.Second), clock: clock,
 		grant: func(n int) time.Duration {
@@ -370,9 +370,7 @@ func TestShortGrantPauseNeverExceedsTheInterval(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "exec sleep 1000", func(c *Config) {
 		c.TTL, c.RenewInterval, c.KillGrace, c.SafetyMargin = time.Second, 10*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
 	})
-	// Steps of 5ms land on every renewal (10ms apart) and on the stop
-	// signal that a 50ms pause would let come (send + 15ms).
-	stepFor(t, clock, 150*time.Millisecond, 5*time.Millisecond)
+	stepFor(t, clock, 150*time.Millisecond, time.Millisecond)
 	if e, ok := rec.find(syscall.SIGTERM.String()); ok {
 		t.Errorf("the child was signalled (%v) though a renewal every interval would have come in time; renewals at %v", e, lease.sends())
 	}
@@ -388,7 +386,6 @@ func TestShortGrantPauseNeverExceedsTheInterval(t *testing.T) {
 // 8s is followed by a renewal at c+0.5s, not at the 5s interval after the
 // stop signal at c+2s.
 func TestShortConfirmGrantBringsTheFirstRenewalForward(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
 	clock := newFakeClock()
 	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
 		grant: func(n int) time.Duration {
@@ -420,7 +417,6 @@ func TestShortConfirmGrantBringsTheFirstRenewalForward(t *testing.T) {
 // t0+10.5s; renewal 3, sent at t0+5.05s and answered at t0+6s with 15s,
 // would have put them at t0+14.05s and t0+19.05s.
 func TestEarlyRenewalAnsweredAfterTheStopBeganChangesNothing(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
 	clock := newFakeClock()
 	answer := make(chan struct{})
 	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
@@ -439,8 +435,8 @@ func TestEarlyRenewalAnsweredAfterTheStopBeganChangesNothing(t *testing.T) {
 	done := runLease(t, clock, rec, lease, "trap '' TERM; exec sleep 1000")
 	t0 := stepFor(t, clock, 6*time.Second, 50*time.Millisecond)
 	close(answer)
-	// Steps of 500ms from t0+6s land on the kill point, t0+10.5s.
-	code := advanceUntilDone(t, clock, done, 500*time.Millisecond)
+	// Steps of 250ms from t0+6s land on the kill point, t0+10.5s.
+	code := advanceUntilDone(t, clock, done, 250*time.Millisecond)
 	s := lease.sends()
 	if len(s) < 3 || s[2].Sub(t0) != 5050*time.Millisecond {
 		t.Fatalf("renewals sent at %v, want the third at t0+5.05s (t0 %v)", s, t0)
@@ -474,7 +470,6 @@ func TestEarlyRenewalAnsweredAfterTheStopBeganChangesNothing(t *testing.T) {
 // grant, SIGKILL at once (the kill point is already past), without asking
 // the backend in a loop meanwhile.
 func TestNanosecondGrantsStopAtOnceWithoutSpinning(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
 	clock := newFakeClock()
 	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,
 		grant: func(n int) time.Duration {
@@ -518,7 +513,10 @@ func stepFor(t *testing.T, clock *fakeClock, d, step time.Duration) time.Time {
 // The term's sweep runs beside the confirm, but no child starts before the
 // confirm answers, however long after the sweep that is.
 func TestNoChildBeforeTheConfirmAnswers(t *testing.T) {
-	t.Parallel() // runLease: a supervisor in group mode of its own, no cgroup, no key
+	// In parallel: a supervisor in group mode of its own, no cgroup, no key,
+	// no freeze hook, and nothing timed on the fake clock that a busy
+	// machine could make late.
+	t.Parallel()
 	rec, release, cancel, done := runHeldInConfirm(t)
 	time.Sleep(300 * time.Millisecond) // the sweep beside it is long over
 	if n := rec.count("started"); n != 0 {

@@ -326,7 +326,6 @@ func TestGuardHearsLeaderrunsOwnKillPoint(t *testing.T) {
 // old one would trail the lease, and a leaderrun that stalled now would
 // have its job outlive the deadline (DESIGN §1.6, §1.9).
 func TestGuardHearsAnEarlierKillPointThatEndsTheTerm(t *testing.T) {
-	t.Parallel() // a supervisor in group mode of its own, no cgroup, no key, no freeze hook
 	dir := t.TempDir()
 	clock := newFakeClock()
 	lease := &shrinkingLease{testLease: newTestLease(1, 15*time.Second), clock: clock,

@@ -34,7 +34,10 @@ func (l *failingLocker) Close() error                                { return ni
 // cron job waiting --acquire-timeout 2h mails the first failure and the
 // verdict, not a line every 10s.
 func TestRepeatedCampaignFailureWarnsOnce(t *testing.T) {
-	t.Parallel() // a supervisor in group mode of its own, no cgroup, no key, no freeze hook
+	// In parallel: a supervisor in group mode of its own, no cgroup, no key,
+	// no freeze hook, and nothing timed on the fake clock that a busy
+	// machine could make late.
+	t.Parallel()
 	var buf testsupport.SyncBuffer
 	clock := newFakeClock()
 	sh, _ := ResolveCommand("sh")
