@@ -40,11 +40,14 @@ const daemonUp = `until [ "$(cat /proc/$!/comm 2>/dev/null)" = sleep ]; do sleep
 // One check of each kind, each starting a real setsid daemon that holds
 // its output open, in each containment mode: the check ends with its shell
 // (or its timeout, or its context), its result is the shell's, and
-// nothing of it is left once it returned.
+// nothing of it is left once it returned. The two modes run side by
+// side, each with its own box and daemons of their own; both boxes are
+// opened before either runs a check (a cgroup box may move this process
+// into a leaf of its cgroup first).
 func TestHealthCheckDaemonContained(t *testing.T) {
-	for _, mode := range []contain.Mode{contain.Cgroup, contain.Group} {
+	for m, mode := range []contain.Mode{contain.Cgroup, contain.Group} {
+		box, err := contain.Open(mode, contain.Options{AdoptOrphans: true, Known: Started, Reaped: Reaped, HoldReaps: HoldReaps})
 		t.Run(string(mode), func(t *testing.T) {
-			box, err := contain.Open(mode, contain.Options{AdoptOrphans: true, Known: Started, Reaped: Reaped, HoldReaps: HoldReaps})
 			if err != nil {
 				t.Skipf("no %s containment here: %v", mode, err)
 			}
@@ -53,6 +56,7 @@ func TestHealthCheckDaemonContained(t *testing.T) {
 					t.Error(err)
 				}
 			}()
+			t.Parallel()
 			for i, tc := range []struct {
 				name, script string
 				timeout      time.Duration
@@ -66,7 +70,7 @@ func TestHealthCheckDaemonContained(t *testing.T) {
 				{name: "stopped", script: daemonUp + "sleep 30", timeout: time.Minute, cancel: true, err: "context canceled"},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
-					tag := "37." + strconv.Itoa(os.Getpid()%10000*100+i)
+					tag := "37." + strconv.Itoa(os.Getpid()%10000*100+m*10+i)
 					ctx, cancel := context.WithCancel(context.Background())
 					defer cancel()
 					if tc.cancel {
