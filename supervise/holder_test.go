@@ -60,6 +60,9 @@ func runWaiting(t *testing.T, lk locker.Locker) (int, string) {
 // the last read; a backend that never named one is an outage (125), logged
 // at WARN with its address and the last error.
 func TestAcquireTimeoutIsAConflictOnlyWithAHolderSeen(t *testing.T) {
+	// In parallel: no child, no box of a cgroup, no key, no freeze hook;
+	// what it checks is the exit code and the log.
+	t.Parallel()
 	host, _ := os.Hostname()
 	refused := errors.New("dial tcp 10.0.0.1:2379: connect: connection refused")
 	seen := &waitingLocker{leader: func(n int32) (locker.Holder, error) {
@@ -97,6 +100,9 @@ func TestAcquireTimeoutIsAConflictOnlyWithAHolderSeen(t *testing.T) {
 // local backend's pending record) has epoch 0, which no term has; the line
 // naming it must not say "epoch=0".
 func TestWaitingLineSaysNoEpochBeforeTheHolderHasOne(t *testing.T) {
+	// In parallel: no child, no box of a cgroup, no key, no freeze hook;
+	// what it checks is the exit code and the log.
+	t.Parallel()
 	host, _ := os.Hostname()
 	pending := &waitingLocker{leader: func(int32) (locker.Holder, error) {
 		return locker.Holder{ID: "other", Hostname: host + "-elsewhere", PID: 7}, nil
