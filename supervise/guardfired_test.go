@@ -351,7 +351,10 @@ func TestGuardHearsAnEarlierKillPointThatEndsTheTerm(t *testing.T) {
 	if got := points[len(points)-1]; got < before+want || got > after+want {
 		t.Errorf("the guard's last kill point is %v after the shrinking renewal, want %v", time.Duration(got-before), time.Duration(want))
 	}
-	if code, exited := advanceFor(t, clock, done, 10*time.Second, 100*time.Millisecond); !exited || code != ExitLost {
+	// The stop polls the job every 10ms until SIGKILL at the kill point,
+	// 2s after the send, so no step is skipped: steps of 500ms, as nothing
+	// of the stop is timed here.
+	if code, exited := advanceFor(t, clock, done, 10*time.Second, 500*time.Millisecond); !exited || code != ExitLost {
 		t.Errorf("exit %d (exited %v), want %d", code, exited, ExitLost)
 	}
 }
