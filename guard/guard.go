@@ -114,10 +114,11 @@ type state struct {
 	release  Releaser
 	hello    []byte
 	handle   string
-	hold     int          // local lock descriptor, -1 without one
-	job      *contain.Job // nil while no job runs
-	killAt   int64        // CLOCK_MONOTONIC ns
-	fired    bool         // the kill point passed: the term is over
+	hold     int            // local lock descriptor, -1 without one
+	job      *contain.Job   // nil while no job runs
+	gone     []*contain.Job // jobs seen gone whose cgroups tidy removes
+	killAt   int64          // CLOCK_MONOTONIC ns
+	fired    bool           // the kill point passed: the term is over
 	released bool
 	// supervisor is the leaderrun that started the guard: its re-parented
 	// orphans belong to the job.
@@ -195,11 +196,13 @@ func (g *state) killPointPassed() {
 		g.say(verbFired)
 	}
 	if !g.killJob("kill point passed without a renewal") || g.released {
+		g.tidy()
 		return
 	}
 	if g.releaseLease("kill point passed") {
 		g.say(verbReleased)
 	}
+	g.tidy()
 }
 
 // say writes one reply to leaderrun.
@@ -229,6 +232,7 @@ func (g *state) leaderrunDied() {
 	if !g.released {
 		g.releaseLease("leaderrun died")
 	}
+	g.tidy()
 }
 
 // killJob kills the watched job and reports whether it is gone.
@@ -262,17 +266,27 @@ func (g *state) killJob(reason string) bool {
 	}
 	g.job = nil
 	g.debug("the job is gone", "cgroup", j.Cgroup())
-	_ = j.Remove()
-	if cg := j.Cgroup(); cg != "" {
-		// leaderrun's own parent cgroup of its jobs, if it made one and
-		// died before removing it. A live leaderrun (frozen, cut off) needs
-		// it for its next leadership.
-		parent := filepath.Dir(cg)
-		if pid, sameNS, ok := contain.OwnerPID(filepath.Base(parent)); ok && sameNS && !contain.ProcessAlive(pid) {
-			contain.RemoveTree(parent)
+	g.gone = append(g.gone, j)
+	return true
+}
+
+// tidy removes the cgroups of the jobs seen gone. It runs after the
+// release: the standby's child need not wait for an rmdir, and an empty
+// cgroup holds nothing back.
+func (g *state) tidy() {
+	for _, j := range g.gone {
+		_ = j.Remove()
+		if cg := j.Cgroup(); cg != "" {
+			// leaderrun's own parent cgroup of its jobs, if it made one and
+			// died before removing it. A live leaderrun (frozen, cut off)
+			// needs it for its next leadership.
+			parent := filepath.Dir(cg)
+			if pid, sameNS, ok := contain.OwnerPID(filepath.Base(parent)); ok && sameNS && !contain.ProcessAlive(pid) {
+				contain.RemoveTree(parent)
+			}
 		}
 	}
-	return true
+	g.gone = nil
 }
 
 // nameAhead is how far before the kill point the guard still names the

@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/leaderrun/leaderrun/locker"
 )
 
@@ -117,13 +119,25 @@ func (l *Lease) LostReason() string { return l.lost.LostReason() }
 // Handle names the lock file; there is nothing to release from outside.
 func (l *Lease) Handle() string { return l.path }
 
-// Release drops the flock by closing our descriptor (the lock goes once
-// the guard's duplicate is closed too). It writes nothing: the holder
-// record stays in the file, where a reader believes it only while an
-// flock is held on it (Leader), and the next holder overwrites it. A
-// release that cleared it could clear the next holder's record, once the
-// lock had passed on without our knowing.
+// Release drops the flock and closes our descriptor. The flock belongs to
+// the open file, which the dead-man guard shares through its duplicate:
+// unlocking drops it for both at once, where a close alone left it until
+// the guard had exited too, milliseconds later on every handoff. The
+// supervisor releases only once the job is gone, so nothing the guard
+// watches is left to hold the lock for. Touching the file's times then
+// wakes the waiting candidates (locker/local watches for it): with the
+// guard's descriptor still open, our close is not the last one, and
+// inotify reports none. It writes nothing: the holder record stays in the
+// file, where a reader believes it only while an flock is held on it
+// (Leader), and the next holder overwrites it. A release that cleared it
+// could clear the next holder's record, once the lock had passed on
+// without our knowing.
 func (l *Lease) Release(ctx context.Context) error {
+	fd := int(l.file.Fd())
+	if err := unix.Flock(fd, unix.LOCK_UN); err == nil {
+		now := unix.NsecToTimeval(time.Now().UnixNano())
+		_ = unix.Futimes(fd, []unix.Timeval{now, now})
+	}
 	return l.file.Close()
 }
 
