@@ -311,8 +311,15 @@ func TestKillPointKeepsLiveLeaderrunsCgroup(t *testing.T) {
 	if _, err := os.Stat(parent); err != nil {
 		t.Errorf("the live leaderrun's cgroup was removed by its guard: %v", err)
 	}
-	if _, err := os.Stat(cj.Cgroup()); err == nil {
-		t.Errorf("the job's cgroup %s is still there after the kill", cj.Cgroup())
+	// Removed after the release, which a standby's child waits for.
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(cj.Cgroup()); err != nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Errorf("the job's cgroup %s is still there 5s after the release", cj.Cgroup())
+			break
+		}
 	}
 	g.send(t, Done())
 	g.wait(t)

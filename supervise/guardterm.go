@@ -45,16 +45,78 @@ func (g *guardTerm) start(spec *guard.Spec, lease locker.Lease, log hclog.Logger
 	if spec == nil || g.proc != nil {
 		return nil
 	}
+	p, err := spawnGuard(spec, lease, log)
+	if err != nil {
+		return err
+	}
+	log.Debug("guard started", "pid", p.Pid())
+	g.proc = p
+	return nil
+}
+
+// spawnGuard starts a guard process for lease.
+func spawnGuard(spec *guard.Spec, lease locker.Lease, log hclog.Logger) (*guard.Process, error) {
 	var hold *os.File
 	if lf, ok := lease.(lockFile); ok {
 		hold = lf.LockFile()
 	}
 	p, err := guard.Start(spec, lease.Handle(), hold, children.startProcess, log.Named("guard"))
 	if err != nil {
-		return fmt.Errorf("%w: %v", errNoGuard, err)
+		return nil, fmt.Errorf("%w: %v", errNoGuard, err)
 	}
-	log.Debug("guard started", "pid", p.Pid())
-	g.proc = p
+	return p, nil
+}
+
+// earlyGuard is a term's guard started beside the renewal that confirms a
+// key just won, so that its fork and exec no longer come after that round
+// trip. Until the term adopts it, it knows the lease and no kill point: a
+// leaderrun that dies meanwhile has its lease released by it, and nothing
+// else happens.
+type earlyGuard struct {
+	done chan struct{}
+	proc *guard.Process
+	err  error
+}
+
+// startEarlyGuard starts the guard of lease in the background; nil when
+// the operator opted out.
+func startEarlyGuard(spec *guard.Spec, lease locker.Lease, log hclog.Logger) *earlyGuard {
+	if spec == nil {
+		return nil
+	}
+	e := &earlyGuard{done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.proc, e.err = spawnGuard(spec, lease, log)
+	}()
+	return e
+}
+
+// drop kills the early guard of a term that did not begin (the confirm
+// failed, or the key is given back), once it has started.
+func (e *earlyGuard) drop() {
+	if e == nil {
+		return
+	}
+	<-e.done
+	if e.proc != nil {
+		e.proc.Kill()
+	}
+}
+
+// adopt makes the early guard the term's, once it has started; its
+// failure is start's, and startChild tries again.
+func (g *guardTerm) adopt(e *earlyGuard, log hclog.Logger) error {
+	if e == nil || g.proc != nil {
+		e.drop()
+		return nil
+	}
+	<-e.done
+	if e.err != nil {
+		return e.err
+	}
+	log.Debug("guard started", "pid", e.proc.Pid())
+	g.proc = e.proc
 	return nil
 }
 

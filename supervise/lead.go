@@ -132,9 +132,16 @@ func (s *Supervisor) lead(ctx context.Context, lease locker.Lease, deadline time
 	}
 	sweepC := sw.c
 	defer sw.wait()
-	// The guard starts beside the sweep: armed with the lease, with no job
-	// yet. startChild starts it if this failed, and handles the failure.
-	if err := s.ensureGuard(l); err != nil {
+	// The guard started beside the confirm (or starts now, beside the
+	// sweep): armed with the lease, with no job yet. startChild starts it
+	// if this failed, and handles the failure.
+	eg := s.earlyGuard
+	s.earlyGuard = nil
+	err := l.guard.adopt(eg, s.log)
+	if err == nil {
+		err = s.ensureGuard(l)
+	}
+	if err != nil {
 		s.log.Debug("no guard yet; trying again before the child", "error", err)
 	}
 

@@ -66,6 +66,9 @@ type Supervisor struct {
 	// early is the term's sweep, started beside the confirming renewal,
 	// that campaign hands to lead.
 	early *termSweepRun
+	// earlyGuard is the term's guard, started beside the confirming
+	// renewal too; lead adopts it.
+	earlyGuard *earlyGuard
 
 	// The operator's control (control.go, health.go): the key's control
 	// record and the health check as last seen, the epoch this candidate
@@ -271,10 +274,14 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 			// confirm (DESIGN §1.9), its result waited for before
 			// the first child.
 			sw := s.startSweep()
+			// So does the guard's start: armed with the lease alone, it
+			// releases it if this process dies, and knows no job yet.
+			eg := startEarlyGuard(s.cfg.Guard, lease, s.log)
 			deadline, err = s.confirm(lease)
 			if err == nil {
 				if why := s.refuseWon(lease); why != "" {
 					s.drop(sw)
+					eg.drop()
 					s.log.Info("giving the key back before any child starts", "epoch", lease.Epoch(), "reason", why)
 					s.release(lease, false)
 					unread := strings.HasPrefix(why, errControlUnread)
@@ -301,10 +308,11 @@ func (s *Supervisor) campaign(ctx context.Context) (lease locker.Lease, deadline
 				if f := s.cfg.Events.Acquired; f != nil {
 					f(lease.Epoch(), deadline)
 				}
-				s.early = sw
+				s.early, s.earlyGuard = sw, eg
 				return lease, deadline, 0, true
 			}
 			s.drop(sw)
+			eg.drop()
 			s.release(lease, false)
 		}
 		switch {
