@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/leaderrun/leaderrun/locker"
 	"github.com/leaderrun/leaderrun/locker/records"
@@ -243,6 +244,10 @@ func loadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	return tc, nil
 }
 
+// grpcWindow is the client's fixed gRPC flow-control window, per stream
+// and per connection (clientConfig).
+const grpcWindow = 1 << 20
+
 // clientConfig is the etcd client configuration for this Locker.
 func (l *Locker) clientConfig() clientv3.Config {
 	eps := make([]string, len(l.endpoints))
@@ -263,5 +268,14 @@ func (l *Locker) clientConfig() clientv3.Config {
 		// The client's own logs would bypass our logger; our errors carry
 		// what matters.
 		Logger: zap.NewNop(),
+		// Fixed flow-control windows: with gRPC's default, dynamic ones
+		// the client sends a window update and a PING of its own after
+		// every message it receives (bandwidth estimation), whose answer
+		// wakes the process once more each renewal. Our messages are
+		// small: 1 MiB lets any reply through at once, as before.
+		DialOptions: []grpc.DialOption{
+			grpc.WithInitialWindowSize(grpcWindow),
+			grpc.WithInitialConnWindowSize(grpcWindow),
+		},
 	}
 }
