@@ -29,7 +29,7 @@ snap() {
 	for t in /proc/$1/task/*; do
 		printf '%s %s %s\n' "${t##*/}" "$(tr ' ' _ <"$t/comm")" \
 			"$(awk '/^voluntary_ctxt_switches/{print $2}' "$t/status")"
-	done 2>/dev/null | sort -n
+	done 2>/dev/null
 }
 for p in leader guard standby; do snap "${!p}" >"$dir/$p.0"; done
 sleep "$window"
@@ -37,9 +37,11 @@ for p in leader guard standby; do snap "${!p}" >"$dir/$p.1"; done
 read -r load _ </proc/loadavg
 echo "window ${window}s, load $load"
 for p in leader guard standby; do
-	join "$dir/$p.0" "$dir/$p.1" | awk -v who="$p" -v w="$window" '
-		{ d = $5 - $3; tot += d; per = per sprintf(" %s:%d", $1, d) }
-		END { printf "%-8s %4d in %ds = %5.1f/min  threads:%s\n", who, tot, w, tot*60/w, per }'
+	awk -v who="$p" -v w="$window" '
+		FNR == NR { before[$1] = $3; next }
+		{ d = $3 - before[$1]; tot += d; per = per sprintf(" %s:%d", $1, d) }
+		END { printf "%-8s %4d in %ds = %5.1f/min  threads:%s\n", who, tot, w, tot*60/w, per }' \
+		"$dir/$p.0" "$dir/$p.1"
 done
 for p in leader standby; do
 	if ! kill -0 "${!p}" 2>/dev/null; then echo "$p exited:"; cat "$dir/$p.err"; fi
