@@ -4,7 +4,7 @@ package cmdline
 
 import "testing"
 
-// TestRuntimeProcs: leaderrun runs its Go code on at most two threads,
+// TestRuntimeProcs: leaderrun runs its Go code on one thread at a time,
 // unless the operator set GOMAXPROCS, which the runtime has already
 // applied.
 func TestRuntimeProcs(t *testing.T) {
@@ -24,13 +24,14 @@ func TestRuntimeProcs(t *testing.T) {
 		procs  int
 		want   int // 0: leave as is
 	}{
-		{"64 CPUs", env(), 64, 2},
-		{"3 CPUs", env(), 3, 2},
-		{"2 CPUs", env(), 2, 0},
+		{"64 CPUs", env(), 64, 1},
+		{"3 CPUs", env(), 3, 1},
+		{"2 CPUs", env(), 2, 1},
 		{"1 CPU", env(), 1, 0},
 		{"GOMAXPROCS set", env("GOMAXPROCS", "8"), 8, 0},
-		{"GOMAXPROCS set empty", env("GOMAXPROCS", ""), 64, 2},
-		{"GOGC set", env("GOGC", "200"), 64, 2},
+		{"GOMAXPROCS set to 2", env("GOMAXPROCS", "2"), 2, 0},
+		{"GOMAXPROCS set empty", env("GOMAXPROCS", ""), 64, 1},
+		{"GOGC set", env("GOGC", "200"), 64, 1},
 	} {
 		if got := runtimeProcs(tc.getenv, tc.procs); got != tc.want {
 			t.Errorf("%s: GOMAXPROCS %d; want %d", tc.name, got, tc.want)
