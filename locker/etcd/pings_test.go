@@ -108,7 +108,7 @@ func frameCountingProxy(t *testing.T, target string, frame func(typ, flags byte,
 // http2ClientPreface is what an HTTP/2 client sends before its frames.
 const http2ClientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// frameTap walks a client's HTTP/2 frames (RFC 9113 §4.1) as its bytes
+// frameTap walks a client's HTTP/2 frames (RFC 9113, section 4.1) as its bytes
 // pass, in pieces of any size.
 type frameTap struct {
 	frame   func(typ, flags byte, stream uint32)
