@@ -2,9 +2,7 @@ package etcd
 
 import (
 	"io"
-	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +22,7 @@ import (
 func TestRenewalsSendNoPings(t *testing.T) {
 	eps := testcluster.StartEtcd(t, 1).Endpoints()
 	var pings, updates, frames atomic.Int64
-	addr := frameCountingProxy(t, strings.TrimPrefix(eps[0], "http://"), func(typ, flags byte, stream uint32) {
+	frame := func(typ, flags byte, stream uint32) {
 		frames.Add(1)
 		switch {
 		case typ == 0x6 && flags&0x1 == 0: // PING, not an ACK
@@ -32,8 +30,11 @@ func TestRenewalsSendNoPings(t *testing.T) {
 		case typ == 0x8 && stream == 0: // WINDOW_UPDATE of the connection
 			updates.Add(1)
 		}
+	}
+	proxy := testsupport.NewTappedTCPProxy(t, strings.TrimPrefix(eps[0], "http://"), func() io.Writer {
+		return &frameTap{frame: frame, preface: len(http2ClientPreface)}
 	})
-	l := newLocker(t, []string{"http://" + addr}, lockertest.Key(t))
+	l := newLocker(t, []string{"http://" + proxy.Addr}, lockertest.Key(t))
 	lease := lockertest.MustAcquire(t, l)
 	const renewals = 10
 	p0, u0, f0 := pings.Load(), updates.Load(), frames.Load()
@@ -51,58 +52,6 @@ func TestRenewalsSendNoPings(t *testing.T) {
 	if p != 0 || u != 0 {
 		t.Errorf("the client sent %d PINGs and %d connection window updates over %d renewals, want none", p, u, renewals)
 	}
-}
-
-// frameCountingProxy passes TCP connections to target and calls frame with
-// the type, flags and stream of every HTTP/2 frame a client sends. It
-// closes with the test.
-func frameCountingProxy(t *testing.T, target string, frame func(typ, flags byte, stream uint32)) string {
-	t.Helper()
-	ln := testsupport.Listen(t)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	hold := func(c net.Conn) {
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		testsupport.AcceptEach(ln, func(client net.Conn) {
-			hold(client)
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				client.Close()
-				return
-			}
-			hold(server)
-			wg.Add(2)
-			go func() {
-				defer wg.Done()
-				_, _ = io.Copy(io.MultiWriter(server, &frameTap{frame: frame, preface: len(http2ClientPreface)}), client)
-				server.Close()
-			}()
-			go func() {
-				defer wg.Done()
-				_, _ = io.Copy(client, server)
-				client.Close()
-			}()
-		})
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
 }
 
 // http2ClientPreface is what an HTTP/2 client sends before its frames.

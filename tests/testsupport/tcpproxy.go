@@ -16,6 +16,7 @@ type TCPProxy struct {
 	Addr string // host:port to point a client at
 
 	target string
+	tap    func() io.Writer // each connection's client bytes also go to one
 	mu     sync.Mutex
 	cut    bool
 	conns  map[net.Conn]struct{}
@@ -24,8 +25,15 @@ type TCPProxy struct {
 // NewTCPProxy starts a TCPProxy in front of target (host:port).
 func NewTCPProxy(t testing.TB, target string) *TCPProxy {
 	t.Helper()
+	return NewTappedTCPProxy(t, target, nil)
+}
+
+// NewTappedTCPProxy is NewTCPProxy whose connections each also write what
+// their client sends to a writer tap makes for them (nil: none).
+func NewTappedTCPProxy(t testing.TB, target string, tap func() io.Writer) *TCPProxy {
+	t.Helper()
 	ln := Listen(t)
-	p := &TCPProxy{Addr: ln.Addr().String(), target: target, conns: map[net.Conn]struct{}{}}
+	p := &TCPProxy{Addr: ln.Addr().String(), target: target, tap: tap, conns: map[net.Conn]struct{}{}}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -83,8 +91,12 @@ func (p *TCPProxy) pass(client net.Conn) {
 		return
 	}
 	defer p.drop(server)
+	up := io.Writer(server)
+	if p.tap != nil {
+		up = io.MultiWriter(server, p.tap())
+	}
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(server, client); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(up, client); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(client, server); done <- struct{}{} }()
 	<-done
 }
