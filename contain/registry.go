@@ -76,7 +76,11 @@ func register(tok string) error {
 	base, _ := unseal(tok)
 	fd, err := openLiveDir(tokenKey(base), true)
 	if err == nil {
-		err = writeFile(fd, base, nil, true, keptMode)
+		unlock := lockTally(fd, unix.LOCK_EX)
+		if err = writeFile(fd, base, nil, true, keptMode); err == nil {
+			adjustTally(fd, +1)
+		}
+		unlock()
 		unix.Close(fd)
 	}
 	if err != nil && sealErr == nil {
@@ -101,7 +105,117 @@ func unregister(tok string) {
 		return
 	}
 	defer unix.Close(fd)
-	_ = unix.Unlinkat(fd, base, 0)
+	defer lockTally(fd, unix.LOCK_EX)()
+	if unix.Unlinkat(fd, base, 0) == nil {
+		adjustTally(fd, -1)
+	}
+}
+
+// The tally (tallyName) is how many entries the registry should hold:
+// one more for each entry register writes, one fewer for each unregister
+// removes, both under the flock of the stamp, so that an entry removed by
+// hand (an operator cleaning what the docs say stays behind, a cleaner of
+// old files) shows as one missing. A Recheck that finds fewer entries
+// than the tally sweeps in full: the job of that entry may have been left
+// behind since. A Sweep sets the tally to the entries it leaves when its
+// scans found no live job of the key without an entry (spared), since
+// every live job then has one, or when there is no tally yet (see
+// recount).
+const tallyName = "tally"
+
+// lockTally takes the flock of registry directory dfd's stamp, how
+// (LOCK_EX to change the entries and the tally, LOCK_SH to read them),
+// and returns its release; without a stamp it holds nothing.
+func lockTally(dfd, how int) func() {
+	fd, err := unix.Openat(dfd, stampName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return func() {}
+	}
+	for {
+		if err := unix.Flock(fd, how); err != unix.EINTR {
+			break
+		}
+	}
+	return func() { unix.Close(fd) }
+}
+
+// readTally reads the tally of registry directory dfd; false if it is
+// missing or unreadable.
+func readTally(dfd int) (int, bool) {
+	fd, err := unix.Openat(dfd, tallyName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 24)
+	n, err := unix.Read(fd, b)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	return v, err == nil && v >= 0
+}
+
+// setTally writes the tally of registry directory dfd.
+func setTally(dfd, v int) {
+	_ = writeFile(dfd, tallyName, []byte(strconv.Itoa(max(v, 0))+"\n"), true, keptMode)
+}
+
+// adjustTally moves the tally of registry directory dfd by delta, if it
+// has one; the caller holds the stamp's flock.
+func adjustTally(dfd, delta int) {
+	if v, ok := readTally(dfd); ok {
+		setTally(dfd, v+delta)
+	}
+}
+
+// entries counts the registry's entries of key in the names of its
+// directory.
+func entries(names []string, key string) int {
+	n := 0
+	for _, base := range names {
+		if strings.HasSuffix(base, "."+key) {
+			n++
+		}
+	}
+	return n
+}
+
+// recount sets the tally of key's registry to the entries it holds, if
+// the directory is still the one id names and, unless all (the caller
+// knows every live job of the key has an entry), if it has no tally yet:
+// a job spared by the sweep without an entry may be one whose entry was
+// removed by hand, which the tally must go on counting, or one of an
+// older leaderrun that registers nothing.
+func recount(key string, id regID, all bool) {
+	fd, err := openLiveDir(key, false)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	defer lockTally(fd, unix.LOCK_EX)()
+	if now, err := stamp(fd, false); err != nil || now != id || id == (regID{}) {
+		return
+	}
+	if _, ok := readTally(fd); ok && !all {
+		return
+	}
+	names, err := readNames(fd)
+	if err != nil {
+		return
+	}
+	setTally(fd, entries(names, key))
+}
+
+// readNames lists registry directory dfd's names.
+func readNames(dfd int) ([]string, error) {
+	d, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(d), "registry")
+	defer f.Close()
+	return f.Readdirnames(-1)
 }
 
 // registered lists the tokens of the registry's entries of key (a key
@@ -110,25 +224,38 @@ func unregister(tok string) {
 // directory and its stamp if they are missing, and a missing one is none
 // (the zero regID).
 func registered(key string, create bool) ([]string, regID, error) {
+	dead, id, _, err := registeredTally(key, create)
+	return dead, id, err
+}
+
+// registeredTally is registered, and also reports how many entries are
+// missing by the tally: 1 when there is no tally.
+func registeredTally(key string, create bool) ([]string, regID, int, error) {
 	if err := SealError(); err != nil {
-		return nil, regID{}, err
+		return nil, regID{}, 0, err
 	}
 	fd, err := openLiveDir(key, create)
 	if !create && errors.Is(err, unix.ENOENT) {
-		return nil, regID{}, nil // no job of the key was ever registered, or it was removed
+		return nil, regID{}, 0, nil // no job of the key was ever registered, or it was removed
 	}
 	if err != nil {
-		return nil, regID{}, err
+		return nil, regID{}, 0, err
 	}
 	d := os.NewFile(uintptr(fd), liveDir(key))
 	defer d.Close()
 	id, err := stamp(fd, create)
 	if err != nil {
-		return nil, regID{}, err
+		return nil, regID{}, 0, err
 	}
+	// The entries and the tally as one: no register or unregister between.
+	defer lockTally(fd, unix.LOCK_SH)()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return nil, regID{}, err
+		return nil, regID{}, 0, err
+	}
+	missing := 1
+	if v, ok := readTally(fd); ok {
+		missing = max(v-entries(names, key), 0)
 	}
 	var dead []string
 	for _, base := range names {
@@ -139,7 +266,7 @@ func registered(key string, create bool) ([]string, regID, error) {
 			dead = append(dead, base)
 		}
 	}
-	return dead, id, nil
+	return dead, id, missing, nil
 }
 
 // regID is a registry directory's identity: the random content of its
@@ -215,7 +342,7 @@ func (b *Box) Recheck() string {
 		return ""
 	}
 	key := keyHash(b.opts.Key)
-	dead, id, err := registered(key, false)
+	dead, id, missing, err := registeredTally(key, false)
 	if err != nil {
 		return fmt.Sprintf("%v: %v", errNoRegistry, err)
 	}
@@ -228,6 +355,9 @@ func (b *Box) Recheck() string {
 	if len(dead) > 0 {
 		o, _ := parseToken(dead[0])
 		return fmt.Sprintf("a job of leaderrun %d, which is dead, is registered (%s)", o.pid, dead[0])
+	}
+	if missing > 0 {
+		return fmt.Sprintf("%s/%s holds %d entries fewer than were registered (removed by hand?), or keeps no tally: their jobs may have been left since", sealDir(), liveDir(key), missing)
 	}
 	b.mu.Lock()
 	spared := b.spared

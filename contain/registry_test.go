@@ -181,3 +181,58 @@ func TestRecheckSweepsOnceTheRegistryWasDeleted(t *testing.T) {
 		t.Errorf("recheck after the sweep that read the new registry: %q", why)
 	}
 }
+
+// An entry removed by hand (an operator cleaning what the docs say stays
+// behind, a cleaner of old files) while its job runs: should its
+// leaderrun and guard then be killed together, nothing would name the
+// leftover to a Recheck. The tally shows the entry missing, and Recheck
+// asks for a sweep until one finds every live job of the key with its
+// entry again; an entry removed as its job ends leaves nothing missing.
+func TestRecheckSweepsOnceAnEntryWasRemovedByHand(t *testing.T) {
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00tally-" + strconv.Itoa(os.Getpid())
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Fatalf("recheck of a key just swept: %q", why)
+	}
+	ended, err := b.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := b.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ended.Remove(); err != nil { // its job is gone
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Fatalf("recheck after a job's own removal: %q", why)
+	}
+	base, _ := unseal(kept.token)
+	if err := os.Remove(filepath.Join(sealDir(), liveDir(tokenKey(base)), base)); err != nil {
+		t.Fatal(err)
+	}
+	why := b.Recheck()
+	if !strings.Contains(why, "fewer than were registered") {
+		t.Fatalf("recheck after an entry was removed by hand: %q, want a sweep asked for", why)
+	}
+	// A sweep that finds the job's process alive without its entry
+	// (none runs here: the job never started) leaves it asking; one that
+	// finds every live job registered settles the tally.
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Fatalf("recheck after a sweep found every live job registered: %q", why)
+	}
+	_ = kept.Remove()
+}

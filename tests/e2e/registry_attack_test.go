@@ -61,6 +61,22 @@ func leftoverAfterTheStandbysSweep(t *testing.T, dir, job string, lose func(t *t
 	nextLeaderSwept(t, b, dir, daemon, "daemon")
 }
 
+// TestLeftoverSweptAfterItsRegistryEntryWasRemoved: one registry entry
+// of a live job removed (an operator cleaning the entries the docs say
+// stay behind, or a cleaner of old files under /tmp/leaderrun-UID, where
+// a user's registry lives, aging the entry of a job that has run for
+// days), then its leaderrun and guard killed together. The standby's
+// re-check found neither the entry nor a changed directory, and its child
+// started beside the leftover; the registry's tally now shows the entry
+// missing.
+func TestLeftoverSweptAfterItsRegistryEntryWasRemoved(t *testing.T) {
+	leftoverAfterRegistryLoss(t, func(t *testing.T, entry string) {
+		if err := os.Remove(entry); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestLeftoverSweptAfterTheRegistryDirectoryWasRemoved: an operator
 // removes the key's registry directory (`rm -rf /run/leaderrun/live.*`,
 // cleaning up the entries the docs say stay behind) while a job runs;
