@@ -248,3 +248,29 @@ func TestLeftoverSweptAfterACleanerAgedItsRegistryEntry(t *testing.T) {
 		}
 	})
 }
+
+// TestLeftoverSweptAfterTheTallyAndAnEntryWereRemovedAndAnotherSweep:
+// an operator removes the registry's tally and then a live job's entry
+// (cleaning the whole of live.KEYHASH by hand, file by file), and a
+// third leaderrun of the key starts on the host and stops again before
+// the job's leaderrun and guard are killed together. Its start-up sweep
+// spared the unregistered job (its leaderrun lived) but, finding no
+// tally, set one to the entries left: the entry's loss was laundered,
+// and the standby, whose own sweep predates it all, re-checked nothing
+// missing and started its child beside the leftover. A sweep that
+// spared a live job without an entry must leave no tally at all.
+func TestLeftoverSweptAfterTheTallyAndAnEntryWereRemovedAndAnotherSweep(t *testing.T) {
+	dir := t.TempDir()
+	leftoverAfterTheStandbysSweep(t, dir, daemonizingJob(dir, "env -u LEADER_KEY "), func(t *testing.T, entry string) {
+		for _, f := range []string{filepath.Join(filepath.Dir(entry), "tally"), entry} {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args := append(localArgs(dir, "k"), "--contain", "group", "--log-level", "debug")
+		c := start(t, "C", nil, withCommand(args, "sleep 1000")...)
+		waitFor(t, 15*time.Second, "the third leaderrun to campaign", func() bool { return strings.Contains(c.Output(), "waiting for the holder") })
+		c.Signal(syscall.SIGTERM)
+		c.Wait(15 * time.Second)
+	})
+}
