@@ -340,8 +340,8 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 		}
 	}
 	forget(dead)
-	// Every live job of the key has its entry, or the registry keeps no
-	// tally yet: the tally is what is there (registry.go).
+	// Every live job of the key has its entry: the tally is what is
+	// there (registry.go).
 	recount(key, reg, len(sw.spared) == 0)
 	b.mu.Lock()
 	b.spared = sw.sparedOwners()

@@ -116,11 +116,10 @@ func unregister(tok string) {
 // removes, both under the flock of the stamp, so that an entry removed by
 // hand (an operator cleaning what the docs say stays behind, a cleaner of
 // old files) shows as one missing. A Recheck that finds fewer entries
-// than the tally sweeps in full: the job of that entry may have been left
-// behind since. A Sweep sets the tally to the entries it leaves when its
-// scans found no live job of the key without an entry (spared), since
-// every live job then has one, or when there is no tally yet (see
-// recount).
+// than the tally, or no tally, sweeps in full: the job of that entry may
+// have been left behind since. A Sweep sets the tally to the entries it
+// leaves only when its scans found no live job of the key without an
+// entry (spared), since every live job then has one (see recount).
 const tallyName = "tally"
 
 // lockTally takes the flock of registry directory dfd's stamp, how
@@ -182,12 +181,19 @@ func entries(names []string, key string) int {
 }
 
 // recount sets the tally of key's registry to the entries it holds, if
-// the directory is still the one id names and, unless all (the caller
-// knows every live job of the key has an entry), if it has no tally yet:
-// a job spared by the sweep without an entry may be one whose entry was
-// removed by hand, which the tally must go on counting, or one of an
-// older leaderrun that registers nothing.
+// the directory is still the one id names and all (the caller knows
+// every live job of the key has an entry). Never otherwise, not even
+// where there is no tally yet: a job spared by the sweep without an
+// entry may be one whose entry was removed by hand, with the tally
+// before it (an operator emptying live.KEYHASH file by file), and a
+// tally of the entries left would hide it from the Rechecks of every
+// other leaderrun of the key, whose sweeps did not spare it; without a
+// tally they sweep in full until a sweep finds every live job
+// registered.
 func recount(key string, id regID, all bool) {
+	if !all {
+		return
+	}
 	fd, err := openLiveDir(key, false)
 	if err != nil {
 		return
@@ -195,9 +201,6 @@ func recount(key string, id regID, all bool) {
 	defer unix.Close(fd)
 	defer lockTally(fd, unix.LOCK_EX)()
 	if now, err := stamp(fd, false); err != nil || now != id || id == (regID{}) {
-		return
-	}
-	if _, ok := readTally(fd); ok && !all {
 		return
 	}
 	names, err := readNames(fd)
