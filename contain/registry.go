@@ -181,17 +181,20 @@ func entries(names []string, key string) int {
 }
 
 // recount sets the tally of key's registry to the entries it holds, if
-// the directory is still the one id names and all (the caller knows
-// every live job of the key has an entry). Never otherwise, not even
-// where there is no tally yet: a job spared by the sweep without an
-// entry may be one whose entry was removed by hand, with the tally
-// before it (an operator emptying live.KEYHASH file by file), and a
-// tally of the entries left would hide it from the Rechecks of every
-// other leaderrun of the key, whose sweeps did not spare it; without a
-// tally they sweep in full until a sweep finds every live job
-// registered.
-func recount(key string, id regID, all bool) {
-	if !all {
+// the directory is still the one id names and the caller knows every
+// live job of the key has an entry (all), or if the sweep made id's
+// stamp itself (fresh): no Recheck trusts a directory whose stamp no
+// sweep read before, so none can be misled by what the tally leaves
+// out. Never otherwise, not even where there is no tally: a job spared
+// by the sweep without an entry may be one whose entry was removed by
+// hand, with the tally before it (an operator emptying live.KEYHASH
+// file by file), and a tally of the entries left would hide it from the
+// Rechecks of every other leaderrun of the key, whose sweeps did not
+// spare it; without a tally they sweep in full until a sweep finds
+// every live job registered. before is how many entries were missing
+// by the tally before the sweep's scans (registeredTally).
+func recount(key string, id regID, all, fresh bool, before int) {
+	if !all && !fresh {
 		return
 	}
 	fd, err := openLiveDir(key, false)
@@ -227,40 +230,44 @@ func readNames(dfd int) ([]string, error) {
 // directory and its stamp if they are missing, and a missing one is none
 // (the zero regID).
 func registered(key string, create bool) ([]string, regID, error) {
-	dead, id, _, err := registeredTally(key, create)
+	dead, id, _, _, err := registeredTally(key, create)
 	return dead, id, err
 }
 
 // registeredTally is registered, and also reports how many entries are
-// missing by the tally: 1 when there is no tally.
-func registeredTally(key string, create bool) ([]string, regID, int, error) {
+// missing by the tally (1 when there is no tally), and whether this call
+// made the stamp (fresh).
+func registeredTally(key string, create bool) (dead []string, id regID, missing int, fresh bool, err error) {
 	if err := SealError(); err != nil {
-		return nil, regID{}, 0, err
+		return nil, regID{}, 0, false, err
 	}
 	fd, err := openLiveDir(key, create)
 	if !create && errors.Is(err, unix.ENOENT) {
-		return nil, regID{}, 0, nil // no job of the key was ever registered, or it was removed
+		return nil, regID{}, 0, false, nil // no job of the key was ever registered, or it was removed
 	}
 	if err != nil {
-		return nil, regID{}, 0, err
+		return nil, regID{}, 0, false, err
 	}
 	d := os.NewFile(uintptr(fd), liveDir(key))
 	defer d.Close()
-	id, err := stamp(fd, create)
+	id, err = stamp(fd, false)
+	if err == nil && id == (regID{}) && create {
+		fresh = true
+		id, err = stamp(fd, true)
+	}
 	if err != nil {
-		return nil, regID{}, 0, err
+		return nil, regID{}, 0, false, err
 	}
 	// The entries and the tally as one: no register or unregister between.
 	defer lockTally(fd, unix.LOCK_SH)()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return nil, regID{}, 0, err
+		return nil, regID{}, 0, false, err
 	}
-	missing := 1
+	missing = 1
 	if v, ok := readTally(fd); ok {
 		missing = max(v-entries(names, key), 0)
 	}
-	var dead []string
 	for _, base := range names {
 		if !strings.HasSuffix(base, "."+key) {
 			continue // writePrivate's file, not yet in place
@@ -269,7 +276,7 @@ func registeredTally(key string, create bool) ([]string, regID, int, error) {
 			dead = append(dead, base)
 		}
 	}
-	return dead, id, missing, nil
+	return dead, id, missing, fresh, nil
 }
 
 // regID is a registry directory's identity: the random content of its
@@ -345,7 +352,7 @@ func (b *Box) Recheck() string {
 		return ""
 	}
 	key := keyHash(b.opts.Key)
-	dead, id, missing, err := registeredTally(key, false)
+	dead, id, missing, _, err := registeredTally(key, false)
 	if err != nil {
 		return fmt.Sprintf("%v: %v", errNoRegistry, err)
 	}
