@@ -236,3 +236,42 @@ func TestRecheckSweepsOnceAnEntryWasRemovedByHand(t *testing.T) {
 	}
 	_ = kept.Remove()
 }
+
+// An entry removed by hand after a sweep's last scan, which saw its job
+// registered, and before the sweep's recount: counting the entries then
+// left would take the loss into the tally, and the next Recheck would
+// vouch for the host should the job's leaderrun and guard be killed
+// together. The recount keeps the tally when more entries are missing
+// than were before the scans.
+func TestRecountKeepsAnEntryRemovedDuringTheSweep(t *testing.T) {
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00recount-" + strconv.Itoa(os.Getpid())
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := b.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Remove()
+	// What a sweep reads before its scans.
+	_, id, before, _, err := registeredTally(keyHash(key), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ := unseal(kept.token)
+	if err := os.Remove(filepath.Join(sealDir(), liveDir(tokenKey(base)), base)); err != nil {
+		t.Fatal(err)
+	}
+	// Its scans found the job registered: every live job had its entry.
+	recount(keyHash(key), id, true, false, before)
+	if why := b.Recheck(); !strings.Contains(why, "fewer than were registered") {
+		t.Fatalf("recheck after an entry was removed during a sweep: %q, want a sweep asked for", why)
+	}
+}
