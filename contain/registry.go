@@ -210,7 +210,15 @@ func recount(key string, id regID, all, fresh bool, before int) {
 	if err != nil {
 		return
 	}
-	setTally(fd, entries(names, key))
+	n := entries(names, key)
+	// An entry removed since the scans without its unregister (which
+	// lowers the tally with it) is one more missing than before them: the
+	// scans may have seen its job registered. The tally keeps it, and so
+	// does a tally removed since (before 0): a full sweep settles it.
+	if v, ok := readTally(fd); ok && max(v-n, 0) > before || !ok && before == 0 && !fresh {
+		return
+	}
+	setTally(fd, n)
 }
 
 // readNames lists registry directory dfd's names.
