@@ -275,3 +275,46 @@ func TestRecountKeepsAnEntryRemovedDuringTheSweep(t *testing.T) {
 		t.Fatalf("recheck after an entry was removed during a sweep: %q, want a sweep asked for", why)
 	}
 }
+
+// An entry the tally never counted (written by a leaderrun of the
+// version before the tally, run beside this one during an upgrade with
+// --holders 2, or by one killed between its entry and the tally's
+// raise) and another entry removed by hand: as many entries as the
+// tally counts, and a Recheck that compared counts vouched for the
+// host, though the removed entry's job could be left behind. The tally
+// names the entries it counts.
+func TestRecheckSweepsOnceAnEntryWasRemovedBesideAnUncountedOne(t *testing.T) {
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00uncounted-" + strconv.Itoa(os.Getpid())
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := b.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Remove()
+	base, _ := unseal(kept.token)
+	dir := filepath.Join(sealDir(), liveDir(tokenKey(base)))
+	// An older leaderrun's entry: the file alone, of a live leaderrun
+	// (this process, as another job of it).
+	f := strings.Split(base, ".")
+	f[1] += "0000"
+	old := strings.Join(f, ".")
+	if err := os.WriteFile(filepath.Join(dir, old), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(filepath.Join(dir, old))
+	if err := os.Remove(filepath.Join(dir, base)); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why == "" {
+		t.Fatal("recheck after an entry was removed beside an uncounted one vouched for the host, want a sweep asked for")
+	}
+}
