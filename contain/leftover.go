@@ -241,7 +241,8 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 	// scans settle, their jobs are gone (registry.go).
 	// The registry's directory, made if missing, is read before the
 	// scans: Recheck trusts it only while it is this one (regID).
-	dead, reg, missing, fresh, rerr := registeredTally(key, true)
+	before, rerr := registeredTally(key, true)
+	dead, reg := before.dead, before.id
 	if rerr != nil {
 		reg = regID{}
 	}
@@ -342,7 +343,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 	forget(dead)
 	// Every live job of the key has its entry, or no Recheck trusted
 	// this directory before: the tally is what is there (registry.go).
-	recount(key, reg, len(sw.spared) == 0, fresh, missing)
+	recount(key, reg, len(sw.spared) == 0, before.fresh, before)
 	b.mu.Lock()
 	b.spared = sw.sparedOwners()
 	b.registry = reg

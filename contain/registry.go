@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -78,7 +80,7 @@ func register(tok string) error {
 	if err == nil {
 		unlock := lockTally(fd, unix.LOCK_EX)
 		if err = writeFile(fd, base, nil, true, keptMode); err == nil {
-			adjustTally(fd, +1)
+			adjustTally(fd, base, true)
 		}
 		unlock()
 		unix.Close(fd)
@@ -106,20 +108,24 @@ func unregister(tok string) {
 	}
 	defer unix.Close(fd)
 	defer lockTally(fd, unix.LOCK_EX)()
-	if unix.Unlinkat(fd, base, 0) == nil {
-		adjustTally(fd, -1)
-	}
+	_ = unix.Unlinkat(fd, base, 0)
+	adjustTally(fd, base, false)
 }
 
-// The tally (tallyName) is how many entries the registry should hold:
-// one more for each entry register writes, one fewer for each unregister
-// removes, both under the flock of the stamp, so that an entry removed by
-// hand (an operator cleaning what the docs say stays behind, a cleaner of
-// old files) shows as one missing. A Recheck that finds fewer entries
-// than the tally, or no tally, sweeps in full: the job of that entry may
-// have been left behind since. A Sweep sets the tally to the entries it
-// leaves only when its scans found no live job of the key without an
-// entry (spared), since every live job then has one (see recount).
+// The tally (tallyName) names the entries the registry should hold, one
+// a line: register adds its entry's name, unregister takes it out (its
+// job is gone, whether or not its entry was still there), both under
+// the flock of the stamp, so that an entry removed by hand (an operator
+// cleaning what the docs say stays behind, a cleaner of old files)
+// shows as missing. A Recheck that finds an entry the tally names
+// missing, or no tally, sweeps in full: the job of that entry may have
+// been left behind since. Names, not a count: an entry the tally never
+// counted (written by a leaderrun of the version before it, run beside
+// this one during an upgrade, or by one killed between its entry and
+// the tally) must not stand in for one removed. A Sweep sets the tally
+// to the entries it leaves only when its scans found no live job of the
+// key without an entry (spared), since every live job then has one (see
+// recount).
 const tallyName = "tally"
 
 // lockTally takes the flock of registry directory dfd's stamp, how
@@ -138,46 +144,83 @@ func lockTally(dfd, how int) func() {
 	return func() { unix.Close(fd) }
 }
 
-// readTally reads the tally of registry directory dfd; false if it is
-// missing or unreadable.
-func readTally(dfd int) (int, bool) {
+// maxTally bounds what readTally reads: 16384 names of about 60 bytes.
+const maxTally = 1 << 20
+
+// readTally reads the names of key's entries the tally of registry
+// directory dfd holds; false if it is missing, unreadable or not such a
+// list (a count written by an earlier version, an edit by hand).
+func readTally(dfd int, key string) (map[string]bool, bool) {
 	fd, err := unix.Openat(dfd, tallyName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return 0, false
+		return nil, false
 	}
-	defer unix.Close(fd)
-	b := make([]byte, 24)
-	n, err := unix.Read(fd, b)
-	if err != nil || n <= 0 {
-		return 0, false
+	f := os.NewFile(uintptr(fd), tallyName)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTally+1))
+	if err != nil || len(b) > maxTally {
+		return nil, false
 	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
-	return v, err == nil && v >= 0
+	names := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+		if _, ok := parseToken(line); !ok || tokenKey(line) != key {
+			return nil, false
+		}
+		names[line] = true
+	}
+	return names, true
 }
 
-// setTally writes the tally of registry directory dfd.
-func setTally(dfd, v int) {
-	_ = writeFile(dfd, tallyName, []byte(strconv.Itoa(max(v, 0))+"\n"), true, keptMode)
-}
-
-// adjustTally moves the tally of registry directory dfd by delta, if it
-// has one; the caller holds the stamp's flock.
-func adjustTally(dfd, delta int) {
-	if v, ok := readTally(dfd); ok {
-		setTally(dfd, v+delta)
+// setTally writes the tally of registry directory dfd: names.
+func setTally(dfd int, names map[string]bool) {
+	list := make([]string, 0, len(names))
+	for n := range names {
+		list = append(list, n+"\n")
 	}
+	slices.Sort(list)
+	_ = writeFile(dfd, tallyName, []byte(strings.Join(list, "")), true, keptMode)
 }
 
-// entries counts the registry's entries of key in the names of its
+// adjustTally adds base to the tally of registry directory dfd, or takes
+// it out, if there is a tally; the caller holds the stamp's flock.
+func adjustTally(dfd int, base string, add bool) {
+	names, ok := readTally(dfd, tokenKey(base))
+	if !ok || names[base] == add {
+		return
+	}
+	if add {
+		names[base] = true
+	} else {
+		delete(names, base)
+	}
+	setTally(dfd, names)
+}
+
+// present lists the registry's entries of key among the names of its
 // directory.
-func entries(names []string, key string) int {
-	n := 0
+func present(names []string, key string) map[string]bool {
+	out := map[string]bool{}
 	for _, base := range names {
 		if strings.HasSuffix(base, "."+key) {
-			n++
+			out[base] = true
 		}
 	}
-	return n
+	return out
+}
+
+// absent lists the names tally holds that are not entries in here.
+func absent(tally, here map[string]bool) []string {
+	var out []string
+	for n := range tally {
+		if !here[n] {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // recount sets the tally of key's registry to the entries it holds, if
@@ -191,9 +234,11 @@ func entries(names []string, key string) int {
 // file by file), and a tally of the entries left would hide it from the
 // Rechecks of every other leaderrun of the key, whose sweeps did not
 // spare it; without a tally they sweep in full until a sweep finds
-// every live job registered. before is how many entries were missing
-// by the tally before the sweep's scans (registeredTally).
-func recount(key string, id regID, all, fresh bool, before int) {
+// every live job registered. before is what registeredTally read before
+// the sweep's scans: an entry missing now that was not then was removed
+// after the scans may have seen its job registered, and a tally gone now
+// was removed during the sweep.
+func recount(key string, id regID, all, fresh bool, before regState) {
 	if !all && !fresh {
 		return
 	}
@@ -210,15 +255,17 @@ func recount(key string, id regID, all, fresh bool, before int) {
 	if err != nil {
 		return
 	}
-	n := entries(names, key)
-	// An entry removed since the scans without its unregister (which
-	// lowers the tally with it) is one more missing than before them: the
-	// scans may have seen its job registered. The tally keeps it, and so
-	// does a tally removed since (before 0): a full sweep settles it.
-	if v, ok := readTally(fd); ok && max(v-n, 0) > before || !ok && before == 0 && !fresh {
+	here := present(names, key)
+	tally, ok := readTally(fd, key)
+	if !ok && before.tallied && !fresh {
 		return
 	}
-	setTally(fd, n)
+	for _, n := range absent(tally, here) {
+		if !slices.Contains(before.gone, n) {
+			return
+		}
+	}
+	setTally(fd, here)
 }
 
 // readNames lists registry directory dfd's names.
@@ -238,53 +285,66 @@ func readNames(dfd int) ([]string, error) {
 // directory and its stamp if they are missing, and a missing one is none
 // (the zero regID).
 func registered(key string, create bool) ([]string, regID, error) {
-	dead, id, _, _, err := registeredTally(key, create)
-	return dead, id, err
+	st, err := registeredTally(key, create)
+	return st.dead, st.id, err
 }
 
-// registeredTally is registered, and also reports how many entries are
-// missing by the tally (1 when there is no tally), and whether this call
-// made the stamp (fresh).
-func registeredTally(key string, create bool) (dead []string, id regID, missing int, fresh bool, err error) {
+// regState is what registeredTally read of a registry directory.
+type regState struct {
+	dead    []string // entries of dead leaderruns (registered)
+	id      regID    // the directory's identity (registered)
+	gone    []string // the names the tally holds that are not entries
+	tallied bool     // whether it has a tally
+	fresh   bool     // whether this call made its stamp
+}
+
+// missing reports whether an entry the tally names is missing, or there
+// is no tally.
+func (r regState) missing() bool { return !r.tallied || len(r.gone) > 0 }
+
+// registeredTally is registered, and also reads the tally against the
+// entries.
+func registeredTally(key string, create bool) (regState, error) {
 	if err := SealError(); err != nil {
-		return nil, regID{}, 0, false, err
+		return regState{}, err
 	}
 	fd, err := openLiveDir(key, create)
 	if !create && errors.Is(err, unix.ENOENT) {
-		return nil, regID{}, 0, false, nil // no job of the key was ever registered, or it was removed
+		return regState{}, nil // no job of the key was ever registered, or it was removed
 	}
 	if err != nil {
-		return nil, regID{}, 0, false, err
+		return regState{}, err
 	}
 	d := os.NewFile(uintptr(fd), liveDir(key))
 	defer d.Close()
-	id, err = stamp(fd, false)
-	if err == nil && id == (regID{}) && create {
-		fresh = true
-		id, err = stamp(fd, true)
+	var r regState
+	r.id, err = stamp(fd, false)
+	if err == nil && r.id == (regID{}) && create {
+		r.fresh = true
+		r.id, err = stamp(fd, true)
 	}
 	if err != nil {
-		return nil, regID{}, 0, false, err
+		return regState{}, err
 	}
 	// The entries and the tally as one: no register or unregister between.
 	defer lockTally(fd, unix.LOCK_SH)()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return nil, regID{}, 0, false, err
+		return regState{}, err
 	}
-	missing = 1
-	if v, ok := readTally(fd); ok {
-		missing = max(v-entries(names, key), 0)
+	if tally, ok := readTally(fd, key); ok {
+		r.tallied = true
+		r.gone = absent(tally, present(names, key))
 	}
 	for _, base := range names {
 		if !strings.HasSuffix(base, "."+key) {
 			continue // writePrivate's file, not yet in place
 		}
 		if _, ok := leftoverOf(base, key); ok {
-			dead = append(dead, base)
+			r.dead = append(r.dead, base)
 		}
 	}
-	return dead, id, missing, fresh, nil
+	return r, nil
 }
 
 // regID is a registry directory's identity: the random content of its
@@ -360,7 +420,8 @@ func (b *Box) Recheck() string {
 		return ""
 	}
 	key := keyHash(b.opts.Key)
-	dead, id, missing, _, err := registeredTally(key, false)
+	reg, err := registeredTally(key, false)
+	dead, id := reg.dead, reg.id
 	if err != nil {
 		return fmt.Sprintf("%v: %v", errNoRegistry, err)
 	}
@@ -374,8 +435,11 @@ func (b *Box) Recheck() string {
 		o, _ := parseToken(dead[0])
 		return fmt.Sprintf("a job of leaderrun %d, which is dead, is registered (%s)", o.pid, dead[0])
 	}
-	if missing > 0 {
-		return fmt.Sprintf("%s/%s holds %d entries fewer than were registered (removed by hand?), or keeps no tally: their jobs may have been left since", sealDir(), liveDir(key), missing)
+	if !reg.tallied {
+		return fmt.Sprintf("%s/%s keeps no tally of its entries: one removed by hand with it would not show", sealDir(), liveDir(key))
+	}
+	if len(reg.gone) > 0 {
+		return fmt.Sprintf("%s/%s holds %d entries fewer than were registered (removed by hand?), %s first: their jobs may have been left since", sealDir(), liveDir(key), len(reg.gone), reg.gone[0])
 	}
 	b.mu.Lock()
 	spared := b.spared

@@ -261,7 +261,7 @@ func TestRecountKeepsAnEntryRemovedDuringTheSweep(t *testing.T) {
 	}
 	defer kept.Remove()
 	// What a sweep reads before its scans.
-	_, id, before, _, err := registeredTally(keyHash(key), true)
+	before, err := registeredTally(keyHash(key), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestRecountKeepsAnEntryRemovedDuringTheSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its scans found the job registered: every live job had its entry.
-	recount(keyHash(key), id, true, false, before)
+	recount(keyHash(key), before.id, true, false, before)
 	if why := b.Recheck(); !strings.Contains(why, "fewer than were registered") {
 		t.Fatalf("recheck after an entry was removed during a sweep: %q, want a sweep asked for", why)
 	}
