@@ -318,3 +318,40 @@ func TestRecheckSweepsOnceAnEntryWasRemovedBesideAnUncountedOne(t *testing.T) {
 		t.Fatal("recheck after an entry was removed beside an uncounted one vouched for the host, want a sweep asked for")
 	}
 }
+
+// Jobs and health checks registered and removed as a leader runs them,
+// with nothing removed by hand: the tally follows them and Recheck never
+// asks for a full sweep (each would cost a term a scan of /proc).
+func TestRecheckVouchesWhileJobsAndChecksComeAndGo(t *testing.T) {
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00steady-" + strconv.Itoa(os.Getpid())
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		j, err := b.NewJob()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.NewCheck()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if why := b.Recheck(); why != "" {
+			t.Fatalf("round %d, recheck beside a running job and check: %q", i, why)
+		}
+		_ = c.Remove() // not seen gone: its entry stays
+		if err := j.Remove(); err != nil {
+			t.Fatal(err)
+		}
+		if why := b.Recheck(); why != "" {
+			t.Fatalf("round %d, recheck once they ended: %q", i, why)
+		}
+	}
+}

@@ -274,3 +274,17 @@ func TestLeftoverSweptAfterTheTallyAndAnEntryWereRemovedAndAnotherSweep(t *testi
 		c.Wait(15 * time.Second)
 	})
 }
+
+// TestLeftoverSweptAfterTheTallyWasGarbledAndAnEntryRemoved: the tally
+// overwritten by hand (a count, as the tally of an earlier version held,
+// or anything else it cannot read as names of entries), then a live
+// job's entry removed, then its leaderrun and guard killed together: a
+// tally that cannot be read is none, and the standby sweeps in full.
+func TestLeftoverSweptAfterTheTallyWasGarbledAndAnEntryRemoved(t *testing.T) {
+	leftoverAfterRegistryLoss(t, func(t *testing.T, entry string) {
+		testsupport.WriteFile(t, filepath.Join(filepath.Dir(entry), "tally"), "1\n", 0o600)
+		if err := os.Remove(entry); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
