@@ -288,3 +288,38 @@ func TestLeftoverSweptAfterTheTallyWasGarbledAndAnEntryRemoved(t *testing.T) {
 		}
 	})
 }
+
+// TestLeftoverSweptAfterAnEntryWasRemovedWithTwoHolders: --holders 2,
+// both holders on this host, each with a job registered; standby B of
+// the same key sweeps at its start. A1's entry is removed by hand, then
+// A1 and its guard are killed together while A2 runs on. B takes A1's
+// place: the tally names A1's entry missing, and B's re-check must not
+// take A2's entry for it.
+func TestLeftoverSweptAfterAnEntryWasRemovedWithTwoHolders(t *testing.T) {
+	dir := t.TempDir()
+	args := func(id string) []string {
+		return append(localArgs(dir, "k"), "--holders", "2", "--id", id, "--contain", "group", "--log-level", "debug")
+	}
+	later := `while [ ! -e ` + dir + `/go ]; do sleep 0.05; done
+` + daemonizingJob(dir, "env -u LEADER_KEY ")
+	a1 := start(t, "A1", nil, withCommand(args("a1"), later)...)
+	waitFor(t, 15*time.Second, "A1's child to start", func() bool { return strings.Contains(a1.Output(), "child started") })
+	a2 := start(t, "A2", nil, withCommand(args("a2"), "exec sleep 1000")...)
+	waitFor(t, 15*time.Second, "A2's child to start", func() bool { return strings.Contains(a2.Output(), "child started") })
+	b := start(t, "B", nil, withCommand(args("b"), checkingJob(dir))...)
+	waitFor(t, 15*time.Second, "the standby to campaign", func() bool { return strings.Contains(b.Output(), "campaigning") })
+	testsupport.WriteFile(t, filepath.Join(dir, "go"), "", 0o644)
+	daemon := jobPids(t, dir, 1)[0]
+	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	if err := os.Remove(registryEntryOf(t, a1.Pid())); err != nil {
+		t.Fatal(err)
+	}
+	registryEntryOf(t, a2.Pid())
+	killBoth(t, a1)
+	if !contain.ProcessAlive(daemon) {
+		t.Fatalf("the daemon %d died with its supervisors: nothing left to sweep", daemon)
+	}
+	nextLeaderSwept(t, b, dir, daemon, "daemon")
+	a2.Signal(syscall.SIGTERM)
+	a2.Wait(15 * time.Second)
+}
