@@ -355,3 +355,37 @@ func TestRecheckVouchesWhileJobsAndChecksComeAndGo(t *testing.T) {
 		}
 	}
 }
+
+// An entry removed by hand whose job then ends as jobs do (seen gone):
+// its name leaves the tally with it, and Recheck vouches at once, with
+// no full sweep left to settle a count.
+func TestRecheckVouchesOnceAJobWhoseEntryWasRemovedEnded(t *testing.T) {
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00ended-" + strconv.Itoa(os.Getpid())
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	j, err := b.NewJob()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ := unseal(j.token)
+	if err := os.Remove(filepath.Join(sealDir(), liveDir(tokenKey(base)), base)); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why == "" {
+		t.Fatal("recheck while a job's entry is missing vouched for the host")
+	}
+	if err := j.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if why := b.Recheck(); why != "" {
+		t.Fatalf("recheck once the job ended: %q", why)
+	}
+}
