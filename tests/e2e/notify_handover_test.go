@@ -81,7 +81,10 @@ func TestNoGuardRetryIsNoStopForSystemd(t *testing.T) {
 	cmd := exec.Command(filepath.Join(bin, "leaderrun"), withCommand(localArgs(dir, "k"), "exec sleep 1000")...)
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
 	p := launch(t, "no-guard", cmd)
-	notifyUntil(t, msgs, "STATUS=stopping", 20*time.Second)
+	// "stopping (…)" while the term ends, "stopped (…); released" once it
+	// has: systemd hears the state of the moment, and with GOMAXPROCS 1
+	// the supervisor may release before the notifier runs.
+	notifyUntil(t, msgs, "STATUS=stopp", 20*time.Second)
 	notifyUntil(t, msgs, "STATUS=campaigning for", 20*time.Second)
 	p.Signal(syscall.SIGTERM)
 	p.Wait(20 * time.Second)
