@@ -189,17 +189,7 @@ func TestRecheckSweepsOnceTheRegistryWasDeleted(t *testing.T) {
 // asks for a sweep until one finds every live job of the key with its
 // entry again; an entry removed as its job ends leaves nothing missing.
 func TestRecheckSweepsOnceAnEntryWasRemovedByHand(t *testing.T) {
-	if err := SealError(); err != nil {
-		t.Skipf("no marker key: %v", err)
-	}
-	key := "local\x00leaderrun\x00tally-" + strconv.Itoa(os.Getpid())
-	b, err := Open(Group, Options{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Sweep(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	b, _ := sweptBox(t, "tally")
 	if why := b.Recheck(); why != "" {
 		t.Fatalf("recheck of a key just swept: %q", why)
 	}
@@ -244,17 +234,7 @@ func TestRecheckSweepsOnceAnEntryWasRemovedByHand(t *testing.T) {
 // together. The recount keeps the tally when more entries are missing
 // than were before the scans.
 func TestRecountKeepsAnEntryRemovedDuringTheSweep(t *testing.T) {
-	if err := SealError(); err != nil {
-		t.Skipf("no marker key: %v", err)
-	}
-	key := "local\x00leaderrun\x00recount-" + strconv.Itoa(os.Getpid())
-	b, err := Open(Group, Options{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Sweep(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	b, key := sweptBox(t, "recount")
 	kept, err := b.NewJob()
 	if err != nil {
 		t.Fatal(err)
@@ -284,17 +264,7 @@ func TestRecountKeepsAnEntryRemovedDuringTheSweep(t *testing.T) {
 // host, though the removed entry's job could be left behind. The tally
 // names the entries it counts.
 func TestRecheckSweepsOnceAnEntryWasRemovedBesideAnUncountedOne(t *testing.T) {
-	if err := SealError(); err != nil {
-		t.Skipf("no marker key: %v", err)
-	}
-	key := "local\x00leaderrun\x00uncounted-" + strconv.Itoa(os.Getpid())
-	b, err := Open(Group, Options{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Sweep(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	b, _ := sweptBox(t, "uncounted")
 	kept, err := b.NewJob()
 	if err != nil {
 		t.Fatal(err)
@@ -323,17 +293,7 @@ func TestRecheckSweepsOnceAnEntryWasRemovedBesideAnUncountedOne(t *testing.T) {
 // with nothing removed by hand: the tally follows them and Recheck never
 // asks for a full sweep (each would cost a term a scan of /proc).
 func TestRecheckVouchesWhileJobsAndChecksComeAndGo(t *testing.T) {
-	if err := SealError(); err != nil {
-		t.Skipf("no marker key: %v", err)
-	}
-	key := "local\x00leaderrun\x00steady-" + strconv.Itoa(os.Getpid())
-	b, err := Open(Group, Options{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Sweep(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	b, _ := sweptBox(t, "steady")
 	for i := range 3 {
 		j, err := b.NewJob()
 		if err != nil {
@@ -360,17 +320,7 @@ func TestRecheckVouchesWhileJobsAndChecksComeAndGo(t *testing.T) {
 // its name leaves the tally with it, and Recheck vouches at once, with
 // no full sweep left to settle a count.
 func TestRecheckVouchesOnceAJobWhoseEntryWasRemovedEnded(t *testing.T) {
-	if err := SealError(); err != nil {
-		t.Skipf("no marker key: %v", err)
-	}
-	key := "local\x00leaderrun\x00ended-" + strconv.Itoa(os.Getpid())
-	b, err := Open(Group, Options{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Sweep(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	b, _ := sweptBox(t, "ended")
 	j, err := b.NewJob()
 	if err != nil {
 		t.Fatal(err)
@@ -388,4 +338,23 @@ func TestRecheckVouchesOnceAJobWhoseEntryWasRemovedEnded(t *testing.T) {
 	if why := b.Recheck(); why != "" {
 		t.Fatalf("recheck once the job ended: %q", why)
 	}
+}
+
+// sweptBox opens a group-mode box of a key of its own, named after name
+// and this process, and sweeps it once: its registry is then the one
+// Recheck trusts. It skips without a marker key.
+func sweptBox(t *testing.T, name string) (*Box, string) {
+	t.Helper()
+	if err := SealError(); err != nil {
+		t.Skipf("no marker key: %v", err)
+	}
+	key := "local\x00leaderrun\x00" + name + "-" + strconv.Itoa(os.Getpid())
+	b, err := Open(Group, Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sweep(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return b, key
 }
