@@ -258,9 +258,11 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 		return l
 	}
 	var cgroups []string
+	defer raisePriority()()
 	sw := newSweeper(key)
 	defer sw.cursor.close()
 	quiet, calm, scans := 0, 0, 0
+	settledScans, freeScans := 0, 0 // for the error
 	begun := time.Now()
 	end := begun.Add(timeout)
 	for {
@@ -295,6 +297,12 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 				l.Comm[p.pid] = p.comm
 			}
 		}
+		if settled {
+			settledScans++
+		}
+		if wrapFree {
+			freeScans++
+		}
 		if alive == 0 && wrapFree {
 			calm++
 		} else {
@@ -322,7 +330,7 @@ func (b *Box) Sweep(timeout time.Duration) ([]Leftover, error) {
 		}
 		if time.Now().After(end) {
 			if alive == 0 {
-				return list(found, order), fmt.Errorf("leftover jobs not seen gone after %s: processes kept exiting while /proc was read", timeout)
+				return list(found, order), fmt.Errorf("leftover jobs not seen gone after %s: processes kept exiting while /proc was read (%d scans, %d settled, %d wrap-free: %s)", timeout, scans, settledScans, freeScans, sw.cursor)
 			}
 			return list(found, order), fmt.Errorf("%d processes of leftover jobs still alive after %s", alive, timeout)
 		}

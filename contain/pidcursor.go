@@ -3,6 +3,7 @@
 package contain
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -29,6 +30,11 @@ type pidCursor struct {
 	last int       // the last sample, -1 before the first and after one failed
 	at   time.Time // when it was taken
 	buf  [24]byte
+
+	// What made marks say wrapped, for the sweep's error: the cursor seen
+	// lower, and gaps too long to tell (the longest).
+	downs, gaps int
+	longest     time.Duration
 }
 
 // maxForkRate bounds how many processes a host forks in a second; far above
@@ -57,6 +63,14 @@ func openPidCursor() *pidCursor {
 	}
 	c.last, c.at = c.read(), time.Now()
 	return c
+}
+
+// String tells what kept scans from being wrap-free.
+func (c *pidCursor) String() string {
+	if c == nil {
+		return "the pid cursor unreadable"
+	}
+	return fmt.Sprintf("pids went round %d times, %d pauses too long to tell (longest %s)", c.downs, c.gaps, c.longest.Round(time.Millisecond))
 }
 
 func (c *pidCursor) close() {
@@ -91,8 +105,11 @@ func (c *pidCursor) mark() (wrapped bool) {
 	switch {
 	case v < 0, c.last < 0, v < c.last:
 		wrapped = true
+		c.downs++
 	case now.Sub(c.at) >= time.Duration(c.max-300)*time.Second/maxForkRate:
 		wrapped = true
+		c.gaps++
+		c.longest = max(c.longest, now.Sub(c.at))
 	}
 	c.last, c.at = v, now
 	return wrapped

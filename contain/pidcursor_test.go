@@ -3,7 +3,12 @@
 package contain
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,5 +41,38 @@ func TestPidCursorSeesWraps(t *testing.T) {
 	}
 	if (*pidCursor)(nil).mark() != true {
 		t.Errorf("a cursor that cannot be read must never say wrap-free")
+	}
+}
+
+// TestSweepRunsAtRaisedPriority: as root, a sweep's thread runs at
+// sweepNice and is put back after (raisePriority), so that a host whose
+// cores are all busy does not pause its scans long enough to count as a
+// wrap.
+func TestSweepRunsAtRaisedPriority(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to raise a priority")
+	}
+	nice := func() int {
+		b, err := os.ReadFile("/proc/thread-self/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+		n, err := strconv.Atoi(f[16]) // field 19, counted from state (3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := nice()
+	restore := raisePriority()
+	if got := nice(); got != sweepNice {
+		t.Errorf("nice during the sweep: %d, want %d", got, sweepNice)
+	}
+	restore()
+	if got := nice(); got != before {
+		t.Errorf("nice after the sweep: %d, want %d as before", got, before)
 	}
 }
