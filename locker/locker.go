@@ -100,6 +100,16 @@ type Locker interface {
 	Close() error
 }
 
+// Confirmed is implemented by a Lease whose Acquire ended with a renewal
+// made after its wait, beside its last check, and answered. That renewal's
+// send time and grant stand for the supervisor's confirm, which then makes
+// no round trip of its own (DESIGN §1.2): the deadline counts from a send
+// made after the wait, as the confirm's would. ok is false after the first
+// call, and where Acquire made no such renewal.
+type Confirmed interface {
+	Confirmation() (sent time.Time, granted time.Duration, ok bool)
+}
+
 // Lease is one leadership: it exists from a successful Acquire until Release
 // or until it is lost. It is not safe for concurrent Renew calls.
 type Lease interface {

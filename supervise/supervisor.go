@@ -394,8 +394,18 @@ func (s *Supervisor) timedOut(ctx context.Context, failed error, w *holderWatch)
 }
 
 // confirm makes the first renewal of a new lease. Its send time, not the
-// moment Acquire returned, starts the deadline (DESIGN §1.2).
+// moment Acquire returned, starts the deadline (DESIGN §1.2). A lease whose
+// Acquire ended with such a renewal (locker.Confirmed) needs no other.
 func (s *Supervisor) confirm(lease locker.Lease) (time.Time, error) {
+	if c, ok := lease.(locker.Confirmed); ok {
+		// The acquire's own renewal, timed on the same clock as ours
+		// only when ours is the real one.
+		if _, real := s.clock.(RealClock); real {
+			if sent, granted, ok := c.Confirmation(); ok {
+				return NewDeadline(sent, s.cfg.TTL, granted), nil
+			}
+		}
+	}
 	sent := s.clock.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.renewTimeout())
 	defer cancel()

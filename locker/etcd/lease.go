@@ -30,9 +30,31 @@ type lease struct {
 
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+
+	confirmed *renewalAnswer // verify's renewal, until Confirmation takes it
 }
 
-var _ locker.Lease = (*lease)(nil)
+// renewalAnswer is a renewal's send time and what etcd granted.
+type renewalAnswer struct {
+	sent    time.Time
+	granted time.Duration
+}
+
+var (
+	_ locker.Lease     = (*lease)(nil)
+	_ locker.Confirmed = (*lease)(nil)
+)
+
+// Confirmation hands over the renewal verify sent beside its transaction,
+// once.
+func (s *lease) Confirmation() (time.Time, time.Duration, bool) {
+	c := s.confirmed
+	s.confirmed = nil
+	if c == nil {
+		return time.Time{}, 0, false
+	}
+	return c.sent, c.granted, true
+}
 
 // newLease starts watching our key from the revision after seen, at which
 // verify found it ours, before the lease is handed to the caller.

@@ -195,3 +195,50 @@ type syncBuffer = testsupport.SyncBuffer
 
 // etcdLease names the implementation where a local variable is called lease.
 type etcdLease = lease
+
+// TestAcquireConfirmsTheLease: a standby's Acquire ends with a renewal
+// sent after the holder released, beside its last check, which stands for
+// the supervisor's confirm (locker.Confirmed) once: its send time is after
+// the release, its grant the TTL, and etcd counts the lease's TTL from it.
+func TestAcquireConfirmsTheLease(t *testing.T) {
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	key := lockertest.Key(t)
+	holder := lockertest.MustAcquire(t, newLocker(t, eps, key))
+	standby := newLocker(t, eps, key)
+	got := lockertest.AcquireAsync(t, lockertest.Ctx(t, 20*time.Second), standby)
+	// Let the standby's candidate renew while it waits, so that a renewal
+	// from before the release could be mistaken for the confirm.
+	time.Sleep(2500 * time.Millisecond)
+	released := time.Now()
+	if err := holder.Release(lockertest.Ctx(t, 5*time.Second)); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	a := <-got
+	if a.Err != nil {
+		t.Fatalf("standby's acquire: %v", a.Err)
+	}
+	c, ok := a.Lease.(locker.Confirmed)
+	if !ok {
+		t.Fatal("the etcd lease does not hand over its acquire's renewal (locker.Confirmed)")
+	}
+	sent, granted, ok := c.Confirmation()
+	switch {
+	case !ok:
+		t.Fatal("Confirmation: none, want the renewal verify sent")
+	case sent.Before(released) || sent.After(a.At):
+		t.Errorf("the confirming renewal was sent %v after the release, the acquire returned %v after it: want it between", sent.Sub(released), a.At.Sub(released))
+	case granted != 5*time.Second:
+		t.Errorf("granted %v, want the TTL 5s", granted)
+	}
+	if _, _, again := c.Confirmation(); again {
+		t.Error("Confirmation answered twice; the second must be none")
+	}
+	cli := rawClient(t, eps)
+	ttl, err := cli.TimeToLive(lockertest.Ctx(t, 5*time.Second), a.Lease.(*etcdLease).id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Duration(ttl.TTL)*time.Second + time.Second; left < 5*time.Second-time.Since(sent) {
+		t.Errorf("etcd says %ds left %v after the confirm was sent: the renewal was not made", ttl.TTL, time.Since(sent))
+	}
+}

@@ -26,7 +26,8 @@ func (c *candidate) await(ctx context.Context) (*lease, error) {
 		c.keepAlive(kctx, expired)
 	}()
 	err := c.waitTurn(ctx, expired)
-	// From here on the only renewals are the supervisor's (DESIGN §1.2).
+	// From here on the only renewals are verify's, which stands for the
+	// supervisor's confirm, and the supervisor's (DESIGN §1.2).
 	stopKeepAlive()
 	wg.Wait()
 	if err != nil {
@@ -303,9 +304,28 @@ func (c *candidate) waitDelete(ctx context.Context, key string, rev int64, expir
 // that its acquired time is now, when we take over, not when we entered
 // the election and began to wait; the put keeps the key's create
 // revision (our epoch) and lease, and our watch starts after it.
+//
+// The lease's life is asked with a renewal sent beside the transaction:
+// answered, it shows the lease alive and is the term's confirm (its send
+// time starts the deadline, locker.Confirmed), so a handover waits for
+// one round trip here instead of three in a row (transaction, TimeToLive,
+// the supervisor's renewal). Which of the two etcd handles first does not
+// matter: the key lives while its lease does, and the lease lives until
+// at least the renewal's send time plus what it granted.
 func (c *candidate) verify(ctx context.Context) (*lease, error) {
 	vctx, cancel := context.WithTimeout(ctx, c.l.timeout)
 	defer cancel()
+	type renewal struct {
+		sent time.Time
+		ttl  int64
+		err  error
+	}
+	renewed := make(chan renewal, 1)
+	go func() {
+		sent := time.Now()
+		ttl, err := c.k.renew(vctx)
+		renewed <- renewal{sent, ttl, err}
+	}()
 	record := string(locker.NewHolder(c.l.opts).Record())
 	txn, err := c.cli.Txn(vctx).
 		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.rev),
@@ -315,11 +335,14 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 		Else(clientv3.OpGet(c.key)).
 		Commit()
 	if err != nil {
+		cancel()
+		<-renewed
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, classify("etcd: verify election key "+c.key, err)
 	}
+	r := <-renewed
 	if !txn.Succeeded {
 		kvs := txn.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -328,29 +351,16 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 		return nil, fmt.Errorf("etcd: election key %s was re-created (revision %d, lease %x): %w",
 			c.key, kvs[0].CreateRevision, kvs[0].Lease, errCandidacyLost)
 	}
-	ttl, err := c.cli.TimeToLive(vctx, c.id)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, classify(fmt.Sprintf("etcd: verify lease %x", c.id), err)
-	}
-	if ttl.TTL == 0 {
-		// TimeToLive truncates to whole seconds: 0 is "under a second
-		// left" or "expired, revocation pending". A renewal tells which,
-		// because etcd answers an expired lease only once it is revoked.
-		if _, err := c.k.renew(vctx); err != nil && !leaseGone(err) {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, classify(fmt.Sprintf("etcd: verify lease %x", c.id), err)
-		} else if err == nil {
-			ttl.TTL = c.ttl
-		}
-	}
-	if ttl.TTL <= 0 {
+	switch {
+	case r.err != nil && leaseGone(r.err):
 		return nil, fmt.Errorf("etcd: lease %x expired: %w", c.id, errCandidacyLost)
+	case r.err != nil && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case r.err != nil:
+		return nil, classify(fmt.Sprintf("etcd: verify lease %x", c.id), r.err)
 	}
-	c.l.log.Debug("leading", "key", c.key, "epoch", c.rev, "lease_ttl", ttl.TTL)
-	return newLease(c, txn.Header.Revision), nil
+	c.l.log.Debug("leading", "key", c.key, "epoch", c.rev, "lease_ttl", r.ttl)
+	l := newLease(c, txn.Header.Revision)
+	l.confirmed = &renewalAnswer{sent: r.sent, granted: time.Duration(r.ttl) * time.Second}
+	return l, nil
 }
