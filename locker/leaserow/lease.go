@@ -23,9 +23,22 @@ type lease struct {
 	released bool
 
 	locker.LostSignal
+
+	confirmed time.Time // the claim's send time, until Confirmation takes it
 }
 
-var _ locker.Lease = (*lease)(nil)
+var (
+	_ locker.Lease     = (*lease)(nil)
+	_ locker.Confirmed = (*lease)(nil)
+)
+
+// Confirmation hands over the claim's send time, once: the claim wrote the
+// whole row, as a renewal does, and was answered.
+func (s *lease) Confirmation() (time.Time, time.Duration, bool) {
+	sent := s.confirmed
+	s.confirmed = time.Time{}
+	return sent, s.l.opts.TTL, !sent.IsZero()
+}
 
 // Epoch is the epoch the store's counter gave our acquire.
 func (s *lease) Epoch() uint64 { return s.row.Epoch }

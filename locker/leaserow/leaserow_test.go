@@ -343,8 +343,29 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 	if ls.Epoch() <= first.Epoch() {
 		t.Fatalf("epoch %d after %d", ls.Epoch(), first.Epoch())
 	}
+	if _, _, ok := ls.(locker.Confirmed).Confirmation(); ok {
+		t.Error("a claim whose answer was lost stands for the confirm; the supervisor must renew first")
+	}
 	if _, err := ls.Renew(ctx(t)); err != nil {
 		t.Fatalf("Renew of the adopted claim: %v", err)
+	}
+}
+
+// TestAnsweredClaimIsTheConfirm: an answered claim wrote the whole row
+// under a new version, as a renewal does, so its send time stands for the
+// supervisor's confirm (locker.Confirmed), once, with the TTL.
+func TestAnsweredClaimIsTheConfirm(t *testing.T) {
+	t.Parallel()
+	db := newMemDB()
+	before := time.Now()
+	ls := lockertest.MustAcquire(t, newTestLocker(t, db, "k", "a"))
+	after := time.Now()
+	sent, granted, ok := ls.(locker.Confirmed).Confirmation()
+	if !ok || sent.Before(before) || sent.After(after) || granted != testTTL {
+		t.Fatalf("Confirmation = %v after the call, %v, %v; want a send within the acquire, the TTL %v, true", sent.Sub(before), granted, ok, testTTL)
+	}
+	if _, _, again := ls.(locker.Confirmed).Confirmation(); again {
+		t.Fatal("Confirmation answered twice")
 	}
 }
 

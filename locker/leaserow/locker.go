@@ -280,6 +280,8 @@ func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (l
 	row := l.claim(term)
 	var epoch uint64
 	var err error
+	sent := time.Now()
+	answered := true
 	if exists {
 		epoch, err = l.store.Take(cctx, cur.Version, row)
 	} else {
@@ -292,7 +294,7 @@ func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (l
 		// our term would be waited out for a TTL.
 		if cur, ok, rerr := l.read(ctx); rerr == nil && ok && cur.Term == term && cur.Version == row.Version {
 			l.log.Debug("the answer to our claim was lost, but the row is ours", "error", err)
-			epoch, err = cur.Epoch, nil
+			epoch, err, answered = cur.Epoch, nil, false
 		}
 	}
 	switch {
@@ -317,7 +319,14 @@ func (l *Locker) take(ctx context.Context, cur Row, exists bool, term string) (l
 			l.name, locker.ErrRefused, epoch, cur.Epoch)
 	}
 	l.log.Debug("acquired", "key", l.opts.Name(), "epoch", epoch)
-	return &lease{l: l, term: term, row: row}, nil
+	ls := &lease{l: l, term: term, row: row}
+	if answered {
+		// The claim is a renewal too: a write of the whole row under a
+		// version only we know, which every standby counts the TTL from
+		// as it sees it change, at or after our send (DESIGN §1.2).
+		ls.confirmed = sent
+	}
+	return ls, nil
 }
 
 // withdraw gives back a claim whose write was cut short by the caller's
