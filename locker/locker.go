@@ -110,6 +110,15 @@ type Confirmed interface {
 	Confirmation() (sent time.Time, granted time.Duration, ok bool)
 }
 
+// ControlAtWin is implemented by a Lease whose Acquire read the key's
+// control record (the one its Locker's Controls read) in the same
+// linearizable step that found the key won: the supervisor's read after
+// the win (DESIGN §1.16) is then that one, with no round trip of its own.
+// ok is false after the first call, and where Acquire read none.
+type ControlAtWin interface {
+	ControlAtWin() (c Control, ok bool, err error)
+}
+
 // Lease is one leadership: it exists from a successful Acquire until Release
 // or until it is lost. It is not safe for concurrent Renew calls.
 type Lease interface {

@@ -116,13 +116,19 @@ func (w *controlWatch) read() (locker.Control, error) {
 		c, _ = w.get()
 		return c, err
 	}
+	w.adopt(c)
+	return c, nil
+}
+
+// adopt makes c, read afresh, the record watched, if it is another
+// version.
+func (w *controlWatch) adopt(c locker.Control) {
 	w.mu.Lock()
 	newer := c.Version != w.cur.Version
 	w.mu.Unlock()
 	if newer {
 		w.set(c)
 	}
-	return c, nil
 }
 
 // heldBack says why this candidate must not campaign now ("" when it may),
@@ -271,7 +277,7 @@ func (s *Supervisor) refuseWon(lease locker.Lease) string {
 		why, _ := s.heldBack(locker.Control{})
 		return why
 	}
-	c, err := s.ctl.read()
+	c, err := s.controlAfterWin(lease)
 	if err != nil {
 		// The record as watched may predate a pause: only a read after
 		// the win shows one written before it (§1.16).
@@ -285,6 +291,21 @@ func (s *Supervisor) refuseWon(lease locker.Lease) string {
 		go s.markTaken(lease.Epoch())
 	}
 	return ""
+}
+
+// controlAfterWin reads the control record after the win: the read the
+// acquire made in the step that found the key won, where the lease has
+// one (locker.ControlAtWin), else a read of its own.
+func (s *Supervisor) controlAfterWin(lease locker.Lease) (locker.Control, error) {
+	if cw, ok := lease.(locker.ControlAtWin); ok {
+		if c, ok, err := cw.ControlAtWin(); ok {
+			if err == nil {
+				s.ctl.adopt(c)
+			}
+			return c, err
+		}
+	}
+	return s.ctl.read()
 }
 
 // errControlUnread starts the reason a won term is given back when the

@@ -31,7 +31,18 @@ type lease struct {
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 
-	confirmed *renewalAnswer // verify's renewal, until Confirmation takes it
+	confirmed  *renewalAnswer // verify's renewal, until Confirmation takes it
+	control    *controlRead   // the control record verify read, until ControlAtWin takes it
+	controlKey string
+}
+
+// controlRead is the control record as a read found it: its value and
+// version (its ModRevision, as the records store gives it), ok false when
+// there was none.
+type controlRead struct {
+	value   []byte
+	version string
+	ok      bool
 }
 
 // renewalAnswer is a renewal's send time and what etcd granted.
@@ -41,9 +52,28 @@ type renewalAnswer struct {
 }
 
 var (
-	_ locker.Lease     = (*lease)(nil)
-	_ locker.Confirmed = (*lease)(nil)
+	_ locker.Lease        = (*lease)(nil)
+	_ locker.Confirmed    = (*lease)(nil)
+	_ locker.ControlAtWin = (*lease)(nil)
 )
+
+// ControlAtWin hands over the control record verify read in the
+// transaction that found us leading, once.
+func (s *lease) ControlAtWin() (locker.Control, bool, error) {
+	r := s.control
+	s.control = nil
+	if r == nil {
+		return locker.Control{}, false, nil
+	}
+	if !r.ok {
+		return locker.Control{}, true, nil
+	}
+	c, err := locker.ParseControl(r.value, r.version)
+	if err != nil {
+		return locker.Control{}, true, fmt.Errorf("etcd: control record %s: %w", s.controlKey, err)
+	}
+	return c, true, nil
+}
 
 // Confirmation hands over the renewal verify sent beside its transaction,
 // once.
@@ -61,15 +91,16 @@ func (s *lease) Confirmation() (time.Time, time.Duration, bool) {
 func newLease(c *candidate, seen int64) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &lease{
-		cli:       c.cli,
-		id:        c.id,
-		k:         c.k,
-		key:       c.key,
-		rev:       c.rev,
-		timeout:   c.l.timeout,
-		log:       c.l.log,
-		stopWatch: cancel,
-		watchDone: make(chan struct{}),
+		cli:        c.cli,
+		id:         c.id,
+		k:          c.k,
+		key:        c.key,
+		rev:        c.rev,
+		timeout:    c.l.timeout,
+		log:        c.l.log,
+		stopWatch:  cancel,
+		watchDone:  make(chan struct{}),
+		controlKey: c.l.controlKey(),
 	}
 	go s.watchKey(ctx, seen+1)
 	return s

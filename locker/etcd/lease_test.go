@@ -242,3 +242,37 @@ func TestAcquireConfirmsTheLease(t *testing.T) {
 		t.Errorf("etcd says %ds left %v after the confirm was sent: the renewal was not made", ttl.TTL, time.Since(sent))
 	}
 }
+
+// TestAcquireReadsTheControlRecordWithTheWin: the transaction that finds
+// the key won also reads its control record, so a pause written while a
+// standby waited is in the lease (locker.ControlAtWin) at the revision of
+// the win, once; a key without a record gives the empty one.
+func TestAcquireReadsTheControlRecordWithTheWin(t *testing.T) {
+	eps := testcluster.StartEtcd(t, 1).Endpoints()
+	key := lockertest.Key(t)
+	first := lockertest.MustAcquire(t, newLocker(t, eps, key))
+	c, _, err := first.(locker.ControlAtWin).ControlAtWin()
+	if err != nil || c.Version != "" {
+		t.Fatalf("ControlAtWin of a key without a record: %+v, %v; want the empty record", c, err)
+	}
+	if err := first.Release(lockertest.Ctx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, eps, key)
+	ctl, _ := locker.ControlsOf(l)
+	version, err := ctl.SetControl(lockertest.Ctx(t, 5*time.Second), locker.Control{Pause: &locker.Pause{By: "ops@host", Since: time.Now(), Reason: "migration"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := lockertest.MustAcquire(t, l)
+	got, ok, err := lease.(locker.ControlAtWin).ControlAtWin()
+	switch {
+	case !ok || err != nil:
+		t.Fatalf("ControlAtWin: ok %v, %v; want the record read with the win", ok, err)
+	case got.Pause == nil || got.Pause.Reason != "migration" || got.Version != version:
+		t.Fatalf("ControlAtWin = %+v; want the pause written before the win, version %s", got, version)
+	}
+	if _, again, _ := lease.(locker.ControlAtWin).ControlAtWin(); again {
+		t.Fatal("ControlAtWin answered twice")
+	}
+}

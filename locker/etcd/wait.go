@@ -305,6 +305,10 @@ func (c *candidate) waitDelete(ctx context.Context, key string, rev int64, expir
 // the election and began to wait; the put keeps the key's create
 // revision (our epoch) and lease, and our watch starts after it.
 //
+// The transaction also reads the key's control record, at the revision
+// that found us leading: the read after the win that a pause written
+// before it needs (DESIGN §1.16, locker.ControlAtWin).
+//
 // The lease's life is asked with a renewal sent beside the transaction:
 // answered, it shows the lease alive and is the term's confirm (its send
 // time starts the deadline, locker.Confirmed), so a handover waits for
@@ -331,7 +335,8 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.rev),
 			clientv3.Compare(clientv3.LeaseValue(c.key), "=", c.id)).
 		Then(clientv3.OpPut(c.l.lastKey(), c.key),
-			clientv3.OpPut(c.key, record, clientv3.WithLease(c.id))).
+			clientv3.OpPut(c.key, record, clientv3.WithLease(c.id)),
+			clientv3.OpGet(c.l.controlKey())).
 		Else(clientv3.OpGet(c.key)).
 		Commit()
 	if err != nil {
@@ -362,5 +367,9 @@ func (c *candidate) verify(ctx context.Context) (*lease, error) {
 	c.l.log.Debug("leading", "key", c.key, "epoch", c.rev, "lease_ttl", r.ttl)
 	l := newLease(c, txn.Header.Revision)
 	l.confirmed = &renewalAnswer{sent: r.sent, granted: time.Duration(r.ttl) * time.Second}
+	l.control = &controlRead{}
+	if kvs := txn.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
+		l.control = &controlRead{value: kvs[0].Value, version: strconv.FormatInt(kvs[0].ModRevision, 10), ok: true}
+	}
 	return l, nil
 }
